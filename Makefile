@@ -1,0 +1,28 @@
+# Two entry points that work on a fresh machine: `make demo` and `make test`.
+PY ?= python3.11
+VENV ?= .venv
+CACHE ?= $(HOME)/.cache/eagle3scope
+
+.PHONY: venv engine-env models demo test test-fast
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test,viewer,export,doctor]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+engine-env:
+	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-engine-env.sh
+
+models: venv engine-env
+	$(VENV)/bin/eagle3scope demo --prepare-only
+
+demo: venv engine-env
+	$(VENV)/bin/eagle3scope demo
+
+test: venv engine-env models
+	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not engine"

@@ -1,0 +1,162 @@
+"""The eagle3scope wire schema: msgpack frames, versioned, safe to decode from untrusted bytes.
+
+Both sides import this module: the shim inside SGLang encodes with :func:`encode_frame`, the
+viewer, recorder and replayer decode with :func:`decode_frame`. It depends on msgpack only.
+
+A frame is a msgpack map ``{"v": [major, minor], "k": kind, "src": publisher, "n": frame_no,
+"t": time_ns, "b": body}``. ``n`` counts every frame a publisher sends, so a gap tells the viewer
+that frames were lost in transit. Bodies per kind (all keys are short ASCII strings):
+
+``hello`` (process identity, re-sent periodically so late viewers learn it)
+    pid, host, tp_rank, dp_rank, sglang_version, shim_version, worker ("v1"|"v2"|None),
+    server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
+    draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
+    lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
+``load`` (load-time report of the draft; re-sent periodically)
+    draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
+    draft_vocab_size, target_vocab_size, fc: {in, out} | None,
+    aux: {configured, use_aux, captured, capture_on, offset_rule},
+    weights: {consumed: [..], skipped: [..], unwritten: [..]},
+    d2t: {present, size, min, max, target_min, target_max, out_of_range, injective,
+          t2d_consistent, looks_absolute} | None,
+    lm_head: {source: "checkpoint"|"target"|"init"|"tied", shape: [rows, cols]},
+    embed_tokens: {source: ...}
+``step`` (one speculative round, or one prefill)
+    seq (monotonic per publisher), t_ns, mode ("decode"|"prefill"), bs, rids: [str],
+    draft_ids: [[target-vocab ids proposed per request]], accepted: [drafts accepted, bonus
+    EXCLUDED], bonus: [0|1 per request], accepted_ids: [[committed ids incl. bonus]],
+    passes: [{mode, width, fc, n}] (draft-model forwards: forward mode, width of the hidden
+    states entering the draft, whether fc ran, how many such calls were folded in),
+    capture: {on, layers} | None, draft_ms, verify_ms, extend_ms (None when unknown).
+``config`` (aux-layer configuration changed or refused)
+    layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id.
+``heartbeat``
+    steps, dropped (frames the shim dropped before sending), hook_failures, queued.
+``hook``
+    seam, status ("attached"|"missing"|"failed"|"disabled"), detail.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+
+KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
+
+#: Draft forward modes whose input must be the target's (k x H)-wide aux features. Draft decode
+#: steps feed back the draft's own H-wide state and are legitimately narrow.
+FEATURE_CARRYING_MODES = frozenset({"extend", "draft_extend", "draft_extend_v2", "mixed"})
+
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+_LIMITS = dict(
+    max_str_len=1 << 20,
+    max_bin_len=1 << 22,
+    max_array_len=1 << 18,
+    max_map_len=1 << 12,
+    max_ext_len=0,
+)
+
+
+class FrameError(ValueError):
+    """The bytes are not a well-formed eagle3scope frame."""
+
+
+class SchemaVersionError(FrameError):
+    """The frame comes from a newer, incompatible schema major version."""
+
+
+@dataclass(slots=True)
+class Frame:
+    kind: str
+    src: str
+    n: int
+    t: int
+    body: dict
+    minor: int = SCHEMA_MINOR
+
+    @property
+    def known(self) -> bool:
+        return self.kind in KINDS
+
+    def to_dict(self) -> dict:
+        return {"v": [SCHEMA_MAJOR, self.minor], "k": self.kind, "src": self.src, "n": self.n, "t": self.t, "b": self.body}
+
+
+def encode_frame(kind: str, body: dict, *, src: str, n: int, t: int | None = None) -> bytes:
+    """Pack one frame. ``body`` must hold only msgpack-native types (no tensors)."""
+    return msgpack.packb(
+        {"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n, "t": time.time_ns() if t is None else t, "b": body},
+        use_bin_type=True,
+    )
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise FrameError(f"msgpack extension type {code} is not allowed in eagle3scope frames")
+
+
+def decode_frame(data: bytes) -> Frame:
+    """Decode and check one frame from untrusted bytes.
+
+    Raises :class:`FrameError` for anything malformed and :class:`SchemaVersionError` for a newer
+    major version. Unknown kinds and newer minor versions decode fine (``Frame.known`` tells).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise FrameError(f"frame must be bytes, got {type(data).__name__}")
+    if len(data) > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, **_LIMITS)
+    except FrameError:
+        raise
+    except Exception as exc:  # msgpack raises a zoo of types on garbage
+        raise FrameError(f"not a msgpack frame: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"frame must be a map, got {type(obj).__name__}")
+    version = obj.get("v")
+    if not (isinstance(version, list) and len(version) == 2 and all(type(x) is int for x in version)):
+        raise FrameError(f"frame has no valid schema version 'v': {version!r}")
+    major, minor = version
+    if major > SCHEMA_MAJOR:
+        raise SchemaVersionError(
+            f"frame uses eagle3scope schema {major}.{minor}, this viewer understands {SCHEMA_MAJOR}.x: upgrade eagle3scope"
+        )
+    if major < SCHEMA_MAJOR:
+        raise SchemaVersionError(f"frame uses obsolete eagle3scope schema {major}.{minor}: upgrade the shim in the server")
+    kind, src, n, t, body = obj.get("k"), obj.get("src"), obj.get("n"), obj.get("t"), obj.get("b")
+    if not isinstance(kind, str) or not kind:
+        raise FrameError(f"frame has no kind 'k': {kind!r}")
+    if not isinstance(src, str):
+        raise FrameError(f"frame has no publisher id 'src': {src!r}")
+    if type(n) is not int or type(t) is not int:
+        raise FrameError("frame counter 'n' and time 't' must be integers")
+    if not isinstance(body, dict):
+        raise FrameError(f"frame body 'b' must be a map, got {type(body).__name__}")
+    if kind == "step":
+        check_step(body)
+    return Frame(kind, src, n, t, body, minor)
+
+
+_STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
+
+
+def check_step(body: dict) -> None:
+    """Cheap structural check of a step body: the fields every consumer indexes must agree."""
+    seq, bs = body.get("seq"), body.get("bs")
+    if type(seq) is not int or type(bs) is not int or bs < 0:
+        raise FrameError("step needs integer 'seq' and non-negative 'bs'")
+    for key in _STEP_LISTS:
+        value = body.get(key)
+        if not isinstance(value, list) or len(value) != bs:
+            raise FrameError(f"step field {key!r} must be a list of length bs={bs}")
+    for acc, bonus in zip(body["accepted"], body["bonus"]):
+        if type(acc) is not int or acc < 0 or bonus not in (0, 1):
+            raise FrameError("step 'accepted' must be non-negative ints and 'bonus' 0 or 1")
+    passes = body.get("passes", [])
+    if not isinstance(passes, list) or not all(isinstance(p, dict) for p in passes):
+        raise FrameError("step 'passes' must be a list of maps")
