@@ -1,0 +1,1 @@
+"""Live side of the viewer: subscribing to running servers."""

@@ -1,0 +1,268 @@
+"""The shim's ZeroMQ PUB side: a hot path that never blocks and a thread that does the work.
+
+Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
+``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
+publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
+tensors), encodes the frame and sends it with ``NOBLOCK``. A full ring counts a drop instead of
+growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that
+starts late or restarts learns them. Heartbeats carry the counters so drops reach the viewer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import ipaddress
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import zmq
+
+from eagle3scope.wire import encode_frame
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
+_LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+
+
+def resolve_bind_endpoint(endpoint: str) -> str:
+    """Turn a user endpoint into a bindable one; a bare port (``"5557"``) means loopback.
+
+    Binding beyond loopback happens only when the endpoint names a non-loopback host itself
+    (``tcp://0.0.0.0:5557``, ``tcp://*:5557``): nothing widens it implicitly.
+    """
+    endpoint = endpoint.strip()
+    if not endpoint:
+        return DEFAULT_ENDPOINT
+    if endpoint.isdigit():
+        return f"tcp://127.0.0.1:{endpoint}"
+    if "://" not in endpoint:
+        raise ValueError(f"endpoint {endpoint!r} needs a scheme (tcp:// or ipc://) or is a bare port")
+    scheme, _, rest = endpoint.partition("://")
+    if scheme not in ("tcp", "ipc", "inproc"):
+        raise ValueError(f"endpoint {endpoint!r}: only tcp://, ipc:// and inproc:// are supported")
+    if scheme == "tcp":
+        host, sep, port = rest.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"endpoint {endpoint!r} needs host:port")
+        if port == "*":
+            return f"tcp://{host}:0"
+    return endpoint
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True when ``endpoint`` can only be reached from this machine."""
+    if not endpoint.startswith("tcp://"):
+        return True  # ipc:// and inproc:// are local by construction
+    host = endpoint[6:].rpartition(":")[0].strip("[]")
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Publisher:
+    """Bounded, non-blocking publisher of eagle3scope frames for one scheduler process.
+
+    Counters (read them any time): ``steps`` (``step`` submits seen, dropped or not),
+    ``dropped`` (frames the ring or the socket refused), ``hook_failures`` (``finalize`` or
+    encode errors; the shim may add its own), ``queued`` (current ring length).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        src: str,
+        *,
+        queue_size: int = 4096,
+        hwm: int = 10000,
+        sticky_interval_s: float = 2.0,
+        heartbeat_interval_s: float = 1.0,
+    ) -> None:
+        self._requested = resolve_bind_endpoint(endpoint)
+        self.src = src
+        self._queue_size = max(1, int(queue_size))
+        self._hwm = int(hwm)
+        self._sticky_interval = float(sticky_interval_s)
+        self._heartbeat_interval = float(heartbeat_interval_s)
+        self._ring: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._idle = False
+        self._stop = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+        self._bound: str | None = None
+        self._sticky: dict[str, dict] = {}
+        self._sticky_dirty = False
+        self._reported: set[str] = set()
+        self._n = 0
+        self.steps = 0
+        self.hook_failures = 0
+        self._ring_dropped = 0
+        self._send_dropped = 0
+        self.sent = 0
+
+    # -- counters -----------------------------------------------------------------------------
+    @property
+    def dropped(self) -> int:
+        return self._ring_dropped + self._send_dropped
+
+    @property
+    def queued(self) -> int:
+        return len(self._ring)
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint actually bound (ephemeral tcp ports resolved); the request before start."""
+        return self._bound or self._requested
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind the PUB socket and start the daemon publisher thread (idempotent)."""
+        if self._thread is not None or self._closed:
+            return
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.SNDHWM, self._hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.bind(self._requested)
+        except zmq.ZMQError:
+            sock.close(0)
+            self._ctx.term()
+            self._ctx = None
+            raise
+        self._sock = sock
+        self._bound = sock.getsockopt_string(zmq.LAST_ENDPOINT) or self._requested
+        self._thread = threading.Thread(target=self._run, name="eagle3scope-publisher", daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+        atexit.register(lambda: (p := ref()) is not None and p.close(0.2))
+
+    def close(self, linger_s: float = 0.5) -> None:
+        """Flush what is queued (up to ``linger_s``), send a last heartbeat, release the socket."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop = True
+        self._linger_s = max(0.0, float(linger_s))
+        thread = self._thread
+        if thread is None:
+            return
+        self._wake.set()
+        thread.join(timeout=self._linger_s + 1.0)
+
+    # -- hot path -----------------------------------------------------------------------------
+    def submit(self, kind: str, payload: Any, finalize: Callable[[Any], dict | None] | None = None) -> None:
+        """Queue one event; O(1), never blocks, never raises. ``finalize(payload)`` runs later."""
+        try:
+            if kind == "step":
+                self.steps += 1
+            ring = self._ring
+            if self._stop or len(ring) >= self._queue_size:
+                self._ring_dropped += 1
+                return
+            ring.append((kind, payload, finalize, time.time_ns()))
+            if self._idle:
+                self._wake.set()
+        except Exception:
+            pass
+
+    def set_sticky(self, kind: str, body: dict) -> None:
+        """Send ``body`` as ``kind`` now and again every ``sticky_interval_s`` (hello, load)."""
+        self._sticky[kind] = body
+        self._sticky_dirty = True
+        if self._idle:
+            self._wake.set()
+
+    # -- publisher thread ---------------------------------------------------------------------
+    def _send(self, kind: str, body: dict, t: int | None = None) -> None:
+        try:
+            data = encode_frame(kind, body, src=self.src, n=self._n, t=t)
+        except Exception as exc:
+            self._failure(kind, "encode", exc)
+            return
+        try:
+            self._sock.send(data, zmq.NOBLOCK)
+        except zmq.Again:
+            self._send_dropped += 1
+            return
+        except zmq.ZMQError as exc:
+            self._send_dropped += 1
+            self._failure(kind, "send", exc)
+            return
+        self._n += 1
+        self.sent += 1
+
+    def _failure(self, kind: str, stage: str, exc: BaseException) -> None:
+        """Count a failure; report each distinct one once as a ``hook`` frame (seam publisher)."""
+        self.hook_failures += 1
+        key = f"{kind}:{stage}:{type(exc).__name__}"
+        if key in self._reported or len(self._reported) >= 64:
+            return
+        self._reported.add(key)
+        detail = f"{stage} of a {kind!r} event failed: {type(exc).__name__}: {exc}"[:1000]
+        self._send("hook", {"seam": "publisher", "status": "failed", "detail": detail})
+
+    def _heartbeat(self) -> None:
+        self._send(
+            "heartbeat",
+            {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)},
+        )
+
+    def _send_sticky(self) -> None:
+        self._sticky_dirty = False
+        for kind, body in list(self._sticky.items()):
+            self._send(kind, body)
+
+    def _process(self, item: tuple) -> None:
+        kind, payload, finalize, t = item
+        if finalize is not None:
+            try:
+                body = finalize(payload)
+            except Exception as exc:
+                self._failure(kind, "finalize", exc)
+                return
+            if body is None:
+                return
+        else:
+            body = payload
+        self._send(kind, body, t)
+
+    def _run(self) -> None:
+        ring = self._ring
+        next_sticky = next_beat = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if self._sticky_dirty or now >= next_sticky:
+                    self._send_sticky()
+                    next_sticky = now + self._sticky_interval
+                if now >= next_beat:
+                    self._heartbeat()
+                    next_beat = now + self._heartbeat_interval
+                if self._stop:
+                    break
+                if ring:
+                    for _ in range(min(len(ring), 256)):
+                        self._process(ring.popleft())
+                    continue
+                self._idle = True
+                if not ring and not self._sticky_dirty and not self._stop:
+                    self._wake.wait(max(0.0, min(next_sticky, next_beat) - time.monotonic()))
+                self._wake.clear()
+                self._idle = False
+            deadline = time.monotonic() + self._linger_s
+            while ring and time.monotonic() < deadline:
+                self._process(ring.popleft())
+            self._ring_dropped += len(ring)
+            ring.clear()
+            self._heartbeat()
+        finally:
+            self._sock.close(int(getattr(self, "_linger_s", 0.0) * 1000))
+            self._ctx.term()
