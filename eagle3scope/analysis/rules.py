@@ -1,0 +1,425 @@
+"""Contract rules: every known silent EAGLE-3 break, named, with evidence in numbers and a fix.
+
+Each rule is a small pure function over one publisher's facts (:class:`PublisherView`: its
+``hello``, ``load`` report, hook states and step aggregates). It returns an evidence dict when the
+contract is broken and ``None`` otherwise. An evidence key ``first_seq`` (the step where the break
+was first observed) is lifted into :attr:`Violation.first_seq`. Rule ids are stable: CI
+configurations and the TUI refer to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from eagle3scope.wire import FEATURE_CARRYING_MODES
+
+if TYPE_CHECKING:
+    from eagle3scope.analysis.state import PublisherView
+
+#: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
+ZERO_ACCEPTANCE_MARGIN = 0.05
+#: Request-steps the rolling window must hold before zero-acceptance may fire.
+ZERO_ACCEPTANCE_MIN_REQUEST_STEPS = 64
+
+
+@dataclass
+class Violation:
+    id: str
+    severity: str  # "error" | "warning" | "info"
+    title: str
+    evidence: dict
+    explanation: str
+    fix: str
+    src: str
+    first_seq: int | None
+    active: bool = True  # the condition still holds at the last evaluation
+    last_seq: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "explanation": self.explanation,
+            "fix": self.fix,
+            "src": self.src,
+            "first_seq": self.first_seq,
+            "active": self.active,
+        }
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str | Callable[[dict], str]  # fixed, or chosen from the evidence
+    title: str
+    fn: Callable[["PublisherView"], dict | None] = field(repr=False)
+    explanation: str = ""
+    fix: str = ""
+
+
+# -- facts helpers -------------------------------------------------------------------------
+
+
+def _load(pub: PublisherView) -> dict:
+    return pub.load or {}
+
+
+def _aux(pub: PublisherView) -> dict:
+    return _load(pub).get("aux") or {}
+
+
+def _fc_in(pub: PublisherView) -> int | None:
+    fc = _load(pub).get("fc")
+    return fc.get("in") if isinstance(fc, dict) else None
+
+
+def _is_eagle3_draft(pub: PublisherView) -> bool:
+    load = _load(pub)
+    fc_in, hidden = _fc_in(pub), load.get("target_hidden_size") or load.get("hidden_size")
+    return "eagle3" in str(load.get("draft_class") or "").lower() or bool(fc_in and hidden and fc_in > hidden)
+
+
+def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
+    seqs = [getattr(passes[m], attr) for m in modes if getattr(passes[m], attr) is not None]
+    return min(seqs) if seqs else None
+
+
+def default_capture(n: int) -> list[int]:
+    """SGLang's default aux capture (input of layer i) and speculators' input-of-layer defaults."""
+    return [2, n // 2, n - 3]
+
+
+def specforge_defaults(n: int) -> list[int]:
+    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's)."""
+    return [1, n // 2 - 1, n - 4]
+
+
+def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
+    """Capture indices SGLang derives from configured ids under the release's offset rule."""
+    if ids is None:
+        return None
+    if offset_rule == "+1":
+        return [i + 1 for i in ids]
+    if offset_rule == "+1-if-first-1":  # DeepseekV2 / GLM4-MoE-lite / Kimi-K2.5 from 0.5.13
+        return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
+    return list(ids)
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+
+def aux_capture_off(pub: PublisherView) -> dict | None:
+    if not _is_eagle3_draft(pub):
+        return None
+    algorithm = pub.server_args.get("algorithm")
+    aux = _aux(pub)
+    capture_now = (pub.capture or {}).get("on") if pub.capture is not None else aux.get("capture_on")
+    wrong_algorithm = algorithm is not None and str(algorithm).upper() != "EAGLE3"
+    if not (wrong_algorithm or capture_now is False):
+        return None
+    return {
+        "algorithm": algorithm,
+        "capture_on": capture_now,
+        "use_aux_hidden_state": aux.get("use_aux"),
+        "fc_in": _fc_in(pub),
+        "steps_with_capture_off": pub.capture_off_steps,
+        "first_seq": pub.capture_off_first_seq,
+    }
+
+
+def fc_bypassed(pub: PublisherView) -> dict | None:
+    fc_in = _fc_in(pub)
+    if pub.load is not None and fc_in is None:
+        return None  # the draft has no fc: nothing to bypass
+    modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
+    if not modes:
+        return None
+    skipped = {m: pub.passes[m].fc_skipped for m in modes}
+    widths = sorted({w for m in modes for w in pub.passes[m].widths if w != fc_in})
+    return {
+        "skipped_calls": sum(skipped.values()),
+        "skipped_by_mode": skipped,
+        "width_seen": widths,
+        "fc_in": fc_in,
+        "hidden_size": _load(pub).get("hidden_size"),
+        "first_seq": _first_seq_of(pub.passes, modes, "first_skip_seq"),
+    }
+
+
+def hidden_width_mismatch(pub: PublisherView) -> dict | None:
+    load = _load(pub)
+    hidden = load.get("hidden_size")
+    if not hidden:
+        return None
+    expected = {hidden} | ({_fc_in(pub)} - {None})
+    bad = {m: {w: n for w, n in ps.widths.items() if w not in expected} for m, ps in pub.passes.items()}
+    bad = {m: ws for m, ws in bad.items() if ws}
+    if not bad:
+        return None
+    first = min(pub.passes[m].width_first_seq[w] for m, ws in bad.items() for w in ws)
+    return {"widths_by_mode": bad, "expected": sorted(expected), "fc_in": _fc_in(pub), "hidden_size": hidden, "first_seq": first}
+
+
+def weights_dropped(pub: PublisherView) -> dict | None:
+    weights = _load(pub).get("weights") or {}
+    skipped = list(weights.get("skipped") or [])
+    unwritten = [n for n in weights.get("unwritten") or [] if "lm_head" not in n]  # lm-head-mismatch covers the head
+    if not (skipped or unwritten):
+        return None
+    return {
+        "skipped": len(skipped),
+        "unwritten": len(unwritten),
+        "consumed": len(weights.get("consumed") or []),
+        "skipped_examples": skipped[:5],
+        "unwritten_examples": unwritten[:5],
+    }
+
+
+def d2t_absolute(pub: PublisherView) -> dict | None:
+    d2t = _load(pub).get("d2t")
+    if not d2t or not d2t.get("present"):
+        return None
+    broken = (
+        d2t.get("looks_absolute")
+        or (d2t.get("out_of_range") or 0) > 0
+        or d2t.get("injective") is False
+        or d2t.get("t2d_consistent") is False
+    )
+    if not broken:
+        return None
+    keys = ("size", "min", "max", "target_min", "target_max", "out_of_range", "injective", "t2d_consistent", "looks_absolute")
+    evidence = {k: d2t.get(k) for k in keys}
+    evidence["target_vocab_size"] = _load(pub).get("target_vocab_size")
+    return evidence
+
+
+def d2t_missing(pub: PublisherView) -> dict | None:
+    load = _load(pub)
+    d2t, draft_vocab, target_vocab = load.get("d2t"), load.get("draft_vocab_size"), load.get("target_vocab_size")
+    if d2t is None and pub.load is not None and "d2t" not in pub.load:
+        return None  # the shim did not report on d2t at all
+    if (d2t and d2t.get("present")) or not (draft_vocab and target_vocab and draft_vocab < target_vocab):
+        return None
+    return {"draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab, "d2t_present": False}
+
+
+def lm_head_mismatch(pub: PublisherView) -> dict | None:
+    load = _load(pub)
+    head = load.get("lm_head")
+    if not head:
+        return None
+    source, shape = head.get("source"), head.get("shape") or [None, None]
+    draft_vocab, target_vocab, hidden = load.get("draft_vocab_size"), load.get("target_vocab_size"), load.get("hidden_size")
+    consumed = (load.get("weights") or {}).get("consumed") or []
+    problems = []
+    if source == "init":
+        problems.append("random (never loaded)")
+    if source == "target" and any("lm_head" in n for n in consumed):
+        problems.append("checkpoint head overwritten by the target's")
+    if source == "target" and draft_vocab and target_vocab and draft_vocab != target_vocab:
+        problems.append("target head used with a smaller draft vocabulary")
+    if draft_vocab and shape[0] is not None and shape[0] != draft_vocab:
+        problems.append("rows differ from draft_vocab_size")
+    if hidden and shape[1] is not None and shape[1] != hidden:
+        problems.append("columns differ from hidden_size")
+    if not problems:
+        return None
+    return {"source": source, "shape": list(shape), "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
+            "hidden_size": hidden, "problems": problems}
+
+
+def aux_layers_mismatch(pub: PublisherView) -> dict | None:
+    load, aux = _load(pub), _aux(pub)
+    n = load.get("num_target_layers")
+    applied = [c for c in pub.configs if c.get("applied")]
+    if applied:  # a live change (issue 7) sets what is intended from then on
+        intended, expected = applied[-1].get("layers"), applied[-1].get("captured")
+    else:
+        intended = aux.get("configured")
+        expected = apply_offset(intended, aux.get("offset_rule"))
+    captured = (pub.capture or {}).get("layers") if pub.capture and pub.capture.get("layers") is not None else aux.get("captured")
+    if captured is None or not (aux.get("capture_on", True) and (pub.capture or {}).get("on", True)):
+        return None  # nothing captured: aux-capture-off's business
+    captured = list(captured)
+    evidence = {"configured": intended, "expected_captured": expected, "captured": captured, "num_target_layers": n,
+                "offset_rule": aux.get("offset_rule")}
+    if expected is not None and sorted(captured) != sorted(expected):
+        return {**evidence, "kind": "captured-differs-from-configured"}
+    if n:
+        if captured == [i + 1 for i in default_capture(n)]:
+            return {**evidence, "kind": "input-of-layer-ids-shifted-by-one",
+                    "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
+        if captured == specforge_defaults(n):
+            return {**evidence, "kind": "output-of-layer-ids-used-as-input-of-layer",
+                    "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
+    if intended is None and _is_eagle3_draft(pub) and pub.load is not None and "configured" in aux:
+        return {**evidence, "kind": "no-configured-ids-default-used", "default": default_capture(n) if n else None}
+    return None
+
+
+def zero_acceptance(pub: PublisherView) -> dict | None:
+    acc = pub.acceptance
+    mean = acc.mean_accept_length
+    if mean is None or acc.window.n < ZERO_ACCEPTANCE_MIN_REQUEST_STEPS or acc.k < 1:
+        return None
+    if mean > 1.0 + ZERO_ACCEPTANCE_MARGIN:
+        return None
+    return {
+        "rolling_mean_accept_length": round(mean, 4),
+        "window_request_steps": acc.window.n,
+        "per_position": [None if r is None else round(r, 4) for r in acc.per_position],
+        "cumulative_mean_accept_length": round(acc.cumulative_mean_accept_length or 0.0, 4),
+        "max_accept_length": acc.k + 1,
+        "first_seq": acc.history[0][0] if acc.history else None,
+    }
+
+
+def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
+    vocab = _load(pub).get("target_vocab_size")
+    if pub.draft_id_max is None:
+        return None
+    too_high = vocab is not None and pub.draft_id_max >= vocab
+    negative = pub.draft_id_min is not None and pub.draft_id_min < 0
+    if not (too_high or negative):
+        return None
+    seqs = [s for s, hi in pub.draft_max_rises if too_high and hi >= vocab]
+    if negative:
+        seqs.append(pub.draft_min_seq)
+    return {"max_draft_id": pub.draft_id_max, "min_draft_id": pub.draft_id_min, "target_vocab_size": vocab,
+            "draft_ids_seen": pub.draft_ids, "first_seq": min(seqs)}
+
+
+def hook_failed(pub: PublisherView) -> dict | None:
+    bad = {seam: h["status"] for seam, h in pub.hooks.items() if h.get("status") in ("failed", "missing")}
+    failures = (pub.heartbeat or {}).get("hook_failures") or 0
+    if not bad and not failures:
+        return None
+    return {"seams": bad, "hook_failures": failures,
+            "details": {seam: pub.hooks[seam].get("detail") for seam in bad}}
+
+
+def frames_lost(pub: PublisherView) -> dict | None:
+    dropped = (pub.heartbeat or {}).get("dropped") or 0
+    if not (pub.gaps or dropped):
+        return None
+    return {"lost_in_transit": pub.gaps, "dropped_by_shim": dropped, "frames_received": pub.frames}
+
+
+def _aux_severity(evidence: dict) -> str:
+    return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "aux-capture-off", "error", "EAGLE-3 draft, but the target captures no aux hidden states", aux_capture_off,
+        "The draft's fc expects the concatenated aux hidden states of k target layers, but the target is not "
+        "capturing them (typically --speculative-algorithm EAGLE with an EAGLE-3 draft). The draft then sees only "
+        "the last hidden state, fc is skipped because the widths match, and almost nothing is accepted, without "
+        "any error or warning from the server.",
+        "Launch with --speculative-algorithm EAGLE3; make sure the draft's config.json has an eagle_config with "
+        "use_aux_hidden_state true (or leave it out) and eagle_aux_hidden_state_layer_ids set.",
+    ),
+    Rule(
+        "fc-bypassed", "error", "Target features reach the draft H-wide: fc skipped", fc_bypassed,
+        "A draft forward that should carry the target's k x H aux features (extend / draft-extend) arrived with "
+        "the width of a single hidden state, so SGLang's `hidden_states.shape[-1] != embeds.shape[-1]` test skipped "
+        "fc. The draft is running on features it was never trained on. (Draft decode passes that feed back the "
+        "draft's own H-wide state are normal and not counted.)",
+        "Enable aux capture: --speculative-algorithm EAGLE3, and check eagle_config / "
+        "eagle_aux_hidden_state_layer_ids in the draft's config.json.",
+    ),
+    Rule(
+        "hidden-width-mismatch", "error", "Hidden state entering the draft has an unexpected width", hidden_width_mismatch,
+        "The width of the hidden states entering the draft is neither the draft's hidden size H (draft decode) nor "
+        "what its fc expects (k x target H). Either the number of captured aux layers differs from what fc was "
+        "trained for, or the target's hidden size differs from the draft's target_hidden_size.",
+        "Make eagle_aux_hidden_state_layer_ids have as many entries as fc.in / target_hidden_size, and set "
+        "target_hidden_size in the draft config to the target's hidden_size.",
+    ),
+    Rule(
+        "weights-dropped", "error", "Draft weights were silently dropped at load", weights_dropped,
+        "Checkpoint tensors were never consumed by the loader (their names are unknown to this SGLang release, which "
+        "skips them without a warning) or draft parameters were never written (they keep their random init).",
+        "Run `eagle3scope doctor DRAFT_DIR --sglang-version V` to see the key layout this release expects, then "
+        "`eagle3scope fix DRAFT_DIR --out NEW_DIR --for-sglang V` to rename the keys.",
+    ),
+    Rule(
+        "d2t-absolute", "error", "d2t looks like absolute ids, not offsets", d2t_absolute,
+        "SGLang maps draft id i to target id i + d2t[i]. This d2t maps ids out of the target vocabulary, is not "
+        "injective, or disagrees with t2d, which is what an absolute-id table (e.g. arange) looks like: draft id "
+        "i then maps to 2i.",
+        "Convert d2t to offsets (d2t_abs - arange(draft_vocab)): `eagle3scope fix DRAFT_DIR --out NEW_DIR`.",
+    ),
+    Rule(
+        "d2t-missing", "error", "Draft vocabulary is smaller than the target's but d2t is missing", d2t_missing,
+        "With a reduced draft vocabulary the draft's ids must be mapped to target ids through d2t. Without it draft "
+        "id i is read as target id i, so nearly every proposal is a different token.",
+        "Add the d2t tensor (offsets, target id = i + d2t[i]) the draft was trained with to the checkpoint.",
+    ),
+    Rule(
+        "lm-head-mismatch", "error", "Draft lm_head is missing, random, replaced or the wrong size", lm_head_mismatch,
+        "The draft's lm_head did not come from the draft checkpoint with the right shape. With draft_vocab_size set "
+        "and no lm_head in the checkpoint, SGLang keeps a randomly initialised head and warns about nothing.",
+        "Ship the draft's trained lm_head (shape [draft_vocab_size, hidden_size]) in the checkpoint, or set "
+        "draft_vocab_size to null only if the draft was trained on the target's head.",
+    ),
+    Rule(
+        "aux-layers-mismatch", _aux_severity, "Captured aux layers differ from the draft's trained layers",
+        aux_layers_mismatch,
+        "The target layers whose hidden states feed the draft are not the ones it was trained on: the captured set "
+        "differs from the configured ids, or it matches the other numbering convention's defaults shifted by one "
+        "(SGLang treats configured ids as output-of-layer and adds +1; speculators writes input-of-layer ids). "
+        "Typical cost: 0.1 or more acceptance length.",
+        "Set eagle_config.eagle_aux_hidden_state_layer_ids in output-of-layer numbering (SGLang adds +1), e.g. "
+        "subtract 1 from speculators' input-of-layer ids; try the presets live with `eagle3scope aux cycle`.",
+    ),
+    Rule(
+        "zero-acceptance", "error", "Draft tokens are (almost) never accepted", zero_acceptance,
+        f"The rolling mean acceptance length (bonus token included) is within {ZERO_ACCEPTANCE_MARGIN} of 1.0: the "
+        "target rejects nearly every draft token, so speculative decoding only costs time.",
+        "Look at the other violations first (aux capture, d2t, lm_head, weights); then check that the draft was "
+        "trained for this target and chat template. `eagle3scope doctor DRAFT_DIR` checks the checkpoint.",
+    ),
+    Rule(
+        "draft-token-out-of-vocab", "error", "Draft proposes token ids outside the target vocabulary",
+        draft_token_out_of_vocab,
+        "The draft's proposals, after the d2t mapping, are not valid target token ids: d2t is wrong (absolute "
+        "ids) or the draft's vocabulary does not belong to this target.",
+        "Check d2t (offsets, not absolute ids) and draft_vocab_size; `eagle3scope doctor DRAFT_DIR --target TARGET`.",
+    ),
+    Rule(
+        "hook-failed", "warning", "An instrumentation hook failed: visibility degraded", hook_failed,
+        "The shim could not attach to (or raised inside) one of its seams in this SGLang build; the server keeps "
+        "running, but the numbers that seam feeds are missing or incomplete.",
+        "Check the shim's supported SGLang versions; report the seam and detail shown in the evidence.",
+    ),
+    Rule(
+        "frames-lost", "warning", "Frames were lost between the server and the viewer", frames_lost,
+        "The shim dropped frames (its queue was full) or frames went missing in transit; statistics are computed "
+        "on what arrived.",
+        "Use a faster viewer host, record headless with `eagle3scope record`, or raise the shim's queue size.",
+    ),
+)
+
+RULE_IDS = tuple(r.id for r in RULES)
+
+
+def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Violation | None:
+    """Run one rule; a violation that fired once stays, marked inactive when it no longer holds."""
+    evidence = rule.fn(pub)
+    if evidence is None:
+        if previous is not None:
+            previous.active = False
+        return previous
+    first_seq = evidence.pop("first_seq", None)
+    if first_seq is None:
+        first_seq = pub.last_seq
+    severity = rule.severity(evidence) if callable(rule.severity) else rule.severity
+    if previous is not None:
+        previous.evidence, previous.active, previous.last_seq = evidence, True, pub.last_seq
+        previous.severity = severity if severity == "error" else previous.severity
+        return previous
+    return Violation(rule.id, severity, rule.title, evidence, rule.explanation, rule.fix, pub.src, first_seq, True, pub.last_seq)

@@ -1,0 +1,286 @@
+"""The viewer's data model: frames in, facts and violations out; the TUI only renders this.
+
+:class:`SessionState` folds a stream of :class:`~eagle3scope.wire.Frame` objects (live or from a
+recording) into per-publisher views, acceptance statistics, draft-pass counters, aux-config
+segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering, no
+rule evaluation); ``violations()`` evaluates the contract rules on demand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from eagle3scope.analysis.rules import RULES, Violation, evaluate
+from eagle3scope.analysis.stats import AcceptanceStats, Tally
+from eagle3scope.wire import Frame
+
+
+@dataclass(slots=True)
+class PassStats:
+    """Draft-model forwards of one forward mode."""
+
+    calls: int = 0
+    widths: Counter = field(default_factory=Counter)
+    fc_applied: int = 0
+    fc_skipped: int = 0
+    first_skip_seq: int | None = None
+    width_first_seq: dict = field(default_factory=dict)  # width -> seq where first seen
+
+    def add(self, seq: int, width, fc, n: int) -> None:
+        self.calls += n
+        self.widths[width] += n
+        if width not in self.width_first_seq:
+            self.width_first_seq[width] = seq
+        if fc:
+            self.fc_applied += n
+        else:
+            self.fc_skipped += n
+            if self.first_skip_seq is None:
+                self.first_skip_seq = seq
+
+
+@dataclass(slots=True)
+class Event:
+    t_ns: int
+    src: str
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+@dataclass(slots=True)
+class ConfigSegment:
+    """Acceptance while one aux-layer configuration was in effect (issue 7's A/B view)."""
+
+    layers: list | None
+    origin: str
+    start_seq: int | None
+    src: str | None = None
+    tally: Tally = field(default_factory=Tally)
+    k: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.tally.steps
+
+    @property
+    def mean_accept_length(self) -> float | None:
+        return self.tally.mean_accept_length
+
+    @property
+    def per_position(self) -> list[float | None]:
+        return self.tally.per_position(self.k)
+
+
+@dataclass
+class PublisherView:
+    """What one publisher (one scheduler process) has told us, plus its own step aggregates."""
+
+    src: str
+    hello: dict | None = None
+    load: dict | None = None
+    heartbeat: dict | None = None
+    hooks: dict = field(default_factory=dict)  # seam -> {status, detail}
+    configs: list = field(default_factory=list)  # config bodies, in order
+    gaps: int = 0  # frames lost in transit (holes in the frame counter)
+    last_n: int | None = None
+    last_seen_t: int | None = None
+    frames: int = 0
+    last_seq: int | None = None
+    acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
+    passes: dict = field(default_factory=dict)  # mode -> PassStats
+    capture: dict | None = None  # latest step's {on, layers}
+    capture_off_steps: int = 0
+    capture_off_first_seq: int | None = None
+    decode_steps: int = 0
+    draft_ids: int = 0
+    draft_id_min: int | None = None
+    draft_id_max: int | None = None
+    draft_max_rises: list = field(default_factory=list)  # (seq, new max) each time the max grows
+    draft_min_seq: int | None = None  # seq where the current minimum was first seen
+
+    @property
+    def server_args(self) -> dict:
+        return (self.hello or {}).get("server_args") or {}
+
+    @property
+    def num_steps(self) -> int | None:
+        value = self.server_args.get("num_steps")
+        return value if type(value) is int and value > 0 else None
+
+
+class SessionState:
+    """Everything the viewer knows, built by :meth:`ingest` one frame at a time."""
+
+    def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096) -> None:
+        self.publishers: dict[str, PublisherView] = {}
+        self.acceptance = AcceptanceStats(window, history)
+        self.passes: dict[str, PassStats] = {}
+        self.capture: dict | None = None
+        self.recent: deque[tuple[str, dict]] = deque(maxlen=recent)
+        self.segments: list[ConfigSegment] = []
+        self.events: deque[Event] = deque(maxlen=events)
+        self.frames = 0
+        self.unknown_frames = 0
+        self._window = window
+        self._history = history
+        self._fired: dict[tuple[str, str], Violation] = {}
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    def ingest(self, frame: Frame) -> None:
+        self.frames += 1
+        pub = self.publishers.get(frame.src)
+        if pub is None:
+            pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+        last_n = pub.last_n
+        if last_n is not None and frame.n != last_n + 1:
+            self._counter_jump(pub, frame, last_n)
+        pub.last_n = frame.n
+        pub.last_seen_t = frame.t
+        pub.frames += 1
+        kind = frame.kind
+        if kind == "step":
+            self._step(pub, frame.body, frame.t)
+        elif kind == "heartbeat":
+            self._heartbeat(pub, frame)
+        elif kind == "hello":
+            self._hello(pub, frame)
+        elif kind == "load":
+            if pub.load is None:
+                self.note(frame.src, "info", f"load report: {frame.body.get('draft_class')} on {frame.body.get('target_class')}", frame.t)
+            pub.load = frame.body
+        elif kind == "config":
+            self._config(pub, frame)
+        elif kind == "hook":
+            self._hook(pub, frame)
+        else:
+            self.unknown_frames += 1
+
+    def _counter_jump(self, pub: PublisherView, frame: Frame, last_n: int) -> None:
+        if frame.n > last_n + 1:
+            lost = frame.n - last_n - 1
+            pub.gaps += lost
+            self.note(pub.src, "warning", f"{lost} frame(s) lost in transit (frame {last_n} -> {frame.n})", frame.t)
+        else:
+            self.note(pub.src, "warning", f"frame counter went back ({last_n} -> {frame.n}): publisher restarted?", frame.t)
+
+    def _step(self, pub: PublisherView, body: dict, t: int) -> None:
+        seq = body["seq"]
+        pub.last_seq = seq
+        self.recent.append((pub.src, body))
+        capture = body.get("capture")
+        if capture is not None:
+            pub.capture = self.capture = capture
+            if not capture.get("on"):
+                pub.capture_off_steps += 1
+                if pub.capture_off_first_seq is None:
+                    pub.capture_off_first_seq = seq
+        passes = body.get("passes")
+        if passes:
+            for p in passes:
+                mode = p.get("mode")
+                width, fc, n = p.get("width"), p.get("fc"), p.get("n", 1)
+                ps = pub.passes.get(mode)
+                if ps is None:
+                    ps = pub.passes[mode] = PassStats()
+                ps.add(seq, width, fc, n)
+                gs = self.passes.get(mode)
+                if gs is None:
+                    gs = self.passes[mode] = PassStats()
+                gs.add(seq, width, fc, n)
+        draft_ids = body["draft_ids"]
+        depth = 0
+        for ids in draft_ids:
+            if ids:
+                if len(ids) > depth:
+                    depth = len(ids)
+                hi, lo = max(ids), min(ids)
+                pub.draft_ids += len(ids)
+                if pub.draft_id_max is None or hi > pub.draft_id_max:
+                    pub.draft_id_max = hi
+                    pub.draft_max_rises.append((seq, hi))
+                if pub.draft_id_min is None or lo < pub.draft_id_min:
+                    pub.draft_id_min = lo
+                    pub.draft_min_seq = seq
+        if body.get("mode", "decode") != "decode":
+            return
+        accepted, bonus = body["accepted"], body["bonus"]
+        if not accepted:
+            return
+        pub.decode_steps += 1
+        t_ns = body.get("t_ns") or t
+        k = pub.num_steps
+        if k:
+            depth = min(depth, k)
+            pub.acceptance.k_configured = self.acceptance.k_configured = k
+        pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
+        self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
+        if not self.segments:
+            layers = (capture or {}).get("layers") or ((pub.load or {}).get("aux") or {}).get("captured")
+            self.segments.append(ConfigSegment(layers, "startup", seq, pub.src))
+        segment = self.segments[-1]
+        segment.k = self.acceptance.k
+        segment.tally.add(accepted, sum(accepted) + sum(bonus))
+
+    def _heartbeat(self, pub: PublisherView, frame: Frame) -> None:
+        prev = pub.heartbeat or {}
+        body = frame.body
+        for key, label in (("dropped", "frame(s) dropped by the shim"), ("hook_failures", "hook failure(s)")):
+            grew = (body.get(key) or 0) - (prev.get(key) or 0)
+            if grew > 0:
+                self.note(pub.src, "warning", f"{grew} new {label} (total {body.get(key)})", frame.t)
+        pub.heartbeat = body
+
+    def _hello(self, pub: PublisherView, frame: Frame) -> None:
+        if pub.hello is None or pub.hello.get("pid") != frame.body.get("pid"):
+            args = frame.body.get("server_args") or {}
+            self.note(
+                pub.src,
+                "info",
+                f"publisher {pub.src}: SGLang {frame.body.get('sglang_version')}, {args.get('algorithm')} "
+                f"steps={args.get('num_steps')} topk={args.get('topk')} draft_tokens={args.get('num_draft_tokens')}",
+                frame.t,
+            )
+        pub.hello = frame.body
+
+    def _config(self, pub: PublisherView, frame: Frame) -> None:
+        body = frame.body
+        pub.configs.append(body)
+        if body.get("applied"):
+            self.segments.append(ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src))
+            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')})", frame.t)
+        else:
+            self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
+
+    def _hook(self, pub: PublisherView, frame: Frame) -> None:
+        body = frame.body
+        seam, status = body.get("seam"), body.get("status")
+        pub.hooks[seam] = {"status": status, "detail": body.get("detail")}
+        if status in ("failed", "missing"):
+            self.note(pub.src, "warning", f"hook {seam} {status}: {body.get('detail')}", frame.t)
+
+    def note(self, src: str, level: str, text: str, t_ns: int | None = None) -> None:
+        """Add a line to the event log (also used by readers for schema errors)."""
+        self.events.append(Event(t_ns if t_ns is not None else time.time_ns(), src, level, text))
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def violations(self) -> list[Violation]:
+        """Evaluate every rule for every publisher.
+
+        A violation that fired once stays listed (with the ``first_seq`` at which it was first
+        seen) even when its condition no longer holds: ``active`` tells whether it still does.
+        A silent break that healed itself is still worth knowing about, and ``check`` must
+        report it even if the recording ends healthy.
+        """
+        for pub in self.publishers.values():
+            for rule in RULES:
+                key = (rule.id, pub.src)
+                previous = self._fired.get(key)
+                current = evaluate(rule, pub, previous)
+                if current is not None:
+                    self._fired[key] = current
+        order = {"error": 0, "warning": 1, "info": 2}
+        return sorted(self._fired.values(), key=lambda v: (not v.active, order.get(v.severity, 3), v.first_seq or 0, v.id))
