@@ -21,6 +21,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
           t2d_consistent, looks_absolute} | None,
     lm_head: {source: "checkpoint"|"target"|"init"|"tied", shape: [rows, cols]},
     embed_tokens: {source: ...}
+    Meanings the contract rules rely on: aux.configured = the draft config's
+    eagle_aux_hidden_state_layer_ids (None when absent), aux.captured = the target's
+    layers_to_capture (input-of-layer indices), aux.offset_rule = how the release derives
+    captured from configured: "+1" | "none" | "+1-if-first-1" (DeepseekV2 family from 0.5.13);
+    weights.skipped = checkpoint names the loader never consumed, weights.unwritten = draft
+    parameters no checkpoint tensor wrote (excluding ones set from the target on purpose).
 ``step`` (one speculative round, or one prefill)
     seq (monotonic per publisher), t_ns, mode ("decode"|"prefill"), bs, rids: [str],
     draft_ids: [[target-vocab ids proposed per request]], accepted: [drafts accepted, bonus
