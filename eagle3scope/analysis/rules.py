@@ -17,6 +17,8 @@ from eagle3scope.wire import FEATURE_CARRYING_MODES
 if TYPE_CHECKING:
     from eagle3scope.analysis.state import PublisherView
 
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
 ZERO_ACCEPTANCE_MARGIN = 0.05
 #: Request-steps the rolling window must hold before zero-acceptance may fire.
@@ -237,10 +239,11 @@ def aux_layers_mismatch(pub: PublisherView) -> dict | None:
     applied = [c for c in pub.configs if c.get("applied")]
     if applied:  # a live change (issue 7) sets what is intended from then on
         intended, expected = applied[-1].get("layers"), applied[-1].get("captured")
+        captured = (pub.capture or {}).get("layers")  # None until a step ran under the new set
     else:
         intended = aux.get("configured")
         expected = apply_offset(intended, aux.get("offset_rule"))
-    captured = (pub.capture or {}).get("layers") if pub.capture and pub.capture.get("layers") is not None else aux.get("captured")
+        captured = (pub.capture or {}).get("layers") or aux.get("captured")
     if captured is None or not (aux.get("capture_on", True) and (pub.capture or {}).get("on", True)):
         return None  # nothing captured: aux-capture-off's business
     captured = list(captured)
@@ -248,6 +251,8 @@ def aux_layers_mismatch(pub: PublisherView) -> dict | None:
                 "offset_rule": aux.get("offset_rule")}
     if expected is not None and sorted(captured) != sorted(expected):
         return {**evidence, "kind": "captured-differs-from-configured"}
+    if applied:
+        return None  # the user picked this set live: the numbering heuristics below are about the draft's config
     if n:
         if captured == [i + 1 for i in default_capture(n)]:
             return {**evidence, "kind": "input-of-layer-ids-shifted-by-one",

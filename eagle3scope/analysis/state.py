@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Iterable
 
-from eagle3scope.analysis.rules import RULES, Violation, evaluate
+from eagle3scope.analysis.rules import RULES, SEVERITY_ORDER, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import Frame
 
@@ -51,12 +52,17 @@ class Event:
 
 @dataclass(slots=True)
 class ConfigSegment:
-    """Acceptance while one aux-layer configuration was in effect (issue 7's A/B view)."""
+    """Acceptance while one aux-layer configuration was in effect (issue 7's A/B view).
+
+    ``layers`` are the ids as configured (``eagle_aux_hidden_state_layer_ids``, what ``aux set``
+    takes; None = the release's default), ``captured`` the target layers SGLang captures for them.
+    """
 
     layers: list | None
     origin: str
     start_seq: int | None
     src: str | None = None
+    captured: list | None = None
     tally: Tally = field(default_factory=Tally)
     k: int = 0
 
@@ -218,9 +224,12 @@ class SessionState:
         pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
         self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
         if not self.segments:
-            layers = (capture or {}).get("layers") or ((pub.load or {}).get("aux") or {}).get("captured")
-            self.segments.append(ConfigSegment(layers, "startup", seq, pub.src))
+            aux = (pub.load or {}).get("aux") or {}
+            captured = (capture or {}).get("layers") or aux.get("captured")
+            self.segments.append(ConfigSegment(aux.get("configured"), "startup", seq, pub.src, captured))
         segment = self.segments[-1]
+        if segment.start_seq is None:
+            segment.start_seq = seq
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus))
 
@@ -249,7 +258,10 @@ class SessionState:
         body = frame.body
         pub.configs.append(body)
         if body.get("applied"):
-            self.segments.append(ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src))
+            pub.capture = None  # what steps captured before the change says nothing about the new set
+            self.segments.append(
+                ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
+            )
             self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')})", frame.t)
         else:
             self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
@@ -260,6 +272,11 @@ class SessionState:
         pub.hooks[seam] = {"status": status, "detail": body.get("detail")}
         if status in ("failed", "missing"):
             self.note(pub.src, "warning", f"hook {seam} {status}: {body.get('detail')}", frame.t)
+
+    def forget_counters(self) -> None:
+        """Accept the next frame of every publisher without a gap check (after a replay seek)."""
+        for pub in self.publishers.values():
+            pub.last_n = None
 
     def note(self, src: str, level: str, text: str, t_ns: int | None = None) -> None:
         """Add a line to the event log (also used by readers for schema errors)."""
@@ -282,5 +299,23 @@ class SessionState:
                 current = evaluate(rule, pub, previous)
                 if current is not None:
                     self._fired[key] = current
-        order = {"error": 0, "warning": 1, "info": 2}
-        return sorted(self._fired.values(), key=lambda v: (not v.active, order.get(v.severity, 3), v.first_seq or 0, v.id))
+        return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def analyse(frames: Iterable[Frame], *, every: int = 64, state: SessionState | None = None) -> SessionState:
+    """Fold ``frames`` into a state, evaluating the rules after every non-step frame and every
+    ``every`` steps, so that a break that heals before the end is still listed, with a
+    ``first_seq`` at most ``every`` steps late for rules without their own first-seen seq."""
+    state = state or SessionState()
+    since = 0
+    for frame in frames:
+        state.ingest(frame)
+        if frame.kind != "step":
+            state.violations()
+            continue
+        since += 1
+        if since >= every:
+            since = 0
+            state.violations()
+    state.violations()
+    return state

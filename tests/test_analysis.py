@@ -1,0 +1,250 @@
+"""Statistics and contract rules over synthetic event streams (tests/analysis_streams.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analyse
+
+
+def fired(state: SessionState) -> dict:
+    return {v.id: v for v in state.violations()}
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+
+def test_mean_accept_length_counts_bonus_and_per_position_is_conditional():
+    stats = AcceptanceStats(window=1000)
+    stats.k_configured = 3
+    # accepted drafts per request-step: 0, 1, 2, 3, 3 -> lengths 1, 2, 3, 4, 4
+    stats.add_step(0, 0, [0, 1], [1, 1])
+    stats.add_step(1, 10, [2, 3, 3], [1, 1, 1])
+    assert stats.mean_accept_length == pytest.approx(14 / 5)
+    assert stats.histogram == [1, 1, 1, 2]
+    # position 1 reached 5x accepted 4x; position 2 reached 4x accepted 3x; position 3 reached 3x accepted 2x
+    assert stats.per_position == pytest.approx([4 / 5, 3 / 4, 2 / 3])
+    assert stats.n_steps == 2
+
+
+def test_window_evicts_old_steps_but_cumulative_keeps_them():
+    stats = AcceptanceStats(window=4)
+    for seq in range(10):
+        stats.add_step(seq, seq * 1_000_000, [0, 0], [1, 1])
+    for seq in range(10, 12):
+        stats.add_step(seq, seq * 1_000_000, [3, 3], [1, 1])
+    assert stats.window.n == 4
+    assert stats.mean_accept_length == pytest.approx(4.0)
+    assert stats.cumulative_mean_accept_length == pytest.approx((20 * 1 + 4 * 4) / 24)
+    assert stats.steps_per_s == pytest.approx(1000.0)  # 1 ms apart
+    assert stats.accepted_tokens_per_s == pytest.approx(8 / 0.001)  # step 11's 8 tokens over 1 ms
+    assert [round(m, 3) for _, _, m in list(stats.history)[-2:]] == [2.5, 4.0]
+
+
+def test_session_statistics_match_the_stream():
+    frames = session(1500, bs=3, accept_p=0.6, seed=3)
+    state = analyse(frames)
+    steps = [f.body for f in frames if f.kind == "step"]
+    lengths = [a + b for s in steps for a, b in zip(s["accepted"], s["bonus"])]
+    assert state.acceptance.n_steps == 1500
+    assert state.acceptance.cumulative_mean_accept_length == pytest.approx(sum(lengths) / len(lengths))
+    assert state.passes["decode"].calls == 1500 * 2 and state.passes["decode"].fc_skipped == 1500 * 2
+    assert state.passes["draft_extend_v2"].widths == {3 * H: 1500}
+    assert state.capture == {"on": True, "layers": [2, 4, 5]}
+    assert len(state.recent) == 256 and state.recent[-1][1]["seq"] == 1499
+    assert len(state.segments) == 1 and state.segments[0].steps == 1500
+
+
+def test_long_healthy_run_fires_nothing():
+    """20k steps with acceptance swinging between poor and good stretches, H-wide draft decode
+    passes on every step: not a single rule may fire."""
+    frames = []
+    for part, p in enumerate((0.8, 0.35, 0.9, 0.5)):
+        frames += session(5000, bs=4, accept_p=p, seed=part)[2 if part else 0:]
+    s = Stream()
+    frames = [s.frame(f.kind, f.body) for f in frames]  # one publisher, one consecutive counter
+    state = analyse(frames)
+    assert state.acceptance.n_steps == 20000
+    assert state.violations() == []
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+
+def test_every_documented_rule_exists():
+    for rule_id in ("aux-capture-off", "fc-bypassed", "hidden-width-mismatch", "weights-dropped", "d2t-absolute",
+                    "lm-head-mismatch", "aux-layers-mismatch", "zero-acceptance", "draft-token-out-of-vocab",
+                    "hook-failed"):
+        assert rule_id in RULE_IDS
+
+
+def test_eagle_algorithm_with_eagle3_draft():
+    """PR 21272: --speculative-algorithm EAGLE: capture off, features H-wide, fc skipped, accept 1.00."""
+    frames = session(300, accept_p=0.0, algorithm="EAGLE",
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    v = fired(analyse(frames))
+    assert v["aux-capture-off"].severity == "error"
+    assert v["aux-capture-off"].evidence["algorithm"] == "EAGLE"
+    assert v["aux-capture-off"].evidence["steps_with_capture_off"] == 300
+    assert v["aux-capture-off"].first_seq is None  # known from hello + load, before the first step
+    bypass = v["fc-bypassed"].evidence
+    assert bypass["skipped_calls"] == 300 and bypass["skipped_by_mode"] == {"draft_extend_v2": 300}
+    assert bypass["width_seen"] == [H] and bypass["fc_in"] == 3 * H
+    assert v["zero-acceptance"].evidence["rolling_mean_accept_length"] == 1.0
+    assert "hidden-width-mismatch" not in v and "aux-layers-mismatch" not in v
+
+
+def test_fc_bypassed_fires_on_first_bad_feature_pass_only():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    for seq in range(200):
+        bad = seq >= 120
+        frames.append(s.frame("step", step(seq, s.t, [2], feature_width=H if bad else 3 * H, fc=not bad)))
+    state = SessionState()
+    for f in frames[:100]:
+        state.ingest(f)
+    assert "fc-bypassed" not in fired(state)  # H-wide draft decode passes alone never fire it
+    for f in frames[100:]:
+        state.ingest(f)
+    v = fired(state)["fc-bypassed"]
+    assert v.first_seq == 120 and v.evidence["skipped_calls"] == 80
+
+
+def test_hidden_width_mismatch():
+    frames = session(50, step_kw={"feature_width": 2 * H})
+    v = fired(analyse(frames))["hidden-width-mismatch"]
+    assert v.evidence["widths_by_mode"] == {"draft_extend_v2": {2 * H: 50}}
+    assert v.evidence["expected"] == [H, 3 * H] and v.first_seq == 0
+
+
+def test_weights_dropped():
+    load = healthy_load()
+    load["weights"]["skipped"] = [f"layers.0.mlp.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+    load["weights"]["unwritten"] = ["model.layers.0.mlp.gate_up_proj.weight", "model.layers.0.mlp.down_proj.weight"]
+    v = fired(analyse(session(10, load=load)))["weights-dropped"]
+    assert (v.evidence["skipped"], v.evidence["unwritten"]) == (3, 2)
+    assert v.evidence["skipped_examples"][0] == "layers.0.mlp.gate_proj.weight"
+
+
+def test_d2t_absolute_and_missing():
+    load = healthy_load()
+    load["d2t"].update(max=TARGET_VOCAB - 1, target_max=DRAFT_VOCAB - 1 + TARGET_VOCAB - 1, out_of_range=250,
+                       injective=True, t2d_consistent=False, looks_absolute=True)
+    v = fired(analyse(session(10, load=load)))
+    assert v["d2t-absolute"].evidence["out_of_range"] == 250 and v["d2t-absolute"].evidence["looks_absolute"]
+    assert "d2t-missing" not in v
+    load = healthy_load()
+    load["d2t"] = {"present": False}
+    v = fired(analyse(session(10, load=load)))
+    assert v["d2t-missing"].evidence == {"draft_vocab_size": DRAFT_VOCAB, "target_vocab_size": TARGET_VOCAB,
+                                         "d2t_present": False}
+    assert "d2t-absolute" not in v
+
+
+@pytest.mark.parametrize(
+    "head, problem",
+    [
+        ({"source": "init", "shape": [DRAFT_VOCAB, H]}, "random (never loaded)"),
+        ({"source": "target", "shape": [TARGET_VOCAB, H]}, "checkpoint head overwritten by the target's"),
+        ({"source": "checkpoint", "shape": [TARGET_VOCAB, H]}, "rows differ from draft_vocab_size"),
+    ],
+)
+def test_lm_head_mismatch(head, problem):
+    load = healthy_load()
+    load["lm_head"] = head
+    v = fired(analyse(session(10, load=load)))["lm-head-mismatch"]
+    assert problem in v.evidence["problems"] and v.evidence["source"] == head["source"]
+
+
+def test_aux_layers_captured_differ_from_configured_is_an_error():
+    frames = session(20, step_kw={"capture": {"on": True, "layers": [2, 4, 6]}})
+    v = fired(analyse(frames))["aux-layers-mismatch"]
+    assert v.severity == "error" and v.evidence["kind"] == "captured-differs-from-configured"
+    assert v.evidence["expected_captured"] == [2, 4, 5] and v.evidence["captured"] == [2, 4, 6]
+
+
+def test_aux_layers_input_of_layer_ids_shifted_is_a_warning():
+    """PR 25454: speculators' input-of-layer ids [2, n//2, n-3] read as output-of-layer (+1)."""
+    load = healthy_load()
+    load["aux"].update(configured=[2, LAYERS // 2, LAYERS - 3], captured=[3, LAYERS // 2 + 1, LAYERS - 2])
+    frames = session(20, load=load, step_kw={"capture": {"on": True, "layers": [3, LAYERS // 2 + 1, LAYERS - 2]}})
+    v = fired(analyse(frames))["aux-layers-mismatch"]
+    assert v.severity == "warning" and v.evidence["kind"] == "input-of-layer-ids-shifted-by-one"
+    assert v.evidence["input_of_layer_defaults"] == [2, 4, 5] and v.evidence["output_of_layer_defaults"] == [1, 3, 4]
+
+
+def test_live_aux_change_is_not_a_mismatch_and_starts_a_segment():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    rng = random.Random(1)
+    for seq in range(100):
+        frames.append(s.frame("step", step(seq, s.t, [3, 3], rng=rng)))
+    frames.append(s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "reason": None,
+                                     "origin": "control", "request_id": "a"}))
+    for seq in range(100, 150):
+        frames.append(s.frame("step", step(seq, s.t, [0, 1], capture={"on": True, "layers": [3, 5, 6]}, rng=rng)))
+    state = analyse(frames)
+    assert "aux-layers-mismatch" not in fired(state)
+    first, second = state.segments
+    assert (first.layers, first.captured, first.origin, first.steps) == ([1, 3, 4], [2, 4, 5], "startup", 100)
+    assert first.mean_accept_length == 4.0
+    assert (second.layers, second.captured, second.origin, second.start_seq, second.steps) == (
+        [2, 4, 5], [3, 5, 6], "control", 100, 50)
+    assert second.mean_accept_length == 1.5 and second.per_position[0] == 0.5
+
+
+def test_zero_acceptance_fires_then_stays_listed_inactive_after_recovery():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    for seq in range(100):
+        frames.append(s.frame("step", step(seq, s.t, [0, 0])))
+    state = analyse(frames)
+    v = fired(state)["zero-acceptance"]
+    assert v.active and v.evidence["window_request_steps"] == 200 and v.evidence["per_position"][0] == 0.0
+    for seq in range(100, 500):
+        state.ingest(s.frame("step", step(seq, s.t, [2, 3])))
+    v = fired(state)["zero-acceptance"]
+    assert not v.active and v.first_seq is not None and v.evidence["rolling_mean_accept_length"] == 1.0
+
+
+def test_zero_acceptance_needs_enough_request_steps():
+    frames = session(20, accept_p=0.0)
+    assert "zero-acceptance" not in fired(analyse(frames))
+
+
+def test_draft_token_out_of_vocab_reports_first_step():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    for seq in range(50):
+        ids = [[5, 6, TARGET_VOCAB + 17 if seq == 30 else 7]]
+        frames.append(s.frame("step", step(seq, s.t, [1], draft_ids=ids)))
+    v = fired(analyse(frames))["draft-token-out-of-vocab"]
+    assert v.first_seq == 30 and v.evidence["max_draft_id"] == TARGET_VOCAB + 17
+    assert v.evidence["target_vocab_size"] == TARGET_VOCAB
+
+
+def test_hook_failed_and_frames_lost_are_warnings():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load()),
+              s.frame("hook", {"seam": "draft_forward", "status": "failed", "detail": "TypeError: x"})]
+    s.n += 5  # five frames lost in transit
+    frames.append(s.frame("heartbeat", {"steps": 0, "dropped": 2, "hook_failures": 1, "queued": 0}))
+    state = analyse(frames)
+    v = fired(state)
+    assert v["hook-failed"].severity == "warning"
+    assert v["hook-failed"].evidence["seams"] == {"draft_forward": "failed"}
+    assert v["frames-lost"].evidence["lost_in_transit"] == 5 and v["frames-lost"].evidence["dropped_by_shim"] == 2
+    assert any("5 frame(s) lost" in e.text for e in state.events)
+
+
+def test_violations_are_per_publisher():
+    a, b = Stream("a"), Stream("b")
+    state = SessionState()
+    state.ingest(a.frame("hello", hello("EAGLE")))
+    state.ingest(a.frame("load", healthy_load()))
+    state.ingest(b.frame("hello", hello()))
+    state.ingest(b.frame("load", healthy_load()))
+    assert [(v.id, v.src) for v in state.violations()] == [("aux-capture-off", "a")]
