@@ -1,0 +1,68 @@
+"""``eagle3scope check`` on recordings written with the store's own writer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from analysis_streams import H, session
+from eagle3scope.cli import main
+from eagle3scope.store import SessionWriter
+from eagle3scope.wire import encode_frame
+
+
+def record(path, frames) -> str:
+    with SessionWriter(path) as writer:
+        for f in frames:
+            writer.add(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t), f)
+    return str(path)
+
+
+def run_check(*args):
+    return CliRunner().invoke(main, ["check", *args])
+
+
+def test_healthy_recording_passes_with_summary(tmp_path):
+    frames = session(800, bs=2, accept_p=0.7)
+    result = run_check(record(tmp_path / "ok.e3s", frames), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    steps = [f.body for f in frames if f.kind == "step"]
+    lengths = [a + 1 for s in steps for a in s["accepted"]]
+    assert out["summary"]["steps"] == 800
+    assert out["summary"]["mean_accept_length"] == pytest.approx(sum(lengths) / len(lengths))
+    assert len(out["summary"]["per_position"]) == 3 and all(0.5 < r < 0.9 for r in out["summary"]["per_position"])
+    assert out["violations"] == []
+
+
+def test_broken_recording_exits_1_with_violations(tmp_path):
+    frames = session(300, accept_p=0.0, algorithm="EAGLE",
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    result = run_check(record(tmp_path / "bad.e3s", frames), "--json")
+    assert result.exit_code == 1
+    out = json.loads(result.output)
+    ids = {v["id"] for v in out["violations"]}
+    assert {"aux-capture-off", "fc-bypassed", "zero-acceptance"} <= ids
+    for v in out["violations"]:
+        assert set(v) >= {"id", "severity", "title", "evidence"} and v["severity"] in ("error", "warning", "info")
+    assert out["summary"]["mean_accept_length"] == 1.0
+    text = run_check(str(tmp_path / "bad.e3s"))
+    assert text.exit_code == 1 and "ERROR   fc-bypassed" in text.output and "fix:" in text.output
+
+
+def test_warnings_fail_only_when_asked(tmp_path):
+    frames = session(100)
+    frames.insert(5, frames[4].__class__("hook", "r0", 10**6, frames[4].t, {"seam": "verify", "status": "failed",
+                                                                           "detail": "boom"}))
+    path = record(tmp_path / "warn.e3s", frames)
+    assert run_check(path).exit_code == 0
+    assert run_check(path, "--fail-on", "warning").exit_code == 1
+
+
+def test_unreadable_file_exits_2(tmp_path):
+    junk = tmp_path / "junk.e3s"
+    junk.write_bytes(b"not a session")
+    assert run_check(str(junk)).exit_code == 2
+    assert run_check(str(tmp_path / "missing.e3s")).exit_code == 2
