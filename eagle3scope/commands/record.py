@@ -1,0 +1,92 @@
+"""``eagle3scope record``: subscribe to live servers and write every frame to a session file.
+
+Headless on purpose (long sessions, tmux, CI). SIGINT/SIGTERM stop it cleanly: the pending batch
+is committed and the file marked complete. A SIGKILL loses at most the last uncommitted batch.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import click
+
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+
+def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, nbytes: int, elapsed: float,
+              end: str) -> None:
+    line = (f"recording: {steps} steps, {frames} frames from {sources} source(s), {lost} lost, {bad} bad, "
+            f"{nbytes / 1e6:.1f} MB, {elapsed:.1f} s")
+    out.write(line + end)
+    out.flush()
+
+
+@click.command(name="record")
+@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Session file to create.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after S seconds.")
+@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None, help="Stop after N step frames.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, max_steps: int | None,
+            quiet: bool) -> None:
+    """Record a live server's events to a session file (headless).
+
+    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration or --steps.
+    """
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.store import SessionWriter, StoreError
+
+    endpoints = endpoints or (DEFAULT_ENDPOINT,)
+    try:
+        writer = SessionWriter(out_path, endpoints=list(endpoints))
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    stop = {"why": None}
+
+    def on_signal(signum, _frame):
+        stop["why"] = signal.Signals(signum).name
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    err = sys.stderr
+    tty = err.isatty()
+    sub = Subscriber(list(endpoints))
+    started = time.monotonic()
+    next_report = started + (1.0 if tty else 5.0)
+    seen: set[str] = set()
+    if not quiet:
+        err.write(f"recording {', '.join(endpoints)} -> {out_path}\n")
+        err.flush()
+    try:
+        while stop["why"] is None:
+            for raw, frame in sub.poll_raw(50):
+                if frame.src not in seen:
+                    seen.add(frame.src)
+                    if not quiet:
+                        err.write(("\n" if tty else "") + f"receiving from {frame.src}\n")
+                        err.flush()
+                writer.add(raw, frame)
+                if max_steps is not None and writer.steps >= max_steps:
+                    stop["why"] = f"{max_steps} steps"
+                    break
+            writer.tick()
+            now = time.monotonic()
+            if duration is not None and now - started >= duration:
+                stop["why"] = f"{duration:g} s"
+            if not quiet and now >= next_report:
+                _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
+                          writer.bytes, now - started, "\r" if tty else "\n")
+                next_report = now + (1.0 if tty else 5.0)
+    finally:
+        writer.close()
+        sub.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if not quiet:
+        _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
+                  time.monotonic() - started, "\n")
+        err.write(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}\n")
+        if sub.last_error:
+            err.write(f"last bad frame: {sub.last_error}\n")

@@ -1,0 +1,151 @@
+"""``eagle3scope replay``: play a session file in the TUI, or headless as text or JSON lines.
+
+Both go through :class:`eagle3scope.store.replayer.Replayer`, the engine the TUI also uses, so a
+headless run paces, seeks and rebuilds state exactly as the screen would. Without the viewer
+extra (Textual) the command falls back to headless and says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+import click
+
+from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
+
+
+def _fmt_step(frame, t0: int) -> str:
+    from eagle3scope.store.rows import pass_summary
+
+    body = frame.body
+    acc, bonus, drafts = body["accepted"], body["bonus"], body["draft_ids"]
+    n = len(acc)
+    accepted = sum(a for a in acc if type(a) is int)
+    drafted = sum(len(d) for d in drafts if isinstance(d, list))
+    mean_len = (accepted + sum(bonus)) / n if n else 0.0
+    s = pass_summary(body)
+    capture = "" if s["capture_on"] is None else f" capture={'on' if s['capture_on'] else 'OFF'}"
+    return (f"step {body['seq']:>8} +{(frame.t - t0) / 1e9:9.3f}s {frame.src} {body.get('mode')} bs={body['bs']}"
+            f" accepted {accepted}/{drafted} len={mean_len:.2f} passes {s['pass_widths'] or '-'}{capture}")
+
+
+def _fmt_other(frame, t0: int, last_dropped: dict) -> str | None:
+    b = frame.body
+    head = f"{frame.kind:>8}          +{(frame.t - t0) / 1e9:9.3f}s {frame.src}"
+    if frame.kind == "hello":
+        args = b.get("server_args") or {}
+        return (f"{head} sglang {b.get('sglang_version')} worker {b.get('worker')} {args.get('algorithm')}"
+                f" steps={args.get('num_steps')} topk={args.get('topk')} draft={args.get('draft_model_path')}")
+    if frame.kind == "load":
+        return f"{head} draft {b.get('draft_class')} fc={b.get('fc')} aux={b.get('aux')}"
+    if frame.kind == "config":
+        return f"{head} aux layers {b.get('layers')} applied={b.get('applied')} {b.get('reason') or ''}".rstrip()
+    if frame.kind == "hook":
+        return f"{head} {b.get('seam')}: {b.get('status')} {b.get('detail') or ''}".rstrip()
+    if frame.kind == "heartbeat":
+        dropped = b.get("dropped")
+        if dropped != last_dropped.get(frame.src, 0):
+            last_dropped[frame.src] = dropped
+            return f"{head} shim dropped {dropped} frames so far"
+        return None
+    return f"{head} (unknown kind {frame.kind!r})"
+
+
+def _headless(replayer, as_json: bool, pace: bool, max_steps: int | None) -> None:
+    out = sys.stdout
+    t0 = replayer.reader.t_first or 0
+    last_dropped: dict[str, int] = {}
+    steps = 0
+    source = iter(replayer) if pace else _unpaced(replayer)
+    for frame in source:
+        if as_json:
+            line = json.dumps(frame.to_dict(), separators=(",", ":"), default=repr)
+        elif frame.kind == "step":
+            line = _fmt_step(frame, t0)
+        else:
+            line = _fmt_other(frame, t0, last_dropped)
+        if line is not None:
+            out.write(line + "\n")
+        if frame.kind == "step":
+            steps += 1
+            if max_steps is not None and steps >= max_steps:
+                break
+    out.flush()
+
+
+def _unpaced(replayer):
+    while batch := replayer.step_one():
+        yield from batch
+
+
+def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None, from_time: float | None) -> bool:
+    """Open the TUI if the viewer extra is installed; False when it is not."""
+    if importlib.util.find_spec("textual") is None or importlib.util.find_spec("eagle3scope.tui.app") is None:
+        return False
+    from eagle3scope.tui.app import run_replay
+
+    kwargs = {"speed": speed, "theme": theme}
+    accepted = inspect.signature(run_replay).parameters
+    for name, value in (("from_step", from_step), ("from_time", from_time)):
+        if value is not None:
+            if name not in accepted:
+                raise click.UsageError(f"--{name.replace('_', '-')} is not supported by this TUI; use --headless")
+            kwargs[name] = value
+    run_replay(path, **kwargs)
+    return True
+
+
+@click.command(name="replay")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--headless", is_flag=True, help="No TUI: print a line per step (or --json lines) to stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Headless: one JSON frame per line instead of text.")
+@click.option("--speed", type=click.FloatRange(MIN_SPEED, MAX_SPEED), default=1.0, show_default=True,
+              help="Playback speed relative to the recording.")
+@click.option("--no-pace", is_flag=True, help="Headless: print as fast as possible, ignoring recorded time.")
+@click.option("--from-step", type=int, default=None, help="Start at the first step with this seq.")
+@click.option("--from-time", type=float, default=None, help="Start this many seconds after the recording began.")
+@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None, help="Headless: stop after N steps.")
+@click.option("--theme", default=None, help="TUI theme name or .tcss path.")
+def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: bool, from_step: int | None,
+            from_time: float | None, max_steps: int | None, theme: str | None) -> None:
+    """Replay a session file in the TUI or headless.
+
+    Frames are paced by their recorded time divided by --speed; --from-step / --from-time seek
+    first and rebuild the state (hello, load, config, hooks) recorded before that point.
+    """
+    from eagle3scope.store import StoreError
+    from eagle3scope.store.replayer import Replayer
+
+    if from_step is not None and from_time is not None:
+        raise click.UsageError("give --from-step or --from-time, not both")
+    if not headless:
+        if _open_tui(file, speed, theme, from_step, from_time):
+            return
+        click.echo("note: the TUI needs the viewer extra (pip install 'eagle3scope[viewer]'); replaying headless",
+                   err=True)
+    try:
+        replayer = Replayer(file, speed=speed)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    with_errors = replayer.errors
+    try:
+        if from_step is not None:
+            replayer.seek_step(from_step)
+        elif from_time is not None:
+            replayer.seek_time((replayer.reader.t_first or 0) + int(from_time * 1e9))
+        _headless(replayer, as_json, not no_pace, max_steps)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # `replay ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        replayer.close()
+    for err in with_errors:
+        click.echo(f"error: {err}", err=True)
+    if not replayer.reader.complete:
+        click.echo("note: the recorder did not close this file (killed or still running); showing what was committed",
+                   err=True)
