@@ -1,0 +1,33 @@
+"""``eagle3scope watch``: the live TUI on one or more publishers (one per data-parallel scheduler)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import click
+
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+
+@click.command(name="watch")
+@click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Publisher endpoint (tcp://HOST:PORT or ipc://PATH); repeat for several. Default {DEFAULT_ENDPOINT}.")
+@click.option("--theme", default=None, help="Theme name (dark, light, high-contrast, ...) or a .tcss path; remembered.")
+def command(endpoints: tuple[str, ...], theme: str | None) -> None:
+    """Open the live TUI on one or more running servers.
+
+    Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, t theme,
+    ? help, q quit. Over SSH, forward the port (ssh -L 5557:127.0.0.1:5557 gpu-box) or run
+    this inside tmux on the server.
+    """
+    if importlib.util.find_spec("textual") is None:
+        raise click.ClickException("the TUI needs the viewer extra: pip install 'eagle3scope[viewer]'")
+    from eagle3scope.tui.app import run_watch
+    from eagle3scope.tui.themes import load_theme
+
+    if theme is not None:
+        try:
+            load_theme(theme)
+        except KeyError as exc:
+            raise click.BadParameter(str(exc.args[0]), param_hint="--theme") from None
+    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme)

@@ -1,0 +1,343 @@
+"""The eagle3scope TUI: one Textual app for a live server and for a recording.
+
+A :class:`~eagle3scope.tui.feed.Feed` thread folds frames into the session state; the app copies
+what the visible panels need on a throttled timer (``refresh_hz``, 8 by default) and only then
+draws. So a burst of 10,000 steps/s costs the terminal eight small redraws a second, and ingest
+never waits for a slow SSH link.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, DataTable, Footer
+
+from eagle3scope.tui.feed import Feed
+from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
+from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
+from eagle3scope.tui.tokens import load_decoder
+from eagle3scope.tui.widgets import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
+
+PANELS = ("overview", "aux", "draft", "events")
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+STALE_AFTER_S = 5.0
+REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
+
+
+class ScopeApp(App):
+    """Live or replay, same panels, same rules."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "eagle3scope"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("space,p", "toggle_pause", "Pause"),
+        Binding("s", "step", "Step"),
+        Binding("f", "filter", "Filter rid"),
+        Binding("v", "next_panel", "Panel"),
+        Binding("1", "panel('overview')", "Overview panel", show=False),
+        Binding("2,a", "panel('aux')", "Hidden-state & aux panel", show=False),
+        Binding("3,d", "panel('draft')", "Draft-vs-target panel", show=False),
+        Binding("4,e", "panel('events')", "Event log", show=False),
+        Binding("l", "load_report", "Load report"),
+        Binding("t", "cycle_theme", "Theme"),
+        Binding("question_mark,h", "help", "Help"),
+        Binding("plus,equals_sign", "faster", "Faster"),
+        Binding("minus", "slower", "Slower"),
+        Binding("g", "seek", "Seek"),
+        Binding("right_square_bracket", "seek_relative(100)", "+100 steps", show=False),
+        Binding("left_square_bracket", "seek_relative(-100)", "-100 steps", show=False),
+    ]
+
+    def __init__(self, feed: Feed, *, theme: str | None = None, refresh_hz: float = 8.0, remember: bool = True) -> None:
+        super().__init__()
+        self.feed = feed
+        self.refresh_hz = refresh_hz
+        self.rid_filter: str | None = None
+        self.panel = "overview"
+        self._remember = remember
+        self._theme_source: tuple[str, str] | None = None
+        self._frames_shown = -1
+        self._step_view = False
+        self._decoder_for: str | None = None
+        self.theme_name = ""
+        self.apply_theme(theme or remembered_theme(), remember=False, fallback=True)
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """The $e3s-* colours for a theme that lacks them (e.g. one picked from the command palette)."""
+        theme_file = load_theme(DEFAULT_THEME).to_textual()
+        return {**super().get_theme_variable_defaults(), **theme_file.variables}
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="top"):
+            yield PublisherBar(id="publishers")
+            yield Timeline(id="timeline")
+        with ContentSwitcher(id="panels", initial="overview"):
+            with Horizontal(id="overview"):
+                yield AcceptancePanel(id="acceptance", classes="panel")
+                yield ViolationsPanel(id="violations", classes="panel")
+            yield AuxPanel(id="aux", classes="panel")
+            yield DraftPanel(id="draft", classes="panel")
+            yield EventLog(id="events", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#acceptance").border_title = "Acceptance"
+        self.feed.start()
+        self.refresh_view(force=True)
+        self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
+
+    def on_unmount(self) -> None:
+        self.feed.stop()
+
+    # -- the throttled refresh --------------------------------------------------------------
+
+    def refresh_view(self, force: bool = False) -> None:
+        """Copy what the visible panels need under the lock, then draw outside it."""
+        feed = self.feed
+        frozen = feed.live and feed.paused and not self._step_view
+        if frozen and not force:
+            self._show_timeline()
+            return
+        self._step_view = False
+        panel = self.panel
+        rid_filter = self.rid_filter
+
+        def capture(state):
+            snap = {"frames": state.frames, "pubs": PublisherBar.capture(state), "events": EventLog.capture(state)}
+            if force or state.frames != self._frames_shown:
+                if panel == "overview":
+                    snap["acc"] = AcceptancePanel.capture(state)
+                    snap["viol"] = ViolationsPanel.capture(state)
+                elif panel == "aux":
+                    snap["aux"] = AuxPanel.capture(state)
+                elif panel == "draft":
+                    snap["draft"] = DraftPanel.capture(state, rid_filter)
+            return snap
+
+        snap = feed.read(capture)
+        self._frames_shown = snap["frames"]
+        now = time.monotonic()
+        for row in snap["pubs"]:
+            if not feed.live:
+                row.state = "replay"
+            else:
+                age = now - feed.arrivals.get(row.src, now)
+                row.state = "live" if age < STALE_AFTER_S else f"stale {age:.0f}s"
+        self.query_one(PublisherBar).rows = tuple(snap["pubs"])
+        self._maybe_load_decoder(snap["pubs"])
+        if "acc" in snap:
+            self.query_one(AcceptancePanel).snap = snap["acc"]
+            self.query_one(ViolationsPanel).show(snap["viol"], force=force)
+        if "aux" in snap:
+            self.query_one(AuxPanel).show(snap["aux"])
+        if "draft" in snap:
+            self.query_one(DraftPanel).show(snap["draft"])
+        self.query_one(EventLog).show(snap["events"])
+        self._show_timeline(snap["frames"])
+
+    def _show_timeline(self, frames: int | None = None) -> None:
+        feed = self.feed
+        info = {"paused": feed.paused, "filter": self.rid_filter, "error": feed.error, "replay": not feed.live, "label": getattr(feed, "label", "")}
+        info["frames"] = frames if frames is not None else self.query_one(Timeline).info.get("frames", 0)
+        if not feed.live:
+            info.update(feed.position())
+        self.query_one(Timeline).info = info
+
+    def _maybe_load_decoder(self, rows) -> None:
+        model = next((row.model_path for row in rows if row.model_path), None)
+        if model and model != self._decoder_for:
+            self._decoder_for = model
+            self._load_decoder(model)
+
+    @work(thread=True, exclusive=True, group="tokenizer")
+    def _load_decoder(self, model: str) -> None:
+        decoder = load_decoder(model)
+        if decoder is not None:
+            self.call_from_thread(self._set_decoder, decoder)
+
+    def _set_decoder(self, decoder) -> None:
+        panel = self.query_one(DraftPanel)
+        panel.decoder = decoder
+        panel._shown = ()
+        self.refresh_view(force=True)
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in REPLAY_ONLY and self.feed.live:
+            return False
+        return True
+
+    def action_toggle_pause(self) -> None:
+        self.feed.paused = not self.feed.paused
+        self.refresh_view(force=True)
+
+    def action_step(self) -> None:
+        """Replay: one more step. Live: pause, then advance the frozen view to the newest data."""
+        if self.feed.live:
+            self.feed.paused = True
+            self._step_view = True
+        else:
+            self.feed.step()
+        self.refresh_view(force=True)
+
+    def action_panel(self, name: str) -> None:
+        self.panel = name
+        self.query_one(ContentSwitcher).current = name
+        self.refresh_view(force=True)
+
+    def action_next_panel(self) -> None:
+        self.action_panel(PANELS[(PANELS.index(self.panel) + 1) % len(PANELS)])
+
+    def action_filter(self) -> None:
+        def done(value: str | None) -> None:
+            if value is not None:
+                self.rid_filter = value.strip() or None
+                self.query_one(DraftPanel)._shown = ()
+                self.action_panel("draft")
+
+        self.push_screen(PromptScreen("Show only requests whose id contains (empty: all):", "request id", self.rid_filter or ""), done)
+
+    def action_load_report(self) -> None:
+        pubs = self.feed.read(lambda s: [(src, p.hello, p.load) for src, p in s.publishers.items()])
+        self.push_screen(LoadReportScreen(pubs))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.key_help()))
+
+    def key_help(self) -> list[tuple[str, str]]:
+        rows = []
+        for binding in self.BINDINGS:
+            if binding.action.split("(")[0] in REPLAY_ONLY and self.feed.live:
+                continue
+            keys = ", ".join(self.get_key_display(Binding(k, binding.action)) for k in binding.key.split(","))
+            rows.append((keys, binding.description))
+        rows.append(("enter", "Violation under the cursor: full explanation and fix"))
+        rows.append(("arrows, pgup/pgdn", "Move in tables and logs"))
+        return rows
+
+    @on(DataTable.RowSelected, "#violations-table")
+    def open_violation(self, event: DataTable.RowSelected) -> None:
+        violations = self.query_one(ViolationsPanel).violations
+        index = int(event.row_key.value)
+        if 0 <= index < len(violations):
+            self.push_screen(ViolationScreen(violations[index]))
+
+    # -- replay keys ------------------------------------------------------------------------
+
+    def action_faster(self) -> None:
+        self._set_speed(+1)
+
+    def action_slower(self) -> None:
+        self._set_speed(-1)
+
+    def _set_speed(self, direction: int) -> None:
+        current = self.feed.speed
+        index = min(range(len(SPEEDS)), key=lambda i: abs(SPEEDS[i] - current))
+        self.feed.set_speed(SPEEDS[max(0, min(len(SPEEDS) - 1, index + direction))])
+        self._show_timeline()
+
+    def action_seek(self) -> None:
+        def done(value: str | None) -> None:
+            if value:
+                try:
+                    self.seek(value)
+                except ValueError as exc:
+                    self.notify(str(exc), severity="error")
+
+        self.push_screen(PromptScreen("Seek to step (1234) or time from the start (12.5s, 2m, 1:30):", "step or time"), done)
+
+    def seek(self, target: str) -> None:
+        """Seek a replay: a plain integer is a step ``seq``; ``12.5s``, ``2m``, ``1:30`` are times."""
+        kind, value = parse_seek(target)
+        if kind == "step":
+            self.feed.seek_step(value)
+        else:
+            self.feed.seek_time(value)
+        self._frames_shown = -1
+        self.refresh_view(force=True)
+
+    def action_seek_relative(self, delta: int) -> None:
+        seq = self.feed.position().get("seq") or 0
+        self.feed.seek_step(max(0, seq + delta))
+        self.refresh_view(force=True)
+
+    # -- themes -----------------------------------------------------------------------------
+
+    def apply_theme(self, name: str, *, remember: bool = True, fallback: bool = False) -> None:
+        """Register the theme file's colours, swap its rules in, and (optionally) remember it."""
+        try:
+            theme_file = load_theme(name)
+        except KeyError:
+            if not fallback:
+                raise
+            theme_file = load_theme(DEFAULT_THEME)
+        self.register_theme(theme_file.to_textual())
+        if self._theme_source is not None:
+            self.stylesheet.source.pop(self._theme_source, None)
+        self._theme_source = (str(theme_file.path), "")
+        self.stylesheet.add_source(theme_file.rules, read_from=self._theme_source)
+        self.theme_name = theme_file.name
+        self.theme = f"e3s-{theme_file.name}"
+        if remember and self._remember:
+            remember_theme(theme_file.name)
+        if self.is_running:
+            self.call_after_refresh(self.refresh_view, True)
+
+    def action_cycle_theme(self) -> None:
+        names = sorted(available_themes())
+        index = names.index(self.theme_name) if self.theme_name in names else -1
+        self.apply_theme(names[(index + 1) % len(names)])
+        self.notify(f"theme: {self.theme_name}", timeout=2)
+
+
+def parse_seek(target: str) -> tuple[str, float]:
+    """``"1234"`` -> ("step", 1234); ``"12.5s"``/``"2m"``/``"1:30"`` -> ("time", seconds)."""
+    text = target.strip().lower()
+    if not text:
+        raise ValueError("empty seek target")
+    try:
+        if text.startswith("step"):
+            return "step", int(text[4:].strip(" =:"))
+        if text.isdigit():
+            return "step", int(text)
+        if ":" in text:
+            seconds = 0.0
+            for part in text.split(":"):
+                seconds = seconds * 60 + float(part)
+            return "time", seconds
+        for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+            if text.endswith(suffix):
+                return "time", float(text[: -len(suffix)]) * scale
+    except ValueError:
+        pass
+    raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
+
+
+def run_watch(endpoints: list[str], theme: str | None = None) -> None:
+    """Open the TUI on one or more live publishers."""
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.tui.feed import LiveFeed
+
+    ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme).run()
+
+
+def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None, from_time: float | None = None) -> None:
+    """Open the TUI on a recording, playing at ``speed``, optionally from a step or a time (s)."""
+    from eagle3scope.tui.feed import ReplayFeed
+
+    feed = ReplayFeed(path, speed=speed)
+    if from_step is not None:
+        feed.seek_step(from_step)
+    elif from_time is not None:
+        feed.seek_time(from_time)
+    ScopeApp(feed, theme=theme).run()

@@ -1,0 +1,33 @@
+"""Helpers for the TUI tests: record a synthetic session to a real session file, read the screen as text.
+
+The TUI tests take their stream from the ``recording`` fixture (tests/test_tui.py): synthetic
+sessions here, a real-engine recording when ``EAGLE3SCOPE_TUI_RECORDING`` names one.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from eagle3scope.store.session import SessionWriter
+from eagle3scope.wire import decode_frame
+
+
+def write_recording(path: Path, *streams) -> Path:
+    """Write the encoded frames of ``streams`` (iterables of bytes, interleaved by time) to ``path``."""
+    frames = [(decode_frame(raw), raw) for stream in streams for raw in stream]
+    frames.sort(key=lambda fr: fr[0].t)
+    with SessionWriter(path) as writer:
+        for frame, raw in frames:
+            writer.add(raw, frame)
+    return path
+
+
+def screen_text(app) -> str:
+    """The app's current screen as plain text, exactly as a terminal of its size would show it."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
