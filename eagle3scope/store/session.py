@@ -251,6 +251,9 @@ class SessionReader:
         try:
             self._con = _connect(self.path)
             self._con.execute("PRAGMA query_only=1")
+            tables = {name for (name,) in self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"meta", "batches", "state"} <= tables:
+                raise StoreError(f"{self.path} is an SQLite file but not an eagle3scope session")
             rows = self._con.execute("SELECT key, value FROM meta").fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a readable eagle3scope session: {exc}") from None
