@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Build (once, cached outside the repo) an isolated venv with the real SGLang 0.5.23 for CPU.
-# Usage: scripts/build-engine-env.sh [VENV_DIR]   (default: $EAGLE3SCOPE_CACHE/venv-sglang-0.5.23)
+# Build (once, cached outside the repo) an isolated venv with the real SGLang for CPU.
+# Usage: scripts/build-engine-env.sh [VENV_DIR]   (default: $EAGLE3SCOPE_CACHE/venv-sglang-$SGLANG_VERSION)
+#   SGLANG_VERSION=0.5.23 (default) or 0.5.10; pins in scripts/engine-requirements-$SGLANG_VERSION.txt.
+#   EAGLE3SCOPE_REBUILD=1 deletes the venv first; otherwise a stale venv is brought in line in place,
+#   so that a venv in use by a running server is never missing.
+# Into the venv go: CPU torch (from the machine's wheel dir), sglang --no-deps, the pinned needs,
+# cpu_engine/ (pure-PyTorch sgl_kernel, AMX platform plugin, torchvision stand-in) and this project,
+# the last two editable.
 set -euo pipefail
 SGLANG_VERSION="${SGLANG_VERSION:-0.5.23}"
 CACHE="${EAGLE3SCOPE_CACHE:-$HOME/.cache/eagle3scope}"
@@ -8,19 +14,28 @@ VENV="${1:-$CACHE/venv-sglang-$SGLANG_VERSION}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STAMP="$VENV/.eagle3scope-built"
 REQS="$ROOT/scripts/engine-requirements-$SGLANG_VERSION.txt"
-want="$(sha256sum "$REQS" "$0" | sha256sum | cut -c1-16)"
+case "$SGLANG_VERSION" in
+  0.5.23|0.5.10) TORCH_VERSION=2.13.0 ;;
+  *) echo "no recipe for SGLANG_VERSION=$SGLANG_VERSION" >&2; exit 2 ;;
+esac
+want="$(sha256sum "$REQS" "$0" "$ROOT/cpu_engine/pyproject.toml" | sha256sum | cut -c1-16)"
+PY="$VENV/bin/python"
+install_local() {
+  "$PY" -m pip install -q --no-deps -e "$ROOT/cpu_engine" -e "$ROOT" >/dev/null
+}
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
-  "$VENV/bin/pip" install -q --no-deps -e "$ROOT" >/dev/null
+  install_local
   echo "engine env ready: $VENV"; exit 0
 fi
-echo "building engine env in $VENV (a few minutes, once)" >&2
-rm -rf "$VENV"; mkdir -p "$CACHE"
-python3.11 -m venv "$VENV"
-PIP="$VENV/bin/pip"
-"$PIP" install -q --upgrade pip==24.3.1
-"$PIP" install -q torch==2.13.0
-"$PIP" install -q --no-deps "sglang==$SGLANG_VERSION"
-"$PIP" install -q -r "$REQS"
-"$PIP" install -q --no-deps -e "$ROOT"
+echo "building engine env (SGLang $SGLANG_VERSION) in $VENV (a few minutes, once)" >&2
+if [ "${EAGLE3SCOPE_REBUILD:-0}" = 1 ]; then rm -rf "$VENV"; fi
+mkdir -p "$CACHE"
+[ -x "$PY" ] || python3.11 -m venv "$VENV"
+rm -f "$STAMP"
+"$PY" -m pip install -q --upgrade pip==24.3.1
+"$PY" -m pip install -q "torch==$TORCH_VERSION+cpu"
+"$PY" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
+"$PY" -m pip install -q -r "$REQS"
+install_local
 echo "$want" > "$STAMP"
 echo "engine env ready: $VENV"

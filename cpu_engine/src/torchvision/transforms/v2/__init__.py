@@ -1,0 +1,8 @@
+"""torchvision.transforms.v2 stand-in."""
+
+from torchvision._standin import unavailable_module_getattr
+from torchvision.transforms.functional import InterpolationMode
+
+__all__ = ["InterpolationMode"]
+
+__getattr__ = unavailable_module_getattr(__name__)

@@ -1,0 +1,245 @@
+"""Start, query and stop the real SGLang server on a CPU, for tests and the demo.
+
+The server runs in the isolated engine venv (scripts/build-engine-env.sh), so
+this module only spawns it and talks HTTP: it imports neither torch nor sglang
+and is safe in the viewer install. The server gets its own process group, and
+stop() ends that whole group (launcher, scheduler, detokenizer, helpers),
+including when the caller is interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+ENGINE_SGLANG_VERSION = "0.5.23"
+
+# What SGLang needs to serve on a CPU without AMX (shared/reference/sglang-on-cpu.md).
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
+CPU_FLAGS = (
+    "--device", "cpu",
+    "--disable-cuda-graph",
+    "--attention-backend", "intel_amx",
+    "--skip-server-warmup",
+    "--random-seed", "0",
+)
+
+
+class ServerError(RuntimeError):
+    """The server could not start or answer; the message quotes the end of its log."""
+
+
+def cache_dir() -> Path:
+    """Where engine venvs and generated models live ($EAGLE3SCOPE_CACHE, else ~/.cache/eagle3scope)."""
+    return Path(os.environ.get("EAGLE3SCOPE_CACHE") or Path.home() / ".cache" / "eagle3scope")
+
+
+def engine_python(version: str = ENGINE_SGLANG_VERSION) -> Path:
+    """The engine venv's python: $EAGLE3SCOPE_ENGINE_PYTHON, else <cache>/venv-sglang-<version>/bin/python."""
+    override = os.environ.get("EAGLE3SCOPE_ENGINE_PYTHON")
+    if override:
+        return Path(override)
+    return cache_dir() / f"venv-sglang-{version}" / "bin" / "python"
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file ('' when it does not exist)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+class SGLangServer:
+    """One `python -m sglang.launch_server` on 127.0.0.1, as a context manager.
+
+    With `draft_dir` it serves speculative decoding (`algorithm`, default
+    EAGLE3); without it, plain decoding of the target.
+    """
+
+    def __init__(
+        self,
+        target_dir: str | Path,
+        draft_dir: str | Path | None = None,
+        *,
+        algorithm: str = "EAGLE3",
+        num_steps: int = 3,
+        topk: int = 1,
+        num_draft_tokens: int = 4,
+        dtype: str = "float32",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        python: str | Path | None = None,
+        log_path: str | Path | None = None,
+        startup_timeout: float = 300.0,
+        max_total_tokens: int = 4096,
+        max_running_requests: int = 8,
+    ):
+        self.target_dir = Path(target_dir)
+        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
+        self.algorithm = algorithm
+        self.num_steps, self.topk, self.num_draft_tokens = num_steps, topk, num_draft_tokens
+        self.dtype = dtype
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self.python = Path(python) if python is not None else engine_python()
+        self.log_path = Path(log_path) if log_path else Path(
+            tempfile.mkdtemp(prefix="eagle3scope-sglang-")) / "server.log"
+        self.startup_timeout = startup_timeout
+        self.max_total_tokens, self.max_running_requests = max_total_tokens, max_running_requests
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        """The launch command line (port chosen at start())."""
+        cmd = [
+            str(self.python), "-m", "sglang.launch_server",
+            "--model-path", str(self.target_dir),
+            "--dtype", self.dtype,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-total-tokens", str(self.max_total_tokens),
+            "--max-running-requests", str(self.max_running_requests),
+            *CPU_FLAGS,
+        ]
+        if self.draft_dir is not None:
+            cmd += [
+                "--speculative-algorithm", self.algorithm,
+                "--speculative-draft-model-path", str(self.draft_dir),
+                "--speculative-num-steps", str(self.num_steps),
+                "--speculative-eagle-topk", str(self.topk),
+                "--speculative-num-draft-tokens", str(self.num_draft_tokens),
+            ]
+        return cmd + list(self.extra_args)
+
+    def start(self) -> "SGLangServer":
+        """Spawn the server in its own process group and wait until it generates."""
+        if not self.python.exists():
+            raise ServerError(
+                f"engine python not found at {self.python}; build it with scripts/build-engine-env.sh "
+                "or set EAGLE3SCOPE_ENGINE_PYTHON"
+            )
+        self.port = free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **CPU_ENV, **self.env}
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env, start_new_session=True,
+            )
+        atexit.register(self.stop)
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _wait_ready(self, t0: float) -> None:
+        while True:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"SGLang server exited with code {self.proc.returncode} during startup "
+                    f"(log {self.log_path}):\n{log_tail(self.log_path)}"
+                )
+            if time.monotonic() - t0 > self.startup_timeout:
+                raise ServerError(
+                    f"SGLang server not ready after {self.startup_timeout:.0f}s "
+                    f"(log {self.log_path}):\n{log_tail(self.log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health_generate", timeout=60) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.5)
+
+    def post(self, path: str, body: dict, timeout: float = 300.0):
+        """POST JSON to the server and return the decoded JSON answer."""
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            raise ServerError(f"{path} answered {e.code}: {e.read()[:2000]!r}") from e
+        except (urllib.error.URLError, ConnectionError) as e:
+            alive = self.proc is not None and self.proc.poll() is None
+            raise ServerError(
+                f"{path} failed ({e}); server {'running' if alive else 'dead'}; "
+                f"log {self.log_path}:\n{log_tail(self.log_path)}"
+            ) from e
+
+    def generate(
+        self,
+        prompts: str | Iterable[str] | None = None,
+        max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        *,
+        input_ids: Sequence[Sequence[int]] | None = None,
+        timeout: float = 300.0,
+    ) -> list[dict]:
+        """Generate for a batch of prompts (or token-id lists); one dict per item with
+        `text`, `output_ids` and SGLang's `meta_info` (spec_verify_ct, spec_accept_length, ...)."""
+        if (prompts is None) == (input_ids is None):
+            raise ValueError("give exactly one of prompts or input_ids")
+        body: dict = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}}
+        if prompts is not None:
+            body["text"] = [prompts] if isinstance(prompts, str) else list(prompts)
+        else:
+            body["input_ids"] = [list(ids) for ids in input_ids]
+        out = self.post("/generate", body, timeout=timeout)
+        return out if isinstance(out, list) else [out]
+
+    def stop(self, grace: float = 10.0) -> None:
+        """End the server's whole process group: SIGTERM, then SIGKILL after `grace` seconds."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        pgid = proc.pid  # start_new_session: the launcher leads its own group
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        # Children (scheduler, detokenizer, resource tracker) may outlive the launcher.
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def __enter__(self) -> "SGLangServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
