@@ -12,11 +12,17 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
     draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
+    Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"} (the shim's hook
+    status at startup; later changes arrive as ``hook`` events).
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,
     aux: {configured, use_aux, captured, capture_on, offset_rule},
     weights: {consumed: [..], skipped: [..], unwritten: [..]},
+    Optional: aux.requested (the ids SGLang passed to ``set_eagle3_layers_to_capture``, None =
+    its default), aux.calls (how many such calls), weights.ignored (checkpoint tensors SGLang
+    reads on purpose without a parameter, e.g. ``t2d``); weights.unwritten is None when the
+    loader could not be watched. offset_rule: "+1" | "none" | "default" | "other" | None.
     d2t: {present, size, min, max, target_min, target_max, out_of_range, injective,
           t2d_consistent, looks_absolute} | None,
     lm_head: {source: "checkpoint"|"target"|"init"|"tied", shape: [rows, cols]},
@@ -33,7 +39,10 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     EXCLUDED], bonus: [0|1 per request], accepted_ids: [[committed ids incl. bonus]],
     passes: [{mode, width, fc, n}] (draft-model forwards: forward mode, width of the hidden
     states entering the draft, whether fc ran, how many such calls were folded in),
-    capture: {on, layers} | None, draft_ms, verify_ms, extend_ms (None when unknown).
+    capture: {on, layers} | None, draft_ms, verify_ms, extend_ms (None when unknown; host
+    wall time around the call, not device time). A "prefill" step carries passes and capture
+    only: its draft_ids/accepted_ids are empty and accepted/bonus 0. SGLang may run one more
+    decode round for a request that already finished; its tokens are discarded by SGLang.
 ``config`` (aux-layer configuration changed or refused)
     layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id.
 ``heartbeat``

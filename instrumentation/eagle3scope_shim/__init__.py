@@ -1,0 +1,53 @@
+"""eagle3scope's shim inside SGLang: streams per-step EAGLE-3 facts to the viewer.
+
+Activation: SGLang's general plugin (:mod:`eagle3scope_shim.plugin`), the ``.pth`` bootstrap of
+older releases (:mod:`eagle3scope_shim.bootstrap`), or :func:`install` for ``sglang.Engine``
+users. Nothing is patched unless asked. Never imports the viewer side (Textual).
+"""
+
+from __future__ import annotations
+
+import os
+
+__version__ = "0.1.0"
+
+_set_env: str | None = None
+
+
+def install(endpoint: str | None = None) -> bool:
+    """Turn the shim on for this process and the SGLang processes it starts. Idempotent.
+
+    Sets ``EAGLE3SCOPE_ENDPOINT`` (inherited by the scheduler processes, where the plugin or the
+    ``.pth`` bootstrap activates) and patches this process. Returns False when the version guard
+    refuses the installed SGLang.
+    """
+    global _set_env
+    from eagle3scope_shim import patching
+    from eagle3scope_shim.state import ENV_ENDPOINT, requested_endpoint
+
+    if endpoint is not None and os.environ.get(ENV_ENDPOINT) != endpoint:
+        os.environ[ENV_ENDPOINT] = endpoint
+        _set_env = endpoint
+    elif requested_endpoint() is None:
+        from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+        os.environ[ENV_ENDPOINT] = _set_env = DEFAULT_ENDPOINT
+    if not patching.version_ok():
+        return False
+    patching.patch_all()
+    return True
+
+
+def uninstall() -> None:
+    """Undo :func:`install`: restore patched functions, stop publishing. Idempotent."""
+    global _set_env
+    from eagle3scope_shim import patching
+    from eagle3scope_shim.state import ENV_ENDPOINT, STATE
+
+    patching.unpatch_all()
+    if _set_env is not None and os.environ.get(ENV_ENDPOINT) == _set_env:
+        del os.environ[ENV_ENDPOINT]
+    _set_env = None
+    if STATE.publisher is not None:
+        STATE.publisher.close()
+        STATE.publisher = None

@@ -1,0 +1,257 @@
+"""Hook bodies, one per seam kind named in :mod:`eagle3scope_shim.seams` (``Seam.hook``).
+
+Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`state.around`, so it fails
+closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
+(shapes, forward modes, Python lists SGLang already holds) and take :func:`state.snap` copies of
+device tensors; the publisher thread does every ``tolist`` in :func:`finalize_step`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+from eagle3scope_shim import loadreport
+from eagle3scope_shim.state import STATE, Rewrite, Step, around, record_event, requested_endpoint, snap
+
+_now = time.perf_counter_ns
+
+#: v1 EagleVerifyOutput's per-request accepted-draft list (bonus excluded), renamed twice.
+_V1_COUNT_FIELDS = ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu")
+
+
+# -- process: the scheduler of TP rank 0 publishes ----------------------------------------------
+def _ranks(args, kwargs) -> tuple[int, int]:
+    self = args[0]
+    try:
+        bound = inspect.signature(type(self).__init__).bind(*args, **kwargs).arguments
+    except TypeError:
+        bound = {}
+    tp, dp = bound.get("tp_rank"), bound.get("dp_rank")
+    tp = getattr(self, "tp_rank", None) if tp is None else tp
+    dp = getattr(self, "dp_rank", None) if dp is None else dp
+    if tp is None:
+        from sglang.srt.runtime_context import get_parallel  # releases where ranks live in a context
+
+        parallel = get_parallel()
+        tp, dp = parallel.tp_rank, parallel.dp_rank if dp is None else dp
+    return int(tp or 0), int(dp or 0)
+
+
+def make_scheduler_init(seam):
+    def pre(*args, **kwargs):
+        return requested_endpoint()
+
+    def post(endpoint, result, *args, **kwargs):
+        if endpoint is None or STATE.publisher is not None:
+            return
+        tp_rank, dp_rank = _ranks(args, kwargs)
+        if tp_rank != 0:
+            return
+        from eagle3scope_shim import patching
+
+        patching.confirm_registered()
+        STATE.start_publisher(endpoint, dp_rank)
+        loadreport.publish_startup(args[0], tp_rank, dp_rank)
+
+    return around(seam, pre, post)
+
+
+def make_worker_init_v2(seam):
+    def post(ctx, result, self, *args, **kwargs):
+        STATE.workers.append(("v2", self, self.target_worker.model_runner.model, self.draft_worker.draft_runner.model))
+
+    return around(seam, None, post)
+
+
+def make_worker_init_v1(seam):
+    def post(ctx, result, self, *args, **kwargs):
+        STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
+
+    return around(seam, None, post)
+
+
+# -- one speculative round ----------------------------------------------------------------------
+def make_step(seam):
+    def pre(self, *args, **kwargs):
+        if STATE.publisher is None:
+            return None
+        step = Step()
+        STATE.step = step
+        return step
+
+    def post(step, result, self, *args, **kwargs):
+        if step is None:
+            return
+        STATE.step = None
+        batch = args[0] if args else next(iter(kwargs.values()))
+        rids = [req.rid for req in batch.reqs]
+        STATE.seq += 1
+        step.event = record_event(step.device)
+        STATE.publisher.submit(
+            "step",
+            (STATE.seq, time.time_ns(), rids, step, loadreport.capture_now()),
+            finalize_step,
+        )
+
+    return around(seam, pre, post, hot=True)
+
+
+def _keep(step: Step, tensor):
+    """Snapshot ``tensor`` for this step; remember its device so the step records one event."""
+    if tensor is not None and tensor.device.type != "cpu":
+        step.device = tensor.device.type
+    return snap(tensor)
+
+
+def _timed(seam, slot: str, observe=None):
+    """Host time of one worker call into ``step.<slot>``; ``observe(step, result)`` keeps data."""
+
+    def pre(*args, **kwargs):
+        return _now() if STATE.step is not None else None
+
+    def post(t0, result, *args, **kwargs):
+        step = STATE.step
+        if t0 is None or step is None:
+            return
+        setattr(step, slot, _now() - t0)
+        if observe is not None:
+            observe(step, result)
+
+    return around(seam, pre, post, hot=True)
+
+
+def _observe_draft(step, result):
+    verify_input = result[0] if isinstance(result, tuple) else result
+    step.draft = _keep(step, verify_input.draft_token)
+
+
+def _observe_verify_v2(step, result):
+    """v2 ``accept_lens`` INCLUDES the bonus token; ``next_token_ids`` is strided per request."""
+    step.verify = ("v2", _keep(step, result.accept_lens), _keep(step, result.next_token_ids))
+
+
+def _observe_verify_v1(step, result):
+    """v1 per-request counts EXCLUDE the bonus and are a CPU list already; ``verified_id`` is packed."""
+    out = result[1]
+    counts = next(getattr(out, f) for f in _V1_COUNT_FIELDS if hasattr(out, f))
+    step.verify = ("v1", list(counts), _keep(step, out.verified_id))
+
+
+def make_draft(seam):
+    return _timed(seam, "draft_ns", _observe_draft)
+
+
+def make_verify_v2(seam):
+    return _timed(seam, "verify_ns", _observe_verify_v2)
+
+
+def make_verify_v1(seam):
+    return _timed(seam, "verify_ns", _observe_verify_v1)
+
+
+def make_draft_extend(seam):
+    return _timed(seam, "extend_ns")
+
+
+# -- draft model forward: width entering the draft and whether fc ran ----------------------------
+def make_draft_forward(seam):
+    def pre(self, *args, **kwargs):
+        step = STATE.step
+        if step is None:
+            return None
+        forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+        width = forward_batch.spec_info.hidden_states.shape[-1]
+        embed_width = self.embed_tokens.weight.shape[-1]
+        # SGLang applies fc iff the incoming width differs from the embedding width.
+        step.add_pass(forward_batch.forward_mode.name.lower(), int(width), width != embed_width)
+        return None
+
+    return around(seam, pre, None, hot=True)
+
+
+def finalize_step(payload) -> dict:
+    """Publisher thread: wait for the copies, then build the ``step`` body."""
+    seq, t_ns, rids, step, capture = payload
+    if step.event is not None:
+        step.event.synchronize()
+    bs = len(rids)
+    draft_ids: list = [[] for _ in range(bs)]
+    accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
+    if step.draft is not None and bs:
+        tokens = step.draft.tolist()
+        width = len(tokens) // bs
+        draft_ids = [tokens[i * width + 1 : (i + 1) * width] for i in range(bs)]
+    if step.verify is not None and bs:
+        kind, counts, ids = step.verify
+        ids = ids.tolist() if ids is not None else []
+        if kind == "v2":
+            lens = counts.tolist()
+            stride = len(ids) // bs if bs else 0
+            for i, n in enumerate(lens):
+                accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0
+                accepted_ids[i] = ids[i * stride : i * stride + n]
+        else:
+            pos = 0
+            for i, n in enumerate(counts):
+                accepted[i], bonus[i] = n, 1
+                accepted_ids[i] = ids[pos : pos + n + 1]
+                pos += n + 1
+    ms = lambda ns: None if ns is None else ns / 1e6  # noqa: E731
+    return {
+        "seq": seq,
+        "t_ns": t_ns,
+        "mode": "decode" if step.verify is not None else "prefill",
+        "bs": bs,
+        "rids": rids,
+        "draft_ids": draft_ids,
+        "accepted": accepted,
+        "bonus": bonus,
+        "accepted_ids": accepted_ids,
+        "passes": [{"mode": m, "width": w, "fc": bool(fc), "n": n} for m, w, fc, n in step.passes],
+        "capture": capture,
+        "draft_ms": ms(step.draft_ns),
+        "verify_ms": ms(step.verify_ns),
+        "extend_ms": ms(step.extend_ns),
+    }
+
+
+# -- load time: draft weights and aux capture ----------------------------------------------------
+def make_draft_load(seam):
+    def pre(self, weights, *args, **kwargs):
+        watch = loadreport.LoadWatch(self)
+        return Rewrite(watch, (self, watch.wrap(weights)) + args, kwargs)
+
+    def post(watch, result, *args, **kwargs):
+        watch.finish()
+
+    return around(seam, pre, post)
+
+
+def make_aux_configure(seam):
+    def pre(*args, **kwargs):
+        # Called for the target and for the draft runner; keyed by model so the target's stands.
+        STATE.aux_config[id(kwargs["model"])] = {
+            "use_aux": bool(kwargs["eagle_use_aux_hidden_state"]),
+            "layer_ids": _ids(kwargs.get("eagle_aux_hidden_state_layer_ids")),
+        }
+
+    return around(seam, pre, None)
+
+
+def make_aux_set_layers(seam):
+    def post(ctx, result, self, layer_ids=None, *args, **kwargs):
+        STATE.aux_calls.append(
+            {"requested": _ids(layer_ids), "captured": _ids(self.model.layers_to_capture), "on": bool(self.capture_aux_hidden_states)}
+        )
+        if STATE.publisher is not None:
+            loadreport.publish_config("runtime")
+
+    return around(seam, None, post)
+
+
+def _ids(value):
+    return None if value is None else [int(x) for x in value]
+
+
+FACTORIES = {name[5:]: fn for name, fn in globals().items() if name.startswith("make_")}

@@ -1,0 +1,310 @@
+"""Load-time facts: which draft weights SGLang consumed, skipped or never wrote, what ``d2t`` says,
+where ``lm_head``/``embed_tokens`` came from, what the target captures; published as the sticky
+``hello`` and ``load`` events (and a ``config`` event) once the scheduler of TP rank 0 is built.
+
+Runs only at startup, never on the decode hot path. Unwritten parameters are found exactly: every
+parameter's ``weight_loader`` is wrapped for the duration of ``load_weights`` (the loader looks it
+up with ``getattr(param, "weight_loader", default_weight_loader)``), so a name SGLang silently
+drops, and a parameter nothing wrote, show up without guessing from values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import sys
+
+from eagle3scope_shim.state import STATE
+
+_NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
+
+
+class LoadWatch:
+    """Watches one ``load_weights`` call of a draft model."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.params = dict(model.named_parameters())
+        self.written: set[str] = set()
+        self.consumed: list[str] = []
+        self.skipped: list[str] = []
+        self.ignored: list[str] = []
+        self.tensors: dict[str, object] = {}
+        self.tracked = True
+        self._current: str | None = None
+        self._hit = False
+        self._restore: list[tuple] = []
+        default = _default_weight_loader(model)
+        for name, param in self.params.items():
+            had = "weight_loader" in param.__dict__
+            loader = param.__dict__.get("weight_loader", default)
+            if loader is None:
+                self.tracked = False
+                continue
+            param.weight_loader = self._wrap_loader(name, loader)
+            self._restore.append((param, had, loader))
+
+    def _wrap_loader(self, name, loader):
+        def weight_loader(param, loaded_weight, *args, **kwargs):
+            self.written.add(name)
+            self._hit = True
+            return loader(param, loaded_weight, *args, **kwargs)
+
+        return weight_loader
+
+    def wrap(self, weights):
+        """Yield the checkpoint's (name, tensor) pairs unchanged, noting which ones land."""
+        self._hot = getattr(self.model, "hot_token_id", None)
+        for item in weights:
+            try:
+                self._close_current()
+                name = item[0]
+                self._current, self._hit = name, False
+                if name.endswith(("d2t", "t2d")):
+                    self.tensors[name.rsplit(".", 1)[-1]] = item[1].detach().to("cpu").clone()
+            except Exception:
+                pass
+            yield item
+        self._close_current()
+
+    def _close_current(self) -> None:
+        name = self._current
+        if name is None:
+            return
+        self._current = None
+        hot = getattr(self.model, "hot_token_id", None)
+        if self._hit or hot is not self._hot:
+            self.consumed.append(name)
+        elif name.rsplit(".", 1)[-1] in _NOT_PARAMETERS:
+            self.ignored.append(name)
+        else:
+            self.skipped.append(name)
+        self._hot = hot
+
+    def finish(self) -> None:
+        self._close_current()
+        for param, had, loader in self._restore:
+            if had:
+                param.weight_loader = loader
+            else:
+                del param.weight_loader
+        self._restore.clear()
+        STATE.draft_loads[id(self.model)] = self
+
+
+def _default_weight_loader(model):
+    func = inspect.unwrap(type(model).load_weights)
+    loader = getattr(sys.modules.get(func.__module__), "default_weight_loader", None)
+    if loader is None:
+        from sglang.srt.model_loader.weight_utils import default_weight_loader as loader
+    return loader
+
+
+# -- summaries -------------------------------------------------------------------------------
+def d2t_summary(d2t, t2d, target_vocab: int | None) -> dict | None:
+    """``d2t[i]`` is an offset (target id = i + d2t[i]); say whether it looks like absolute ids."""
+    if d2t is None:
+        return None
+    import torch
+
+    d = d2t.to(torch.long).flatten()
+    n = d.numel()
+    target = d + torch.arange(n)
+    vocab = target_vocab if target_vocab is not None else int(target.max()) + 1
+    out_of_range = int(((target < 0) | (target >= vocab)).sum())
+    injective = int(torch.unique(target).numel()) == n
+    consistent = None
+    mask_ids = None
+    if t2d is not None:
+        mask_ids = t2d.to(torch.bool).flatten().nonzero().flatten()
+        consistent = mask_ids.numel() == n and bool(torch.equal(mask_ids, torch.sort(target).values))
+    absolute_ok = n > 0 and int(d.min()) >= 0 and int(d.max()) < vocab and int(torch.unique(d).numel()) == n
+    if mask_ids is not None:
+        looks_absolute = bool(absolute_ok and not consistent and mask_ids.numel() == n and torch.equal(mask_ids, torch.sort(d).values))
+    else:
+        looks_absolute = bool(absolute_ok and (out_of_range > 0 or not injective))
+    return {
+        "present": True,
+        "size": n,
+        "min": int(d.min()) if n else None,
+        "max": int(d.max()) if n else None,
+        "target_min": int(target.min()) if n else None,
+        "target_max": int(target.max()) if n else None,
+        "out_of_range": out_of_range,
+        "injective": injective,
+        "t2d_consistent": consistent,
+        "looks_absolute": looks_absolute,
+    }
+
+
+def _ids(value):
+    return None if value is None else [int(x) for x in value]
+
+
+def _eagle_config(config) -> dict:
+    value = getattr(config, "eagle_config", None)
+    return value if isinstance(value, dict) else (vars(value) if value is not None else {})
+
+
+def capture_now():
+    """The target's aux capture as it stands (host attributes only); same dict while unchanged."""
+    if not STATE.workers:
+        return None
+    target = STATE.workers[-1][2]
+    key = (bool(getattr(target, "capture_aux_hidden_states", False)), tuple(getattr(getattr(target, "model", None), "layers_to_capture", ()) or ()))
+    if key != STATE._capture_key:
+        STATE._capture_key = key
+        STATE.capture = {"on": key[0], "layers": [int(x) for x in key[1]]}
+    return STATE.capture
+
+
+def _offset_rule(requested, captured) -> str | None:
+    if requested is None:
+        return "default"
+    if captured == [x + 1 for x in requested]:
+        return "+1"
+    if captured == requested:
+        return "none"
+    return "other"
+
+
+def _resolved_use_aux(worker, target):
+    if id(target) in STATE.aux_config:
+        return STATE.aux_config[id(target)]["use_aux"]
+    runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
+    value = getattr(runner, "eagle_use_aux_hidden_state", None)
+    return None if value is None else bool(value)
+
+
+def _source(param, target_param, written: bool) -> str:
+    if target_param is not None and param is target_param:
+        return "target"
+    return "checkpoint" if written else "init"
+
+
+def load_body(kind: str, worker, target, draft) -> dict:
+    cfg, tcfg = draft.config, target.config
+    watch = STATE.draft_loads.get(id(draft))
+    written = watch.written if watch is not None else set()
+    eagle_cfg = _eagle_config(cfg)
+    capture = capture_now() or {"on": False, "layers": []}
+    last_call = STATE.aux_calls[-1] if STATE.aux_calls else None
+    requested = last_call["requested"] if last_call else None
+    inner = getattr(draft, "model", None)
+    fc = getattr(inner, "fc", None)
+    fc_w = getattr(fc, "weight", None)
+    lm_head, embed = getattr(draft, "lm_head", None), getattr(inner, "embed_tokens", None)
+    target_lm = getattr(getattr(target, "lm_head", None), "weight", None)
+    target_embed = getattr(getattr(getattr(target, "model", None), "embed_tokens", None), "weight", None)
+    if lm_head is not None and lm_head is embed:
+        lm_source = "tied"
+    elif lm_head is not None:
+        lm_source = _source(lm_head.weight, target_lm, "lm_head.weight" in written)
+    else:
+        lm_source = None
+    weights = None
+    if watch is not None:
+        now = dict(draft.named_parameters())
+        unwritten = [n for n, p in watch.params.items() if n not in written and now.get(n) is p] if watch.tracked else None
+        weights = {"consumed": watch.consumed, "skipped": watch.skipped, "unwritten": unwritten, "ignored": watch.ignored}
+    return {
+        "draft_class": type(draft).__name__,
+        "target_class": type(target).__name__,
+        "hidden_size": int(cfg.hidden_size),
+        "target_hidden_size": int(getattr(cfg, "target_hidden_size", None) or tcfg.hidden_size),
+        "num_target_layers": int(tcfg.num_hidden_layers),
+        "draft_vocab_size": getattr(cfg, "draft_vocab_size", None),
+        "target_vocab_size": int(tcfg.vocab_size),
+        "fc": None if fc_w is None else {"in": int(fc_w.shape[1]), "out": int(fc_w.shape[0])},
+        "aux": {
+            "configured": _ids(eagle_cfg.get("eagle_aux_hidden_state_layer_ids")),
+            "use_aux": _resolved_use_aux(worker, target),
+            "captured": capture["layers"] if capture["on"] else [],
+            "capture_on": capture["on"],
+            "offset_rule": _offset_rule(requested, last_call["captured"]) if last_call else None,
+            "requested": requested,
+            "calls": len(STATE.aux_calls),
+        },
+        "weights": weights,
+        "d2t": d2t_summary(watch.tensors.get("d2t") if watch else None, watch.tensors.get("t2d") if watch else None, int(tcfg.vocab_size)),
+        "lm_head": {"source": lm_source, "shape": None if lm_head is None else [int(x) for x in lm_head.weight.shape]},
+        "embed_tokens": {"source": None if embed is None else _source(embed.weight, target_embed, "model.embed_tokens.weight" in written)},
+    }
+
+
+def _server_args(sa) -> dict:
+    def get(name):
+        value = getattr(sa, name, None)
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+    device = get("device") or "cuda"
+    return {
+        "algorithm": get("speculative_algorithm"),
+        "num_steps": get("speculative_num_steps"),
+        "topk": get("speculative_eagle_topk"),
+        "num_draft_tokens": get("speculative_num_draft_tokens"),
+        "dtype": get("dtype"),
+        "cuda_graph": device != "cpu" and not get("disable_cuda_graph"),
+        "model_path": get("model_path"),
+        "draft_model_path": get("speculative_draft_model_path"),
+        "attention_backend": get("attention_backend"),
+    }
+
+
+def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
+    from importlib.metadata import version
+
+    import eagle3scope_shim
+
+    server_args = _server_args(getattr(scheduler, "server_args", None))
+    graphs = bool(server_args["cuda_graph"])
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "tp_rank": tp_rank,
+        "dp_rank": dp_rank,
+        "sglang_version": version("sglang"),
+        "shim_version": eagle3scope_shim.__version__,
+        "worker": STATE.workers[-1][0] if STATE.workers else None,
+        "server_args": server_args,
+        # Python inside a replayed CUDA graph does not run: draft decode steps and the draft-extend
+        # pass are invisible then; draft ids and acceptance are read from eager code and stay visible.
+        "observable": {
+            "steps": True,
+            "draft_ids": True,
+            "accepted": True,
+            "passes_prefill": True,
+            "passes_draft_decode": not graphs,
+            "passes_draft_extend": not graphs,
+            "device_timings": False,
+        },
+        "control": None,
+        "seams": dict(STATE.seam_status),
+    }
+
+
+def config_body(origin: str) -> dict:
+    call = STATE.aux_calls[-1]
+    return {
+        "layers": call["requested"],
+        "captured": call["captured"] if call["on"] else [],
+        "applied": True,
+        "reason": "",
+        "origin": origin,
+        "request_id": None,
+    }
+
+
+def publish_config(origin: str) -> None:
+    if STATE.aux_calls:
+        STATE.publisher.submit("config", config_body(origin))
+
+
+def publish_startup(scheduler, tp_rank: int, dp_rank: int) -> None:
+    pub = STATE.publisher
+    pub.set_sticky("hello", hello_body(scheduler, tp_rank, dp_rank))
+    if STATE.workers:
+        kind, worker, target, draft = STATE.workers[-1]
+        pub.set_sticky("load", load_body(kind, worker, target, draft))
+    publish_config("startup")

@@ -1,0 +1,154 @@
+"""Where the shim hooks SGLang: seam families, their adapters, and how one is chosen.
+
+Pure data plus an ``ast`` lookup, no SGLang or torch import, so the same table decides what to
+patch at runtime (over the installed source) and what ``tests/test_compat_static.py`` checks over
+every release's wheel. An adapter applies when its anchor (first seam) exists in the installed
+source; its other seams that are absent are reported as ``missing``, never fatal. A seam may name
+alternatives (a method renamed across releases); the first one present is used. Hook bodies live
+in :mod:`eagle3scope_shim.hooks` under the seam's ``hook`` name; they never test versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+#: The releases surveyed in ../shared/reference/sglang-compat.md (table A).
+COMPAT_RELEASES = (
+    "0.4.4", "0.4.4.post2", "0.4.6.post5", "0.4.8", "0.4.10.post2", "0.5.1", "0.5.3", "0.5.5",
+    "0.5.6", "0.5.8", "0.5.10", "0.5.12", "0.5.14", "0.5.16", "0.5.18", "0.5.20", "0.5.23",
+)
+
+#: Majors the version guard accepts; anything else is refused with a log line.
+SUPPORTED_MAJORS = {(0, 4), (0, 5)}
+
+_SCHED = "sglang.srt.managers.scheduler"
+_EW = "sglang.srt.speculative.eagle_worker"
+_EW2 = "sglang.srt.speculative.eagle_worker_v2"
+_LE3 = "sglang.srt.models.llama_eagle3"
+_KIMI = "sglang.srt.models.kimi_k25_eagle3"
+_LLAMA = "sglang.srt.models.llama"
+_ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
+
+
+@dataclass(frozen=True)
+class Seam:
+    name: str
+    targets: tuple[tuple[str, str], ...]  # alternatives: (module, qualname)
+    hook: str
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    family: str
+    seams: tuple[Seam, ...]
+
+
+def _s(name: str, hook: str, *targets: tuple[str, str]) -> Seam:
+    return Seam(name, tuple(targets), hook)
+
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter("scheduler", "process", (_s("scheduler.init", "scheduler_init", (_SCHED, "Scheduler.__init__")),)),
+    Adapter("v2", "worker", (
+        _s("v2.init", "worker_init_v2", (_EW2, "EAGLEWorkerV2.__init__")),
+        _s("v2.step", "step", (_EW2, "EAGLEWorkerV2.forward_batch_generation")),
+        _s("v2.draft", "draft", (_EW2, "EagleDraftWorker.draft")),
+        _s("v2.verify", "verify_v2", (_EW2, "EAGLEWorkerV2.verify")),
+        _s("v2.draft_extend", "draft_extend", (_EW2, "EagleDraftWorker._draft_extend_for_decode")),
+    )),
+    Adapter("v1", "worker", (
+        _s("v1.init", "worker_init_v1", (_EW, "EAGLEWorker.__init__")),
+        _s("v1.step", "step", (_EW, "EAGLEWorker.forward_batch_generation"),
+           (_EW, "EAGLEWorker.forward_batch_speculative_generation")),
+        _s("v1.draft", "draft", (_EW, "EAGLEWorker.draft")),
+        _s("v1.verify", "verify_v1", (_EW, "EAGLEWorker.verify")),
+        _s("v1.draft_extend", "draft_extend", (_EW, "EAGLEWorker.forward_draft_extend_after_decode")),
+    )),
+    Adapter("llama_eagle3", "draft_model", (
+        _s("llama_eagle3.forward", "draft_forward", (_LE3, "LlamaModel.forward")),
+        _s("llama_eagle3.load", "draft_load", (_LE3, "LlamaForCausalLMEagle3.load_weights")),
+    )),
+    Adapter("kimi_k25_eagle3", "draft_model", (
+        _s("kimi_k25_eagle3.forward", "draft_forward", (_KIMI, "Eagle3MLAModel.forward")),
+        _s("kimi_k25_eagle3.load", "draft_load", (_KIMI, "Eagle3DeepseekV2ForCausalLM.load_weights")),
+    )),
+    Adapter("aux_call_site", "aux", (
+        _s("aux.configure", "aux_configure", (_ABS, "configure_aux_hidden_state_capture")),
+    )),
+    Adapter("llama_set_eagle3", "aux", (
+        _s("aux.llama_set_layers", "aux_set_layers", (_LLAMA, "LlamaForCausalLM.set_eagle3_layers_to_capture")),
+    )),
+)
+
+Lookup = Callable[[str, str], bool]
+
+
+def choose(lookup: Lookup) -> list[tuple[Adapter, list[tuple[Seam, tuple[str, str] | None]]]]:
+    """Adapters whose anchor exists, each with its seams resolved to a present target or None."""
+    chosen = []
+    for adapter in ADAPTERS:
+        resolved = [(seam, next((t for t in seam.targets if lookup(*t)), None)) for seam in adapter.seams]
+        if resolved[0][1] is not None:
+            chosen.append((adapter, resolved))
+    return chosen
+
+
+# -- ast lookup over a source tree (installed package or unpacked wheel) --------------------------
+def module_file(root: str, module: str) -> str | None:
+    """Path of ``module``'s source under ``root`` (the directory that holds ``sglang/``)."""
+    base = os.path.join(root, *module.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def definitions(source: bytes) -> frozenset[str]:
+    """Qualified names defined at module level and directly in top-level classes."""
+    tree = ast.parse(source)
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(f"{node.name}.{item.name}")
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_definitions(path: str) -> frozenset[str]:
+    with open(path, "rb") as fh:
+        return definitions(fh.read())
+
+
+def source_lookup(root: str) -> Lookup:
+    def lookup(module: str, qualname: str) -> bool:
+        path = module_file(root, module)
+        return path is not None and qualname in _file_definitions(path)
+
+    return lookup
+
+
+def installed_root() -> str | None:
+    """Directory holding the installed ``sglang`` package, found without importing it."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.dirname(list(spec.submodule_search_locations)[0])
+
+
+def dotted(target: tuple[str, str]) -> str:
+    return f"{target[0]}.{target[1]}"
+
+
+def seam_modules(chosen: Iterable) -> set[str]:
+    return {t[0] for _, seams in chosen for _, t in seams if t is not None}
