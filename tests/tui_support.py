@@ -6,6 +6,8 @@ sessions here, a real-engine recording when ``EAGLE3SCOPE_TUI_RECORDING`` names 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import io
 from pathlib import Path
 
@@ -31,3 +33,13 @@ def screen_text(app) -> str:
     console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None, legacy_windows=False, safe_box=False)
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
+
+
+def run_async(fn):
+    """Run an ``async def`` test (Pilot needs a loop) without a pytest asyncio plugin."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper

@@ -90,7 +90,8 @@ class ScopeApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#acceptance").border_title = "Acceptance"
+        self.main = self.screen  # panels are looked up here, whatever screen is on top
+        self.main.query_one("#acceptance").border_title = "Acceptance"
         self.feed.start()
         self.refresh_view(force=True)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
@@ -132,25 +133,25 @@ class ScopeApp(App):
             else:
                 age = now - feed.arrivals.get(row.src, now)
                 row.state = "live" if age < STALE_AFTER_S else f"stale {age:.0f}s"
-        self.query_one(PublisherBar).rows = tuple(snap["pubs"])
+        self.main.query_one(PublisherBar).rows = tuple(snap["pubs"])
         self._maybe_load_decoder(snap["pubs"])
         if "acc" in snap:
-            self.query_one(AcceptancePanel).snap = snap["acc"]
-            self.query_one(ViolationsPanel).show(snap["viol"], force=force)
+            self.main.query_one(AcceptancePanel).snap = snap["acc"]
+            self.main.query_one(ViolationsPanel).show(snap["viol"], force=force)
         if "aux" in snap:
-            self.query_one(AuxPanel).show(snap["aux"])
+            self.main.query_one(AuxPanel).show(snap["aux"])
         if "draft" in snap:
-            self.query_one(DraftPanel).show(snap["draft"])
-        self.query_one(EventLog).show(snap["events"])
+            self.main.query_one(DraftPanel).show(snap["draft"])
+        self.main.query_one(EventLog).show(snap["events"])
         self._show_timeline(snap["frames"])
 
     def _show_timeline(self, frames: int | None = None) -> None:
         feed = self.feed
         info = {"paused": feed.paused, "filter": self.rid_filter, "error": feed.error, "replay": not feed.live, "label": getattr(feed, "label", "")}
-        info["frames"] = frames if frames is not None else self.query_one(Timeline).info.get("frames", 0)
+        info["frames"] = frames if frames is not None else self.main.query_one(Timeline).info.get("frames", 0)
         if not feed.live:
             info.update(feed.position())
-        self.query_one(Timeline).info = info
+        self.main.query_one(Timeline).info = info
 
     def _maybe_load_decoder(self, rows) -> None:
         model = next((row.model_path for row in rows if row.model_path), None)
@@ -165,7 +166,7 @@ class ScopeApp(App):
             self.call_from_thread(self._set_decoder, decoder)
 
     def _set_decoder(self, decoder) -> None:
-        panel = self.query_one(DraftPanel)
+        panel = self.main.query_one(DraftPanel)
         panel.decoder = decoder
         panel._shown = ()
         self.refresh_view(force=True)
@@ -192,7 +193,7 @@ class ScopeApp(App):
 
     def action_panel(self, name: str) -> None:
         self.panel = name
-        self.query_one(ContentSwitcher).current = name
+        self.main.query_one(ContentSwitcher).current = name
         self.refresh_view(force=True)
 
     def action_next_panel(self) -> None:
@@ -202,7 +203,7 @@ class ScopeApp(App):
         def done(value: str | None) -> None:
             if value is not None:
                 self.rid_filter = value.strip() or None
-                self.query_one(DraftPanel)._shown = ()
+                self.main.query_one(DraftPanel)._shown = ()
                 self.action_panel("draft")
 
         self.push_screen(PromptScreen("Show only requests whose id contains (empty: all):", "request id", self.rid_filter or ""), done)
@@ -227,7 +228,7 @@ class ScopeApp(App):
 
     @on(DataTable.RowSelected, "#violations-table")
     def open_violation(self, event: DataTable.RowSelected) -> None:
-        violations = self.query_one(ViolationsPanel).violations
+        violations = self.main.query_one(ViolationsPanel).violations
         index = int(event.row_key.value)
         if 0 <= index < len(violations):
             self.push_screen(ViolationScreen(violations[index]))

@@ -1,0 +1,295 @@
+"""The TUI driven headless with Textual's Pilot: numbers on screen, keys, replay seeks, themes.
+
+The stream comes from the ``recording`` fixture: by default a synthetic two-publisher session
+written to a real session file (one healthy publisher, one with aux capture off); set
+``EAGLE3SCOPE_TUI_RECORDING`` to a real-engine recording to run the same tests against it.
+Expected values are computed from the recording's frames here, not by the analysis code.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textual")
+
+from synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
+from tui_support import run_async, screen_text, write_recording  # noqa: E402
+
+from eagle3scope.store.session import SessionReader  # noqa: E402
+from eagle3scope.tui import themes  # noqa: E402
+from eagle3scope.tui.app import SPEEDS, ScopeApp, parse_seek  # noqa: E402
+from eagle3scope.tui.feed import LiveFeed, ReplayFeed  # noqa: E402
+from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScreen  # noqa: E402
+from eagle3scope.tui.widgets import Timeline  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def config_home(tmp_path, monkeypatch):
+    """Never touch the user's ~/.config: the remembered theme goes to a temporary folder."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return tmp_path / "config"
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> Path:
+    given = os.environ.get("EAGLE3SCOPE_TUI_RECORDING")
+    if given:
+        return Path(given)
+    path = tmp_path_factory.mktemp("rec") / "two-publishers.e3s"
+    return write_recording(path, session_frames(1500, src="dp0", bs=2, seed=1), session_frames(400, src="dp1", aux_off=True, seed=2))
+
+
+@pytest.fixture(scope="module")
+def frames(recording):
+    with SessionReader(recording) as reader:
+        return [frame for _, frame in reader.frames()]
+
+
+def steps_of(frames, src=None):
+    return [f for f in frames if f.kind == "step" and (src is None or f.src == src)]
+
+
+def cumulative_mean(steps) -> float:
+    tokens = requests = 0
+    for f in steps:
+        if f.body.get("mode", "decode") == "decode":
+            tokens += sum(f.body["accepted"]) + sum(f.body["bonus"])
+            requests += len(f.body["accepted"])
+    return tokens / requests
+
+
+def paused_app(recording, **kwargs) -> ScopeApp:
+    feed = ReplayFeed(recording, speed=kwargs.pop("speed", 1.0))
+    feed.paused = True
+    return ScopeApp(feed, theme=kwargs.pop("theme", "dark"), remember=kwargs.pop("remember", False), **kwargs)
+
+
+@run_async
+async def test_step_by_step_numbers_match_the_stream(recording, frames):
+    app = paused_app(recording)
+    steps = steps_of(frames)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek(str(steps[0].body["seq"]))
+        for _ in range(7):
+            await pilot.press("s")
+        await pilot.pause()
+        text = screen_text(app)
+        shown = steps[:8]
+        assert f"step {shown[-1].body['seq']} " in text
+        assert f"cumulative {cumulative_mean(shown):.2f}" in text
+        assert f"{len([f for f in shown if f.body.get('mode', 'decode') == 'decode']):,} steps" in text
+
+
+@run_async
+async def test_replay_to_the_end_shows_the_whole_session(recording, frames):
+    app = paused_app(recording, speed=64.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("space")
+        for _ in range(300):
+            await pilot.pause(0.05)
+            if app.feed.position()["finished"]:
+                break
+        assert app.feed.position()["finished"]
+        app.refresh_view(force=True)
+        await pilot.pause()
+        text = screen_text(app)
+        assert f"cumulative {cumulative_mean(steps_of(frames)):.2f}" in text
+        assert f"{len(steps_of(frames)):,} steps" in text
+
+
+@pytest.mark.parametrize("how", ["method", "keys"])
+@run_async
+async def test_seek_to_step_lands_on_that_step(recording, frames, how):
+    steps = steps_of(frames)
+    target = steps[len(steps) // 2].body["seq"]
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        if how == "keys":
+            await pilot.press("g", *str(target), "enter")
+        else:
+            app.seek(str(target))
+        await pilot.press("3")  # draft-vs-target panel: newest row first
+        await pilot.pause()
+        assert app.feed.position()["seq"] == target
+        assert app.query_one(Timeline).info["seq"] == target
+        first_row = app.query_one("#draft-table").get_row_at(0)
+        assert first_row[0] == str(target)
+        assert f"step {target} " in screen_text(app)
+
+
+@run_async
+async def test_seek_to_time_lands_on_the_first_step_at_or_after_it(recording, frames):
+    t0 = frames[0].t
+    expected = next(f for f in steps_of(frames) if f.t >= t0 + 7_500_000_000)
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g", *"7.5s", "enter")
+        await pilot.pause()
+        assert app.feed.position()["seq"] == expected.body["seq"]
+        # a seek is not a loss: no frames-lost violation, no "lost in transit" event
+        assert all(v.id != "frames-lost" for v in app.query_one("#violations").violations)
+
+
+def test_parse_seek():
+    assert parse_seek("1234") == ("step", 1234)
+    assert parse_seek("step 12") == ("step", 12)
+    assert parse_seek("12.5s") == ("time", 12.5)
+    assert parse_seek("2m") == ("time", 120.0)
+    assert parse_seek("1:30") == ("time", 90.0)
+    with pytest.raises(ValueError):
+        parse_seek("soon")
+
+
+@run_async
+async def test_keys(recording, frames, config_home):
+    app = paused_app(recording, remember=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek("0")
+        # pause / resume act on the replay
+        await pilot.press("space")
+        assert not app.feed.paused
+        await pilot.press("space")
+        assert app.feed.paused
+        assert "PAUSED" in screen_text(app)
+        # panels
+        switcher = app.query_one("#panels")
+        for key, panel in (("2", "aux"), ("3", "draft"), ("4", "events"), ("1", "overview"), ("v", "aux"), ("a", "aux"), ("e", "events")):
+            await pilot.press(key)
+            assert switcher.current == panel, key
+        # speed: bounded 0.25x..64x
+        for _ in range(12):
+            await pilot.press("plus")
+        assert app.feed.speed == SPEEDS[-1] == 64.0
+        for _ in range(12):
+            await pilot.press("minus")
+        assert app.feed.speed == SPEEDS[0] == 0.25
+        # load report
+        await pilot.press("l")
+        assert isinstance(app.screen, LoadReportScreen)
+        assert frames[1].body["draft_class"] in screen_text(app)
+        await pilot.press("escape")
+        # help lists every binding
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        for binding in app.BINDINGS:
+            assert binding.description in text
+        await pilot.press("escape")
+        # theme cycles and is remembered
+        before = app.theme
+        await pilot.press("t")
+        assert app.theme != before
+        assert themes.remembered_theme() == app.theme_name
+        assert (config_home / "eagle3scope" / "tui.json").is_file()
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@run_async
+async def test_filter_by_request(recording, frames):
+    steps = steps_of(frames)
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek(str(steps[-60].body["seq"]))
+        for _ in range(40):
+            await pilot.press("s")
+        rid = steps[-30].body["rids"][0]
+        await pilot.press("f", *rid, "enter")
+        await pilot.pause()
+        assert app.query_one("#panels").current == "draft"
+        table = app.query_one("#draft-table")
+        assert table.row_count > 0
+        assert all(rid[-12:] in str(table.get_row_at(i)[1]) for i in range(table.row_count))
+        assert f"filter {rid}" in screen_text(app)
+
+
+@run_async
+async def test_violation_enter_opens_explanation_and_fix(recording, frames):
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+        await pilot.pause()
+        panel = app.query_one("#violations")
+        assert panel.violations, "the aux-off publisher must trip a rule"
+        first = panel.violations[0]
+        assert first.id in screen_text(app)
+        app.query_one("#violations-table").focus()
+        await pilot.press("enter")
+        assert isinstance(app.screen, ViolationScreen)
+        text = screen_text(app)
+        assert first.title in text and first.fix[:40] in text.replace("\n", " ") and "Evidence" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ViolationScreen)
+
+
+def test_themes_ship_and_define_every_variable():
+    used = set(re.findall(r"\$(e3s-[a-z-]+)", (Path(themes.__file__).parent / "app.tcss").read_text()))
+    found = themes.available_themes()
+    assert {"dark", "light", "high-contrast"} <= set(found)
+    for name, theme_file in found.items():
+        theme = theme_file.to_textual()
+        assert used <= set(theme.variables), name
+    assert found["light"].to_textual().dark is False
+
+
+def test_theme_by_path_and_remembered_choice(tmp_path, config_home, recording):
+    custom = tmp_path / "mine.tcss"
+    custom.write_text("$primary: #123456;\n$e3s-bad: #ff0000;\n")
+    assert themes.load_theme(str(custom)).to_textual().primary == "#123456"
+    assert themes.remembered_theme() == themes.DEFAULT_THEME
+    themes.remember_theme("light")
+    assert themes.remembered_theme() == "light"
+    assert ScopeApp(ReplayFeed(recording), remember=False).theme == "e3s-light"  # never run: theme only
+
+
+@run_async
+async def test_live_feed_shows_a_violation_within_a_second():
+    """A real Publisher over ZeroMQ; the violation must be on screen < 1 s after the step."""
+    import time
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope_shim.publisher import Publisher
+
+    pub = Publisher("tcp://127.0.0.1:0", "live0", sticky_interval_s=0.2)
+    pub.start()
+    app = ScopeApp(LiveFeed(Subscriber([pub.endpoint])), theme="dark", remember=False)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            pub.set_sticky("hello", hello_body(sglang_version="0.5.23-live"))
+            pub.set_sticky("load", load_body())
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if "0.5.23-live" in screen_text(app):
+                    break
+            assert "0.5.23-live" in screen_text(app)
+            assert "aux-capture-off" not in screen_text(app)
+            rng = random.Random(5)
+            sent = time.monotonic()
+            for seq in range(20):
+                pub.submit("step", step_body(seq, rng=rng, aux_off=True, t_ns=time.time_ns()))
+            seen = None
+            while time.monotonic() - sent < 3.0:
+                await pilot.pause(0.02)
+                if "aux-capture-off" in screen_text(app):
+                    seen = time.monotonic() - sent
+                    break
+            assert seen is not None and seen < 1.0, seen
+    finally:
+        pub.close(0)
+
+
+def test_draft_panel_decodes_with_a_local_tokenizer(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from eagle3scope.tui.tokens import load_decoder
+
+    model = tokenizers.models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]")
+    tok = tokenizers.Tokenizer(model)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    decoder = load_decoder(str(tmp_path))
+    assert decoder.pieces([0, 1]) == ["hello", "world"]
+    assert load_decoder(str(tmp_path / "missing")) is None
