@@ -1,0 +1,262 @@
+"""doctor and fix on checkpoints written the way SpecForge and speculators write them, and broken ones."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from safetensors import safe_open
+
+import draft_checkpoints as dc
+from eagle3scope.cli import main
+from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.loader_layouts import LEGACY_RENAMES, STACKED, expected_params, layout_for, map_name, parse_version
+
+
+def doctor(path, *args) -> tuple[int, dict]:
+    result = CliRunner().invoke(main, ["doctor", str(path), "--json", *args])
+    return result.exit_code, json.loads(result.output)
+
+
+def ids(report: dict) -> dict:
+    return {f["id"]: f for f in report["findings"]}
+
+
+def tree_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        h.update(str(p.relative_to(path)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture()
+def target(tmp_path):
+    return dc.target(tmp_path / "target")
+
+
+# -- the loader model ------------------------------------------------------------------------
+
+
+def test_versions_and_layouts():
+    assert parse_version("0.4.4.post2") > parse_version("0.4.4.post1") > parse_version("0.4.4")
+    assert parse_version("0.5.23") > parse_version("0.5.12") > parse_version("0.5.12rc1") > parse_version("0.5.11")
+    assert not layout_for("0.4.4.post1").has_eagle3 and layout_for("0.4.4.post2").has_eagle3
+    assert layout_for("0.5.11").layer_module == "midlayer" and layout_for("0.5.12").layer_module == "layers"
+    assert layout_for("0.5.30").legacy_renames
+    with pytest.raises(ValueError):
+        parse_version("latest")
+
+
+def test_0_5_23_name_mapping():
+    layout = layout_for("0.5.23")
+    params = expected_params(layout, dc.specforge_config(fc_norm=True))
+    assert map_name(layout, "midlayer.self_attn.q_proj.weight", params).param == "model.layers.0.self_attn.qkv_proj.weight"
+    assert map_name(layout, "aux_norm_mid.weight", params).param == "model.fc_norm.1.weight"
+    assert map_name(layout, "model.norm.weight", params).param == "model.norm.weight"
+    assert map_name(layout, "layers.0.self_attn.q_norm.weight", params).action == "skipped"  # qwen3-style qk-norm
+    assert map_name(layout, "d2t", params).action == "d2t" and map_name(layout, "t2d", params).action == "ignored"
+    old = layout_for("0.5.11")
+    assert map_name(old, "layers.0.mlp.up_proj.weight", expected_params(old, dc.specforge_config())).action == "skipped"
+
+
+@pytest.mark.engine
+def test_loader_tables_match_the_installed_sglang_source():
+    """The renames and stacked mapping are copied from 0.5.23's llama_eagle3.load_weights: check them."""
+    src = (Path.home() / ".cache/eagle3scope/venv-sglang-0.5.23/lib/python3.11/site-packages/sglang/srt/models/llama_eagle3.py")
+    if not src.is_file():
+        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{src} is missing")
+        pytest.skip("SGLang 0.5.23 engine env not built")
+    tree = ast.parse(src.read_text())
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("legacy_name_map", "stacked_params_mapping"):
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+    assert tuple(found["legacy_name_map"].items()) == LEGACY_RENAMES
+    assert tuple(tuple(x) for x in found["stacked_params_mapping"]) == STACKED
+
+
+# -- doctor ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.11", "0.4.10"])
+def test_specforge_checkpoint_is_clean(tmp_path, target, version):
+    code, report = doctor(dc.specforge(tmp_path / "d"), "--sglang-version", version, "--target", str(target))
+    assert (code, report["findings"]) == (0, [])
+    assert report["tensors"] == 16
+
+
+def test_speculators_checkpoint(tmp_path, target):
+    draft = dc.speculators(tmp_path / "d")
+    code, report = doctor(draft, "--sglang-version", "0.5.23", "--target", str(target))
+    assert code == 2 and set(ids(report)) == {"config-speculators-format"}
+    assert report["fixable"]["config_from_speculators"]
+    code, report = doctor(draft, "--sglang-version", "0.5.11")
+    dropped = ids(report)["weights-dropped"]["evidence"]
+    assert dropped["skipped"] == 10 and dropped["renamable"] == 10
+    assert report["fixable"]["renames"]["layers.0.self_attn.q_proj.weight"] == "midlayer.self_attn.q_proj.weight"
+
+
+def test_old_release_without_eagle3(tmp_path):
+    code, report = doctor(dc.specforge(tmp_path / "d"), "--sglang-version", "0.4.4")
+    assert code == 2 and list(ids(report)) == ["no-eagle3"]
+
+
+def test_missing_lm_head_with_draft_vocab_is_a_random_head_and_fix_refuses(tmp_path):
+    weights = dc.tensors()
+    del weights["lm_head.weight"]
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and ids(report)["lm-head-mismatch"]["evidence"] == {"draft_vocab_size": dc.DRAFT_VOCAB,
+                                                                         "lm_head_present": False}
+    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "lm_head is missing" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_lm_head_without_draft_vocab_uses_the_targets(tmp_path):
+    weights = dc.tensors()
+    del weights["lm_head.weight"], weights["d2t"], weights["t2d"]
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config(draft_vocab_size=None))
+    code, report = doctor(draft)
+    assert code == 0 and ids(report)["lm-head-from-target"]["severity"] == "info"
+
+
+def test_absolute_d2t_is_found_and_fixed(tmp_path, target):
+    weights = dc.tensors()
+    weights["d2t"] = dc.draft_ids()  # absolute target ids: the verl / EAGLE bug
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    before = tree_digest(draft)
+    code, report = doctor(draft, "--target", str(target))
+    d2t = ids(report)["d2t-absolute"]
+    assert code == 2 and d2t["evidence"]["looks_absolute"] and d2t["evidence"]["t2d_consistent"] is False
+    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target)])
+    assert result.exit_code == 0, result.output
+    assert tree_digest(draft) == before  # the source is untouched
+    with safe_open(str(tmp_path / "fixed" / "model.safetensors"), "np") as f:
+        np.testing.assert_array_equal(f.get_tensor("d2t"), dc.tensors()["d2t"])
+        np.testing.assert_array_equal(f.get_tensor("fc.weight"), weights["fc.weight"])
+    assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0
+    assert not any(p.name.startswith(".fixed.tmp") for p in tmp_path.iterdir())
+
+
+def test_d2t_absolute_without_t2d_is_fixed_only_when_out_of_range(tmp_path):
+    weights = dc.tensors()
+    del weights["t2d"]
+    weights["d2t"] = np.arange(dc.DRAFT_VOCAB, dtype=np.int64) + 40  # absolute ids 40..71: 71 + 31 > 63
+    weights["d2t"][-8:] = np.arange(56, 64)
+    weights["d2t"][:24] = np.arange(24) + 8
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and ids(report)["d2t-absolute"]["evidence"]["out_of_range"] > 0
+    assert report["fixable"]["d2t_to_offsets"]
+    weights["d2t"] = np.arange(dc.DRAFT_VOCAB, dtype=np.int64)  # arange: both readings stay in range
+    code, report = doctor(dc.write(tmp_path / "e", weights, dc.specforge_config()))
+    assert code == 1 and ids(report)["d2t-absolute"]["severity"] == "warning"
+    weights["d2t"] = np.full(dc.DRAFT_VOCAB, 50, dtype=np.int64)  # neither reading is valid
+    draft = dc.write(tmp_path / "f", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and "d2t is inconsistent" in " ".join(report["refusals"])
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
+
+
+def test_truncated_safetensors(tmp_path):
+    draft = dc.specforge(tmp_path / "d")
+    blob = (draft / "model.safetensors").read_bytes()
+    (draft / "model.safetensors").write_bytes(blob[: len(blob) // 2])
+    code, report = doctor(draft)
+    assert code == 2 and "incomplete metadata" in ids(report)["weights-unreadable"]["evidence"]["detail"]
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
+
+
+def test_fc_trained_on_two_aux_layers_but_three_configured(tmp_path):
+    weights = dc.tensors()
+    weights["fc.weight"] = weights["fc.weight"][:, : 2 * dc.H]
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()))
+    ev = ids(report)["fc-shape"]["evidence"]
+    assert code == 2 and ev["fc_shape"] == [dc.H, 2 * dc.H] and ev["num_aux_configured"] == 3 and ev["num_aux_trained"] == 2
+
+
+def test_wrong_layer_shape(tmp_path):
+    weights = dc.tensors()
+    weights["midlayer.mlp.down_proj.weight"] = weights["midlayer.mlp.down_proj.weight"][:, :16]
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()))
+    bad = ids(report)["shape-mismatch"]["evidence"]["tensors"]
+    assert code == 2 and bad == {"midlayer.mlp.down_proj.weight": {"shape": [dc.H, 16], "expected": [dc.H, dc.INTER]}}
+
+
+def test_missing_config_and_pickles(tmp_path):
+    code, report = doctor(dc.write(tmp_path / "d", dc.tensors(), None))
+    assert code == 2 and ids(report)["config-missing"]["evidence"]["detail"] == "config.json is missing"
+    pickled = tmp_path / "p"
+    pickled.mkdir()
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not opened")
+    (pickled / "config.json").write_text(json.dumps(dc.specforge_config()))
+    code, report = doctor(pickled)
+    assert code == 2 and ids(report)["pickle-weights"]["evidence"]["files"] == ["pytorch_model.bin"]
+
+
+def test_unknown_names_dropped_silently_on_0_5_23(tmp_path):
+    weights = dc.tensors("layers.0.")
+    weights["layers.0.self_attn.q_norm.weight"] = np.ones(dc.HEAD_DIM, np.float16)
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft, "--sglang-version", "0.5.23")
+    assert code == 2 and ids(report)["weights-dropped"]["evidence"]["examples"] == ["layers.0.self_attn.q_norm.weight"]
+    assert "tensors without a counterpart" in " ".join(report["refusals"])
+
+
+def test_aux_layer_ids_against_the_target(tmp_path, target):
+    draft = dc.specforge(tmp_path / "a", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]})
+    code, report = doctor(draft, "--target", str(target))
+    f = ids(report)["aux-layers-mismatch"]
+    assert code == 1 and f["evidence"]["output_of_layer_defaults"] == [1, 3, 4] and f["evidence"]["captured_by_sglang"] == [3, 5, 6]
+    draft = dc.specforge(tmp_path / "b", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 7]})
+    code, report = doctor(draft, "--target", str(target))
+    assert code == 2 and ids(report)["aux-layers-out-of-range"]["evidence"]["out_of_range"] == [7]
+    code, report = doctor(dc.specforge(tmp_path / "c", eagle_config=None))
+    assert code == 1 and ids(report)["aux-layers-mismatch"]["title"].startswith("No eagle_config")
+
+
+# -- fix -----------------------------------------------------------------------------------------
+
+
+def test_fix_speculators_checkpoint_for_old_sglang_sharded(tmp_path, target):
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), dc.speculators_config(), shards=2)
+    (draft / "tokenizer.json").write_text("{}")
+    before = tree_digest(draft)
+    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.11",
+                                       "--target", str(target)])
+    assert result.exit_code == 0, result.output
+    assert "layers.0.mlp.up_proj.weight -> midlayer.mlp.up_proj.weight" in result.output
+    assert tree_digest(draft) == before
+    fixed = tmp_path / "fixed"
+    config = json.loads((fixed / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == dc.AUX_IDS
+    index = json.loads((fixed / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "midlayer.self_attn.q_proj.weight" in index and not any(k.startswith("layers.0.") for k in index)
+    assert (fixed / "tokenizer.json").read_text() == "{}"
+    original = dc.tensors("layers.0.")
+    for file in sorted(fixed.glob("*.safetensors")):
+        with safe_open(str(file), "np") as f:
+            for name in f.keys():
+                np.testing.assert_array_equal(f.get_tensor(name), original[name.replace("midlayer.", "layers.0.")])
+    assert doctor(fixed, "--sglang-version", "0.5.11", "--target", str(target))[0] == 0
+
+
+def test_fix_refuses_existing_out_and_out_inside_source(tmp_path):
+    draft = dc.speculators(tmp_path / "d")
+    (tmp_path / "exists").mkdir()
+    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "exists")])
+    assert r.exit_code == 2 and "already exists" in r.output
+    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(draft / "sub")])
+    assert r.exit_code == 2 and not (draft / "sub").exists()
