@@ -21,8 +21,7 @@ from typing import Any, Callable
 import zmq
 
 from eagle3scope.wire import encode_frame
-
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:0"
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 
 
