@@ -204,7 +204,7 @@ async def test_filter_by_request(recording, frames):
         assert app.query_one("#panels").current == "draft"
         table = app.query_one("#draft-table")
         assert table.row_count > 0
-        assert all(rid[-12:] in str(table.get_row_at(i)[1]) for i in range(table.row_count))
+        assert all(rid[-16:] in str(table.get_row_at(i)[2]) for i in range(table.row_count))
         assert f"filter {rid}" in screen_text(app)
 
 

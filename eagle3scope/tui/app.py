@@ -90,8 +90,10 @@ class ScopeApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.main = self.screen  # panels are looked up here, whatever screen is on top
-        self.main.query_one("#acceptance").border_title = "Acceptance"
+        self.main = self.screen
+        # widgets by class, kept so a refresh never looks them up on whatever screen is on top
+        self.w = {cls: self.main.query_one(cls) for cls in (PublisherBar, Timeline, ContentSwitcher, AcceptancePanel, ViolationsPanel, AuxPanel, DraftPanel, EventLog)}
+        self.w[AcceptancePanel].border_title = "Acceptance"
         self.feed.start()
         self.refresh_view(force=True)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
@@ -104,6 +106,8 @@ class ScopeApp(App):
     def refresh_view(self, force: bool = False) -> None:
         """Copy what the visible panels need under the lock, then draw outside it."""
         feed = self.feed
+        if not self.main.is_attached:  # shutting down
+            return
         frozen = feed.live and feed.paused and not self._step_view
         if frozen and not force:
             self._show_timeline()
@@ -133,25 +137,25 @@ class ScopeApp(App):
             else:
                 age = now - feed.arrivals.get(row.src, now)
                 row.state = "live" if age < STALE_AFTER_S else f"stale {age:.0f}s"
-        self.main.query_one(PublisherBar).rows = tuple(snap["pubs"])
+        self.w[PublisherBar].rows = tuple(snap["pubs"])
         self._maybe_load_decoder(snap["pubs"])
         if "acc" in snap:
-            self.main.query_one(AcceptancePanel).snap = snap["acc"]
-            self.main.query_one(ViolationsPanel).show(snap["viol"], force=force)
+            self.w[AcceptancePanel].snap = snap["acc"]
+            self.w[ViolationsPanel].show(snap["viol"], force=force)
         if "aux" in snap:
-            self.main.query_one(AuxPanel).show(snap["aux"])
+            self.w[AuxPanel].show(snap["aux"])
         if "draft" in snap:
-            self.main.query_one(DraftPanel).show(snap["draft"])
-        self.main.query_one(EventLog).show(snap["events"])
+            self.w[DraftPanel].show(snap["draft"])
+        self.w[EventLog].show(snap["events"])
         self._show_timeline(snap["frames"])
 
     def _show_timeline(self, frames: int | None = None) -> None:
         feed = self.feed
         info = {"paused": feed.paused, "filter": self.rid_filter, "error": feed.error, "replay": not feed.live, "label": getattr(feed, "label", "")}
-        info["frames"] = frames if frames is not None else self.main.query_one(Timeline).info.get("frames", 0)
+        info["frames"] = frames if frames is not None else self.w[Timeline].info.get("frames", 0)
         if not feed.live:
             info.update(feed.position())
-        self.main.query_one(Timeline).info = info
+        self.w[Timeline].info = info
 
     def _maybe_load_decoder(self, rows) -> None:
         model = next((row.model_path for row in rows if row.model_path), None)
@@ -166,7 +170,7 @@ class ScopeApp(App):
             self.call_from_thread(self._set_decoder, decoder)
 
     def _set_decoder(self, decoder) -> None:
-        panel = self.main.query_one(DraftPanel)
+        panel = self.w[DraftPanel]
         panel.decoder = decoder
         panel._shown = ()
         self.refresh_view(force=True)
@@ -193,7 +197,7 @@ class ScopeApp(App):
 
     def action_panel(self, name: str) -> None:
         self.panel = name
-        self.main.query_one(ContentSwitcher).current = name
+        self.w[ContentSwitcher].current = name
         self.refresh_view(force=True)
 
     def action_next_panel(self) -> None:
@@ -203,7 +207,7 @@ class ScopeApp(App):
         def done(value: str | None) -> None:
             if value is not None:
                 self.rid_filter = value.strip() or None
-                self.main.query_one(DraftPanel)._shown = ()
+                self.w[DraftPanel]._shown = ()
                 self.action_panel("draft")
 
         self.push_screen(PromptScreen("Show only requests whose id contains (empty: all):", "request id", self.rid_filter or ""), done)
@@ -228,7 +232,7 @@ class ScopeApp(App):
 
     @on(DataTable.RowSelected, "#violations-table")
     def open_violation(self, event: DataTable.RowSelected) -> None:
-        violations = self.main.query_one(ViolationsPanel).violations
+        violations = self.w[ViolationsPanel].violations
         index = int(event.row_key.value)
         if 0 <= index < len(violations):
             self.push_screen(ViolationScreen(violations[index]))

@@ -124,21 +124,22 @@ class PublisherBar(Widget):
             if not r.has_hello:
                 line.append(" (no hello yet)", style=warn)
             else:
-                line.append(f" sglang {r.version or '?'}")
+                line.append(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}")
                 line.append(f" {r.algorithm or '?'}")
                 if r.worker and not narrow:
                     line.append(f" {r.worker}")
                 line.append(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}")
                 graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
-                line.append(f" graph {graph}" if narrow else f" cuda-graph {graph}")
-                line.append(f" tp{r.tp_rank}dp{r.dp_rank}" if narrow else f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
+                line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
+                if not narrow:
+                    line.append(f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
             line.append(" │ ", style=muted)
             line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
             lost = r.dropped + r.gaps
             line.append(" │ ", style=muted)
-            line.append(f"dropped {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
+            line.append(f"drop {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
             line.append(" │ ", style=muted)
-            line.append(f"hook fail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
+            line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
             if r.hooks_total and not narrow:
                 line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
             line.truncate(self.size.width, overflow="ellipsis")
@@ -494,14 +495,14 @@ class DraftPanel(Vertical):
             for i, rid in enumerate(body["rids"]):
                 if rid_filter and rid_filter not in str(rid):
                     continue
-                rows.append((body["seq"], str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i], body["accepted_ids"][i], body.get("mode", "decode")))
+                rows.append((body["seq"], src, str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i], body["accepted_ids"][i], body.get("mode", "decode")))
                 if len(rows) >= limit:
                     return rows
         return rows
 
     def compose(self) -> ComposeResult:
         table = DataTable(id="draft-table", cursor_type="row")
-        table.add_columns("step", "request", "acc", "draft proposed (accepted · first rejected · unreached)", "committed")
+        table.add_columns("step", "src", "request", "acc", "draft proposed (accepted · first rejected · unreached)", "committed")
         yield table
 
     def _tokens(self, ids: list) -> list[str]:
@@ -510,14 +511,14 @@ class DraftPanel(Vertical):
         return [str(i) for i in ids]
 
     def show(self, rows: list) -> None:
-        key = tuple((r[0], r[1]) for r in rows)
+        key = tuple(r[:3] for r in rows)
         if key == self._shown:
             return
         self._shown = key
         acc_s, rej_s, unr_s, bonus_s, muted = (self.get_component_rich_style(f"draft--{n}") for n in ("accepted", "rejected", "unreached", "bonus", "muted"))
         table = self.query_one(DataTable)
         table.clear()
-        for seq, rid, draft, accepted, bonus, committed, mode in rows:
+        for seq, src, rid, draft, accepted, bonus, committed, mode in rows:
             proposed = Text(no_wrap=True, overflow="ellipsis")
             for j, piece in enumerate(self._tokens(draft)):
                 style = acc_s if j < accepted else rej_s if j == accepted else unr_s
@@ -529,7 +530,7 @@ class DraftPanel(Vertical):
                 done.append(piece, style=bonus_s if bonus and j == len(pieces) - 1 else acc_s)
                 done.append(" ")
             acc = f"{accepted}+{bonus}" if mode == "decode" else mode
-            table.add_row(str(seq), rid[-12:], acc, proposed, done)
+            table.add_row(str(seq), src[:8], rid[-16:], acc, proposed, done)
 
 
 class EventLog(RichLog):
