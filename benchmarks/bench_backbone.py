@@ -8,6 +8,7 @@ Goals (issue 2): ingest >= 50k steps/s, record >= 100k steps/s, seek <= 50 ms.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -84,14 +85,10 @@ def bench_publish(bs: int, n: int) -> dict:
             "frame_bytes": len(encode_frame("step", body, src="bench", n=0))}
 
 
-def bench_ingest(bs: int, n: int) -> dict:
-    """Viewer side: decode_frame alone (one core), and recv+decode through a Subscriber."""
-    raws = [encode_frame("step", step_body(i, bs=bs), src="bench", n=i) for i in range(n)]
-    start = time.perf_counter()
-    for raw in raws:
-        decode_frame(raw)
-    decode_rate = n / (time.perf_counter() - start)
-
+@contextlib.contextmanager
+def queued_subscriber(raws: list[bytes]):
+    """A Subscriber with ``raws`` already waiting in its socket, so draining measures the viewer alone."""
+    n = len(raws)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, n + 1000)
@@ -103,13 +100,27 @@ def bench_ingest(bs: int, n: int) -> dict:
     for raw in raws:
         sock.send(raw)
     time.sleep(max(1.0, n / 20_000))  # let the I/O threads move them all into the SUB queue
-    got, start = 0, time.perf_counter()
-    while got < n and time.perf_counter() - start < 60:
-        got += sum(1 for f in sub.poll(100) if f.kind == "step")
-    recv_rate = got / (time.perf_counter() - start)
-    sub.close()
-    sock.close(0)
-    ctx.term()
+    try:
+        yield sub
+    finally:
+        sub.close()
+        sock.close(0)
+        ctx.term()
+
+
+def bench_ingest(bs: int, n: int) -> dict:
+    """Viewer side: decode_frame alone (one core), and recv+decode through a Subscriber."""
+    raws = [encode_frame("step", step_body(i, bs=bs), src="bench", n=i) for i in range(n)]
+    start = time.perf_counter()
+    for raw in raws:
+        decode_frame(raw)
+    decode_rate = n / (time.perf_counter() - start)
+
+    with queued_subscriber(raws) as sub:
+        got, start = 0, time.perf_counter()
+        while got < n and time.perf_counter() - start < 60:
+            got += sum(1 for f in sub.poll(100) if f.kind == "step")
+        recv_rate = got / (time.perf_counter() - start)
     return {"decode_steps_per_s": decode_rate, "recv_decode_steps_per_s": recv_rate, "received": got}
 
 
@@ -133,29 +144,13 @@ def bench_record(bs: int, n: int, tmp: Path) -> dict:
     raw_bytes = sum(len(r) for r in raws) / len(raws)
 
     # the record command's loop: frames already queued in the SUB socket, drained, decoded, written
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUB)
-    sock.setsockopt(zmq.SNDHWM, n + 1000)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    sub = Subscriber([f"tcp://127.0.0.1:{port}"], rcvhwm=n + 1000)
-    hello = encode_frame("hello", hello_body(), src="bench", n=0)
-    while not sub.poll(20):
-        sock.send(hello)
-    for raw in raws:
-        sock.send(raw)
-    time.sleep(max(1.0, n / 20_000))  # let the I/O threads move them all into the SUB queue
-    path3 = tmp / f"rec3-{bs}.e3s"
-    got, start = 0, time.perf_counter()
-    with SessionWriter(path3) as writer:
+    with queued_subscriber(raws) as sub, SessionWriter(tmp / f"rec3-{bs}.e3s") as writer:
+        start = time.perf_counter()
         while writer.steps < n and time.perf_counter() - start < 60:
             for raw, frame in sub.poll_raw(100):
                 writer.add(raw, frame)
             writer.tick()
-        got = writer.steps
-    loop_rate = got / (time.perf_counter() - start)
-    sub.close()
-    sock.close(0)
-    ctx.term()
+        loop_rate = writer.steps / (time.perf_counter() - start)
     return {"write_steps_per_s": write_rate, "decode_write_steps_per_s": decode_write_rate,
             "loop_steps_per_s": loop_rate, "bytes_per_step": size / n, "raw_bytes_per_step": raw_bytes}
 

@@ -212,7 +212,7 @@ class Replayer:
                 self._frames = self.reader.load_batch(batches[self._batch_pos])
                 return
             except CorruptBatchError as exc:
-                self.reader.errors.append(exc)
+                self.reader.note_error(exc)
                 self._batch_pos += 1
         self._frames = []
 

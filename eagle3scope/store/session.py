@@ -266,7 +266,13 @@ class SessionReader:
         self._zstd = zstandard.ZstdDecompressor()
         self.errors: list[StoreError] = []
         self.batches: list[BatchInfo] = []
+        self._cached: tuple[int, list[Frame]] | None = None
         self.refresh()
+
+    def note_error(self, error: StoreError) -> None:
+        """Keep ``error`` in :attr:`errors` once, however often the damaged part is met."""
+        if all(str(e) != str(error) for e in self.errors):
+            self.errors.append(error)
 
     # -- catalog --------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -286,7 +292,7 @@ class SessionReader:
 
     def _catalog_from_index(self, after: int, exc: Exception) -> list[tuple]:
         """The table's pages are damaged: list batches through the index and probe each row."""
-        self.errors.append(StoreError(f"batch catalog partly unreadable ({exc}); probing batch by batch"))
+        self.note_error(StoreError(f"batch catalog partly unreadable ({exc}); probing batch by batch"))
         try:
             ids = self._con.execute(
                 "SELECT id, first_idx FROM batches INDEXED BY batches_by_idx WHERE id > ? ORDER BY first_idx", (after,)
@@ -301,7 +307,7 @@ class SessionReader:
                 ).fetchone()
             except sqlite3.DatabaseError as err:
                 n = ids[i + 1][1] - first_idx if i + 1 < len(ids) else None
-                self.errors.append(CorruptBatchError(bid, first_idx, n, f"its row cannot be read: {err}"))
+                self.note_error(CorruptBatchError(bid, first_idx, n, f"its row cannot be read: {err}"))
                 continue
             if row is not None:
                 rows.append(row)
@@ -330,7 +336,18 @@ class SessionReader:
 
     # -- batches --------------------------------------------------------------------------------
     def load_batch(self, info: BatchInfo) -> list[Frame]:
-        """Decode one batch, checked end to end (CRC, zstd checksum, msgpack, each frame)."""
+        """Decode one batch, checked end to end (CRC, zstd checksum, msgpack, each frame).
+
+        The last batch decoded is cached (a seek decodes it, then the replay reads it again);
+        treat the returned list as read-only.
+        """
+        if self._cached is not None and self._cached[0] == info.id:
+            return self._cached[1]
+        frames = self._decode_batch(info)
+        self._cached = (info.id, frames)
+        return frames
+
+    def _decode_batch(self, info: BatchInfo) -> list[Frame]:
         try:
             row = self._con.execute("SELECT crc, blob FROM batches WHERE id = ?", (info.id,)).fetchone()
         except sqlite3.DatabaseError as exc:
@@ -369,7 +386,7 @@ class SessionReader:
             try:
                 frames = self.load_batch(info)
             except CorruptBatchError as exc:
-                self.errors.append(exc)
+                self.note_error(exc)
                 continue
             skip = max(0, start - info.first_idx)
             for i in range(skip, len(frames)):
@@ -382,7 +399,7 @@ class SessionReader:
             try:
                 frames = self.load_batch(info)
             except CorruptBatchError as exc:
-                self.errors.append(exc)
+                self.note_error(exc)
                 continue
             for i, frame in enumerate(frames):
                 if pred(frame):
@@ -413,14 +430,14 @@ class SessionReader:
                 if row is not None:
                     rows.append(row)
         except sqlite3.DatabaseError as exc:
-            self.errors.append(StoreError(f"state table unreadable: {exc}"))
+            self.note_error(StoreError(f"state table unreadable: {exc}"))
             return []
         out = []
         for _, raw in sorted(rows):
             try:
                 out.append(decode_frame(raw))
             except FrameError as exc:
-                self.errors.append(StoreError(f"state frame unreadable: {exc}"))
+                self.note_error(StoreError(f"state frame unreadable: {exc}"))
         return out
 
     def close(self) -> None:
