@@ -248,3 +248,22 @@ def test_violations_are_per_publisher():
     state.ingest(b.frame("hello", hello()))
     state.ingest(b.frame("load", healthy_load()))
     assert [(v.id, v.src) for v in state.violations()] == [("aux-capture-off", "a")]
+
+
+def test_session_totals_fork_when_a_second_publisher_sends_steps():
+    a, b = Stream("a"), Stream("b")
+    state = SessionState()
+    for f in (a.frame("hello", hello()), a.frame("load", healthy_load())):
+        state.ingest(f)
+    for seq in range(10):
+        state.ingest(a.frame("step", step(seq, a.t, [3])))
+    assert state.acceptance is state.publishers["a"].acceptance  # one publisher: no double bookkeeping
+    for f in (b.frame("hello", hello()), b.frame("load", healthy_load())):
+        state.ingest(f)
+    for seq in range(30):
+        state.ingest(b.frame("step", step(seq, b.t, [0])))
+    state.ingest(a.frame("step", step(10, a.t, [3])))
+    assert state.publishers["a"].acceptance.total.n == 11 and state.publishers["b"].acceptance.total.n == 30
+    assert state.acceptance.total.n == 41
+    assert state.acceptance.cumulative_mean_accept_length == pytest.approx((11 * 4 + 30 * 1) / 41)
+    assert state.passes["decode"].calls == 41 * 2 and state.publishers["a"].passes["decode"].calls == 11 * 2

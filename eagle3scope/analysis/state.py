@@ -8,6 +8,7 @@ rule evaluation); ``violations()`` evaluates the contract rules on demand.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -117,7 +118,12 @@ class PublisherView:
 
 
 class SessionState:
-    """Everything the viewer knows, built by :meth:`ingest` one frame at a time."""
+    """Everything the viewer knows, built by :meth:`ingest` one frame at a time.
+
+    ``acceptance`` and ``passes`` are session totals over all publishers' steps; the objects are
+    swapped when a second publisher starts sending steps, so read them on each refresh instead of
+    keeping a reference. Per-publisher figures are on ``publishers[src]``.
+    """
 
     def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096) -> None:
         self.publishers: dict[str, PublisherView] = {}
@@ -132,6 +138,8 @@ class SessionState:
         self._window = window
         self._history = history
         self._fired: dict[tuple[str, str], Violation] = {}
+        self._solo: PublisherView | None = None  # the only publisher that sent steps so far
+        self._forked = False
 
     # -- ingest -----------------------------------------------------------------------------
 
@@ -176,6 +184,9 @@ class SessionState:
         seq = body["seq"]
         pub.last_seq = seq
         self.recent.append((pub.src, body))
+        if self._solo is not pub:
+            self._share_or_fork(pub)
+        forked = self._forked
         capture = body.get("capture")
         if capture is not None:
             pub.capture = self.capture = capture
@@ -192,18 +203,23 @@ class SessionState:
                 if ps is None:
                     ps = pub.passes[mode] = PassStats()
                 ps.add(seq, width, fc, n)
-                gs = self.passes.get(mode)
-                if gs is None:
-                    gs = self.passes[mode] = PassStats()
-                gs.add(seq, width, fc, n)
+                if forked:
+                    gs = self.passes.get(mode)
+                    if gs is None:
+                        gs = self.passes[mode] = PassStats()
+                    gs.add(seq, width, fc, n)
         draft_ids = body["draft_ids"]
         depth = 0
-        for ids in draft_ids:
-            if ids:
-                if len(ids) > depth:
-                    depth = len(ids)
-                hi, lo = max(ids), min(ids)
-                pub.draft_ids += len(ids)
+        if draft_ids:
+            if all(draft_ids):
+                depth = max(map(len, draft_ids))
+                hi, lo = max(map(max, draft_ids)), min(map(min, draft_ids))
+            else:
+                flat = [i for ids in draft_ids for i in ids]
+                depth = max(map(len, draft_ids))
+                hi, lo = (max(flat), min(flat)) if flat else (None, None)
+            if hi is not None:
+                pub.draft_ids += sum(map(len, draft_ids))
                 if pub.draft_id_max is None or hi > pub.draft_id_max:
                     pub.draft_id_max = hi
                     pub.draft_max_rises.append((seq, hi))
@@ -222,7 +238,8 @@ class SessionState:
             depth = min(depth, k)
             pub.acceptance.k_configured = self.acceptance.k_configured = k
         pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
-        self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
+        if forked:
+            self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
         if not self.segments:
             aux = (pub.load or {}).get("aux") or {}
             captured = (capture or {}).get("layers") or aux.get("captured")
@@ -232,6 +249,16 @@ class SessionState:
             segment.start_seq = seq
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus))
+
+    def _share_or_fork(self, pub: PublisherView) -> None:
+        """While one publisher sends steps, the session totals ARE its own (no double work); when a
+        second one starts, the totals become a separate aggregate seeded with the first's history."""
+        if self._solo is None:
+            self._solo = pub
+            self.acceptance, self.passes = pub.acceptance, pub.passes
+        elif not self._forked:
+            self._forked = True
+            self.acceptance, self.passes = copy.deepcopy(self._solo.acceptance), copy.deepcopy(self._solo.passes)
 
     def _heartbeat(self, pub: PublisherView, frame: Frame) -> None:
         prev = pub.heartbeat or {}

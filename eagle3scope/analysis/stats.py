@@ -25,9 +25,11 @@ class Tally:
 
     def add(self, accepted: list[int], tokens: int, sign: int = 1) -> None:
         hist = self.hist
+        size = len(hist)
         for a in accepted:
-            if a >= len(hist):
-                hist.extend([0] * (a + 1 - len(hist)))
+            if a >= size:
+                hist.extend([0] * (a + 1 - size))
+                size = a + 1
             hist[a] += sign
         self.n += sign * len(accepted)
         self.tokens += sign * tokens
