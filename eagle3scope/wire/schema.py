@@ -134,7 +134,7 @@ def decode_frame(data: bytes) -> Frame:
     if not isinstance(obj, dict):
         raise FrameError(f"frame must be a map, got {type(obj).__name__}")
     version = obj.get("v")
-    if not (isinstance(version, list) and len(version) == 2 and all(type(x) is int for x in version)):
+    if not (isinstance(version, list) and len(version) == 2 and type(version[0]) is int and type(version[1]) is int):
         raise FrameError(f"frame has no valid schema version 'v': {version!r}")
     major, minor = version
     if major > SCHEMA_MAJOR:
@@ -173,5 +173,8 @@ def check_step(body: dict) -> None:
         if type(acc) is not int or acc < 0 or bonus not in (0, 1):
             raise FrameError("step 'accepted' must be non-negative ints and 'bonus' 0 or 1")
     passes = body.get("passes", [])
-    if not isinstance(passes, list) or not all(isinstance(p, dict) for p in passes):
+    if not isinstance(passes, list):
         raise FrameError("step 'passes' must be a list of maps")
+    for p in passes:  # a plain loop: this runs for every step the viewer ingests
+        if not isinstance(p, dict):
+            raise FrameError("step 'passes' must be a list of maps")
