@@ -100,14 +100,18 @@ def specforge_defaults(n: int) -> list[int]:
 
 
 def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
-    """Capture indices SGLang derives from configured ids under the release's offset rule."""
+    """Capture indices the configured ids should give.
+
+    ``offset_rule`` is what the shim saw the target do with the ids it was handed: "none" (the
+    model family uses them as given, e.g. DeepseekV2 from 0.5.13 unless the first id is 1), or
+    anything else ("+1", "default" = called without ids, "other", unknown), where the Llama rule
+    applies: capture the input of layer id + 1.
+    """
     if ids is None:
         return None
-    if offset_rule == "+1":
-        return [i + 1 for i in ids]
-    if offset_rule == "+1-if-first-1":  # DeepseekV2 / GLM4-MoE-lite / Kimi-K2.5 from 0.5.13
-        return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
-    return list(ids)
+    if offset_rule == "none":
+        return list(ids)
+    return [i + 1 for i in ids]
 
 
 # -- rules -----------------------------------------------------------------------------------
@@ -119,7 +123,8 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
     algorithm = pub.server_args.get("algorithm")
     aux = _aux(pub)
     capture_now = (pub.capture or {}).get("on") if pub.capture is not None else aux.get("capture_on")
-    wrong_algorithm = algorithm is not None and str(algorithm).upper() != "EAGLE3"
+    # "EAGLE3", or an enum's str such as "SpeculativeAlgorithm.EAGLE3"
+    wrong_algorithm = algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
     if not (wrong_algorithm or capture_now is False):
         return None
     return {

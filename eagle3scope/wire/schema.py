@@ -29,8 +29,8 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     embed_tokens: {source: ...}
     Meanings the contract rules rely on: aux.configured = the draft config's
     eagle_aux_hidden_state_layer_ids (None when absent), aux.captured = the target's
-    layers_to_capture (input-of-layer indices), aux.offset_rule = how the release derives
-    captured from configured: "+1" | "none" | "+1-if-first-1" (DeepseekV2 family from 0.5.13);
+    layers_to_capture (input-of-layer indices), aux.offset_rule = what the target did with the
+    ids it was last handed: "+1" | "none" (used as given) | "default" (called without ids) | "other";
     weights.skipped = checkpoint names the loader never consumed, weights.unwritten = draft
     parameters no checkpoint tensor wrote (excluding ones set from the target on purpose).
 ``step`` (one speculative round, or one prefill)
