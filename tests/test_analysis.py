@@ -267,3 +267,12 @@ def test_session_totals_fork_when_a_second_publisher_sends_steps():
     assert state.acceptance.total.n == 41
     assert state.acceptance.cumulative_mean_accept_length == pytest.approx((11 * 4 + 30 * 1) / 41)
     assert state.passes["decode"].calls == 41 * 2 and state.publishers["a"].passes["decode"].calls == 11 * 2
+
+
+def test_hook_failure_known_from_hello_alone():
+    """A viewer that connected late never saw the hook frame; the re-sent hello still tells."""
+    s = Stream()
+    body = hello()
+    body["seams"] = {"step": "attached", "draft_forward": "failed", "verify_v1": "disabled"}
+    v = fired(analyse([s.frame("hello", body), s.frame("load", healthy_load())]))
+    assert v["hook-failed"].evidence["seams"] == {"draft_forward": "failed"}

@@ -303,12 +303,14 @@ def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
 
 
 def hook_failed(pub: PublisherView) -> dict | None:
-    bad = {seam: h["status"] for seam, h in pub.hooks.items() if h.get("status") in ("failed", "missing")}
+    # hello re-sends every seam's status (a viewer may have missed the hook frames); hook frames are newer
+    statuses = {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
+    bad = {seam: status for seam, status in statuses.items() if status in ("failed", "missing")}
     failures = (pub.heartbeat or {}).get("hook_failures") or 0
     if not bad and not failures:
         return None
     return {"seams": bad, "hook_failures": failures,
-            "details": {seam: pub.hooks[seam].get("detail") for seam in bad}}
+            "details": {seam: (pub.hooks.get(seam) or {}).get("detail") for seam in bad}}
 
 
 def frames_lost(pub: PublisherView) -> dict | None:
