@@ -76,7 +76,9 @@ def make_step(seam):
     def pre(self, *args, **kwargs):
         if STATE.publisher is None:
             return None
+        batch = args[0] if args else next(iter(kwargs.values()))
         step = Step()
+        step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
         STATE.step = step
         return step
 
@@ -84,6 +86,8 @@ def make_step(seam):
         if step is None:
             return
         STATE.step = None
+        if not step.prefill and step.verify is None:
+            return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = [req.rid for req in batch.reqs]
         STATE.seq += 1
@@ -201,7 +205,7 @@ def finalize_step(payload) -> dict:
     return {
         "seq": seq,
         "t_ns": t_ns,
-        "mode": "decode" if step.verify is not None else "prefill",
+        "mode": "prefill" if step.prefill else "decode",
         "bs": bs,
         "rids": rids,
         "draft_ids": draft_ids,

@@ -53,7 +53,7 @@ def endpoint_for_dp_rank(endpoint: str, dp_rank: int) -> str:
 class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
-    __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "event")
+    __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "event", "prefill")
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter_ns()
@@ -62,6 +62,7 @@ class Step:
         self.verify = None  # (kind, per-request counts, token ids) snapshots
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.device = "cpu"
+        self.prefill = False
         self.event = None
 
     def add_pass(self, mode: str, width: int, fc: bool) -> None:

@@ -23,15 +23,17 @@ class SyncViolation(RuntimeError):
 
 
 def _blocking_to_host(func, args, kwargs) -> bool:
+    """``t.to("cpu")`` without ``non_blocking`` (flagged whatever t's device), or a blocking
+    ``copy_`` from a device tensor into host memory."""
     if func is torch.Tensor.to:
-        if kwargs.get("non_blocking") or (len(args) > 2 and args[2] is True):
+        if kwargs.get("non_blocking") or any(a is True for a in args[2:]):
             return False
         target = kwargs.get("device", args[1] if len(args) > 1 else None)
         return isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
     if func is torch.Tensor.copy_:
-        dst = args[0]
+        dst, src = args[0], args[1]
         non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
-        return dst.device.type == "cpu" and not dst.is_pinned() and not non_blocking if dst.device.type == "cpu" else False
+        return dst.device.type == "cpu" and src.device.type != "cpu" and not non_blocking
     return False
 
 

@@ -1,0 +1,208 @@
+"""The shim inside the real SGLang 0.5.23 CPU engine: what it reports, that it agrees with SGLang's
+own per-request ``meta_info``, that it adds no host-device sync, and that a failing hook changes
+nothing SGLang produces.
+
+Three servers (about 40 s each): a healthy tiny pair under the sync guard; the same pair with a
+fault injected into the verify hook; and a broken draft (aux capture off, a weight under a name
+SGLang drops, no ``lm_head``, absolute ``d2t``) served with SGLang's simulated acceptance so that
+per-request counts are non-trivial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from eagle3scope.demo.server import SGLangServer, engine_python, free_port
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = ["hello world", "the quick brown fox", "one two three four", "a b c"]
+MAX_NEW = 24
+H, AUX = 128, 3  # tiny.py's target hidden size and aux layer count
+
+WRITE_MODELS = r"""
+import json, sys, torch
+from pathlib import Path
+from eagle3scope.demo import tiny
+root = Path(sys.argv[1])
+target, draft = tiny.write_tiny_pair(root)
+config = tiny.draft_config(target, use_aux_hidden_state=False)
+state = tiny.random_draft_state(config, range(config["draft_vocab_size"]), seed=7)
+state["decoder.mlp.down_proj.weight"] = state.pop("layers.0.mlp.down_proj.weight")  # SGLang drops it
+del state["lm_head.weight"]
+state["d2t"] = torch.arange(config["draft_vocab_size"])  # absolute ids where offsets belong
+tiny.write_draft(root / "draft-broken", config, state)
+print(json.dumps({"target": str(target), "draft": str(draft), "broken": str(root / "draft-broken")}))
+"""
+
+
+def _engine_or_skip() -> Path:
+    python = engine_python()
+    if not python.exists():
+        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"engine env required but missing: {python}")
+        pytest.skip(f"real SGLang engine env not built ({python}); run scripts/build-engine-env.sh")
+    return python
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    python = _engine_or_skip()
+    root = tmp_path_factory.mktemp("shim-models")
+    out = subprocess.run([str(python), "-c", WRITE_MODELS, str(root)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _serve(target, draft, env, *, concurrent=False):
+    """Run the prompts (greedy) with the shim publishing; return (frames, responses)."""
+    from eagle3scope.live.subscriber import Subscriber
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    frames = []
+    with Subscriber([endpoint]) as sub:
+        with SGLangServer(target, draft, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:
+            frames += sub.poll(timeout_ms=200)
+
+            def ask(prompt):
+                body = {"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}}
+                return srv.post("/generate", body)
+
+            if concurrent:
+                with ThreadPoolExecutor(len(PROMPTS)) as pool:
+                    responses = list(pool.map(ask, PROMPTS))
+            else:
+                responses = [ask(p) for p in PROMPTS]
+            quiet_since = time.monotonic()
+            while time.monotonic() - quiet_since < 1.5:
+                new = sub.poll(timeout_ms=200)
+                frames += new
+                if any(f.kind == "step" for f in new):
+                    quiet_since = time.monotonic()
+    return frames, responses
+
+
+def _kind(frames, kind):
+    return [f.body for f in frames if f.kind == kind]
+
+
+def _last(frames, kind):
+    bodies = _kind(frames, kind)
+    assert bodies, f"no {kind} event"
+    return bodies[-1]
+
+
+def _check_agreement(frames, responses):
+    """Per request: the shim's steps add up to what SGLang itself reports in meta_info."""
+    steps = sorted(_kind(frames, "step"), key=lambda b: b["seq"])
+    for response in responses:
+        meta, rid = response["meta_info"], response["meta_info"]["id"]
+        mine = [(b["accepted"][i], b["bonus"][i], b["accepted_ids"][i], b["draft_ids"][i])
+                for b in steps if b["mode"] == "decode" for i, r in enumerate(b["rids"]) if r == rid]
+        verify_ct = meta["spec_verify_ct"]
+        # SGLang may run one more round for a request that already finished (and discards it).
+        assert verify_ct <= len(mine) <= verify_ct + 1, (rid, verify_ct, len(mine))
+        counted = mine[:verify_ct]
+        assert sum(a for a, _, _, _ in counted) == meta["spec_num_correct_drafts"]
+        committed = [t for _, _, ids, _ in counted for t in ids]
+        assert all(len(ids) == a + b for a, b, ids, _ in counted)
+        assert 1 + sum(a + b for a, b, _, _ in counted[:-1]) < meta["completion_tokens"] <= 1 + len(committed)
+        assert response["output_ids"][1:] == committed[: meta["completion_tokens"] - 1]
+        assert all(len(d) == 3 for *_, d in counted)  # num_draft_tokens - 1 proposals per request
+
+
+@pytest.fixture(scope="module")
+def healthy(models):
+    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"})
+
+
+@pytest.fixture(scope="module")
+def broken(models):
+    return _serve(models["target"], models["broken"], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}, concurrent=True)
+
+
+def test_healthy_run_reports_widths_and_fc(healthy):
+    frames, _ = healthy
+    hello, load = _last(frames, "hello"), _last(frames, "load")
+    assert hello["worker"] == "v2" and hello["sglang_version"] == "0.5.23" and hello["tp_rank"] == 0
+    assert hello["observable"]["passes_draft_decode"] and not hello["server_args"]["cuda_graph"]
+    assert all(status == "attached" for status in hello["seams"].values()), hello["seams"]
+    assert load["fc"] == {"in": AUX * H, "out": H} and load["hidden_size"] == H
+    assert load["aux"]["capture_on"] and load["aux"]["use_aux"] and load["aux"]["offset_rule"] == "+1"
+    assert load["aux"]["captured"] == [x + 1 for x in load["aux"]["configured"]]
+    assert load["weights"]["skipped"] == [] and load["weights"]["unwritten"] == []
+    assert load["d2t"]["t2d_consistent"] and not load["d2t"]["looks_absolute"]
+    assert load["lm_head"]["source"] == "checkpoint" and load["embed_tokens"]["source"] == "target"
+    steps = _kind(frames, "step")
+    prefill = [b for b in steps if b["mode"] == "prefill"]
+    decode = [b for b in steps if b["mode"] == "decode"]
+    assert len(prefill) >= len(PROMPTS) and decode
+    for body in prefill:
+        assert {(p["mode"], p["width"], p["fc"]) for p in body["passes"]} == {("extend", AUX * H, True)}
+    for body in decode:
+        passes = {(p["mode"], p["width"], p["fc"]): p["n"] for p in body["passes"]}
+        assert passes == {("decode", H, False): 2, ("draft_extend_v2", AUX * H, True): 1}
+        assert body["capture"] == {"on": True, "layers": load["aux"]["captured"]}
+        assert body["draft_ms"] > 0 and body["verify_ms"] > 0 and body["extend_ms"] > 0
+
+
+def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
+    frames, responses = healthy
+    # the sync guard was on: any item/tolist/blocking copy in a hook body would be a failed hook
+    assert [b for b in _kind(frames, "hook") if b["status"] == "failed"] == []
+    _check_agreement(frames, responses)
+
+
+def test_broken_draft_facts_and_simulated_acceptance_agree(broken):
+    frames, responses = broken
+    load = _last(frames, "load")
+    assert load["aux"]["use_aux"] is False and load["aux"]["capture_on"] is False and load["aux"]["captured"] == []
+    assert "decoder.mlp.down_proj.weight" in load["weights"]["skipped"]
+    assert {"model.layers.0.mlp.down_proj.weight", "lm_head.weight"} <= set(load["weights"]["unwritten"])
+    assert load["lm_head"]["source"] == "init"
+    assert load["d2t"]["looks_absolute"] and load["d2t"]["t2d_consistent"] is False
+    steps = _kind(frames, "step")
+    for body in steps:
+        for p in body["passes"]:
+            assert p["width"] == H and p["fc"] is False, p  # fc skipped on every pass: aux is off
+    assert any(b["mode"] == "decode" and any(a > 0 for a in b["accepted"]) for b in steps)
+    assert max(b["bs"] for b in steps) > 1
+    _check_agreement(frames, responses)
+
+
+def test_failing_hook_is_reported_once_and_changes_no_token(models, healthy):
+    frames, responses = _serve(models["target"], models["draft"], {"EAGLE3SCOPE_FAULT": "v2.verify"})
+    failed = [b for b in _kind(frames, "hook") if b["status"] == "failed"]
+    assert [b["seam"] for b in failed] == ["v2.verify"] and "injected" in failed[0]["detail"]
+    assert [r["text"] for r in responses] == [r["text"] for r in healthy[1]]
+    assert _kind(frames, "step")  # the other hooks go on publishing (prefill steps)
+    assert _last(frames, "heartbeat")["hook_failures"] >= 1
+
+
+def test_sync_guard_catches_syncs():
+    python = _engine_or_skip()
+    script = r"""
+import torch
+from eagle3scope_shim.syncguard import SyncGuard, SyncViolation
+t = torch.arange(8)
+bad = [lambda: t[0].item(), lambda: t.tolist(), lambda: t.numpy(), lambda: t.cpu(),
+       lambda: t.to("cpu"), lambda: bool(t[0]), lambda: int(t[1])]
+caught = 0
+for fn in bad:
+    try:
+        with SyncGuard("test"):
+            fn()
+    except SyncViolation:
+        caught += 1
+with SyncGuard("test"):
+    c = t.clone(); d = torch.empty(8, dtype=t.dtype); d.copy_(t, non_blocking=True); t.to("cpu", non_blocking=True); n = t.shape[-1]
+print(caught, len(bad))
+"""
+    out = subprocess.run([str(python), "-c", script], check=True, capture_output=True, text=True).stdout.split()
+    assert out[0] == out[1]
