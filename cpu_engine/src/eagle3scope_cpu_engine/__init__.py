@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 def active() -> bool:
     """Whether the plugin should declare AMX present in this process."""
     forced = os.environ.get("EAGLE3SCOPE_CPU_AMX")
-    if forced is not None:
+    if forced:
         return forced == "1"
     return os.environ.get("SGLANG_USE_CPU_ENGINE", "0") == "1"
 

@@ -1,24 +1,19 @@
-"""Placeholders for torchvision names: importable, constructible at module level, unusable."""
+"""Placeholders for torchvision names: importable, subclassable, and raising when called or instantiated."""
 
 
-class _Unavailable:
-    """Stands for a torchvision class or function; calling an instance raises."""
+class _Unavailable(type):
+    """Metaclass of the placeholders: calling one (function call or instantiation) raises."""
 
-    _qualname = "torchvision"
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __call__(self, *args, **kwargs):
+    def __call__(cls, *args, **kwargs):
         raise RuntimeError(
-            f"{self._qualname} is unavailable: this engine venv carries an import-only "
+            f"{cls.__qualname__} is unavailable: this engine venv carries an import-only "
             "torchvision stand-in (eagle3scope-cpu-engine); image processing is not supported"
         )
 
 
 def placeholder(qualname: str) -> type:
-    """A class named after `qualname`; subclassable, instantiable, its instances raise when called."""
-    return type(qualname.rsplit(".", 1)[-1], (_Unavailable,), {"_qualname": qualname})
+    """A stand-in for the torchvision class or function named `qualname`."""
+    return _Unavailable(qualname.rsplit(".", 1)[-1], (), {"__qualname__": qualname})
 
 
 def unavailable_module_getattr(module_name: str):

@@ -1,0 +1,54 @@
+"""Shared fixtures for tests that need the real SGLang engine venv and the tiny models.
+
+Those tests are marked ``engine``. They skip when the engine venv is absent,
+unless EAGLE3SCOPE_REQUIRE_ENGINE=1 (CI's full run), where absence fails.
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eagle3scope.demo.server import cache_dir, engine_python as locate_engine_python
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MODELS_VERSION = "tiny-random-v1"
+
+
+def engine_missing(reason: str):
+    """Skip, or fail when the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1)."""
+    if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"engine required but unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def run_engine_python(python: Path, *args: str, timeout: float = 600, env: dict | None = None):
+    """Run the engine venv's python from the repo root (so this checkout's modules win)."""
+    return subprocess.run(
+        [str(python), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The engine venv's python, checked to import torch and the CPU kernels."""
+    python = locate_engine_python()
+    if not python.exists():
+        engine_missing(f"no engine venv at {python} (scripts/build-engine-env.sh builds it)")
+    probe = run_engine_python(python, "-c", "import torch, sgl_kernel, sglang")
+    if probe.returncode != 0:
+        engine_missing(f"engine venv at {python} is incomplete:\n{probe.stderr[-2000:]}")
+    return python
+
+
+@pytest.fixture(scope="session")
+def tiny_models(engine_python) -> tuple[Path, Path]:
+    """(target_dir, draft_dir): the tiny random target and random EAGLE-3 draft, generated once."""
+    root = cache_dir() / "models" / TINY_MODELS_VERSION
+    done = run_engine_python(engine_python, "-m", "eagle3scope.demo.tiny", str(root))
+    if done.returncode != 0:
+        pytest.fail(f"tiny model generation failed:\n{done.stderr[-3000:]}")
+    return root / "target", root / "draft-random"
+

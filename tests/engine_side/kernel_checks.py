@@ -1,0 +1,385 @@
+"""Checks of the pure-PyTorch sgl_kernel ops against straightforward references.
+
+Runs inside the engine venv (it needs torch and the installed cpu_engine), as
+``python tests/engine_side/kernel_checks.py``; prints one JSON object mapping
+each op name to "ok" or the failure's traceback, plus "__registered__" (the ops
+torch.ops.sgl_kernel carries) and "__has_convert_weight_packed__".
+tests/test_cpu_kernels.py drives it. The references are written as plain
+per-element loops, independent of the vectorised code they check.
+"""
+
+import ctypes
+import json
+import math
+import random
+import traceback
+
+import torch
+
+import sgl_kernel
+
+OPS = torch.ops.sgl_kernel
+
+
+def close(a, b, tol=1e-5):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    err = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+    assert err <= tol, f"max abs error {err}"
+
+
+# ---------------------------------------------------------------- attention
+
+
+def ref_attention_row(q, keys, values, scale, cap, sink=None):
+    """One query head against a list of key/value vectors, as the textbook formula."""
+    logits = []
+    for k in keys:
+        s = float((q.double() * k.double()).sum()) * scale
+        if cap > 0:
+            s = cap * math.tanh(s / cap)
+        logits.append(s)
+    extra = [float(sink)] if sink is not None else []
+    m = max(logits + extra)
+    weights = [math.exp(s - m) for s in logits]
+    denom = sum(weights) + sum(math.exp(s - m) for s in extra)
+    out = torch.zeros(values[0].shape, dtype=torch.float64)
+    for w, v in zip(weights, values):
+        out += w / denom * v.double()
+    return out
+
+
+def pool(num_slots, kv_heads, dim, gen):
+    return torch.randn(num_slots, kv_heads, dim, generator=gen), torch.randn(num_slots, kv_heads, dim, generator=gen)
+
+
+def check_decode_attention_cpu():
+    gen = torch.Generator().manual_seed(0)
+    heads, kv_heads, dim, slots = 4, 2, 8, 64
+    for cap, use_sink in ((0.0, False), (5.0, False), (0.0, True)):
+        k_cache, v_cache = pool(slots, kv_heads, dim, gen)
+        seq_lens = torch.tensor([5, 1, 9], dtype=torch.int64)
+        bs = seq_lens.numel()
+        req_to_token = torch.zeros(6, 32, dtype=torch.int32)
+        perm = torch.randperm(slots, generator=gen)
+        rows = torch.tensor([4, 0, 2], dtype=torch.int64)
+        used = 0
+        for b in range(bs):
+            n = int(seq_lens[b])
+            req_to_token[rows[b], :n] = perm[used : used + n].int()
+            used += n
+        loc = torch.tensor([int(req_to_token[rows[b], seq_lens[b] - 1]) for b in range(bs)])
+        q = torch.randn(bs, heads, dim, generator=gen)
+        key = torch.randn(bs, kv_heads, dim, generator=gen)
+        value = torch.randn(bs, kv_heads, dim, generator=gen)
+        sinks = torch.randn(heads, generator=gen) if use_sink else None
+        out = torch.empty(bs, heads, dim)
+        logits = torch.zeros(bs, heads, 8, dim + 1)
+        kc, vc = k_cache.clone(), v_cache.clone()
+        OPS.decode_attention_cpu(q, kc, vc, 1.0, 1.0, out, key, value, loc, logits,
+                                 req_to_token, rows, seq_lens, 0.3, cap, False, 0, None, sinks)
+        expected_k, expected_v = k_cache.clone(), v_cache.clone()
+        expected_k[loc], expected_v[loc] = key, value
+        close(kc, expected_k, 0)
+        close(vc, expected_v, 0)
+        for b in range(bs):
+            slot_ids = [int(s) for s in req_to_token[rows[b], : seq_lens[b]]]
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                ref = ref_attention_row(q[b, h], [expected_k[s, g] for s in slot_ids],
+                                        [expected_v[s, g] for s in slot_ids], 0.3, cap,
+                                        None if sinks is None else sinks[h])
+                close(out[b, h], ref.float())
+
+
+def check_extend_attention_cpu():
+    gen = torch.Generator().manual_seed(1)
+    heads, kv_heads, dim, slots = 4, 2, 8, 128
+    prefix_lens, ext_lens = [3, 0, 6], [4, 2, 4]
+    bs = len(prefix_lens)
+    for mode in ("causal", "tree", "full", "window"):
+        k_buf, v_buf = pool(slots, kv_heads, dim, gen)
+        req_to_token = torch.zeros(4, 32, dtype=torch.int32)
+        rows = torch.tensor([3, 1, 0])
+        perm = torch.randperm(slots, generator=gen)
+        used = 0
+        for b in range(bs):
+            n = prefix_lens[b] + ext_lens[b]
+            req_to_token[rows[b], :n] = perm[used : used + n].int()
+            used += n
+        total = sum(ext_lens)
+        q = torch.randn(total, heads, dim, generator=gen)
+        k_ext = torch.randn(total, kv_heads, dim, generator=gen)
+        v_ext = torch.randn(total, kv_heads, dim, generator=gen)
+        starts = [sum(ext_lens[:b]) for b in range(bs)]
+        for b in range(bs):  # the backend stores the new tokens' KV before the kernel runs
+            for i in range(ext_lens[b]):
+                slot = int(req_to_token[rows[b], prefix_lens[b] + i])
+                k_buf[slot], v_buf[slot] = k_ext[starts[b] + i], v_ext[starts[b] + i]
+        tree = None
+        if mode == "tree":  # random ancestor sets: every row sees itself and column 0
+            blocks = []
+            for n in ext_lens:
+                m = torch.rand(n, n, generator=gen) < 0.5
+                m = torch.tril(m)
+                m[:, 0] = True
+                m.fill_diagonal_(True)
+                blocks.append(m.flatten())
+            tree = torch.cat(blocks)
+        window = 3 if mode == "window" else 0
+        out = torch.empty(total, heads, dim)
+        OPS.extend_attention_cpu(
+            q, k_ext, v_ext, out, k_buf, v_buf, 1.0, 1.0, req_to_token, rows,
+            torch.tensor([p + e for p, e in zip(prefix_lens, ext_lens)]),
+            torch.tensor(ext_lens, dtype=torch.int32), torch.tensor(starts, dtype=torch.int32),
+            max(ext_lens), 0.25, 0.0, False, window, None, None, tree, mode != "full")
+        mask_off = 0
+        for b in range(bs):
+            p, n = prefix_lens[b], ext_lens[b]
+            slot_ids = [int(s) for s in req_to_token[rows[b], : p + n]]
+            for i in range(n):
+                qpos = p + i
+                if mode == "tree":
+                    vis = list(range(p)) + [p + j for j in range(n) if tree[mask_off + i * n + j]]
+                elif mode == "full":
+                    vis = list(range(p + n))
+                else:
+                    vis = [j for j in range(qpos + 1) if not window or qpos - j < window]
+                for h in range(heads):
+                    g = h // (heads // kv_heads)
+                    ref = ref_attention_row(q[starts[b] + i, h], [k_buf[slot_ids[j], g] for j in vis],
+                                            [v_buf[slot_ids[j], g] for j in vis], 0.25, 0.0)
+                    close(out[starts[b] + i, h], ref.float())
+            mask_off += n * n
+
+
+# ---------------------------------------------------------------- kv cache
+
+
+def check_copy_all_layer_kv_cache_cpu():
+    gen = torch.Generator().manual_seed(2)
+    buffers = [torch.randn(20, 2, 4, generator=gen) for _ in range(3)] + [torch.randn(20, 3, generator=gen)]
+    before = [b.clone() for b in buffers]
+    ptrs = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64)
+    strides = torch.tensor([b.stride(0) * b.dtype.itemsize for b in buffers])
+    src = torch.tensor([3, 4, 5, 9], dtype=torch.int64)
+    tgt = torch.tensor([4, 5, 6, 0], dtype=torch.int64)  # overlaps src: reads precede writes
+    sgl_kernel.copy_all_layer_kv_cache_cpu(ptrs, strides, tgt, src)
+    for b, old in zip(buffers, before):
+        expected = old.clone()
+        for t, s in zip(tgt.tolist(), src.tolist()):
+            expected[t] = old[s]
+        close(b, expected, 0)
+
+
+# ---------------------------------------------------------------- slot maps
+
+
+def check_assign_req_to_token_pool_cpu():
+    req_to_token = torch.full((4, 16), -7, dtype=torch.int32)
+    rpi = torch.tensor([2, 0, 3])
+    start, end = torch.tensor([1, 0, 5], dtype=torch.int32), torch.tensor([4, 2, 6], dtype=torch.int32)
+    locs = torch.arange(100, 106, dtype=torch.int64)
+    expected = req_to_token.clone()
+    k = 0
+    for i in range(3):
+        for j in range(int(start[i]), int(end[i])):
+            expected[rpi[i], j] = int(locs[k])
+            k += 1
+    sgl_kernel.assign_req_to_token_pool_cpu(rpi, req_to_token, start, end, locs, 16)
+    close(req_to_token, expected, 0)
+
+
+def check_assign_extend_cache_locs_cpu():
+    req_to_token = torch.arange(64, dtype=torch.int32).view(4, 16)
+    rpi = torch.tensor([3, 1])
+    start, end = torch.tensor([2, 7]), torch.tensor([5, 9])
+    out = torch.full((8,), -1, dtype=torch.int64)  # sized past the need: the tail stays untouched
+    expected = [int(req_to_token[r, j]) for r, s, e in zip(rpi, start, end) for j in range(int(s), int(e))]
+    sgl_kernel.assign_extend_cache_locs_cpu(rpi, req_to_token, start, end, out, 16)
+    assert out.tolist() == expected + [-1] * (8 - len(expected)), out.tolist()
+
+
+def check_assign_draft_cache_locs_contiguous_cpu():
+    req_to_token = torch.arange(80, dtype=torch.int32).view(4, 20)
+    rpi, seq_lens = torch.tensor([2, 0]), torch.tensor([5, 11])
+    topk, steps = 2, 3
+    out = torch.empty(2 * topk * steps, dtype=torch.int64)
+    expected = [int(req_to_token[r, sl + j]) for r, sl in zip(rpi, seq_lens) for j in range(topk * steps)]
+    sgl_kernel.assign_draft_cache_locs_contiguous_cpu(rpi, req_to_token, seq_lens, out, 20, topk, steps)
+    assert out.tolist() == expected
+
+
+def check_build_draft_decode_metadata_cpu():
+    req_to_token = torch.randperm(4 * 24).int().view(4, 24)
+    rpi, seq_lens = torch.tensor([1, 3]), torch.tensor([6, 2])
+    topk, steps = 2, 3
+    out = sgl_kernel.build_draft_decode_metadata_cpu(req_to_token, rpi, seq_lens, topk, steps, 24)
+    assert out.shape == (4, 24) and out.dtype == torch.int32
+    for b in range(2):
+        src = req_to_token[rpi[b]].tolist()
+        sl = int(seq_lens[b])
+        for k in range(topk):
+            row = out[b * topk + k].tolist()
+            assert row[:sl] == src[:sl]
+            assert row[sl : sl + steps] == src[sl + k * steps : sl + (k + 1) * steps]
+
+
+def check_fill_bonus_tokens_cpu():
+    accept = torch.tensor([[5, 6, 7, -1], [8, -1, -1, -1], [1, 2, 3, 4]], dtype=torch.int32)
+    lens = torch.tensor([3, 1, 4], dtype=torch.int32)
+    bonus = torch.zeros(3, dtype=torch.int32)
+    sgl_kernel.fill_bonus_tokens_cpu(accept, lens, bonus, 4)
+    assert bonus.tolist() == [7, 8, 4]
+
+
+def check_fill_accept_out_cache_loc_cpu():
+    accept_index = torch.tensor([[0, 2, -1], [4, -1, -1], [6, 7, 8]], dtype=torch.int32)
+    locs = torch.arange(200, 209, dtype=torch.int64)
+    out = torch.full((9,), -5, dtype=torch.int64)
+    sgl_kernel.fill_accept_out_cache_loc_cpu(accept_index, locs, out)
+    assert out.tolist() == [200, 202, 204, 206, 207, 208, -5, -5, -5]
+
+
+# ---------------------------------------------------------------- draft tree
+
+
+def simulate_draft_tree(topk, depth, num_draft, gen):
+    """EAGLE's tree selection on random scores: (parent_list, selected_index, parent node per node).
+
+    Score-list entries: step 0 has topk children of the root; each later step
+    has topk children of each of the topk best entries of the step before.
+    parent_list holds -1, then the score-list index of each step's beams.
+    """
+    score, parent_entry, parent_list = {}, {}, [-1] + list(range(topk))
+    for c in range(topk):
+        score[c] = random.random()
+        parent_entry[c] = None
+    beams = list(range(topk))
+    for i in range(1, depth):
+        base = topk + (i - 1) * topk * topk
+        entries = []
+        for j, beam in enumerate(beams):
+            for c in range(topk):
+                x = base + j * topk + c
+                score[x] = score[beam] * random.uniform(0.05, 0.95)
+                parent_entry[x] = beam
+                entries.append(x)
+        beams = sorted(entries, key=lambda x: -score[x])[:topk]
+        if i < depth - 1:
+            parent_list += beams
+    chosen = sorted(sorted(score, key=lambda x: -score[x])[: num_draft - 1])
+    node_of = {x: k + 1 for k, x in enumerate(chosen)}
+    parents = [None] + [0 if parent_entry[x] is None else node_of[parent_entry[x]] for x in chosen]
+    return parent_list, chosen, parents
+
+
+def tree_reference(parents, seq_len):
+    n = len(parents)
+    children = {p: sorted(i for i in range(1, n) if parents[i] == p) for p in range(n)}
+    next_token = [children[p][0] if children[p] else -1 for p in range(n)]
+    next_sibling = [-1] * n
+    for p in range(n):
+        for a, b in zip(children[p], children[p][1:]):
+            next_sibling[a] = b
+    ancestors = []
+    for i in range(n):
+        chain, j = {i, 0}, i
+        while parents[j] is not None:
+            j = parents[j]
+            chain.add(j)
+        ancestors.append(chain)
+    positions = [seq_len + len(a) - 1 for a in ancestors]
+    return next_token, next_sibling, ancestors, positions
+
+
+def check_build_tree_kernel_efficient_cpu():
+    random.seed(3)
+    for topk, depth, num_draft in ((1, 3, 4), (2, 3, 6), (4, 4, 8), (1, 1, 2)):
+        seq_lens = [7, 3]
+        bs = len(seq_lens)
+        trees = [simulate_draft_tree(topk, depth, num_draft, None) for _ in range(bs)]
+        width = topk * (depth - 1) + 1 if depth > 1 else 0
+        parent_list = torch.tensor([t[0][:width] for t in trees], dtype=torch.int64).view(bs, width)
+        selected = torch.tensor([t[1] for t in trees], dtype=torch.int64)
+        for mode in (1, 0):
+            n = num_draft
+            size = bs * n * n if mode == 1 else (sum(seq_lens) + bs * n) * n
+            mask = torch.ones(size, dtype=torch.bool)
+            positions = torch.empty(bs * n, dtype=torch.int64)
+            ri = torch.empty(bs, n, dtype=torch.int64)
+            rnt = torch.full((bs, n), -1, dtype=torch.int64)
+            rns = torch.full((bs, n), -1, dtype=torch.int64)
+            sgl_kernel.build_tree_kernel_efficient_cpu(
+                parent_list, selected, torch.tensor(seq_lens), mask, positions, ri, rnt, rns,
+                topk, depth, n, mode)
+            offset = 0
+            for b in range(bs):
+                nt, ns, anc, pos = tree_reference(trees[b][2], seq_lens[b])
+                assert rnt[b].tolist() == nt, (rnt[b].tolist(), nt)
+                assert rns[b].tolist() == ns, (rns[b].tolist(), ns)
+                assert ri[b].tolist() == list(range(b * n, (b + 1) * n))
+                assert positions[b * n : (b + 1) * n].tolist() == pos
+                row_len = n if mode == 1 else seq_lens[b] + n
+                prefix = 0 if mode == 1 else seq_lens[b]
+                for i in range(n):
+                    row = mask[offset + i * row_len : offset + (i + 1) * row_len].tolist()
+                    assert all(row[:prefix])
+                    assert [j for j in range(n) if row[prefix + j]] == sorted(anc[i])
+                offset += n * row_len
+
+
+def check_verify_tree_greedy_cpu():
+    random.seed(4)
+    for topk, depth, num_draft in ((1, 3, 4), (2, 3, 6), (3, 4, 8)):
+        for trial in range(30):
+            bs, n, steps = 3, num_draft, depth + 1
+            parents_per = [simulate_draft_tree(topk, depth, n, None)[2] for _ in range(bs)]
+            rnt = torch.full((bs, n), -1, dtype=torch.int64)
+            rns = torch.full((bs, n), -1, dtype=torch.int64)
+            refs = [tree_reference(p, 0) for p in parents_per]
+            for b, (nt, ns, _, _) in enumerate(refs):
+                rnt[b], rns[b] = torch.tensor(nt), torch.tensor(ns)
+            ri = torch.arange(bs * n).view(bs, n)
+            cand = torch.randint(0, 3, (bs, n))
+            target = torch.randint(0, 3, (bs, n))
+            predicts = torch.full((bs * n,), -9, dtype=torch.int32)
+            accept_index = torch.full((bs, steps), -1, dtype=torch.int32)
+            accept_num = torch.empty(bs, dtype=torch.int32)
+            sgl_kernel.verify_tree_greedy_cpu(
+                predicts=predicts, accept_index=accept_index, accept_token_num=accept_num,
+                candidates=cand, retrive_index=ri, retrive_next_token=rnt,
+                retrive_next_sibling=rns, target_predict=target)
+            expected_predicts = [-9] * (bs * n)
+            for b in range(bs):
+                parents = parents_per[b]
+                path, node = [0], 0
+                while len(path) < steps:
+                    kids = [i for i in range(1, n) if parents[i] == node]
+                    match = [k for k in kids if int(cand[b, k]) == int(target[b, node])]
+                    if not match:
+                        break
+                    node = match[0]
+                    path.append(node)
+                flat = [b * n + i for i in path]
+                assert accept_index[b].tolist() == flat + [-1] * (steps - len(flat)), (accept_index[b], flat)
+                assert int(accept_num[b]) == len(path) - 1
+                for i in path:
+                    expected_predicts[b * n + i] = int(target[b, i])
+            assert predicts.tolist() == expected_predicts
+
+
+def main():
+    results = {}
+    for name in sorted(sgl_kernel.OPS):
+        try:
+            globals()[f"check_{name}"]()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    results["__registered__"] = sorted(n for n in sgl_kernel.OPS if hasattr(OPS, n))
+    results["__has_convert_weight_packed__"] = hasattr(OPS, "convert_weight_packed")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

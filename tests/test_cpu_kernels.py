@@ -1,0 +1,84 @@
+"""The CPU engine distribution (cpu_engine/): kernel ops against references, plugin, torchvision stand-in.
+
+All of it runs in the engine venv; the op checks live in engine_side/kernel_checks.py
+and run in one subprocess.
+"""
+
+import json
+
+import pytest
+
+from conftest import run_engine_python
+
+pytestmark = pytest.mark.engine
+
+# What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees).
+CPU_PATH_OPS = [
+    "assign_draft_cache_locs_contiguous_cpu",
+    "assign_extend_cache_locs_cpu",
+    "assign_req_to_token_pool_cpu",
+    "build_draft_decode_metadata_cpu",
+    "build_tree_kernel_efficient_cpu",
+    "copy_all_layer_kv_cache_cpu",
+    "decode_attention_cpu",
+    "extend_attention_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "fill_bonus_tokens_cpu",
+    "verify_tree_greedy_cpu",
+]
+
+
+@pytest.fixture(scope="module")
+def kernel_results(engine_python):
+    done = run_engine_python(engine_python, "tests/engine_side/kernel_checks.py", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("op", CPU_PATH_OPS)
+def test_op_matches_reference(kernel_results, op):
+    assert kernel_results.get(op) == "ok", kernel_results.get(op, "op not checked")
+
+
+def test_ops_registered_for_both_call_paths_and_amx_packing_absent(kernel_results):
+    # SGLang calls some ops as torch.ops.sgl_kernel.X and others as sgl_kernel.X.
+    assert kernel_results["__registered__"] == sorted(CPU_PATH_OPS)
+    # Without convert_weight_packed, cpu_has_amx_support() stays false: torch-native layers.
+    assert kernel_results["__has_convert_weight_packed__"] is False
+
+
+PLATFORM_PROBE = """
+from sglang.srt.plugins import load_plugins
+from sglang.srt.runtime_context import get_platform
+from sglang.srt.utils.common import cpu_has_amx_support
+load_plugins()
+print(get_platform().has_amx, cpu_has_amx_support())
+"""
+
+
+@pytest.mark.parametrize("env, declared", [
+    ({"SGLANG_USE_CPU_ENGINE": "1"}, "True"),
+    ({"SGLANG_USE_CPU_ENGINE": "1", "EAGLE3SCOPE_CPU_AMX": "0"}, "False"),
+])
+def test_plugin_declares_amx_only_for_the_cpu_engine(engine_python, env, declared):
+    done = run_engine_python(engine_python, "-c", PLATFORM_PROBE, env={"EAGLE3SCOPE_CPU_AMX": "", **env},
+                             timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    has_amx, kernels_packed = done.stdout.split()[-2:]
+    assert has_amx == declared
+    assert kernels_packed == "False"
+
+
+def test_torchvision_standin_imports_like_transformers_needs_and_refuses_use(engine_python):
+    probe = (
+        "import transformers.image_utils\n"
+        "from torchvision.transforms import InterpolationMode\n"
+        "import torchvision.transforms.v2.functional as F\n"
+        "print(InterpolationMode.NEAREST_EXACT.value)\n"
+        "try:\n    F.resize(None, [2, 2])\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+    )
+    done = run_engine_python(engine_python, "-c", probe, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "nearest-exact"
+    assert lines[1].startswith("refused: torchvision.transforms.v2.functional.resize is unavailable")
