@@ -15,7 +15,6 @@ from safetensors import safe_open
 
 import draft_checkpoints as dc
 from eagle3scope.cli import main
-from eagle3scope.doctor.diagnose import diagnose
 from eagle3scope.doctor.loader_layouts import LEGACY_RENAMES, STACKED, expected_params, layout_for, map_name, parse_version
 
 
@@ -99,7 +98,7 @@ def test_speculators_checkpoint(tmp_path, target):
     draft = dc.speculators(tmp_path / "d")
     code, report = doctor(draft, "--sglang-version", "0.5.23", "--target", str(target))
     assert code == 2 and set(ids(report)) == {"config-speculators-format"}
-    assert report["fixable"]["config_from_speculators"]
+    assert report["fixable"]["config_edits"][0].startswith("speculators format")
     code, report = doctor(draft, "--sglang-version", "0.5.11")
     dropped = ids(report)["weights-dropped"]["evidence"]
     assert dropped["skipped"] == 10 and dropped["renamable"] == 10
@@ -260,3 +259,26 @@ def test_fix_refuses_existing_out_and_out_inside_source(tmp_path):
     assert r.exit_code == 2 and "already exists" in r.output
     r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(draft / "sub")])
     assert r.exit_code == 2 and not (draft / "sub").exists()
+
+
+def test_top_level_layer_ids_are_ignored_by_sglang_and_fix_moves_them(tmp_path, target):
+    config = dc.specforge_config(eagle_config=None, eagle_aux_hidden_state_layer_ids=dc.AUX_IDS)
+    draft = dc.write(tmp_path / "d", dc.tensors(), config)
+    code, report = doctor(draft, "--target", str(target))
+    f = ids(report)["aux-layers-mismatch"]
+    assert code == 2 and f["severity"] == "error" and f["evidence"]["default_captured"] == [2, 4, 5]
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    fixed = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS}
+    assert "eagle_aux_hidden_state_layer_ids" not in fixed
+    assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0
+
+
+def test_norm_flags_ignored_by_old_releases(tmp_path):
+    weights = dc.tensors()
+    weights["input_norm.weight"] = np.ones(3 * dc.H, np.float16)
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config(norm_before_fc=True))
+    assert doctor(draft, "--sglang-version", "0.5.23")[0] == 0
+    code, report = doctor(draft, "--sglang-version", "0.5.10")
+    assert code == 2 and ids(report)["eagle-config-ignored"]["evidence"]["flags"] == ["norm_before_fc"]
+    assert ids(report)["weights-dropped"]["evidence"]["examples"] == ["input_norm.weight"]

@@ -26,13 +26,11 @@ def render(report: dict) -> str:
         if f["fix"]:
             lines.append(f"        fix: {f['fix']}")
     fixable = report["fixable"]
-    if fixable["renames"] or fixable["d2t_to_offsets"] or fixable["config_from_speculators"]:
-        lines += ["", "`eagle3scope fix` can repair: " + ", ".join(
-            part for part, on in (
-                (f"{len(fixable['renames'])} key rename(s)", fixable["renames"]),
-                ("d2t absolute ids -> offsets", fixable["d2t_to_offsets"]),
-                ("speculators config -> SGLang config", fixable["config_from_speculators"]),
-            ) if on)]
+    repairs = [f"{len(fixable['renames'])} key rename(s)"] if fixable["renames"] else []
+    repairs += ["d2t absolute ids -> offsets"] if fixable["d2t_to_offsets"] else []
+    repairs += [f"config.json: {edit}" for edit in fixable["config_edits"]]
+    if repairs:
+        lines += ["", "`eagle3scope fix` can repair: " + "; ".join(repairs)]
     for why in report["refusals"]:
         lines.append(f"fix would refuse: {why}")
     return "\n".join(lines)

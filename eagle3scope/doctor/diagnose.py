@@ -48,8 +48,8 @@ class Diagnosis:
     sglang_version: str
     layout: LoaderLayout
     findings: list[Finding] = field(default_factory=list)
-    config: dict | None = None  # the config SGLang reads (converted from speculators format if needed)
-    config_converted: bool = False
+    config: dict | None = None  # the config SGLang will read once fix's config edits are applied
+    config_edits: list[str] = field(default_factory=list)  # what fix changes in config.json, and why
     mappings: dict[str, Mapping] = field(default_factory=dict)  # per checkpoint name, after fix's renames
     renames: dict[str, str] = field(default_factory=dict)  # checkpoint name -> name this release loads
     unmappable: list[str] = field(default_factory=list)
@@ -72,7 +72,7 @@ class Diagnosis:
             "tensors": len(self.checkpoint.tensors),
             "findings": [f.to_dict() for f in self.findings],
             "fixable": {"renames": self.renames, "d2t_to_offsets": self.d2t_offsets is not None,
-                        "config_from_speculators": self.config_converted},
+                        "config_edits": self.config_edits},
             "refusals": self.refusals,
         }
 
@@ -195,13 +195,21 @@ def _check_config(dx: Diagnosis) -> None:
         if converted is None:
             dx.refusals.append(f"the speculators config cannot be converted: {why}")
             return
-        dx.config, dx.config_converted = converted, True
+        dx.config = converted
+        dx.config_edits.append("speculators format -> SGLang LlamaForCausalLMEagle3 config (aux ids "
+                               f"{config.get('eagle_aux_hidden_state_layer_ids')} -> "
+                               f"{converted['eagle_config'].get('eagle_aux_hidden_state_layer_ids')})")
         return
     dx.config = config
     archs = config.get("architectures") or []
     if SGLANG_DRAFT_CLASS not in archs:
         dx.add("architecture", "warning", f"architectures is {archs}, not [{SGLANG_DRAFT_CLASS}]",
                {"architectures": archs}, f"The doctor models {SGLANG_DRAFT_CLASS}; other draft classes load differently.")
+    flags = [f for f in ("norm_before_fc", "fc_norm", "use_aux_norm") if config.get(f) or (config.get("eagle_config") or {}).get(f)]
+    if flags and not dx.layout.fc_norms:
+        dx.add("eagle-config-ignored", "error", f"SGLang {dx.sglang_version} ignores {', '.join(flags)}",
+               {"flags": flags, "loader": dx.layout.label},
+               "The draft was trained with normalised aux states that this release does not apply: use SGLang 0.5.12+.")
     if dx.layout.single_layer_only and config.get("num_hidden_layers", 1) != 1:
         dx.add("multi-layer-draft", "error", f"SGLang {dx.sglang_version} supports one draft decoder layer only",
                {"num_hidden_layers": config.get("num_hidden_layers")}, "Use SGLang 0.5.12 or newer.")
@@ -402,6 +410,16 @@ def _check_aux_layers(dx: Diagnosis, target: dict | None) -> None:
     cfg = dx.config
     eagle = cfg.get("eagle_config")
     n = (target or {}).get("num_hidden_layers")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if top is not None and (not eagle or eagle.get("eagle_aux_hidden_state_layer_ids") is None):
+        # 0.5.23 spec_aux_hidden_state.py reads only eagle_config[...] (a bare except falls back to defaults)
+        dx.add("aux-layers-mismatch", "error", "Aux layer ids are at the top level of config.json, where SGLang ignores them",
+               {"top_level_ids": top, "eagle_config": eagle, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
+               "`eagle3scope fix` moves them into eagle_config.eagle_aux_hidden_state_layer_ids.")
+        eagle = {**(eagle or {}), "eagle_aux_hidden_state_layer_ids": list(top)}
+        dx.config = {**{k: v for k, v in cfg.items() if k != "eagle_aux_hidden_state_layer_ids"}, "eagle_config": eagle}
+        dx.config_edits.append(f"eagle_aux_hidden_state_layer_ids {top} moved into eagle_config")
+        cfg = dx.config
     if not eagle or eagle.get("eagle_aux_hidden_state_layer_ids") is None:
         dx.add("aux-layers-mismatch", "warning", "No eagle_config.eagle_aux_hidden_state_layer_ids: SGLang uses its default",
                {"eagle_config": eagle, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},

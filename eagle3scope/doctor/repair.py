@@ -27,7 +27,8 @@ from eagle3scope.doctor.checkpoint import (
 from eagle3scope.doctor.diagnose import Diagnosis, diagnose
 
 #: Error findings that the copy repairs (when the diagnosis found a certain repair for them).
-REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "config-speculators-format", "d2t-absolute"}
+REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "config-speculators-format", "d2t-absolute",
+              "aux-layers-mismatch"}
 _NP_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8"}
 
 
@@ -45,7 +46,8 @@ class FixResult:
 
 def _unrepaired(dx: Diagnosis) -> list[str]:
     repairs = {"weights-dropped": not dx.unmappable, "weights-crash": not dx.unmappable,
-               "weights-unwritten": not dx.unmappable, "config-speculators-format": dx.config_converted,
+               "weights-unwritten": not dx.unmappable, "config-speculators-format": bool(dx.config_edits),
+               "aux-layers-mismatch": bool(dx.config_edits),
                "d2t-absolute": dx.d2t_offsets is not None}
     return [f"{f.id}: {f.title}" for f in dx.findings
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
@@ -109,12 +111,8 @@ def _write_copy(dx: Diagnosis, src: Path, tmp: Path, changes: list[str]) -> dict
         index = dict(ckpt.index)
         index["weight_map"] = {dx.renames.get(n, n): f for n, f in ckpt.index["weight_map"].items()}
         (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2))
-    config = dx.config if dx.config_converted else ckpt.config
-    if dx.config_converted:
-        changes.append("config.json: speculators format -> SGLang LlamaForCausalLMEagle3 config "
-                       f"(aux ids {ckpt.config.get('eagle_aux_hidden_state_layer_ids')} -> "
-                       f"{config['eagle_config'].get('eagle_aux_hidden_state_layer_ids')})")
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    changes += [f"config.json: {edit}" for edit in dx.config_edits]
+    (tmp / "config.json").write_text(json.dumps(dx.config if dx.config_edits else ckpt.config, indent=2))
     for path in tmp.iterdir():
         if path.is_file():
             with open(path, "rb") as f:
