@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV ?= .venv
 CACHE ?= $(HOME)/.cache/eagle3scope
 
-.PHONY: venv engine-env models demo test test-fast
+.PHONY: venv engine-env models wheels demo test test-fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,13 +15,17 @@ venv: $(VENV)/.installed
 engine-env:
 	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-engine-env.sh
 
+# SGLang wheels of the compat-table releases, for tests/test_compat_static.py (best effort: offline skips).
+wheels: venv
+	-EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-sglang-wheels.sh
+
 models: venv engine-env
 	$(VENV)/bin/eagle3scope demo --prepare-only
 
 demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo
 
-test: venv engine-env models
+test: venv engine-env models wheels
 	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv

@@ -11,13 +11,11 @@ from __future__ import annotations
 import inspect
 import time
 
-from eagle3scope_shim import loadreport
+from eagle3scope_shim import loadreport, seams
 from eagle3scope_shim.state import STATE, Rewrite, Step, around, record_event, requested_endpoint, snap
 
 _now = time.perf_counter_ns
 
-#: v1 EagleVerifyOutput's per-request accepted-draft list (bonus excluded), renamed twice.
-_V1_COUNT_FIELDS = ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu")
 
 
 # -- process: the scheduler of TP rank 0 publishes ----------------------------------------------
@@ -138,8 +136,9 @@ def _observe_verify_v2(step, result):
 def _observe_verify_v1(step, result):
     """v1 per-request counts EXCLUDE the bonus and are a CPU list already; ``verified_id`` is packed."""
     out = result[1]
-    counts = next(getattr(out, f) for f in _V1_COUNT_FIELDS if hasattr(out, f))
-    step.verify = ("v1", list(counts), _keep(step, out.verified_id))
+    counts = next(getattr(out, f) for f in seams.V1_COUNT_FIELDS if hasattr(out, f))
+    tokens = next(getattr(out, f) for f in seams.V1_TOKEN_FIELDS if hasattr(out, f))
+    step.verify = ("v1", list(counts), _keep(step, tokens))
 
 
 def make_draft(seam):

@@ -86,6 +86,28 @@ ADAPTERS: tuple[Adapter, ...] = (
     )),
 )
 
+#: v1 ``EagleVerifyOutput``'s per-request accepted drafts (bonus excluded), renamed at 0.5.11/0.5.12.
+V1_COUNT_FIELDS = ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu")
+#: v1 ``EagleVerifyOutput``'s accepted tokens incl. bonus, packed over requests (renamed at 0.5.12).
+V1_TOKEN_FIELDS = ("verified_id", "accept_tokens")
+
+_SPEC_DATA = ("sglang.srt.speculative.eagle_utils", "sglang.srt.speculative.eagle_info")
+_RESULT = ("sglang.srt.managers.utils",)
+
+#: Data-class fields the hook bodies read, per adapter: (modules, class, fields of which one must exist).
+FIELDS: dict[str, tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...]] = {
+    "v1": (
+        (_SPEC_DATA, "EagleVerifyInput", ("draft_token",)),
+        (_SPEC_DATA, "EagleVerifyOutput", V1_TOKEN_FIELDS),
+        (_SPEC_DATA, "EagleVerifyOutput", V1_COUNT_FIELDS),
+    ),
+    "v2": (
+        (_SPEC_DATA, "EagleVerifyInput", ("draft_token",)),
+        (_RESULT, "GenerationBatchResult", ("accept_lens",)),
+        (_RESULT, "GenerationBatchResult", ("next_token_ids",)),
+    ),
+}
+
 Lookup = Callable[[str, str], bool]
 
 
@@ -110,7 +132,8 @@ def module_file(root: str, module: str) -> str | None:
 
 
 def definitions(source: bytes) -> frozenset[str]:
-    """Qualified names defined at module level and directly in top-level classes."""
+    """Qualified names defined at module level and directly in top-level classes (methods and
+    annotated fields)."""
     tree = ast.parse(source)
     names: set[str] = set()
     for node in tree.body:
@@ -121,6 +144,8 @@ def definitions(source: bytes) -> frozenset[str]:
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     names.add(f"{node.name}.{item.name}")
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(f"{node.name}.{item.target.id}")  # dataclass field
     return frozenset(names)
 
 
