@@ -279,7 +279,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
             "passes_draft_extend": not graphs,
             "device_timings": False,
         },
-        "control": None,
+        "control": None if STATE.control is None else STATE.control.endpoint,
         "seams": dict(STATE.seam_status),
     }
 

@@ -97,6 +97,8 @@ class ShimState:
         self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None
         self._capture_key = None
+        self.control = None  # eagle3scope_shim.control.Control when the control channel is open
+        self.control_applying = False  # a control change is calling set_eagle3_layers_to_capture
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
@@ -195,11 +197,11 @@ def snap(tensor):
     if tensor is None:
         return None
     if tensor.device.type == "cpu":
-        return tensor.detach().clone()
+        return tensor.clone()
     import torch
 
     buf = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=tensor.device.type == "cuda")
-    buf.copy_(tensor.detach(), non_blocking=True)
+    buf.copy_(tensor, non_blocking=True)
     return buf
 
 

@@ -1,0 +1,179 @@
+"""Aux-layer ids: how SGLang turns configured ids into captured layers, what is safe, and presets.
+
+Configured ids are what ``eagle_config.eagle_aux_hidden_state_layer_ids`` and ``aux set`` take.
+SGLang captures the *input* of layer ``c`` (the output of layer ``c - 1``) for each captured index
+``c``, and derives ``c`` from a configured id by a per-family rule (sglang-compat.md D5):
+
+``"+1"``
+    ``c = id + 1`` (Llama, Qwen, most families); the release's *default* list ``[2, n//2, n-3]``
+    is used as captured indices as is (no ``+1``).
+``"+1-if-first-1"``
+    DeepseekV2 / GLM4-MoE-lite / Kimi-K2.5 from 0.5.13: ``+1`` only when the first id is 1.
+``"none"``
+    ids are captured indices.
+
+A captured index past the last layer never matches, fewer states reach the draft's ``fc`` and the
+scheduler dies on the first request; duplicates do the same. SGLang concatenates the captured
+states in layer order whatever the list order, so ids must be ascending. Pure functions only:
+the shim validates with them and the CLI/TUI build their preset lists with them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+RULES = ("+1", "+1-if-first-1", "none")
+
+#: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
+#: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
+_PLUS_ONE = (
+    "ApertusForCausalLM", "BailingMoEForCausalLM", "ExaoneMoEForCausalLM", "Gemma3ForCausalLM",
+    "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "Glm4MoeForCausalLM",
+    "Glm5NextForConditionalGeneration", "GptOssForCausalLM", "LlamaForCausalLM", "Phi3ForCausalLM",
+    "LongcatFlashForCausalLM", "MiniMaxM2ForCausalLM", "MiniMaxM3SparseForCausalLM",
+    "MiniMaxM3SparseForConditionalGeneration", "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration",
+    "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Qwen3VLForConditionalGeneration", "Qwen3_5ForCausalLM", "MistralForCausalLM",
+)
+_DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration")
+#: Wrappers that forward the call to ``self.language_model`` (the rule is the inner model's).
+DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration")
+
+
+class LayerError(ValueError):
+    """A layer list SGLang cannot capture safely; the message says why."""
+
+
+def family_rule(class_name: str, sglang_version: str | None = None) -> str | None:
+    """The rule for a target class, or None when its family is unknown to eagle3scope."""
+    if class_name in _PLUS_ONE:
+        return "+1"
+    if class_name in _DEEPSEEK:
+        m = re.match(r"(\d+)\.(\d+)\.(\d+)", sglang_version or "")
+        if m and tuple(map(int, m.groups())) < (0, 5, 13):
+            return "+1"
+        return "+1-if-first-1"
+    return None
+
+
+def captured_for(ids: list[int] | None, rule: str, num_layers: int) -> list[int]:
+    """The captured layer indices SGLang derives from configured ``ids`` (None = its default)."""
+    if ids is None:
+        return default_capture(num_layers)
+    if rule == "+1" or (rule == "+1-if-first-1" and ids and ids[0] == 1):
+        return [i + 1 for i in ids]
+    if rule in ("none", "+1-if-first-1"):
+        return list(ids)
+    raise LayerError(f"unknown id rule {rule!r}")
+
+
+def ids_for(captured: list[int], rule: str) -> list[int] | None:
+    """Configured ids that make SGLang capture ``captured`` (None when no ids can)."""
+    if rule == "+1":
+        return [c - 1 for c in captured]
+    if rule == "none" or (rule == "+1-if-first-1" and captured and captured[0] != 1):
+        return list(captured)
+    return None  # "+1-if-first-1" cannot start a capture at layer 1
+
+
+def default_capture(num_layers: int) -> list[int]:
+    """SGLang's default aux layers (captured indices, no +1): ``[2, n//2, n-3]``."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def check_layers(layers, *, num_layers: int, expected: int | None, rule: str | None, first_layer: int = 0) -> list[int]:
+    """Validate configured ids; return the captured indices or raise :class:`LayerError`.
+
+    ``expected`` is how many states the draft's ``fc`` takes (``fc.in / hidden``); ``first_layer``
+    the first layer this (pipeline) rank holds.
+    """
+    if rule is None:
+        raise LayerError("unknown model family: eagle3scope does not know how this target maps aux ids")
+    if not isinstance(layers, (list, tuple)) or not all(type(x) is int for x in layers):
+        raise LayerError(f"layer ids must be a list of integers, got {layers!r}")
+    layers = list(layers)
+    if expected is not None and len(layers) != expected:
+        raise LayerError(f"the draft's fc takes {expected} aux states, got {len(layers)} ids {layers}")
+    if not layers:
+        raise LayerError("no layer ids")
+    if len(set(layers)) != len(layers):
+        raise LayerError(f"duplicate ids {layers}: SGLang captures each layer once, so fc would get too few states")
+    if layers != sorted(layers):
+        raise LayerError(f"ids {layers} are not ascending: SGLang concatenates the states in layer order anyway")
+    if layers[0] < 0:
+        raise LayerError(f"negative id in {layers}: SGLang never matches it, so fc would get too few states")
+    captured = captured_for(layers, rule, num_layers)
+    bad = [(i, c) for i, c in zip(layers, captured) if not first_layer <= c <= num_layers - 1]
+    if bad:
+        i, c = bad[0]
+        where = f"layers {first_layer}..{num_layers - 1}"
+        raise LayerError(
+            f"id {i} makes SGLang capture the input of layer {c} ({rule} rule), but the target has {where}: "
+            "the scheduler would crash on the first request"
+        )
+    return captured
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    label: str
+    layers: list | None
+    captured: list | None
+    available: bool
+    reason: str = ""
+    same_as: str | None = None  # an earlier preset that captures the same layers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Preset":
+        return cls(**{k: data.get(k) for k in ("name", "label", "layers", "captured", "available", "reason", "same_as")})
+
+
+def presets(num_layers: int, expected: int | None, rule: str | None, configured: list | None, *,
+            custom: list | None = None, first_layer: int = 0) -> list[Preset]:
+    """Every preset for this target and draft, unavailable ones with the reason.
+
+    ``configured``: the draft's own ids; ``custom``: a user list (omitted when None).
+    """
+    n = num_layers
+    candidates: list[tuple[str, str, list | None, str]] = []
+    shifted = None if configured is None else list(configured)
+    candidates.append(("configured", "the draft's configured ids", shifted, "the draft config names no ids"))
+    default = None if rule is None else ids_for(default_capture(n), rule)
+    candidates.append(("sglang-default", f"SGLang's default: captures {default_capture(n)} (no +1)", default,
+                       "no configured ids reproduce SGLang's default under this family's rule"))
+    for delta, name in ((-1, "configured-1"), (+1, "configured+1")):
+        ids = None if configured is None else [i + delta for i in configured]
+        candidates.append((name, f"configured ids shifted by {delta:+d}", ids, "the draft config names no ids"))
+    candidates.append(("specforge-default", "SpecForge default [1, n//2-1, n-4] (output of layer i)", [1, n // 2 - 1, n - 4], ""))
+    candidates.append(("speculators-default", "speculators default [2, n//2, n-3] (input of layer i)", [2, n // 2, n - 3], ""))
+    if custom is not None:
+        candidates.append(("custom", "custom list", list(custom), ""))
+    out: list[Preset] = []
+    seen: dict[tuple, str] = {}
+    for name, label, ids, missing in candidates:
+        if ids is None:
+            out.append(Preset(name, label, None, None, False, missing))
+            continue
+        try:
+            captured = check_layers(ids, num_layers=n, expected=expected, rule=rule, first_layer=first_layer)
+        except LayerError as exc:
+            out.append(Preset(name, label, ids, None, False, str(exc)))
+            continue
+        key = tuple(captured)
+        out.append(Preset(name, label, ids, captured, True, "", seen.get(key)))
+        seen.setdefault(key, name)
+    return out
+
+
+def parse_ids(text: str) -> list[int]:
+    """``"1,3,4"`` / ``"1 3 4"`` / ``"[1, 3, 4]"`` -> [1, 3, 4]."""
+    parts = [p for p in re.split(r"[\s,]+", text.strip().strip("[]")) if p]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise LayerError(f"not a list of integers: {text!r}") from None

@@ -1,0 +1,369 @@
+"""The control channel inside SGLang: change the target's aux layers live, between steps.
+
+A ZeroMQ REP socket on loopback (``EAGLE3SCOPE_CONTROL``), guarded by the token in the 0600 file
+named by ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (protocol: :mod:`eagle3scope.control.protocol`). It
+starts only in the scheduler of TP rank 0, after the publisher, and refuses to start (logged)
+when the token file is missing, empty or readable by others, or the endpoint is not loopback.
+
+The REP thread never touches the model: it validates a ``set`` (token, known command, ids within
+the target after the family's +1 rule, as many as the draft's ``fc`` takes) and queues it. The
+scheduler thread applies it in :meth:`Control.apply_pending`, called at the start of the next
+EAGLE worker step, through the target's own ``set_eagle3_layers_to_capture``; the outcome goes
+out as a ``config`` event (origin ``control``, ``request_id``) and back to the waiting requester.
+Changes that could not take effect are refused up front with the reason: CUDA graphs captured
+with the old set, tensor or pipeline parallelism (other ranks hold their own copy or the last
+layers), a release whose method takes no ids, an unknown model family, capture switched off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+import uuid
+from collections import OrderedDict
+
+import zmq
+
+from eagle3scope.control import layers as aux_layers
+from eagle3scope.control.protocol import (
+    DEFAULT_WAIT_S,
+    ENV_CONTROL,
+    ENV_TOKEN_FILE,
+    MAX_MESSAGE_BYTES,
+    ProtocolError,
+    check_request,
+    pack,
+    refusal,
+    unpack,
+)
+from eagle3scope.control.token import TokenError, read_token, tokens_equal
+from eagle3scope_shim.publisher import is_loopback, resolve_bind_endpoint
+from eagle3scope_shim.state import STATE, endpoint_for_dp_rank
+
+log = logging.getLogger("eagle3scope")
+
+#: Model-runner attributes that hold captured CUDA graphs in some release.
+_GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", "prefill_cuda_graph_runner",
+                "piecewise_cuda_graph_runner")
+_KEEP_OUTCOMES = 64
+
+
+class Facts:
+    """What validation needs, gathered once at startup on the scheduler thread."""
+
+    def __init__(self) -> None:
+        self.target = None  # the model whose set_eagle3_layers_to_capture SGLang called
+        self.inner = None  # the model that owns ``.model.layers_to_capture`` (after delegation)
+        self.family: str | None = None
+        self.rule: str | None = None
+        self.num_layers = 0
+        self.expected: int | None = None
+        self.configured: list | None = None
+        self.draft_path: str | None = None
+        self.first_layer = 0
+        self.why_not = ""  # non-empty: every set is refused with this reason
+
+
+def _ids(value):
+    return None if value is None else [int(x) for x in value]
+
+
+def _defining_class(model) -> type | None:
+    for cls in type(model).__mro__:
+        if "set_eagle3_layers_to_capture" in cls.__dict__:
+            return cls
+    return None
+
+
+def gather(scheduler) -> Facts:
+    """Facts about this process's target and draft; ``why_not`` names the first blocker."""
+    from importlib.metadata import version
+
+    facts = Facts()
+    sa = getattr(scheduler, "server_args", None)
+    facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
+    if not STATE.workers:
+        facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
+        return facts
+    kind, worker, target, draft = STATE.workers[-1]
+    facts.target = inner = target
+    while type(inner).__name__ in aux_layers.DELEGATES and hasattr(inner, "language_model"):
+        inner = inner.language_model
+    facts.inner = inner
+    cfg = getattr(inner, "config", None)
+    cfg = getattr(cfg, "text_config", None) or cfg
+    facts.num_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+    dcfg = draft.config
+    eagle = getattr(dcfg, "eagle_config", None)
+    eagle = eagle if isinstance(eagle, dict) else (vars(eagle) if eagle is not None else {})
+    facts.configured = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"))
+    fc = getattr(getattr(getattr(draft, "model", None), "fc", None), "weight", None)
+    hidden = int(getattr(dcfg, "target_hidden_size", None) or getattr(cfg, "hidden_size", 0) or 0)
+    if fc is not None and hidden:
+        facts.expected = int(fc.shape[1]) // hidden
+    facts.first_layer = int(getattr(getattr(inner, "model", None), "start_layer", 0) or 0)
+    cls = _defining_class(inner)
+    facts.family = cls.__name__ if cls is not None else type(inner).__name__
+    facts.rule = aux_layers.family_rule(facts.family, version("sglang"))
+    facts.why_not = _blocker(facts, sa, worker, cls)
+    return facts
+
+
+def _blocker(facts: Facts, sa, worker, cls) -> str:
+    if cls is None:
+        return f"{type(facts.inner).__name__} has no set_eagle3_layers_to_capture in this release"
+    if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
+        return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
+    if facts.rule is None:
+        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids (sglang-compat.md D5)"
+    for call in STATE.aux_calls:  # what SGLang did at startup must match the rule we apply
+        if call["requested"] is not None and call["on"]:
+            predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
+            if predicted != call["captured"]:
+                return (f"SGLang captured {call['captured']} for ids {call['requested']}, not {predicted} as the "
+                        f"{facts.rule} rule of {facts.family} predicts: unknown id semantics")
+    if facts.expected is None:
+        return "the draft has no fc layer: it takes no aux states"
+    tp, pp = int(getattr(sa, "tp_size", 1) or 1), int(getattr(sa, "pp_size", 1) or 1)
+    if pp > 1 or not getattr(getattr(facts.inner, "pp_group", None), "is_last_rank", True):
+        return (f"pipeline parallelism (pp_size {pp}): the aux capture lives on the last pipeline rank, which "
+                "this channel does not reach")
+    if tp > 1:
+        return f"tensor parallelism (tp_size {tp}): each rank holds its own capture list and only rank 0 is reachable"
+    runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
+    graphs = [a for a in _GRAPH_ATTRS if getattr(runner, a, None) is not None]
+    device = str(getattr(sa, "device", "") or "")
+    if graphs or (device not in ("", "cpu") and not getattr(sa, "disable_cuda_graph", False)):
+        return ("CUDA graphs were captured with the current aux set and replay ignores a new one; write the ids "
+                "with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live")
+    return ""
+
+
+class Control:
+    """The REP server thread plus the queue the scheduler thread drains."""
+
+    def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
+        self.requested = endpoint
+        self.endpoint: str | None = None
+        self.facts = facts
+        self._token = token
+        self._cond = threading.Condition()
+        self._pending: dict | None = None
+        self._outcomes: OrderedDict[str, dict] = OrderedDict()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._sock = None
+        self._ctx = None
+        self.refused_tokens = 0
+        calls = STATE.aux_calls
+        self.current = calls[-1]["requested"] if calls else facts.configured
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.REP)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        try:
+            sock.bind(self.requested)
+        except zmq.ZMQError:
+            sock.close(0)
+            self._ctx.term()
+            raise
+        self._sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT) or self.requested
+        self._thread = threading.Thread(target=self._run, name="eagle3scope-control", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        sock = self._sock
+        try:
+            while not self._stop:
+                if not sock.poll(200):
+                    continue
+                try:
+                    data = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
+                try:
+                    reply = self.handle(data)
+                except Exception as exc:  # never let a request kill the channel
+                    reply = refusal(f"internal error: {type(exc).__name__}: {exc}")
+                sock.send(pack(reply))
+        finally:
+            sock.close(0)
+            self._ctx.term()
+
+    # -- requests (REP thread) ------------------------------------------------------------------
+    def handle(self, data: bytes) -> dict:
+        try:
+            req = unpack(data)
+        except ProtocolError as exc:
+            return refusal(str(exc))
+        if not tokens_equal(req.get("token"), self._token):
+            self.refused_tokens += 1
+            log.warning("eagle3scope: control request with a wrong token refused (%d so far)", self.refused_tokens)
+            return refusal("wrong token: read it from the server's EAGLE3SCOPE_CONTROL_TOKEN_FILE")
+        try:
+            cmd = check_request(req)
+        except ProtocolError as exc:
+            return refusal(str(exc))
+        if cmd == "list":
+            return self.describe()
+        return self._set(req)
+
+    def _capture(self) -> tuple[bool, list[int]]:
+        inner = self.facts.inner
+        return (bool(getattr(inner, "capture_aux_hidden_states", False)),
+                _ids(getattr(getattr(inner, "model", None), "layers_to_capture", None) or []))
+
+    def describe(self) -> dict:
+        f = self.facts
+        on, captured = self._capture()
+        pending = self._pending
+        return {
+            "ok": True,
+            "configured": f.configured,
+            "current": self.current,
+            "captured": captured,
+            "capture_on": on,
+            "num_layers": f.num_layers,
+            "expected": f.expected,
+            "rule": f.rule,
+            "family": f.family,
+            "draft_path": f.draft_path,
+            "changeable": not f.why_not and on,
+            "why_not": f.why_not or ("" if on else _CAPTURE_OFF),
+            "pending": None if pending is None else pending["id"],
+            "presets": [p.to_dict() for p in aux_layers.presets(f.num_layers, f.expected, f.rule, f.configured,
+                                                                  first_layer=f.first_layer)],
+        }
+
+    def _set(self, req: dict) -> dict:
+        f = self.facts
+        rid = req.get("id") or uuid.uuid4().hex[:12]
+        layers = req.get("layers")
+        reason = f.why_not or ("" if self._capture()[0] else _CAPTURE_OFF)
+        captured = None
+        if not reason:
+            try:
+                captured = aux_layers.check_layers(layers, num_layers=f.num_layers, expected=f.expected, rule=f.rule,
+                                                   first_layer=f.first_layer)
+            except aux_layers.LayerError as exc:
+                reason = str(exc)
+        if reason:
+            self._publish(layers if isinstance(layers, list) else None, None, False, reason, rid)
+            return refusal(reason, id=rid)
+        entry = {"id": rid, "layers": list(layers), "captured": captured}
+        with self._cond:
+            superseded, self._pending = self._pending, entry
+        if superseded is not None:
+            self._finish(superseded, refusal(f"superseded by request {rid} before any step ran", id=superseded["id"]),
+                         superseded["layers"])
+        wait = float(req.get("wait_s", DEFAULT_WAIT_S))
+        with self._cond:
+            self._cond.wait_for(lambda: rid in self._outcomes, timeout=wait)
+            outcome = self._outcomes.get(rid)
+        if outcome is not None:
+            return outcome
+        return {"ok": True, "status": "queued", "id": rid, "layers": entry["layers"], "captured": captured}
+
+    # -- applying (scheduler thread) ------------------------------------------------------------
+    def apply_pending(self) -> None:
+        """Apply a queued ``set``; called by the step hook before SGLang's step runs. Never raises."""
+        if self._pending is None:
+            return
+        with self._cond:
+            entry, self._pending = self._pending, None
+        if entry is None:
+            return
+        try:
+            outcome = self._apply(entry)
+        except Exception as exc:
+            outcome = refusal(f"internal error: {type(exc).__name__}: {exc}", id=entry["id"])
+        self._finish(entry, outcome, entry["layers"])
+
+    def _apply(self, entry: dict) -> dict:
+        f, layers, previous = self.facts, entry["layers"], self.current
+        STATE.control_applying = True
+        try:
+            try:
+                f.target.set_eagle3_layers_to_capture(list(layers))
+            except Exception as exc:
+                f.target.set_eagle3_layers_to_capture(previous)
+                return refusal(f"SGLang raised {type(exc).__name__}: {exc}; restored {previous}", id=entry["id"])
+            on, captured = self._capture()
+            if not on or captured != entry["captured"]:
+                f.target.set_eagle3_layers_to_capture(previous)
+                return refusal(f"SGLang captured {captured} (on={on}) for {layers}, expected {entry['captured']}; "
+                               f"restored {previous}", id=entry["id"])
+        finally:
+            STATE.control_applying = False
+        self.current = list(layers)
+        log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", layers, captured, entry["id"])
+        return {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
+
+    def _finish(self, entry: dict, outcome: dict, layers) -> None:
+        applied = bool(outcome.get("ok"))
+        self._publish(layers, outcome.get("captured"), applied, outcome.get("error", ""), entry["id"])
+        with self._cond:
+            self._outcomes[entry["id"]] = outcome
+            while len(self._outcomes) > _KEEP_OUTCOMES:
+                self._outcomes.popitem(last=False)
+            self._cond.notify_all()
+
+    def _publish(self, layers, captured, applied: bool, reason: str, rid: str) -> None:
+        pub = STATE.publisher
+        if pub is not None:
+            pub.submit("config", {"layers": layers, "captured": captured, "applied": applied, "reason": reason,
+                                  "origin": "control", "request_id": rid})
+
+
+_CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is false); switching capture on "
+                "live is not supported")
+
+
+def start(scheduler, dp_rank: int) -> Control | None:
+    """Open the channel when the environment asks for it; every refusal to start is logged.
+    Never raises: the publisher's startup must go on whatever happens here."""
+    try:
+        return _start(scheduler, dp_rank)
+    except Exception as exc:
+        log.warning("eagle3scope: control channel not started: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _start(scheduler, dp_rank: int) -> Control | None:
+    endpoint = os.environ.get(ENV_CONTROL, "").strip()
+    if not endpoint:
+        return None
+    token_file = os.environ.get(ENV_TOKEN_FILE, "").strip()
+    if not token_file:
+        log.warning("eagle3scope: control channel not started: %s is set but %s is not", ENV_CONTROL, ENV_TOKEN_FILE)
+        return None
+    try:
+        token = read_token(token_file)
+        endpoint = resolve_bind_endpoint(endpoint_for_dp_rank(endpoint, dp_rank))
+    except (TokenError, ValueError) as exc:
+        log.warning("eagle3scope: control channel not started: %s", exc)
+        return None
+    if not is_loopback(endpoint):
+        log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
+        return None
+    control = Control(endpoint, token, gather(scheduler))
+    try:
+        control.start()
+    except zmq.ZMQError as exc:
+        log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
+        return None
+    STATE.control = control
+    blocked = control.facts.why_not
+    log.info("eagle3scope: control channel on %s%s", control.endpoint, f" (changes refused: {blocked})" if blocked else "")
+    return control
