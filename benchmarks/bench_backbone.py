@@ -36,6 +36,18 @@ def per_op_us(fn, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
+def best_of(repeats: int, fn, *args) -> dict:
+    """Run ``fn`` ``repeats`` times; keep the best of each figure (the machine is shared and noisy)."""
+    runs = [fn(*args) for _ in range(repeats)]
+    best = dict(runs[-1])
+    for key in best:
+        if key.endswith("_us"):
+            best[key] = min(r[key] for r in runs)
+        elif key.endswith("_per_s"):
+            best[key] = max(r[key] for r in runs)
+    return best
+
+
 def bench_publish(bs: int, n: int) -> dict:
     """Hot-path submit alone, then the thread's encode+send (a subscriber connected)."""
     body = step_body(1, bs=bs)
@@ -128,6 +140,7 @@ def bench_record(bs: int, n: int, tmp: Path) -> dict:
     """Recorder: SessionWriter.add on already-received frames, and decode+add (its per-frame work)."""
     raws = list(session_frames(n, bs=bs, heartbeat_every=0))
     frames = [decode_frame(r) for r in raws]
+    tmp = Path(tempfile.mkdtemp(dir=tmp))  # a fresh directory per run
     path = tmp / f"rec-{bs}.e3s"
     start = time.perf_counter()
     with SessionWriter(path) as writer:
@@ -203,24 +216,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000, help="steps per throughput measurement")
     parser.add_argument("--seek-steps", type=int, default=1_000_000)
     parser.add_argument("--seeks", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs; the best of each is printed")
     args = parser.parse_args()
-    print(f"python {sys.version.split()[0]}, zmq {zmq.zmq_version()}, {os.cpu_count()} cpus")
+    print(f"python {sys.version.split()[0]}, zmq {zmq.zmq_version()}, {os.cpu_count()} cpus, "
+          f"load average {os.getloadavg()[0]:.1f}; best of {args.repeats} runs")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for bs in (1, 64):
             n = args.n if bs == 1 else max(1000, args.n // 16)
-            pub = bench_publish(bs, n)
+            pub = best_of(args.repeats, bench_publish, bs, n)
             print(f"publish bs={bs:<2}: submit (hot path) {pub['submit_us']:.2f} us/step; encode+send "
                   f"{pub['encode_send_us']:.1f} us/step; publisher thread drain {pub['thread_drain_us']:.1f} us/step; "
                   f"frame {pub['frame_bytes']} B")
         for bs in (1, 64):
             n = args.n if bs == 1 else max(1000, args.n // 16)
-            ing = bench_ingest(bs, n)
+            ing = best_of(args.repeats, bench_ingest, bs, n)
             print(f"ingest  bs={bs:<2}: decode {ing['decode_steps_per_s']:,.0f} steps/s; recv+decode (Subscriber) "
                   f"{ing['recv_decode_steps_per_s']:,.0f} steps/s ({ing['received']}/{n} received)")
         for bs in (1, 64):
             n = args.n * 2 if bs == 1 else max(1000, args.n // 8)
-            rec = bench_record(bs, n, tmp)
+            rec = best_of(args.repeats, bench_record, bs, n, tmp)
             print(f"record  bs={bs:<2}: write {rec['write_steps_per_s']:,.0f} steps/s; decode+write "
                   f"{rec['decode_write_steps_per_s']:,.0f} steps/s; recv+decode+write (record loop) "
                   f"{rec['loop_steps_per_s']:,.0f} steps/s; {rec['bytes_per_step']:.1f} B/step on disk "

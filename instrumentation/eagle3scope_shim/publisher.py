@@ -122,7 +122,11 @@ class Publisher:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Bind the PUB socket and start the daemon publisher thread (idempotent)."""
+        """Bind the PUB socket and start the daemon publisher thread (idempotent).
+
+        Raises ``zmq.ZMQError`` when the endpoint cannot be bound (port taken, bad path): the
+        caller decides whether to report and carry on without publishing.
+        """
         if self._thread is not None or self._closed:
             return
         self._ctx = zmq.Context()
