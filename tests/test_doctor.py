@@ -282,3 +282,36 @@ def test_norm_flags_ignored_by_old_releases(tmp_path):
     code, report = doctor(draft, "--sglang-version", "0.5.10")
     assert code == 2 and ids(report)["eagle-config-ignored"]["evidence"]["flags"] == ["norm_before_fc"]
     assert ids(report)["weights-dropped"]["evidence"]["examples"] == ["input_norm.weight"]
+
+
+def test_fix_renames_a_dropped_layer_tensor_into_its_hole(tmp_path, target):
+    """The shim test's broken draft: one layer tensor saved under a name 0.5.23 drops silently."""
+    weights = dc.tensors("layers.0.")
+    weights["decoder.mlp.down_proj.weight"] = weights.pop("layers.0.mlp.down_proj.weight")
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and ids(report)["weights-dropped"]["evidence"]["examples"] == ["decoder.mlp.down_proj.weight"]
+    assert report["fixable"]["renames"] == {"decoder.mlp.down_proj.weight": "layers.0.mlp.down_proj.weight"}
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert doctor(tmp_path / "fixed")[0] == 0
+
+
+def test_fix_strips_a_wrapper_prefix(tmp_path):
+    weights = {("module." + n if n not in ("d2t", "t2d") else n): w for n, w in dc.tensors().items()}
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and len(report["fixable"]["renames"]) == 14
+    assert report["fixable"]["renames"]["module.midlayer.self_attn.q_proj.weight"] == "layers.0.self_attn.q_proj.weight"
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert doctor(tmp_path / "fixed")[0] == 0
+
+
+def test_two_keys_for_one_hole_is_a_guess(tmp_path):
+    weights = dc.tensors()
+    down = weights.pop("midlayer.mlp.down_proj.weight")
+    weights["a.mlp.down_proj.weight"], weights["b.mlp.down_proj.weight"] = down, down.copy()
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and report["fixable"]["renames"] == {}
+    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "a.mlp.down_proj.weight" in r.output and not (tmp_path / "out").exists()

@@ -25,9 +25,6 @@ from eagle3scope.doctor.loader_layouts import (
 
 DEFAULT_SGLANG = "0.5.23"
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
-#: Prefixes training code leaves on names (DDP, torch.compile, wrappers); fix strips them.
-STRAY_PREFIXES = ("module.", "_orig_mod.", "draft_model.", "model.")
-LAYER_ALIASES = (("layers.0.", "midlayer."), ("midlayer.", "layers.0."))
 
 
 @dataclass
@@ -216,19 +213,24 @@ def _check_config(dx: Diagnosis) -> None:
 
 
 def _candidates(name: str) -> list[str]:
-    """Names a stray-prefixed or other-convention checkpoint key may have been meant as."""
+    """Names a dropped key may have been meant as: the key with leading components removed
+    (wrapper prefixes such as ``module.`` or ``draft_model.``), bare or under the decoder layer."""
+    parts = name.split(".")
     out = []
-    for prefix in STRAY_PREFIXES:
-        if name.startswith(prefix):
-            out.append(name[len(prefix):])
-    for old, new in LAYER_ALIASES:
-        for base in [name, *out]:
-            if base.startswith(old):
-                out.append(new + base[len(old):])
+    for i in range(1, len(parts) - 1):
+        rest = ".".join(parts[i:])
+        out += [rest, f"layers.0.{rest}", f"midlayer.{rest}"]
     return out
 
 
+def _slot_shape(params: dict, m: Mapping):
+    want = params.get(m.param)
+    return want.get(m.shard) if isinstance(want, dict) else want
+
+
 def _check_names(dx: Diagnosis, params: dict) -> None:
+    """Map every key as the release does; for dropped keys, find the one unfilled parameter slot
+    they fit (same shape, no other key competing for it): that is a rename fix may make."""
     layout, ckpt = dx.layout, dx.checkpoint
     written: dict[str, set] = {}
     for name in ckpt.tensors:
@@ -237,16 +239,27 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         if m.action == "param":
             written.setdefault(m.param, set()).add(m.shard)
     dropped = {n: m.action for n, m in dx.mappings.items() if m.action in ("skipped", "logged", "crash")}
+    claims: dict[tuple, list[tuple[str, Mapping]]] = {}
     for name in dropped:
+        shape = tuple(ckpt.tensors[name].shape)
+        fits = {}
         for cand in _candidates(name):
             m = map_name(layout, cand, params)
-            if m.action == "param" and m.shard not in written.get(m.param, ()):
-                dx.renames[name] = canonical_name(layout, m.param, m.shard)
-                dx.mappings[name] = m
-                written.setdefault(m.param, set()).add(m.shard)
-                break
+            if m.action == "param" and m.shard not in written.get(m.param, ()) and tuple(_slot_shape(params, m) or ()) == shape:
+                fits[(m.param, m.shard)] = m
+        if len(fits) == 1:
+            (slot, m), = fits.items()
+            claims.setdefault(slot, []).append((name, m))
         else:
             dx.unmappable.append(name)
+    for (param, shard), names in claims.items():
+        if len(names) > 1:  # two keys fit the same hole: which one is meant would be a guess
+            dx.unmappable += [n for n, _ in names]
+            continue
+        name, m = names[0]
+        dx.renames[name] = canonical_name(layout, param, shard)
+        dx.mappings[name] = m
+        written.setdefault(param, set()).add(shard)
     silent = [n for n, action in dropped.items() if action == "skipped"]
     if silent:
         dx.add("weights-dropped", "error", f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensor(s)",
