@@ -1,0 +1,357 @@
+"""Aux-layer control without the engine: id semantics and presets, token files, the shim's REP
+channel (validation, token, queueing, application between steps, concurrency) over real sockets.
+
+The target here is a stand-in with SGLang's 0.5.23 Llama semantics (``layers_to_capture = [i + 1
+for i in ids]``); the real engine is exercised in ``test_aux_engine.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from eagle3scope.control import layers as L
+from eagle3scope.control.client import ControlClient, ControlError
+from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
+from eagle3scope.control.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.demo.server import free_port
+from eagle3scope_shim import control as shim_control
+from eagle3scope_shim.state import STATE
+
+
+# -- id semantics and presets ----------------------------------------------------------------
+def test_plus_one_rule_and_range():
+    assert L.check_layers([1, 3, 4], num_layers=8, expected=3, rule="+1") == [2, 4, 5]
+    assert L.check_layers([4, 5, 6], num_layers=8, expected=3, rule="+1") == [5, 6, 7]
+    with pytest.raises(L.LayerError, match="input of layer 8"):
+        L.check_layers([5, 6, 7], num_layers=8, expected=3, rule="+1")
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([1, 3], "takes 3 aux states"),
+    ([1, 3, 3], "duplicate"),
+    ([4, 1, 3], "not ascending"),
+    ([-1, 3, 4], "negative"),
+    ([True, 3, 4], "integers"),
+    ([1.0, 3, 4], "integers"),
+    ("1,3,4", "integers"),
+    (None, "integers"),
+])
+def test_bad_lists_are_refused_with_a_reason(layers, message):
+    with pytest.raises(L.LayerError, match=message):
+        L.check_layers(layers, num_layers=8, expected=3, rule="+1")
+
+
+def test_unknown_family_and_pipeline_rank():
+    with pytest.raises(L.LayerError, match="unknown model family"):
+        L.check_layers([1, 3, 4], num_layers=8, expected=3, rule=None)
+    with pytest.raises(L.LayerError, match="layers 4..7"):
+        L.check_layers([1, 3, 4], num_layers=8, expected=3, rule="+1", first_layer=4)
+
+
+def test_deepseek_rule_adds_one_only_when_first_id_is_one():
+    assert L.family_rule("DeepseekV3ForCausalLM", "0.5.23") == "+1-if-first-1"
+    assert L.family_rule("DeepseekV2ForCausalLM", "0.5.12") == "+1"
+    assert L.family_rule("LlamaForCausalLM", "0.5.23") == "+1"
+    assert L.family_rule("SomethingNewForCausalLM", "0.5.23") is None
+    assert L.captured_for([1, 30, 58], "+1-if-first-1", 61) == [2, 31, 59]
+    assert L.captured_for([2, 30, 58], "+1-if-first-1", 61) == [2, 30, 58]
+    assert L.ids_for([2, 30, 58], "+1-if-first-1") == [2, 30, 58]
+    assert L.ids_for([1, 30, 58], "+1-if-first-1") is None
+    assert L.captured_for(None, "+1", 8) == [2, 4, 5]  # the default gets no +1
+
+
+def test_presets_for_the_aux_offset_case():
+    """Draft trained on [1, 3, 4] of an 8-layer target, served with speculators' [2, 4, 5]."""
+    by = {p.name: p for p in L.presets(8, 3, "+1", [2, 4, 5], custom=[0, 1, 2])}
+    assert list(by) == ["configured", "sglang-default", "configured-1", "configured+1", "specforge-default",
+                        "speculators-default", "custom"]
+    assert by["configured"].captured == [3, 5, 6]
+    assert by["configured-1"].layers == [1, 3, 4] and by["configured-1"].captured == [2, 4, 5]
+    assert by["sglang-default"].layers == [1, 3, 4]  # SGLang's default expressed as configured ids
+    assert by["configured-1"].same_as == "sglang-default"
+    assert by["speculators-default"].same_as == "configured"
+    assert by["configured+1"].captured == [4, 6, 7] and by["configured+1"].available
+    assert by["custom"].captured == [1, 2, 3]
+    assert all(p.available for p in by.values())
+    assert L.Preset.from_dict(by["custom"].to_dict()) == by["custom"]
+
+
+def test_presets_out_of_range_are_unavailable_with_reason():
+    by = {p.name: p for p in L.presets(4, 3, "+1", [1, 2, 3])}
+    assert not by["configured"].available and "input of layer 4" in by["configured"].reason
+    assert not by["configured+1"].available
+    assert by["configured-1"].available and by["configured-1"].captured == [1, 2, 3]
+    assert not by["sglang-default"].available and "duplicate" in by["sglang-default"].reason
+    none = {p.name: p for p in L.presets(8, 3, "+1", None)}
+    assert not none["configured"].available and "names no ids" in none["configured"].reason
+    wrong_k = {p.name: p for p in L.presets(8, 2, "+1", [1, 4])}
+    assert wrong_k["configured"].available and not wrong_k["specforge-default"].available
+
+
+def test_parse_ids():
+    assert L.parse_ids("1,3,4") == L.parse_ids(" [1, 3 ,4] ") == L.parse_ids("1 3 4") == [1, 3, 4]
+    with pytest.raises(L.LayerError):
+        L.parse_ids("1,x,4")
+
+
+# -- token files --------------------------------------------------------------------------------
+def test_token_file_created_private_and_read_back(tmp_path):
+    path = create_token_file(tmp_path / "tokens")
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    token = read_token(path)
+    assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
+    assert not tokens_equal(None, token) and not tokens_equal(123, token)
+    assert read_token(create_token_file()) != token  # a fresh one each time
+
+
+def test_token_file_refusals(tmp_path):
+    path = create_token_file(tmp_path)
+    os.chmod(path, 0o644)
+    with pytest.raises(TokenError, match="must be 0600"):
+        read_token(path)
+    with pytest.raises(TokenError, match="does not exist"):
+        read_token(tmp_path / "nope")
+    empty = tmp_path / "empty"
+    empty.write_text("short\n")
+    os.chmod(empty, 0o600)
+    with pytest.raises(TokenError, match="no usable token"):
+        read_token(empty)
+    with pytest.raises(TokenError, match="not a regular file"):
+        read_token(tmp_path)
+
+
+# -- the shim's channel -------------------------------------------------------------------------
+class _Inner:
+    """SGLang 0.5.23 ``LlamaForCausalLM.set_eagle3_layers_to_capture`` semantics."""
+
+    def __init__(self, n: int) -> None:
+        self.config = SimpleNamespace(num_hidden_layers=n)
+        self.model = SimpleNamespace(layers_to_capture=[])
+        self.capture_aux_hidden_states = False
+        self.calls = []
+        self.thread = None
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.calls.append(layer_ids)
+        self.thread = threading.current_thread()
+        n = self.config.num_hidden_layers
+        self.capture_aux_hidden_states = True
+        self.model.layers_to_capture = [2, n // 2, n - 3] if layer_ids is None else [v + 1 for v in layer_ids]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events = []
+
+    def submit(self, kind, body, finalize=None):
+        self.events.append((kind, body))
+
+
+@pytest.fixture
+def channel(tmp_path):
+    """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
+    target = _Inner(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    target.calls.clear()
+    facts = shim_control.Facts()
+    facts.target = facts.inner = target
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    token_file = create_token_file(tmp_path)
+    ctl = shim_control.Control(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl.current = [2, 4, 5]
+    recorder = _Recorder()
+    old = STATE.publisher
+    STATE.publisher = recorder
+    ctl.start()
+    try:
+        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
+    finally:
+        ctl.close()
+        STATE.publisher = old
+
+
+def test_list_reports_ids_and_presets(channel):
+    ctl, target, client, _ = channel
+    reply = client.list()
+    assert reply["configured"] == [2, 4, 5] and reply["current"] == [2, 4, 5] and reply["captured"] == [3, 5, 6]
+    assert reply["num_layers"] == 8 and reply["expected"] == 3 and reply["rule"] == "+1" and reply["changeable"]
+    assert [p["name"] for p in reply["presets"]][:4] == ["configured", "sglang-default", "configured-1", "configured+1"]
+
+
+def test_set_is_queued_then_applied_between_steps_on_the_stepping_thread(channel):
+    ctl, target, client, recorder = channel
+    reply = client.set([1, 3, 4], request_id="r1", wait_s=0)
+    assert reply["status"] == "queued" and reply["captured"] == [2, 4, 5]
+    assert target.calls == [] and target.model.layers_to_capture == [3, 5, 6]  # the REP thread touched nothing
+    stepper = threading.Thread(target=ctl.apply_pending, name="scheduler")
+    stepper.start()
+    stepper.join()
+    assert target.calls == [[1, 3, 4]] and target.thread.name == "scheduler"
+    assert target.model.layers_to_capture == [2, 4, 5]
+    kind, body = recorder.events[-1]
+    assert kind == "config" and body == {"layers": [1, 3, 4], "captured": [2, 4, 5], "applied": True, "reason": "",
+                                         "origin": "control", "request_id": "r1"}
+    assert client.list()["current"] == [1, 3, 4]
+
+
+def test_set_waits_for_the_next_step_and_reports_applied(channel):
+    ctl, target, client, _ = channel
+    stop = threading.Event()
+
+    def scheduler():
+        while not stop.is_set():
+            ctl.apply_pending()
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=scheduler)
+    thread.start()
+    try:
+        reply = client.set([3, 5, 6], wait_s=3)
+    finally:
+        stop.set()
+        thread.join()
+    assert reply["status"] == "applied" and reply["captured"] == [4, 6, 7]
+    assert target.model.layers_to_capture == [4, 6, 7]
+
+
+@pytest.mark.parametrize("message, error", [
+    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4]}, "wrong token"),
+    ({"cmd": "shutdown", "TOKEN": None}, "unknown command 'shutdown'"),
+    ({"cmd": "set", "layers": [1, 3, 4], "TOKEN": None, "force": True}, "unknown field"),
+    ({"cmd": "set", "layers": [5, 6, 7], "TOKEN": None}, "input of layer 8"),
+    ({"cmd": "set", "layers": [1, 3], "TOKEN": None}, "takes 3 aux states"),
+    ({"cmd": "set", "layers": "1,3,4", "TOKEN": None}, "integers"),
+    ({"cmd": "set", "layers": [1, 3, 4], "TOKEN": None, "wait_s": 99}, "wait_s"),
+])
+def test_refusals_have_a_reason_and_change_nothing(channel, message, error):
+    ctl, target, client, recorder = channel
+    if "TOKEN" in message:
+        message = {k: v for k, v in message.items() if k != "TOKEN"} | {"token": client.token}
+    reply = client.raw(message)
+    assert reply["ok"] is False and error in reply["error"]
+    ctl.apply_pending()
+    assert target.calls == [] and target.model.layers_to_capture == [3, 5, 6] and ctl._pending is None
+    assert client.list()["current"] == [2, 4, 5]
+    if "wrong token" not in error and "unknown" not in error and "wait_s" not in error:
+        assert recorder.events[-1][1]["applied"] is False and error in recorder.events[-1][1]["reason"]
+
+
+def test_garbage_bytes_get_a_refusal(channel):
+    ctl, target, client, _ = channel
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 3000)
+    sock.connect(ctl.endpoint)
+    sock.send(b"\xc1\xff not msgpack")
+    from eagle3scope.control.protocol import unpack
+
+    assert unpack(sock.recv())["ok"] is False
+    sock.close(0)
+    assert client.list()["ok"]
+
+
+def test_blocked_server_refuses_every_set(channel):
+    ctl, target, client, _ = channel
+    ctl.facts.why_not = "CUDA graphs were captured with the current aux set"
+    with pytest.raises(ControlError, match="CUDA graphs"):
+        client.set([1, 3, 4])
+    reply = client.list()
+    assert reply["changeable"] is False and "CUDA graphs" in reply["why_not"]
+    assert target.calls == []
+
+
+def test_newer_set_supersedes_a_queued_one(channel):
+    ctl, target, client, recorder = channel
+    client.set([1, 3, 4], request_id="old", wait_s=0)
+    client.set([3, 5, 6], request_id="new", wait_s=0)
+    ctl.apply_pending()
+    assert target.calls == [[3, 5, 6]]
+    configs = [b for k, b in recorder.events if k == "config"]
+    assert [(b["request_id"], b["applied"]) for b in configs] == [("old", False), ("new", True)]
+    assert "superseded by request new" in configs[0]["reason"]
+
+
+def test_concurrent_requests_while_stepping(channel):
+    ctl, target, client, _ = channel
+    stop = threading.Event()
+    errors = []
+
+    def scheduler():
+        while not stop.is_set():
+            ctl.apply_pending()
+            time.sleep(0.002)
+
+    def hammer(i):
+        try:
+            for j in range(10):
+                if (i + j) % 3 == 0:
+                    client.list()
+                elif (i + j) % 3 == 1:
+                    client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                else:
+                    with pytest.raises(ControlError):
+                        client.set([6, 7, 8], wait_s=0.5)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    sched = threading.Thread(target=scheduler)
+    sched.start()
+    workers = [threading.Thread(target=hammer, args=(i,)) for i in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stop.set()
+    sched.join()
+    assert errors == []
+    assert target.model.layers_to_capture in ([2, 4, 5], [4, 6, 7])
+    assert all(call in ([1, 3, 4], [3, 5, 6]) for call in target.calls)
+
+
+def test_client_never_hangs_without_a_server(tmp_path):
+    client = ControlClient(f"tcp://127.0.0.1:{free_port()}", "x" * 32, timeout_s=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(ControlError, match="no answer"):
+        client.list()
+    assert time.monotonic() - t0 < 3
+
+
+def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch, caplog):
+    path = create_token_file(tmp_path)
+    os.chmod(path, 0o640)
+    monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
+    monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
+    monkeypatch.setattr(STATE, "control", None)
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+    assert "must be 0600" in caplog.text and STATE.control is None
+    monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "missing"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+    assert "does not exist" in caplog.text
+    monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
+    monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+    assert "not a loopback endpoint" in caplog.text
+
+
+def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
+    path = create_token_file(tmp_path)
+    monkeypatch.delenv(ENV_CONTROL, raising=False)
+    with pytest.raises(ControlError, match="no control endpoint"):
+        ControlClient.from_options(None, str(path))
+    client = ControlClient.from_options("5599", str(path))
+    assert client.endpoint == "tcp://127.0.0.1:5599" and client.token == read_token(path)
