@@ -1,0 +1,78 @@
+"""The doctor's model of SGLang 0.5.23's draft loader against the real LlamaForCausalLMEagle3.
+
+The probe (tests/engine_side/eagle3_loader_probe.py) builds the real class from each draft's
+config.json and loads the checkpoint with its own load_weights; the doctor must predict the same
+parameters, shapes, and written / silently skipped tensors.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import run_engine_python
+from safetensors import safe_open
+
+import draft_checkpoints as dc
+from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
+
+pytestmark = pytest.mark.engine
+LAYOUT = layout_for("0.5.23")
+
+
+def drafts(root):
+    """Checkpoints that exercise every branch of load_weights."""
+    odd = dc.tensors("layers.0.")
+    odd["layers.0.self_attn.q_norm.weight"] = np.ones(dc.HEAD_DIM, np.float16)  # unknown: skipped
+    odd["decoder.mlp.down_proj.weight"] = odd.pop("layers.0.mlp.down_proj.weight")  # unknown: skipped
+    odd["model.norm.weight"] = odd.pop("norm.weight")  # 'model.' prefix: found
+    normed = dc.tensors("midlayer.")
+    for i, legacy in enumerate(("aux_norm_low", "aux_norm_mid", "aux_norm_high")):
+        normed[f"{legacy}.weight"] = np.full(dc.H, i + 1, np.float16)
+    gpt_oss = dc.tensors("layers.0.")
+    gpt_oss["input_norm.weight"] = np.ones(3 * dc.H, np.float16)
+    return {
+        "specforge": dc.specforge(root / "specforge"),
+        "odd-names": dc.write(root / "odd", odd, dc.specforge_config()),
+        "fc-norm": dc.write(root / "fcnorm", normed, dc.specforge_config(fc_norm=True)),
+        "norm-before-fc": dc.write(root / "nbf", gpt_oss, dc.specforge_config(eagle_config={
+            "eagle_aux_hidden_state_layer_ids": dc.AUX_IDS, "norm_before_fc": True})),
+        "two-layers": dc.specforge(root / "two", num_hidden_layers=2),
+    }
+
+
+def fused_shape(shape):
+    """The shape SGLang allocates for a parameter the doctor describes by its checkpoint shards."""
+    if isinstance(shape, dict):
+        shards = list(shape.values())
+        return [sum(s[0] for s in shards), shards[0][1]]
+    return list(shape)
+
+
+def test_loader_model_matches_the_real_class(tmp_path, engine_python):
+    cases = drafts(tmp_path)
+    done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py",
+                             *[str(p) for p in cases.values()], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probes = {json.loads(line)["draft"]: json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")}
+    for label, path in cases.items():
+        probe = probes[str(path)]
+        config = json.loads((path / "config.json").read_text())
+        params = expected_params(LAYOUT, config)
+        assert set(params) == set(probe["params"]), label
+        for name, shape in params.items():
+            real = probe["params"][name]
+            if name in ("lm_head.weight", "model.embed_tokens.weight"):  # vocab rows padded to 64
+                assert real[1] == shape[1] and real[0] >= shape[0], (label, name)
+            else:
+                assert real == fused_shape(shape), (label, name)
+        with safe_open(str(path / "model.safetensors"), "np") as f:
+            names = list(f.keys())
+        predicted = {m.param for m in (map_name(LAYOUT, n, params) for n in names) if m.action == "param"}
+        touched = set(probe["written"]) | set(probe["partly"])
+        assert predicted == touched, (label, predicted ^ touched)
+        # fused parameters half written would mean a shard the model thinks lands nowhere
+        assert set(probe["partly"]) <= {"lm_head.weight", "model.embed_tokens.weight"}, (label, probe["partly"])
+        d2t = dc.tensors()["d2t"]
+        assert probe["hot_token_id"] == (d2t + np.arange(dc.DRAFT_VOCAB)).tolist()  # d2t is an offset
