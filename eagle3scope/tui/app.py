@@ -66,6 +66,7 @@ class ScopeApp(App):
         self._frames_shown = -1
         self._step_view = False
         self._decoder_for: str | None = None
+        self.refresh_ms: float | None = None  # smoothed cost of one refresh (copy + panel updates)
         self.theme_name = ""
         self.apply_theme(theme or remembered_theme(), remember=False, fallback=True)
 
@@ -113,6 +114,7 @@ class ScopeApp(App):
             self._show_timeline()
             return
         self._step_view = False
+        started = time.perf_counter()
         panel = self.panel
         rid_filter = self.rid_filter
 
@@ -147,12 +149,15 @@ class ScopeApp(App):
         if "draft" in snap:
             self.w[DraftPanel].show(snap["draft"])
         self.w[EventLog].show(snap["events"])
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.refresh_ms = elapsed_ms if self.refresh_ms is None else 0.8 * self.refresh_ms + 0.2 * elapsed_ms
         self._show_timeline(snap["frames"])
 
     def _show_timeline(self, frames: int | None = None) -> None:
         feed = self.feed
         info = {"paused": feed.paused, "filter": self.rid_filter, "error": feed.error, "replay": not feed.live, "label": getattr(feed, "label", "")}
         info["frames"] = frames if frames is not None else self.w[Timeline].info.get("frames", 0)
+        info["refresh_ms"] = self.refresh_ms
         if not feed.live:
             info.update(feed.position())
         self.w[Timeline].info = info

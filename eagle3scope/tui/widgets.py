@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rich.console import Group
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, RichLog, Static
 
@@ -165,6 +167,8 @@ class Timeline(Widget):
         if not i.get("replay"):
             text.append(i.get("label", "LIVE"), style="bold")
             text.append(f"  {i.get('frames', 0):,} frames", style=muted)
+            if i.get("refresh_ms") is not None:  # live only: replay screens stay clock-free
+                text.append(f"  refresh {i['refresh_ms']:.1f} ms", style=muted)
             return text
         pos, total = i.get("index", 0), i.get("total", 0)
         text.append(f"REPLAY {i.get('speed', 1):g}× ", style="bold")
@@ -198,58 +202,91 @@ class AcceptanceSnap:
 
 
 class HistoryPlot(Widget):
-    """Rolling mean acceptance length over time, with the configured maximum as a reference line."""
+    """Rolling mean acceptance length over time, with the configured maximum as a reference line.
+
+    Drawn with the line API (one :class:`Strip` of style runs per row, cached until the data or
+    the size changes): a plot redrawn eight times a second must not cost a styled span per cell.
+    """
 
     COMPONENT_CLASSES = {"history--bar", "history--ref", "history--axis", "history--segment"}
     points: reactive[tuple] = reactive(tuple)
     reference: reactive[float | None] = reactive(None)
     marks: reactive[tuple] = reactive(tuple)  # indexes into points where an aux-config segment starts
+    LABEL_W = 5
 
-    def render(self) -> Text:
-        width, height = self.size.width, self.size.height
-        bar_style, ref_style, axis, seg = (self.get_component_rich_style(f"history--{n}") for n in ("bar", "ref", "axis", "segment"))
-        label_w = 5
-        cols = max(1, width - label_w)
-        points = list(self.points)
-        top = max([self.reference or 0.0, *points, 1.0])
-        if not points or height < 1:
-            return Text("no decode steps yet", style=axis)
-        # one column per point, the newest at the right; average when there are more points than columns
-        if len(points) > cols:
-            per = len(points) / cols
-            columns = [sum(points[int(c * per) : max(int(c * per) + 1, int((c + 1) * per))]) / max(1, int((c + 1) * per) - int(c * per)) for c in range(cols)]
-            marks = {min(cols - 1, int(m / per)) for m in self.marks}
-        else:
-            columns = points
-            marks = set(self.marks)
-        offset = cols - len(columns)
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._strips: list[Strip] | None = None
+        self._strips_for: tuple | None = None
+
+    def columns(self, cols: int) -> tuple[list[float], set[int]]:
+        """One value per column, newest at the right; buckets averaged when points outnumber columns."""
+        points = self.points
+        if len(points) <= cols:
+            return list(points), set(self.marks)
+        per = len(points) / cols
+        values = []
+        for c in range(cols):
+            lo, hi = int(c * per), max(int(c * per) + 1, int((c + 1) * per))
+            values.append(sum(points[lo:hi]) / (hi - lo))
+        return values, {min(cols - 1, int(m / per)) for m in self.marks}
+
+    def rows(self, width: int, height: int) -> list[list[tuple[str, str]]]:
+        """The plot as rows (top first) of ``(characters, role)`` runs; roles name component classes."""
+        cols = max(1, width - self.LABEL_W)
+        if not self.points:
+            return [[("no decode steps yet", "axis")]] + [[("", "axis")]] * (height - 1)
+        values, marks = self.columns(cols)
+        top = max([self.reference or 0.0, *values, 1.0])
+        offset = cols - len(values)
         ref_row = None if self.reference is None else min(height - 1, int((self.reference / top) * height - 1e-9))
-        rows = []
-        for r in range(height - 1, -1, -1):  # r = row from the bottom
-            line = Text(no_wrap=True)
+        out = []
+        for r in range(height - 1, -1, -1):  # r counts rows from the bottom
             if r == height - 1:
-                line.append(f"{top:4.1f} ", style=axis)
+                label = (f"{top:4.1f} ", "axis")
             elif r == 0:
-                line.append(f"{0.0:4.1f} ", style=axis)
+                label = (f"{0.0:4.1f} ", "axis")
             elif r == ref_row:
-                line.append(f"{self.reference:4.1f} ", style=ref_style)
+                label = (f"{self.reference:4.1f} ", "ref")
             else:
-                line.append(" " * label_w)
+                label = (" " * self.LABEL_W, "axis")
+            runs = [label]
+            empty = ("╌", "ref") if r == ref_row else (" ", "axis")
             for c in range(cols):
                 i = c - offset
-                level = (columns[i] / top) * height - r if i >= 0 else 0.0
+                level = (values[i] / top) * height - r if i >= 0 else 0.0
                 if level >= 1:
-                    line.append("█", style=bar_style)
+                    cell = ("█", "bar")
                 elif level > 0:
-                    line.append(BLOCKS[max(1, round(level * 8))], style=bar_style)
+                    cell = (BLOCKS[max(1, round(level * 8))], "bar")
                 elif i >= 0 and i in marks:
-                    line.append("┊", style=seg)
-                elif r == ref_row:
-                    line.append("╌", style=ref_style)
+                    cell = ("┊", "segment")
                 else:
-                    line.append(" ")
-            rows.append(line)
-        return Text("\n").join(rows)
+                    cell = empty
+                if runs[-1][1] == cell[1]:
+                    runs[-1] = (runs[-1][0] + cell[0], cell[1])
+                else:
+                    runs.append(cell)
+            out.append(runs)
+        return out
+
+    def watch_points(self) -> None:
+        self._strips = None
+
+    def watch_reference(self) -> None:
+        self._strips = None
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        key = (width, height, self.app.theme)
+        if self._strips is None or self._strips_for != key:
+            styles = {role: self.get_component_rich_style(f"history--{role}") for role in ("bar", "ref", "axis", "segment")}
+            self._strips = [
+                Strip([Segment(chars, styles[role]) for chars, role in row]).adjust_cell_length(width)
+                for row in self.rows(width, height)
+            ]
+            self._strips_for = key
+        return self._strips[y] if y < len(self._strips) else Strip.blank(width)
 
 
 class AcceptancePanel(Vertical):
