@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from eagle3scope.control.layers import captured_for, default_capture
 from eagle3scope.wire import FEATURE_CARRYING_MODES
 
 if TYPE_CHECKING:
@@ -89,13 +90,8 @@ def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
     return min(seqs) if seqs else None
 
 
-def default_capture(n: int) -> list[int]:
-    """SGLang's default aux capture (input of layer i) and speculators' input-of-layer defaults."""
-    return [2, n // 2, n - 3]
-
-
 def specforge_defaults(n: int) -> list[int]:
-    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's)."""
+    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's default)."""
     return [1, n // 2 - 1, n - 4]
 
 
@@ -109,9 +105,7 @@ def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | 
     """
     if ids is None:
         return None
-    if offset_rule == "none":
-        return list(ids)
-    return [i + 1 for i in ids]
+    return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
 
 
 # -- rules -----------------------------------------------------------------------------------
