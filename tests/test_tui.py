@@ -283,13 +283,30 @@ async def test_live_feed_shows_a_violation_within_a_second():
         pub.close(0)
 
 
-def test_draft_panel_decodes_with_a_local_tokenizer(tmp_path):
+@run_async
+async def test_draft_panel_decodes_with_the_targets_tokenizer(tmp_path):
+    """hello names the model dir; its tokenizer.json turns ids into text, first rejected highlighted."""
     tokenizers = pytest.importorskip("tokenizers")
-    from eagle3scope.tui.tokens import load_decoder
+    from eagle3scope.wire import encode_frame
 
-    model = tokenizers.models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]")
-    tok = tokenizers.Tokenizer(model)
+    words = ["the", "cat", "sat", "on", "mat", "[UNK]"]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tok.save(str(tmp_path / "tokenizer.json"))
-    decoder = load_decoder(str(tmp_path))
-    assert decoder.pieces([0, 1]) == ["hello", "world"]
-    assert load_decoder(str(tmp_path / "missing")) is None
+    hello = hello_body()
+    hello["server_args"] = dict(hello["server_args"], model_path=str(tmp_path))
+    step = step_body(0, t_ns=2)
+    step["draft_ids"], step["accepted"], step["accepted_ids"] = [[0, 1, 2]], [1], [[0, 3]]
+    raw = [encode_frame("hello", hello, src="tok", n=0, t=1), encode_frame("step", step, src="tok", n=1, t=2)]
+    app = paused_app(write_recording(tmp_path / "tok.e3s", raw))
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.seek("0")
+        await pilot.press("3")
+        for _ in range(50):  # the tokenizer loads in a worker thread
+            await pilot.pause(0.05)
+            if "cat" in str(app.query_one("#draft-table").get_row_at(0)[4]):
+                break
+        row = app.query_one("#draft-table").get_row_at(0)
+        proposed, committed = row[4], row[5]
+        assert proposed.plain.split() == ["the", "cat", "sat"] and committed.plain.split() == ["the", "on"]
+        rejected = [proposed.plain[span.start : span.end] for span in proposed.spans if "reverse" in str(span.style)]
+        assert rejected == ["cat"]  # position 2 (the first rejected) is the highlighted one
