@@ -2,24 +2,23 @@
 own per-request ``meta_info``, that it adds no host-device sync, and that a failing hook changes
 nothing SGLang produces.
 
-Three servers (about 40 s each): a healthy tiny pair under the sync guard; the same pair with a
+Three 0.5.23 servers (about 40 s each): a healthy tiny pair under the sync guard; the same pair with a
 fault injected into the verify hook; and a broken draft (aux capture off, a weight under a name
 SGLang drops, no ``lm_head``, absolute ``d2t``) served with SGLang's simulated acceptance so that
-per-request counts are non-trivial.
+per-request counts are non-trivial. One 0.5.10 server (no plugin mechanism: the ``.pth``
+bootstrap activates the shim) exercises the v1 worker adapter and the loader that silently drops
+a ``layers.0.*`` checkpoint onto ``model.midlayer``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
+from conftest import engine_missing, run_engine_python
 
-from eagle3scope.demo.server import SGLangServer, engine_python, free_port
+from eagle3scope.demo.server import SGLangServer, engine_python as locate_engine_python, free_port
 
 pytestmark = pytest.mark.engine
 
@@ -27,47 +26,37 @@ PROMPTS = ["hello world", "the quick brown fox", "one two three four", "a b c"]
 MAX_NEW = 24
 H, AUX = 128, 3  # tiny.py's target hidden size and aux layer count
 
-WRITE_MODELS = r"""
-import json, sys, torch
+WRITE_BROKEN_DRAFT = r"""
+import sys, torch
 from pathlib import Path
 from eagle3scope.demo import tiny
-root = Path(sys.argv[1])
-target, draft = tiny.write_tiny_pair(root)
+target, out = Path(sys.argv[1]), Path(sys.argv[2])
 config = tiny.draft_config(target, use_aux_hidden_state=False)
 state = tiny.random_draft_state(config, range(config["draft_vocab_size"]), seed=7)
 state["decoder.mlp.down_proj.weight"] = state.pop("layers.0.mlp.down_proj.weight")  # SGLang drops it
 del state["lm_head.weight"]
 state["d2t"] = torch.arange(config["draft_vocab_size"])  # absolute ids where offsets belong
-tiny.write_draft(root / "draft-broken", config, state)
-print(json.dumps({"target": str(target), "draft": str(draft), "broken": str(root / "draft-broken")}))
+tiny.write_draft(out, config, state)
 """
 
 
-def _engine_or_skip() -> Path:
-    python = engine_python()
-    if not python.exists():
-        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"engine env required but missing: {python}")
-        pytest.skip(f"real SGLang engine env not built ({python}); run scripts/build-engine-env.sh")
-    return python
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    python = _engine_or_skip()
-    root = tmp_path_factory.mktemp("shim-models")
-    out = subprocess.run([str(python), "-c", WRITE_MODELS, str(root)], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def models(engine_python, tiny_models, tmp_path_factory):
+    target, draft = tiny_models
+    broken = tmp_path_factory.mktemp("shim-models") / "draft-broken"
+    done = run_engine_python(engine_python, "-c", WRITE_BROKEN_DRAFT, str(target), str(broken))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"target": target, "draft": draft, "broken": broken}
 
 
-def _serve(target, draft, env, *, concurrent=False):
+def _serve(target, draft, env, *, concurrent=False, python=None):
     """Run the prompts (greedy) with the shim publishing; return (frames, responses)."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     frames = []
     with Subscriber([endpoint]) as sub:
-        with SGLangServer(target, draft, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:
+        with SGLangServer(target, draft, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}, python=python) as srv:
             frames += sub.poll(timeout_ms=200)
 
             def ask(prompt):
@@ -109,7 +98,8 @@ def _check_agreement(frames, responses):
         # SGLang may run one more round for a request that already finished (and discards it).
         assert verify_ct <= len(mine) <= verify_ct + 1, (rid, verify_ct, len(mine))
         counted = mine[:verify_ct]
-        assert sum(a for a, _, _, _ in counted) == meta["spec_num_correct_drafts"]
+        # accepted drafts, bonus excluded: 0.5.23 spec_num_correct_drafts, 0.5.10 spec_accept_token_num
+        assert sum(a for a, _, _, _ in counted) == meta.get("spec_num_correct_drafts", meta.get("spec_accept_token_num"))
         committed = [t for _, _, ids, _ in counted for t in ids]
         assert all(len(ids) == a + b for a, b, ids, _ in counted)
         assert 1 + sum(a + b for a, b, _, _ in counted[:-1]) < meta["completion_tokens"] <= 1 + len(committed)
@@ -185,8 +175,7 @@ def test_failing_hook_is_reported_once_and_changes_no_token(models, healthy):
     assert _last(frames, "heartbeat")["hook_failures"] >= 1
 
 
-def test_sync_guard_catches_syncs():
-    python = _engine_or_skip()
+def test_sync_guard_catches_syncs(engine_python):
     script = r"""
 import torch
 from eagle3scope_shim.syncguard import SyncGuard, SyncViolation
@@ -204,5 +193,42 @@ with SyncGuard("test"):
     c = t.clone(); d = torch.empty(8, dtype=t.dtype); d.copy_(t, non_blocking=True); t.to("cpu", non_blocking=True); n = t.shape[-1]
 print(caught, len(bad))
 """
-    out = subprocess.run([str(python), "-c", script], check=True, capture_output=True, text=True).stdout.split()
-    assert out[0] == out[1]
+    done = run_engine_python(engine_python, "-c", script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    caught, total = done.stdout.split()
+    assert caught == total
+
+
+@pytest.fixture(scope="module")
+def v1_run(tiny_models):
+    python = locate_engine_python("0.5.10")
+    if not python.exists():
+        engine_missing(f"no SGLang 0.5.10 engine venv at {python} (SGLANG_VERSION=0.5.10 scripts/build-engine-env.sh)")
+    probe = run_engine_python(python, "-c", "import torch, sgl_kernel, sglang, eagle3scope_shim")
+    if probe.returncode != 0:
+        engine_missing(f"SGLang 0.5.10 engine venv at {python} is incomplete:\n{probe.stderr[-2000:]}")
+    installed = run_engine_python(python, "-m", "eagle3scope_shim.bootstrap", "install")  # idempotent
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    target, draft = tiny_models
+    return _serve(target, draft, {"SGLANG_SIMULATE_ACC_LEN": "2.5"}, concurrent=True, python=python)
+
+
+def test_v1_worker_and_silent_drop_loader_on_0_5_10(v1_run):
+    frames, responses = v1_run
+    hello, load = _last(frames, "hello"), _last(frames, "load")
+    assert hello["sglang_version"] == "0.5.10" and hello["worker"] == "v1"
+    assert {k: v for k, v in hello["seams"].items() if k.startswith("v1.")} == dict.fromkeys(
+        ("v1.init", "v1.step", "v1.draft", "v1.verify", "v1.draft_extend"), "attached")
+    # tiny.py writes speculators' layers.0.* names; 0.5.10's draft layer is model.midlayer
+    skipped, unwritten = load["weights"]["skipped"], load["weights"]["unwritten"]
+    assert "layers.0.self_attn.q_proj.weight" in skipped and "layers.0.mlp.down_proj.weight" in skipped
+    assert any(n.startswith("model.midlayer.") for n in unwritten)
+    assert "fc.weight" in load["weights"]["consumed"] and load["aux"]["capture_on"]
+    steps = _kind(frames, "step")
+    for body in steps:
+        for p in body["passes"]:
+            assert (p["width"], p["fc"]) == ((AUX * H, True) if p["mode"] != "decode" else (H, False)), p
+    assert any(b["mode"] == "decode" and b["passes"] for b in steps)
+    assert all(bonus == 1 for b in steps if b["mode"] == "decode" for bonus in b["bonus"])
+    assert any(a > 0 for b in steps if b["mode"] == "decode" for a in b["accepted"])
+    _check_agreement(frames, responses)

@@ -1,0 +1,178 @@
+"""Cost of the shim: the hook path alone (µs per speculative round) and the real CPU engine's
+tokens/s with and without the shim, measured in the same run.
+
+Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 12] [--tokens 64] [--steps 20000]
+
+1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter wrap trivial
+   stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
+   decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
+   a real Publisher. Reported: (hooked - unhooked) µs per round on the scheduler thread, and the
+   publisher thread's finalize cost per round (off the hot path).
+2. Engine: two real servers (tiny random target + random EAGLE-3 draft, float32, greedy) run side
+   by side, one with ``EAGLE3SCOPE_ENDPOINT`` set and one without; requests alternate between
+   them one at a time so both see the same machine load. Reported: tokens/s each and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def hook_path(steps: int) -> dict:
+    import torch
+
+    from eagle3scope_shim import hooks
+    from eagle3scope_shim.publisher import Publisher
+    from eagle3scope_shim.state import STATE
+
+    class Mode:
+        def __init__(self, name, extend=False):
+            self.name, self._extend = name, extend
+
+        def is_extend(self):
+            return self._extend
+
+    class NS:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    STATE.publisher = pub = Publisher(f"ipc:///tmp/eagle3scope-bench-{id(STATE)}", "bench", queue_size=1 << 16)
+    pub.start()
+    make = hooks.FACTORIES
+    h_step, h_draft, h_verify, h_extend, h_fwd = (
+        make["step"]("b.step"), make["draft"]("b.draft"), make["verify_v2"]("b.verify"),
+        make["draft_extend"]("b.extend"), make["draft_forward"]("b.fwd"),
+    )
+    draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128)))
+    out = {}
+    for bs in (1, 64):
+        batch = NS(reqs=[NS(rid=f"req-{i:04d}") for i in range(bs)], forward_mode=Mode("decode"))
+        fb_decode = NS(forward_mode=Mode("decode"), spec_info=NS(hidden_states=torch.zeros(bs, 128)))
+        fb_extend = NS(forward_mode=Mode("draft_extend_v2"), spec_info=NS(hidden_states=torch.zeros(bs * 4, 384)))
+        verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,)))
+        result = NS(accept_lens=torch.randint(1, 5, (bs,), dtype=torch.int32), next_token_ids=torch.randint(0, 1024, (bs * 4,)))
+
+        def fwd(self, ids, pos, fb):
+            return None
+
+        def draft(self, b):
+            return verify_input
+
+        def verify(self, b):
+            return result
+
+        def extend(self, b, r):
+            return None
+
+        def plain_round(self, b):
+            draft(self, b)
+            fwd(draft_model, None, None, fb_decode)
+            fwd(draft_model, None, None, fb_decode)
+            r = verify(self, b)
+            fwd(draft_model, None, None, fb_extend)
+            extend(self, b, r)
+            return r
+
+        def hooked_round(self, b):
+            h_draft(draft, self, b)
+            h_fwd(fwd, draft_model, None, None, fb_decode)
+            h_fwd(fwd, draft_model, None, None, fb_decode)
+            r = h_verify(verify, self, b)
+            h_fwd(fwd, draft_model, None, None, fb_extend)
+            h_extend(extend, self, b, r)
+            return r
+
+        def timed(fn) -> float:
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter_ns()
+                for _ in range(steps):
+                    fn()
+                best = min(best, (time.perf_counter_ns() - t0) / steps / 1000)
+                while pub.queued:
+                    time.sleep(0.01)
+            return best
+
+        plain = timed(lambda: plain_round(None, batch))
+        hooked = timed(lambda: h_step(hooked_round, None, batch))
+        captured = []
+        pub_submit = pub.submit
+        pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize))
+        h_step(hooked_round, None, batch)
+        pub.submit = pub_submit
+        payload, finalize = captured[0]
+        t0 = time.perf_counter_ns()
+        for _ in range(1000):
+            body = finalize(payload)
+        out[f"bs{bs}"] = {
+            "hook_path_us": round(hooked - plain, 2),
+            "finalize_us_publisher_thread": round((time.perf_counter_ns() - t0) / 1000 / 1000, 2),
+            "step_body_bs": body["bs"],
+        }
+    out["publisher"] = {"steps": pub.steps, "dropped": pub.dropped}
+    pub.close()
+    return out
+
+
+def engine(rounds: int, tokens: int) -> dict:
+    from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python, free_port
+    from eagle3scope.live.subscriber import Subscriber
+
+    root = cache_dir() / "models" / "tiny-random-v1"
+    subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    prompts = [f"bench prompt {i} kimo tuviro" for i in range(rounds)]
+    totals = {"off": [0, 0.0], "on": [0, 0.0]}
+    texts = {"off": [], "on": []}
+    with Subscriber([endpoint]) as sub, SGLangServer(root / "target", root / "draft-random") as off, \
+            SGLangServer(root / "target", root / "draft-random", env={"EAGLE3SCOPE_ENDPOINT": endpoint}) as on:
+        servers = {"off": off, "on": on}
+        for server in servers.values():  # warm-up
+            server.post("/generate", {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+        frames = 0
+        for i, prompt in enumerate(prompts):
+            order = ("off", "on") if i % 2 == 0 else ("on", "off")
+            for label in order:
+                body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
+                t0 = time.perf_counter()
+                response = servers[label].post("/generate", body)
+                totals[label][1] += time.perf_counter() - t0
+                totals[label][0] += response["meta_info"]["completion_tokens"]
+                texts[label].append(response["text"])
+            frames += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
+    tps = {label: n / s for label, (n, s) in totals.items()}
+    return {
+        "tokens_per_s_off": round(tps["off"], 1),
+        "tokens_per_s_on": round(tps["on"], 1),
+        "ratio_on_over_off": round(tps["on"] / tps["off"], 4),
+        "same_text": texts["on"] == texts["off"],
+        "step_frames_received": frames,
+        "requests_each": rounds,
+        "tokens_per_request": tokens,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.hook_path_only:
+        print(json.dumps(hook_path(args.steps)))
+        return
+    from eagle3scope.demo.server import engine_python
+
+    done = subprocess.run([str(engine_python()), __file__, "--hook-path-only", "--steps", str(args.steps)],
+                          check=True, capture_output=True, text=True)
+    print(json.dumps({"hook_path": json.loads(done.stdout.strip().splitlines()[-1])}, indent=1))
+    print(json.dumps({"engine": engine(args.rounds, args.tokens)}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
