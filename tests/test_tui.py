@@ -237,6 +237,28 @@ def test_themes_ship_and_define_every_variable():
     assert found["light"].to_textual().dark is False
 
 
+def test_themes_install_with_a_wheel(tmp_path, monkeypatch):
+    """pyproject maps themes/*.tcss to <prefix>/share/eagle3scope/themes, and that is where an
+    installed (non-editable) package finds them when there is no source checkout beside it."""
+    import shutil
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert mapping["share/eagle3scope/themes"] == ["themes/*.tcss"]
+    prefix = tmp_path / "prefix"
+    installed = prefix / "share" / "eagle3scope" / "themes"
+    installed.mkdir(parents=True)
+    for path in (root / "themes").glob("*.tcss"):
+        shutil.copy(path, installed)
+    fake_module = tmp_path / "site" / "eagle3scope" / "tui" / "themes.py"  # no themes/ two levels up
+    monkeypatch.setattr(themes, "__file__", str(fake_module))
+    monkeypatch.setattr(themes.sysconfig, "get_path", lambda name: str(prefix))
+    monkeypatch.setattr(themes.sys, "prefix", str(prefix))
+    assert themes.theme_dirs() == [installed]
+    assert {"dark", "light", "high-contrast"} <= set(themes.available_themes())
+
+
 def test_theme_by_path_and_remembered_choice(tmp_path, config_home, recording):
     custom = tmp_path / "mine.tcss"
     custom.write_text("$primary: #123456;\n$e3s-bad: #ff0000;\n")
@@ -279,6 +301,16 @@ async def test_live_feed_shows_a_violation_within_a_second():
                     seen = time.monotonic() - sent
                     break
             assert seen is not None and seen < 1.0, seen
+            # live pause freezes the screen (ingest goes on); s advances the frozen view once
+            await pilot.press("space")
+            for seq in range(20, 60):
+                pub.submit("step", step_body(seq, rng=rng, t_ns=time.time_ns()))
+            await pilot.pause(0.6)
+            assert "20 steps" in screen_text(app) and "PAUSED" in screen_text(app)
+            assert app.feed.read(lambda s: s.acceptance.n_steps) == 60
+            await pilot.press("s")
+            await pilot.pause()
+            assert "60 steps" in screen_text(app)
     finally:
         pub.close(0)
 

@@ -8,6 +8,7 @@ value is known (accepted drafts alternate 1 and 2, bonus always 1: mean length 2
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,3 +88,26 @@ def test_watch_in_tmux_shows_the_stream(tmp_path):
     finally:
         tmux.kill()
         pub.close(0)
+
+
+def test_replay_in_tmux_seeks_where_asked(tmp_path):
+    from tui_support import write_recording
+
+    from synthetic import session_frames
+
+    recording = write_recording(tmp_path / "r.e3s", session_frames(2000, src="rec0", seed=4))
+    tmux = Tmux("replay")
+    command = f"env XDG_CONFIG_HOME={tmp_path} TERM=xterm-256color {_eagle3scope()} replay {recording} --from-step 300 --speed 0.25"
+    try:
+        tmux.run("new-session", "-d", "-s", tmux.target, "-x", "100", "-y", "30", command)
+        text = tmux.wait_for("REPLAY 0.25×", "rec0")
+        seq = int(re.search(r"step (\d+) ", text).group(1))
+        assert 300 <= seq < 2000
+        tmux.run("send-keys", "-t", tmux.target, "space")
+        tmux.wait_for("PAUSED")
+        tmux.run("send-keys", "-t", tmux.target, "g")
+        tmux.wait_for("Seek to step")
+        tmux.run("send-keys", "-t", tmux.target, "1234", "Enter")
+        tmux.wait_for("step 1234 ")
+    finally:
+        tmux.kill()
