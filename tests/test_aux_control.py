@@ -355,3 +355,66 @@ def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
         ControlClient.from_options(None, str(path))
     client = ControlClient.from_options("5599", str(path))
     assert client.endpoint == "tcp://127.0.0.1:5599" and client.token == read_token(path)
+
+
+# -- the TUI's aux screen -----------------------------------------------------------------------
+def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, monkeypatch):
+    pytest.importorskip("textual")
+    from analysis_streams import Stream, healthy_load, hello, step
+    from tui_support import run_async, screen_text
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.tui.app import ScopeApp
+    from eagle3scope.tui.aux_screen import AuxScreen
+    from eagle3scope.tui.feed import LiveFeed
+
+    ctl, target, client, _ = channel
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    stop = threading.Event()
+
+    def scheduler():
+        while not stop.is_set():
+            ctl.apply_pending()
+            time.sleep(0.01)
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    frames += [s.frame("step", step(i, s.t, [1, 1])) for i in range(10)]  # mean 2.0 under the startup set
+    frames.append(s.frame("config", {"layers": [1, 3, 4], "captured": [2, 4, 5], "applied": True, "reason": "",
+                                     "origin": "control", "request_id": "x"}))
+    frames += [s.frame("step", step(10 + i, s.t, [3, 2])) for i in range(6)]  # mean 3.5 after the switch
+
+    @run_async
+    async def run():
+        app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
+        app.control = client
+        async with app.run_test(size=(140, 40)) as pilot:
+            app.feed.ingest(frames)
+            await pilot.press("c")
+            assert isinstance(app.screen, AuxScreen)
+            table = app.screen.query_one("#aux-presets")
+            for _ in range(50):
+                await pilot.pause(0.05)
+                if table.row_count:
+                    break
+            assert table.row_count >= 6
+            text = screen_text(app)
+            assert "configured-1" in text and "[1, 3, 4]" in text and "in effect" in text
+            assert "3.500 best" in text and "2.000" in text  # segments: mean and steps side by side
+            await pilot.press("down", "down", "enter")  # configured-1: the trained set
+            for _ in range(60):
+                await pilot.pause(0.05)
+                if "applied" in screen_text(app):
+                    break
+            assert "configured-1 [1, 3, 4] applied" in screen_text(app)
+            await pilot.press("escape")
+            await pilot.press("q")
+
+    sched = threading.Thread(target=scheduler)
+    sched.start()
+    try:
+        run()
+    finally:
+        stop.set()
+        sched.join()
+    assert target.model.layers_to_capture == [2, 4, 5] and target.thread.name != "MainThread"

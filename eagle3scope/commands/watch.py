@@ -13,10 +13,13 @@ from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 @click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
               help=f"Publisher endpoint (tcp://HOST:PORT or ipc://PATH); repeat for several. Default {DEFAULT_ENDPOINT}.")
 @click.option("--theme", default=None, help="Theme name (dark, light, high-contrast, ...) or a .tcss path; remembered.")
-def command(endpoints: tuple[str, ...], theme: str | None) -> None:
+@click.option("--control", metavar="ENDPOINT", default=None,
+              help="The server's control channel (from `eagle3scope launch --control`): key c switches aux layers.")
+@click.option("--token-file", metavar="PATH", default=None, help="The control channel's token file.")
+def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, token_file: str | None) -> None:
     """Open the live TUI on one or more running servers.
 
-    Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, t theme,
+    Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, c aux layers, t theme,
     ? help, q quit. Over SSH, forward the port (ssh -L 5557:127.0.0.1:5557 gpu-box) or run
     this inside tmux on the server.
     """
@@ -30,4 +33,13 @@ def command(endpoints: tuple[str, ...], theme: str | None) -> None:
             load_theme(theme)
         except KeyError as exc:
             raise click.BadParameter(str(exc.args[0]), param_hint="--theme") from None
-    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme)
+    client = None
+    if control or token_file:
+        from eagle3scope.control.client import ControlClient, ControlError
+        from eagle3scope.control.token import TokenError
+
+        try:
+            client = ControlClient.from_options(control, token_file)
+        except (ControlError, TokenError) as exc:
+            raise click.ClickException(str(exc)) from None
+    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, control=client)

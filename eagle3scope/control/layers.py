@@ -82,11 +82,11 @@ def default_capture(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def check_layers(layers, *, num_layers: int, expected: int | None, rule: str | None, first_layer: int = 0) -> list[int]:
+def check_layers(layers, *, num_layers: int | None, expected: int | None, rule: str | None, first_layer: int = 0) -> list[int]:
     """Validate configured ids; return the captured indices or raise :class:`LayerError`.
 
     ``expected`` is how many states the draft's ``fc`` takes (``fc.in / hidden``); ``first_layer``
-    the first layer this (pipeline) rank holds.
+    the first layer this (pipeline) rank holds; ``num_layers`` None skips the range check.
     """
     if rule is None:
         raise LayerError("unknown model family: eagle3scope does not know how this target maps aux ids")
@@ -103,8 +103,8 @@ def check_layers(layers, *, num_layers: int, expected: int | None, rule: str | N
         raise LayerError(f"ids {layers} are not ascending: SGLang concatenates the states in layer order anyway")
     if layers[0] < 0:
         raise LayerError(f"negative id in {layers}: SGLang never matches it, so fc would get too few states")
-    captured = captured_for(layers, rule, num_layers)
-    bad = [(i, c) for i, c in zip(layers, captured) if not first_layer <= c <= num_layers - 1]
+    captured = captured_for(layers, rule, num_layers or 0)
+    bad = [] if num_layers is None else [(i, c) for i, c in zip(layers, captured) if not first_layer <= c <= num_layers - 1]
     if bad:
         i, c = bad[0]
         where = f"layers {first_layer}..{num_layers - 1}"

@@ -27,6 +27,7 @@ PANELS = ("overview", "aux", "draft", "events")
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 STALE_AFTER_S = 5.0
 REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
+LIVE_ONLY = {"aux_control"}  # the control channel reaches a running server only
 
 
 class ScopeApp(App):
@@ -35,6 +36,7 @@ class ScopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "eagle3scope"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    control = None  # a ControlClient when `watch --control` names the server's control channel
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("space,p", "toggle_pause", "Pause"),
@@ -46,6 +48,7 @@ class ScopeApp(App):
         Binding("3,d", "panel('draft')", "Draft-vs-target panel", show=False),
         Binding("4,e", "panel('events')", "Event log", show=False),
         Binding("l", "load_report", "Load report"),
+        Binding("c", "aux_control", "Aux layers"),
         Binding("t", "cycle_theme", "Theme"),
         Binding("question_mark,h", "help", "Help"),
         Binding("plus,equals_sign", "faster", "Faster"),
@@ -185,6 +188,8 @@ class ScopeApp(App):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         if action in REPLAY_ONLY and self.feed.live:
             return False
+        if action in LIVE_ONLY and not self.feed.live:
+            return False
         return True
 
     def action_toggle_pause(self) -> None:
@@ -220,6 +225,11 @@ class ScopeApp(App):
     def action_load_report(self) -> None:
         pubs = self.feed.read(lambda s: [(src, p.hello, p.load) for src, p in s.publishers.items()])
         self.push_screen(LoadReportScreen(pubs))
+
+    def action_aux_control(self) -> None:
+        from eagle3scope.tui.aux_screen import AuxScreen
+
+        self.push_screen(AuxScreen(self.control))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_help()))
@@ -333,12 +343,14 @@ def parse_seek(target: str) -> tuple[str, float]:
     raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
 
 
-def run_watch(endpoints: list[str], theme: str | None = None) -> None:
-    """Open the TUI on one or more live publishers."""
+def run_watch(endpoints: list[str], theme: str | None = None, control=None) -> None:
+    """Open the TUI on one or more live publishers (``control``: a ControlClient for key ``c``)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
-    ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme).run()
+    app = ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme)
+    app.control = control
+    app.run()
 
 
 def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None, from_time: float | None = None) -> None:

@@ -1,0 +1,211 @@
+"""``eagle3scope aux list|set|cycle|write``: which layers was this draft trained on?
+
+``list``/``set``/``cycle`` talk to a server started with ``eagle3scope launch --control`` (the
+endpoint and token file it printed, or ``EAGLE3SCOPE_CONTROL`` / ``EAGLE3SCOPE_CONTROL_TOKEN_FILE``);
+``cycle`` also subscribes to the event stream to measure acceptance per preset and records the
+result in the draft's profile. ``write`` edits a draft's config for the next launch, offline.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+
+def _client(control: str | None, token_file: str | None, timeout: float):
+    from eagle3scope.control.client import ControlClient, ControlError
+    from eagle3scope.control.token import TokenError
+
+    try:
+        return ControlClient.from_options(control, token_file, timeout_s=timeout)
+    except (ControlError, TokenError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _channel_options(func):
+    func = click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for an answer.")(func)
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(func)
+    func = click.option("--token-file", metavar="PATH", help="The token file `eagle3scope launch --control` created.")(func)
+    return click.option("--control", metavar="ENDPOINT", help="Control endpoint (tcp://127.0.0.1:PORT or a port).")(func)
+
+
+def _call(fn):
+    from eagle3scope.control.client import ControlError
+
+    try:
+        return fn()
+    except ControlError as exc:
+        raise click.ClickException(f"refused: {exc}") from None
+
+
+def _ids(value) -> str:
+    return "default" if value is None else "[" + ", ".join(map(str, value)) + "]"
+
+
+@click.group(name="aux")
+def command() -> None:
+    """List, set or cycle a live server's aux-layer config; write ids into a draft."""
+
+
+@command.command(name="list")
+@_channel_options
+def list_cmd(control, token_file, as_json, timeout) -> None:
+    """Show the ids in effect, what the target captures, and every preset."""
+    from eagle3scope.control import profiles
+
+    reply = _call(lambda: _client(control, token_file, timeout).list())
+    reply.pop("ok", None)
+    profile = profiles.lookup(reply["draft_path"]) if reply.get("draft_path") else None
+    if as_json:
+        click.echo(json.dumps({**reply, "profile": profile}, indent=1))
+        return
+    click.echo(f"target: {reply['family']}, {reply['num_layers']} layers, id rule {reply['rule']}; "
+               f"draft fc takes {reply['expected']} aux states")
+    click.echo(f"draft configured: {_ids(reply['configured'])}   in effect: {_ids(reply['current'])}   "
+               f"captured: {reply['captured']} ({'on' if reply['capture_on'] else 'OFF'})")
+    if not reply["changeable"]:
+        click.echo(f"live changes refused: {reply['why_not']}")
+    if reply.get("pending"):
+        click.echo(f"pending request: {reply['pending']} (applies at the next step)")
+    click.echo("presets:")
+    for p in reply["presets"]:
+        state = ("= " + p["same_as"]) if p.get("same_as") else ("ok" if p["available"] else "unavailable: " + p["reason"])
+        click.echo(f"  {p['name']:<20} {_ids(p['layers']):<14} captures {str(p['captured'] or '-'):<12} {state}")
+    if profile and profile.get("best"):
+        b = profile["best"]
+        click.echo(f"profile: best measured {_ids(b['layers'])} ({b['preset']}), mean accept length "
+                   f"{b['mean_accept_length']:.3f} over {b['steps']} steps")
+
+
+@command.command(name="set")
+@click.argument("ids")
+@click.option("--wait", "wait_s", default=2.0, show_default=True, help="Seconds the server waits for a step to apply it.")
+@_channel_options
+def set_cmd(ids, wait_s, control, token_file, as_json, timeout) -> None:
+    """Apply IDS such as 1,3,4 (the draft config's numbering) at the server's next step."""
+    from eagle3scope.control.layers import LayerError, parse_ids
+
+    try:
+        layers = parse_ids(ids)
+    except LayerError as exc:
+        raise click.BadParameter(str(exc), param_hint="IDS") from None
+    reply = _call(lambda: _client(control, token_file, timeout).set(layers, wait_s=wait_s))
+    if as_json:
+        click.echo(json.dumps(reply))
+    elif reply["status"] == "applied":
+        click.echo(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}")
+    else:
+        click.echo(f"queued {_ids(reply['layers'])} (request {reply['id']}): no step ran yet; it applies at the next "
+                   "step and a config event reports it")
+
+
+@command.command(name="cycle")
+@click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Event endpoint(s) of the server's shim. Default {DEFAULT_ENDPOINT}.")
+@click.option("--steps", type=click.IntRange(1), default=None, help="Decode steps to measure per preset (default 40).")
+@click.option("--seconds", type=click.FloatRange(0.1), default=None, help="Seconds to measure per preset.")
+@click.option("--settle", type=click.IntRange(0), default=2, show_default=True, help="Decode steps skipped after a switch.")
+@click.option("--presets", "only", default=None, help="Comma-separated preset names to cycle (default: all available).")
+@click.option("--custom", default=None, metavar="IDS", help="Also measure this id list.")
+@click.option("--keep", type=click.Choice(["restore", "best"]), default="restore", show_default=True,
+              help="What stays applied afterwards: the ids in effect before, or the best preset.")
+@click.option("--no-save", is_flag=True, help="Do not record the results in the draft's profile.")
+@_channel_options
+def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, control, token_file, as_json, timeout) -> None:
+    """Apply each preset in turn and print its mean acceptance length from the live step stream."""
+    from eagle3scope.control import profiles
+    from eagle3scope.control.cycle import CycleError, best, run_cycle, wait_for_stream
+    from eagle3scope.control.client import ControlError
+    from eagle3scope.control.layers import LayerError, ids_for, parse_ids, presets
+    from eagle3scope.live.subscriber import Subscriber
+
+    client = _client(control, token_file, timeout)
+    info = _call(client.list)
+    if not info["changeable"]:
+        raise click.ClickException(f"this server refuses live changes: {info['why_not']}")
+    try:
+        custom_ids = parse_ids(custom) if custom else None
+    except LayerError as exc:
+        raise click.BadParameter(str(exc), param_hint="--custom") from None
+    chosen = presets(info["num_layers"], info["expected"], info["rule"], info["configured"], custom=custom_ids)
+    if only:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = set(names) - {p.name for p in chosen}
+        if unknown:
+            raise click.BadParameter(f"unknown preset(s) {', '.join(sorted(unknown))}", param_hint="--presets")
+        chosen = [p for p in chosen if p.name in names]
+    if steps is None and seconds is None:
+        steps = 40
+    say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
+
+    def progress(m):
+        mean = "-" if m.mean_accept_length is None else f"{m.mean_accept_length:.3f}"
+        say(f"  {m.preset:<20} {_ids(m.layers):<14} steps {m.steps:>4}  mean accept length {mean:>6}  "
+            f"{m.status if m.status != 'measured' else ''} {m.note}".rstrip())
+
+    restore = info["current"] if info["current"] is not None else ids_for(info["captured"], info["rule"])
+    results: list = []
+    with Subscriber(list(endpoints) or [DEFAULT_ENDPOINT]) as sub:
+        try:
+            wait_for_stream(sub)
+            say(f"cycling {len(chosen)} presets ({f'{steps} steps' if steps else f'{seconds}s'} each, settle {settle}):")
+            results = run_cycle(client, sub, chosen, steps=steps, seconds=seconds, settle=settle, progress=progress)
+        except CycleError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            top = best(results)
+            final = top.layers if keep == "best" and top is not None else restore
+            try:
+                if final is not None:
+                    client.set(final, wait_s=5.0)
+            except ControlError as exc:
+                say(f"warning: could not leave {_ids(final)} applied: {exc}")
+    top = best(results)
+    saved = None
+    if not no_save and info.get("draft_path") and top is not None:
+        saved = profiles.record(info["draft_path"], [
+            {"preset": m.preset, "layers": m.layers, "captured": m.captured, "steps": m.steps,
+             "mean_accept_length": m.mean_accept_length} for m in results if m.status == "measured"])
+    if as_json:
+        click.echo(json.dumps({"results": [m.to_dict() for m in results], "best": None if top is None else top.to_dict(),
+                               "kept": keep, "profile": saved}, indent=1))
+        return
+    if top is None:
+        raise click.ClickException("nothing measured: the server produced no decode steps (send it requests)")
+    click.echo(f"best: {top.preset} {_ids(top.layers)} (captures {top.captured}) mean accept length "
+               f"{top.mean_accept_length:.3f}" + (f"; write it for restarts: eagle3scope aux write DRAFT_DIR "
+                                                 f"{','.join(map(str, top.layers))} --in-place" if top.layers != info["configured"] else ""))
+
+
+@command.command(name="write")
+@click.argument("draft_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("ids")
+@click.option("--out", type=click.Path(), default=None, help="Write a copy of the draft here (must not exist).")
+@click.option("--in-place", is_flag=True, help="Edit DRAFT_DIR/config.json (a timestamped backup is kept).")
+@click.option("--target", "target_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The target model directory: check the ids against its layers and id rule.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def write_cmd(draft_dir, ids, out, in_place, target_dir, as_json) -> None:
+    """Set eagle_config.eagle_aux_hidden_state_layer_ids of DRAFT_DIR to IDS for the next launch."""
+    from eagle3scope.control.draftwrite import write_aux_ids
+    from eagle3scope.control.layers import LayerError, parse_ids
+
+    try:
+        result = write_aux_ids(draft_dir, parse_ids(ids), out=out, in_place=in_place, target_dir=target_dir)
+    except (LayerError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"config": str(result.path), "old": result.old, "new": result.new,
+                               "captured": result.captured, "backup": None if result.backup is None else str(result.backup),
+                               "notes": list(result.notes)}))
+        return
+    click.echo(f"{result.path}: eagle_aux_hidden_state_layer_ids {_ids(result.old)} -> {_ids(result.new)}"
+               + (f" (SGLang will capture {result.captured})" if result.captured else ""))
+    if result.backup is not None:
+        click.echo(f"backup: {result.backup}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+

@@ -1,0 +1,164 @@
+"""The aux-layer panel (key ``c``): presets of the live server, applied through the control channel.
+
+The list comes from the shim's ``list`` reply (presets computed by
+:func:`eagle3scope.control.layers.presets`, the same function ``aux cycle`` uses); Enter applies
+the preset under the cursor, ``i`` asks for a custom id list. Requests run in worker threads with
+the client's timeout, so a silent server never freezes the UI. Below the presets, one row per
+aux-config segment of the session (mean acceptance length and step count side by side) shows
+which set wins.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Static
+
+from eagle3scope.tui.screens import PromptScreen
+
+
+def _ids(value) -> str:
+    return "default" if value is None else "[" + ", ".join(map(str, value)) + "]"
+
+
+def segment_rows(state) -> list[tuple]:
+    """(layers, captured, origin, steps, mean) per aux-config segment, read under the feed lock."""
+    return [(s.layers, s.captured, s.origin, s.steps, s.mean_accept_length) for s in state.segments]
+
+
+class AuxScreen(ModalScreen):
+    """Presets + segments; needs ``app.control`` (a ControlClient) to apply anything."""
+
+    DEFAULT_CSS = """
+    AuxScreen { align: center middle; }
+    #aux-dialog { height: auto; max-height: 90%; }
+    #aux-presets, #aux-segments { height: auto; max-height: 12; margin-top: 1; }
+    """
+    BINDINGS = [
+        Binding("escape,q", "dismiss", "Close"),
+        Binding("r", "reload", "Reload"),
+        Binding("i", "custom", "Custom ids"),
+    ]
+
+    def __init__(self, client) -> None:
+        super().__init__()
+        self.client = client
+        self.info: dict | None = None
+        self.presets: list[dict] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="aux-dialog", classes="dialog"):
+            yield Static(Text("aux layers", style="bold"), id="aux-title")
+            yield Static("", id="aux-status")
+            presets = DataTable(id="aux-presets", cursor_type="row", zebra_stripes=True)
+            presets.add_columns("preset", "ids", "captures", "")
+            yield presets
+            segments = DataTable(id="aux-segments", cursor_type="none")
+            segments.add_columns("segment ids", "captured", "origin", "steps", "mean accept length")
+            yield segments
+            yield Static("Enter: apply the preset   i: custom ids   r: reload   Esc: close", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.show_segments()
+        self.set_interval(1.0, self.show_segments)
+        if self.client is None:
+            self.status("no control channel: start `eagle3scope watch` with --control ENDPOINT --token-file PATH "
+                        "(printed by `eagle3scope launch --control`)", "warning")
+        else:
+            self.action_reload()
+
+    def status(self, text: str, level: str = "info") -> None:
+        style = {"warning": "yellow", "error": "bold red"}.get(level, "")
+        self.query_one("#aux-status", Static).update(Text(text, style=style))
+
+    def show_segments(self) -> None:
+        rows = self.app.feed.read(segment_rows)
+        best = max((r[4] for r in rows if r[4] is not None), default=None)
+        table = self.query_one("#aux-segments", DataTable)
+        table.clear()
+        for layers, captured, origin, steps, mean in rows:
+            mark = " best" if mean is not None and mean == best and len(rows) > 1 else ""
+            table.add_row(_ids(layers), str(captured or "-"), origin, str(steps),
+                          "-" if mean is None else f"{mean:.3f}{mark}")
+
+    # -- talking to the server (worker threads) ---------------------------------------------------
+    def action_reload(self) -> None:
+        if self.client is not None:
+            self.status("asking the server ...")
+            self.run_worker(self._fetch, thread=True, exclusive=True, group="aux-control")
+
+    def _fetch(self) -> None:
+        from eagle3scope.control.client import ControlError
+
+        try:
+            info = self.client.list()
+        except ControlError as exc:
+            self.app.call_from_thread(self.status, f"control channel: {exc}", "error")
+            return
+        self.app.call_from_thread(self._show_info, info)
+
+    def _show_info(self, info: dict) -> None:
+        self.info, self.presets = info, info["presets"]
+        text = (f"{info['family']}, {info['num_layers']} layers, rule {info['rule']}, fc takes {info['expected']}; "
+                f"in effect {_ids(info['current'])} -> captures {info['captured']}")
+        if not info["changeable"]:
+            text += f"\nlive changes refused: {info['why_not']}"
+        self.status(text, "info" if info["changeable"] else "warning")
+        table = self.query_one("#aux-presets", DataTable)
+        table.clear()
+        for p in self.presets:
+            if p.get("same_as"):
+                note = f"= {p['same_as']}"
+            else:
+                note = "" if p["available"] else f"unavailable: {p['reason']}"
+            if p["layers"] == info["current"]:
+                note = ("in effect " + note).strip()
+            table.add_row(p["name"], _ids(p["layers"]), str(p["captured"] or "-"), note)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id != "aux-presets" or not self.presets:
+            return
+        preset = self.presets[event.cursor_row]
+        if not preset["available"]:
+            self.status(f"{preset['name']} is unavailable: {preset['reason']}", "warning")
+            return
+        self.apply(preset["layers"], preset["name"])
+
+    def action_custom(self) -> None:
+        from eagle3scope.control.layers import LayerError, parse_ids
+
+        def done(value: str | None) -> None:
+            if not value:
+                return
+            try:
+                self.apply(parse_ids(value), "custom")
+            except LayerError as exc:
+                self.status(str(exc), "error")
+
+        self.app.push_screen(PromptScreen("Aux layer ids to apply (draft-config numbering, e.g. 1,3,4):", "ids"), done)
+
+    def apply(self, layers: list[int], name: str) -> None:
+        if self.client is None:
+            self.status("no control channel to apply through", "warning")
+            return
+        self.status(f"applying {name} {_ids(layers)} ...")
+        self.run_worker(lambda: self._apply(layers, name), thread=True, exclusive=True, group="aux-control")
+
+    def _apply(self, layers: list[int], name: str) -> None:
+        from eagle3scope.control.client import ControlError
+
+        try:
+            reply = self.client.set(layers)
+            info = self.client.list()
+        except ControlError as exc:
+            self.app.call_from_thread(self.status, f"refused: {exc}", "error")
+            return
+        if reply["status"] == "applied":
+            text = f"{name} {_ids(layers)} applied: captures {reply['captured']}; a new segment starts"
+        else:
+            text = f"{name} {_ids(layers)} queued: applies at the server's next step"
+        self.app.call_from_thread(self._show_info, info)
+        self.app.call_from_thread(self.status, text)
