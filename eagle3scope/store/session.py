@@ -1,8 +1,9 @@
 """Session files: SQLite (WAL) holding zstd-compressed msgpack batches of raw wire frames.
 
-Why this layout: one row per batch (1024 frames or 100 ms) keeps inserts cheap enough for
+Why this layout: one row per batch (512 frames or 100 ms) keeps inserts cheap enough for
 >100k steps/s, each commit is durable against a killed recorder (WAL, one transaction per
-batch), and a damaged batch costs only its own frames. Rows carry the global record index of
+batch), and a damaged batch costs only its own frames; a seek decodes one batch, which is why
+batches stay at 512 frames. Rows carry the global record index of
 their first frame and *running maxima* of step ``seq`` and time, so a seek is a bisect over a
 catalog loaded at open. State frames (hello, load, config, hook per seam, heartbeat) are also
 kept one per row in ``state`` so a seek can rebuild what a viewer knew at any point.
@@ -79,7 +80,7 @@ def _connect(path: str | Path) -> sqlite3.Connection:
 class SessionWriter:
     """Append frames to a new session file, one committed transaction per batch."""
 
-    def __init__(self, path: str | Path, *, batch_frames: int = 1024, batch_ms: float = 100.0, level: int = 3,
+    def __init__(self, path: str | Path, *, batch_frames: int = 512, batch_ms: float = 100.0, level: int = 3,
                  endpoints: list[str] | None = None) -> None:
         self.path = Path(path)
         if self.path.exists() and self.path.stat().st_size > 0:
