@@ -237,8 +237,8 @@ class ScopeApp(App):
     def key_help(self) -> list[tuple[str, str]]:
         rows = []
         for binding in self.BINDINGS:
-            if binding.action.split("(")[0] in REPLAY_ONLY and self.feed.live:
-                continue
+            if not self.check_action(binding.action.split("(")[0], ()):
+                continue  # keys of the other mode (replay-only, live-only) are not listed
             keys = ", ".join(self.get_key_display(Binding(k, binding.action)) for k in binding.key.split(","))
             rows.append((keys, binding.description))
         rows.append(("enter", "Violation under the cursor: full explanation and fix"))
