@@ -418,3 +418,61 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
         stop.set()
         sched.join()
     assert target.model.layers_to_capture == [2, 4, 5] and target.thread.name != "MainThread"
+
+
+# -- aux write and profiles ---------------------------------------------------------------------
+def test_aux_write_out_and_in_place(tmp_path):
+    pytest.importorskip("safetensors")
+    import json
+
+    from click.testing import CliRunner
+    from draft_checkpoints import specforge, target
+
+    from eagle3scope.commands.aux import command as aux
+
+    draft, tgt = specforge(tmp_path / "draft"), target(tmp_path / "target")
+    original = (draft / "config.json").read_text()
+    runner = CliRunner()
+    out = runner.invoke(aux, ["write", str(draft), "2,4,5", "--out", str(tmp_path / "new"), "--target", str(tgt), "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["old"] == [1, 3, 4] and result["new"] == [2, 4, 5] and result["captured"] == [3, 5, 6]
+    written = json.loads((tmp_path / "new" / "config.json").read_text())
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert (tmp_path / "new" / "model.safetensors").read_bytes() == (draft / "model.safetensors").read_bytes()
+    assert (draft / "config.json").read_text() == original  # the source is untouched
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    # refusals: past the end of the 8-layer target, wrong count for fc, existing --out
+    for ids, extra, message in (("5,6,7", ["--out", str(tmp_path / "x")], "input of layer 8"),
+                                ("1,3", ["--out", str(tmp_path / "y")], "takes 3 aux states"),
+                                ("1,3,4", ["--out", str(tmp_path / "new")], "already exists"),
+                                ("1,3,4", [], "exactly one of")):
+        out = runner.invoke(aux, ["write", str(draft), ids, "--target", str(tgt), *extra])
+        assert out.exit_code == 1 and message in out.output, out.output
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    out = runner.invoke(aux, ["write", str(draft), "0,2,3", "--in-place"])
+    assert out.exit_code == 0, out.output
+    backups = list(draft.glob("config.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == original
+    assert json.loads((draft / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 3]
+
+
+def test_profiles_keep_the_best_per_draft(tmp_path, monkeypatch):
+    from eagle3scope.control import profiles
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "model.safetensors").write_bytes(b"weights-v1")
+    profiles.record(draft, [{"preset": "configured", "layers": [2, 4, 5], "captured": [3, 5, 6], "steps": 40,
+                             "mean_accept_length": 1.6},
+                            {"preset": "configured-1", "layers": [1, 3, 4], "captured": [2, 4, 5], "steps": 40,
+                             "mean_accept_length": 2.9}])
+    profiles.record(draft, [{"preset": "configured+1", "layers": [3, 5, 6], "captured": [4, 6, 7], "steps": 40,
+                             "mean_accept_length": 1.2}])
+    entry = profiles.lookup(draft)
+    assert entry["best"]["preset"] == "configured-1" and set(entry["presets"]) == {"configured", "configured-1", "configured+1"}
+    (draft / "config.json").write_text("{}")  # rewriting the config keeps the profile
+    assert profiles.lookup(draft) == entry
+    (draft / "model.safetensors").write_bytes(b"weights-v2")  # new weights start a new one
+    assert profiles.lookup(draft) is None

@@ -1,0 +1,151 @@
+"""Live aux-layer A/B on the real SGLang 0.5.23 CPU engine: which layers was this draft trained on?
+
+The trained demo draft (aux ids [1, 3, 4] on an 8-layer target) is served as in the ``aux-offset``
+scenario: its config carries speculators' input-of-layer numbering [2, 4, 5], which SGLang shifts
+by one more. One server, started through the control channel, under a steady greedy workload:
+
+* ``eagle3scope aux cycle`` (the CLI, as a user runs it) applies the presets live and its
+  per-preset mean acceptance length singles out the trained set, clearly above the served one;
+  the profile records it;
+* a wrong token, bad id lists and unknown commands are refused with a reason and change nothing;
+* a storm of concurrent requests during switches breaks nothing: the server keeps answering, and
+  greedy output is identical before and after (speculative decoding is lossless whatever the aux
+  layers, so any difference would be a real break).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from eagle3scope.control.client import ControlClient, ControlError
+from eagle3scope.control.draftwrite import write_aux_ids
+from eagle3scope.control.token import create_token_file, read_token
+from eagle3scope.demo.server import SGLangServer, free_port
+from eagle3scope.demo.workload import Workload
+
+pytestmark = pytest.mark.engine
+
+BUILD = "import json; from eagle3scope.demo.models import build_demo_models as b; p = b(); " \
+        "print(json.dumps({'target': str(p.target), 'draft': str(p.draft), 'aux': list(p.aux_layer_ids), " \
+        "'n': p.num_target_layers}))"
+
+
+@pytest.fixture(scope="module")
+def demo(engine_python, tmp_path_factory):
+    """The trained demo pair, with an aux-offset copy of the draft (speculators numbering)."""
+    from conftest import run_engine_python
+
+    done = run_engine_python(engine_python, "-c", BUILD, timeout=1800)
+    if done.returncode != 0:
+        pytest.fail(f"demo model build failed:\n{done.stderr[-3000:]}")
+    paths = json.loads(done.stdout.strip().splitlines()[-1])
+    trained = paths["aux"]
+    offset = [i + 1 for i in trained]  # the input-of-layer numbering of the same layers
+    out = tmp_path_factory.mktemp("aux-offset") / "draft"
+    write_aux_ids(paths["draft"], offset, out=out, target_dir=paths["target"])
+    return {**paths, "offset_draft": str(out), "offset": offset}
+
+
+@pytest.fixture(scope="module")
+def served(demo, tmp_path_factory):
+    from eagle3scope.demo.models import demo_prompts
+
+    token = create_token_file(tmp_path_factory.mktemp("token"))
+    events, control = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    env = {"EAGLE3SCOPE_ENDPOINT": events, "EAGLE3SCOPE_CONTROL": control, "EAGLE3SCOPE_CONTROL_TOKEN_FILE": str(token)}
+    with SGLangServer(demo["target"], demo["offset_draft"], env=env, extra_args=["--disable-radix-cache"]) as server:
+        yield {"server": server, "events": events, "control": control, "token": str(token),
+               "client": ControlClient(control, read_token(token), timeout_s=10), "prompts": demo_prompts(8)}
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "eagle3scope.cli", "aux", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_cycle_identifies_the_trained_layers_live(demo, served, tmp_path):
+    s = served
+    listed = json.loads(_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
+    assert listed["configured"] == demo["offset"] and listed["current"] == demo["offset"]
+    assert listed["captured"] == [i + 1 for i in demo["offset"]] and listed["changeable"], listed
+    assert listed["num_layers"] == demo["n"] and listed["expected"] == 3 and listed["rule"] == "+1"
+    config_home = tmp_path / "config"
+    with Workload(s["server"], s["prompts"], concurrency=2, max_new_tokens=48) as load:
+        out = _cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
+                   "--presets", "configured,configured-1,configured+1", "--steps", "40", "--json",
+                   env={"XDG_CONFIG_HOME": str(config_home)})
+        assert out.returncode == 0, out.stderr
+        assert not load.errors, list(load.errors)
+    report = json.loads(out.stdout)
+    by = {m["preset"]: m for m in report["results"]}
+    print("per-preset mean acceptance length:",
+          {k: (m["layers"], round(m["mean_accept_length"], 3), m["steps"]) for k, m in by.items()})
+    assert all(m["status"] == "measured" and m["steps"] >= 40 for m in by.values()), by
+    assert by["configured-1"]["layers"] == demo["aux"]  # the trained set
+    assert report["best"]["layers"] == demo["aux"]
+    assert by["configured-1"]["mean_accept_length"] > by["configured"]["mean_accept_length"] + 0.25
+    assert by["configured-1"]["mean_accept_length"] > by["configured+1"]["mean_accept_length"] + 0.25
+    profile = json.loads((config_home / "eagle3scope" / "aux-profiles.json").read_text())
+    (entry,) = profile.values()
+    assert entry["best"]["layers"] == demo["aux"] and entry["draft"] == str(Path(demo["offset_draft"]).resolve())
+    assert s["client"].list()["current"] == demo["offset"]  # --keep restore (the default)
+
+
+def test_bad_requests_are_refused_and_change_nothing(demo, served):
+    s = served
+    client = s["client"]
+    before = client.list()
+    wrong = ControlClient(s["control"], "not-the-token-at-all-0123456789", timeout_s=10)
+    with pytest.raises(ControlError, match="wrong token"):
+        wrong.set(demo["aux"])
+    for layers, reason in (([5, 6, 7], "input of layer 8"), ([1, 3], "takes 3"), ([4, 3, 1], "ascending"),
+                           ([1, 1, 4], "duplicate")):
+        with pytest.raises(ControlError, match=reason):
+            client.set(layers)
+    assert client.raw({"token": client.token, "cmd": "reload_weights"})["error"].startswith("unknown command")
+    out = _cli("set", "6,7,8", "--control", s["control"], "--token-file", s["token"])
+    assert out.returncode == 1 and "refused" in out.stderr
+    after = client.list()
+    assert (after["current"], after["captured"], after["pending"]) == (before["current"], before["captured"], None)
+    assert s["server"].generate(s["prompts"][0], max_new_tokens=8)[0]["meta_info"]["completion_tokens"] == 8
+
+
+def test_concurrent_requests_during_switches_break_nothing(demo, served):
+    s = served
+    client, server = s["client"], s["server"]
+    prompt = s["prompts"][1]
+    reference = server.generate(prompt, max_new_tokens=40)[0]["text"]
+    errors = []
+
+    def storm(i):
+        try:
+            for j in range(6):
+                kind = (i + j) % 3
+                if kind == 0:
+                    client.set(demo["aux"] if j % 2 else [i + 1 for i in demo["aux"]], wait_s=1.0)
+                elif kind == 1:
+                    client.list()
+                else:
+                    with pytest.raises(ControlError):
+                        client.set([0, 7, 8], wait_s=0.5)
+        except Exception as exc:  # asserted below
+            errors.append(repr(exc))
+
+    with Workload(server, s["prompts"], concurrency=2, max_new_tokens=24) as load:
+        threads = [threading.Thread(target=storm, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not load.errors, list(load.errors)
+    assert errors == []
+    client.set(demo["offset"], wait_s=5.0)
+    assert server.generate(prompt, max_new_tokens=40)[0]["text"] == reference
+    assert server.proc.poll() is None
