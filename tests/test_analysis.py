@@ -276,3 +276,16 @@ def test_hook_failure_known_from_hello_alone():
     body["seams"] = {"step": "attached", "draft_forward": "failed", "verify_v1": "disabled"}
     v = fired(analyse([s.frame("hello", body), s.frame("load", healthy_load())]))
     assert v["hook-failed"].evidence["seams"] == {"draft_forward": "failed"}
+
+
+def test_use_aux_false_on_purpose_is_only_a_warning():
+    """A draft whose config opts out of aux states runs as trained: warn, don't fail CI."""
+    load = healthy_load()
+    load["aux"].update(use_aux=False, captured=[], capture_on=False, offset_rule=None)
+    frames = session(50, load=load, step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})
+    v = fired(analyse(frames))
+    assert v["aux-capture-off"].severity == "warning" and v["fc-bypassed"].severity == "warning"
+    assert v["fc-bypassed"].evidence["use_aux_hidden_state"] is False
+    v = fired(analyse(session(50, algorithm="EAGLE", load=load,
+                              step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})))
+    assert v["aux-capture-off"].severity == "error" and v["fc-bypassed"].severity == "error"

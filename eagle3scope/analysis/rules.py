@@ -145,6 +145,8 @@ def fc_bypassed(pub: PublisherView) -> dict | None:
         "skipped_by_mode": skipped,
         "width_seen": widths,
         "fc_in": fc_in,
+        "use_aux_hidden_state": _aux(pub).get("use_aux"),
+        "algorithm": pub.server_args.get("algorithm"),
         "hidden_size": _load(pub).get("hidden_size"),
         "first_seq": _first_seq_of(pub.passes, modes, "first_skip_seq"),
     }
@@ -314,26 +316,35 @@ def frames_lost(pub: PublisherView) -> dict | None:
     return {"lost_in_transit": pub.gaps, "dropped_by_shim": dropped, "frames_received": pub.frames}
 
 
+def _opted_out_severity(evidence: dict) -> str:
+    """The draft's config says use_aux_hidden_state false: maybe trained that way, so a warning."""
+    wrong_algorithm = evidence.get("algorithm") and str(evidence["algorithm"]).rsplit(".", 1)[-1].upper() != "EAGLE3"
+    return "warning" if evidence.get("use_aux_hidden_state") is False and not wrong_algorithm else "error"
+
+
 def _aux_severity(evidence: dict) -> str:
     return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
 
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        "aux-capture-off", "error", "EAGLE-3 draft, but the target captures no aux hidden states", aux_capture_off,
+        "aux-capture-off", _opted_out_severity, "EAGLE-3 draft, but the target captures no aux hidden states",
+        aux_capture_off,
         "The draft's fc expects the concatenated aux hidden states of k target layers, but the target is not "
         "capturing them (typically --speculative-algorithm EAGLE with an EAGLE-3 draft). The draft then sees only "
         "the last hidden state, fc is skipped because the widths match, and almost nothing is accepted, without "
-        "any error or warning from the server.",
+        "any error or warning from the server. (A warning only when the draft's eagle_config sets "
+        "use_aux_hidden_state false on purpose.)",
         "Launch with --speculative-algorithm EAGLE3; make sure the draft's config.json has an eagle_config with "
         "use_aux_hidden_state true (or leave it out) and eagle_aux_hidden_state_layer_ids set.",
     ),
     Rule(
-        "fc-bypassed", "error", "Target features reach the draft H-wide: fc skipped", fc_bypassed,
+        "fc-bypassed", _opted_out_severity, "Target features reach the draft H-wide: fc skipped", fc_bypassed,
         "A draft forward that should carry the target's k x H aux features (extend / draft-extend) arrived with "
         "the width of a single hidden state, so SGLang's `hidden_states.shape[-1] != embeds.shape[-1]` test skipped "
         "fc. The draft is running on features it was never trained on. (Draft decode passes that feed back the "
-        "draft's own H-wide state are normal and not counted.)",
+        "draft's own H-wide state are normal and not counted; a warning only when the draft's eagle_config sets "
+        "use_aux_hidden_state false on purpose.)",
         "Enable aux capture: --speculative-algorithm EAGLE3, and check eagle_config / "
         "eagle_aux_hidden_state_layer_ids in the draft's config.json.",
     ),
