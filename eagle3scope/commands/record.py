@@ -6,6 +6,7 @@ is committed and the file marked complete. A SIGKILL loses at most the last unco
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import time
@@ -53,6 +54,7 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
     err = sys.stderr
     tty = err.isatty()
     sub = Subscriber(list(endpoints))
+    gc.freeze()  # start-up objects leave the GC's view: full collections then scan only live frames
     started = time.monotonic()
     next_report = started + (1.0 if tty else 5.0)
     seen: set[str] = set()
