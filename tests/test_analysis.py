@@ -289,3 +289,14 @@ def test_use_aux_false_on_purpose_is_only_a_warning():
     v = fired(analyse(session(50, algorithm="EAGLE", load=load,
                               step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})))
     assert v["aux-capture-off"].severity == "error" and v["fc-bypassed"].severity == "error"
+
+
+def test_zero_acceptance_is_detected_on_the_step_that_fills_the_window():
+    s = Stream()
+    state = SessionState()
+    state.ingest(s.frame("hello", hello()))
+    state.ingest(s.frame("load", healthy_load()))
+    for seq in range(40):
+        state.ingest(s.frame("step", step(seq, s.t, [0, 0])))
+        state.violations()
+    assert fired(state)["zero-acceptance"].first_seq == 31  # 32 steps x 2 requests = 64 request-steps

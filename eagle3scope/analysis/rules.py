@@ -279,7 +279,6 @@ def zero_acceptance(pub: PublisherView) -> dict | None:
         "per_position": [None if r is None else round(r, 4) for r in acc.per_position],
         "cumulative_mean_accept_length": round(acc.cumulative_mean_accept_length or 0.0, 4),
         "max_accept_length": acc.k + 1,
-        "first_seq": acc.history[0][0] if acc.history else None,
     }
 
 
