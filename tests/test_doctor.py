@@ -315,3 +315,35 @@ def test_two_keys_for_one_hole_is_a_guess(tmp_path):
     assert code == 2 and report["fixable"]["renames"] == {}
     r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
     assert r.exit_code == 2 and "a.mlp.down_proj.weight" in r.output and not (tmp_path / "out").exists()
+
+
+def test_bf16_checkpoint_is_fixed_byte_for_byte_without_torch(tmp_path):
+    """numpy has no bfloat16: relabel the f16 tensors BF16 (same size) and check fix copies bytes."""
+    from eagle3scope.doctor.checkpoint import open_checkpoint, write_safetensors
+
+    src = dc.write(tmp_path / "f16", dc.tensors("layers.0."), dc.specforge_config())
+    ckpt = open_checkpoint(src)
+    draft = tmp_path / "bf16"
+    draft.mkdir()
+    (draft / "config.json").write_text((src / "config.json").read_text())
+    write_safetensors(draft / "model.safetensors",
+                      [(n, i, "BF16" if i.dtype == "F16" else i.dtype, i.shape) for n, i in ckpt.tensors.items()])
+    code, report = doctor(draft, "--sglang-version", "0.5.10")
+    assert code == 2 and ids(report)["weights-dropped"]["evidence"]["skipped"] == 10
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.10"]).exit_code == 0
+    fixed = open_checkpoint(tmp_path / "fixed")
+    assert fixed.tensors["midlayer.self_attn.q_proj.weight"].dtype == "BF16"
+    blob = (draft / "model.safetensors").read_bytes()
+    out = (tmp_path / "fixed" / "model.safetensors").read_bytes()
+    info, new = ckpt.tensors["layers.0.self_attn.q_proj.weight"], fixed.tensors["midlayer.self_attn.q_proj.weight"]
+    original = open_checkpoint(draft).tensors["layers.0.self_attn.q_proj.weight"]
+    assert out[new.start:new.end] == blob[original.start:original.end] and new.end - new.start == info.end - info.start
+
+
+def test_index_naming_a_missing_shard(tmp_path):
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.specforge_config(), shards=2)
+    (draft / "model-00002-of-00002.safetensors").unlink()
+    code, report = doctor(draft)
+    found = ids(report)
+    assert code == 2 and "does not exist" in found["weights-unreadable"]["evidence"]["detail"]
+    assert found["weights-unwritten"]["evidence"]["count"] > 0
