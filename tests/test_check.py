@@ -34,7 +34,7 @@ def test_healthy_recording_passes_with_summary(tmp_path):
     assert out["summary"]["steps"] == 800
     assert out["summary"]["mean_accept_length"] == pytest.approx(sum(lengths) / len(lengths))
     assert len(out["summary"]["per_position"]) == 3 and all(0.5 < r < 0.9 for r in out["summary"]["per_position"])
-    assert out["violations"] == []
+    assert out["violations"] == [] and out["summary"]["complete"] is True
 
 
 def test_broken_recording_exits_1_with_violations(tmp_path):

@@ -14,11 +14,12 @@ from eagle3scope.analysis import SessionState, Violation, analyse
 from eagle3scope.analysis.rules import SEVERITY_ORDER
 
 
-def report(state: SessionState, violations: list[Violation], errors: list[str]) -> dict:
+def report(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
     """The ``--json`` object: summary plus every violation that fired."""
     summary = state.acceptance.summary()
     summary["publishers"] = sorted(state.publishers)
     summary["frames"] = state.frames
+    summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 
@@ -45,6 +46,8 @@ def render_text(result: dict) -> str:
         lines.append(f"        {v['title']}")
         lines.append("        evidence: " + ", ".join(f"{k}={_fmt(val)}" for k, val in v["evidence"].items()))
         lines.append(f"        fix: {v['fix']}")
+    if not s["complete"]:
+        lines.append("note: the recording was not closed by its recorder (killed or still running)")
     for err in result["read_errors"]:
         lines.append(f"read error: {err}")
     return "\n".join(lines)
@@ -67,8 +70,9 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str) -> None:
     with reader:
         state = analyse(frame for _, frame in reader.frames())
         errors = [str(e) for e in reader.errors]
+        complete = reader.complete
     violations = state.violations()
-    result = report(state, violations, errors)
+    result = report(state, violations, errors, complete)
     click.echo(json.dumps(result) if as_json else render_text(result))
     threshold = SEVERITY_ORDER[fail_on]
     ctx.exit(1 if any(SEVERITY_ORDER[v.severity] <= threshold for v in violations) else 0)
