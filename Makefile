@@ -14,6 +14,7 @@ venv: $(VENV)/.installed
 
 engine-env:
 	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-engine-env.sh
+	EAGLE3SCOPE_CACHE=$(CACHE) SGLANG_VERSION=0.5.10 bash scripts/build-engine-env.sh
 
 # SGLang wheels of the compat-table releases, for tests/test_compat_static.py (best effort: offline skips).
 wheels: venv

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from eagle3scope.demo.server import cache_dir, engine_python as locate_engine_python
+from eagle3scope.demo.tiny import MODELS_DIRNAME
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_MODELS_VERSION = "tiny-random-v1"
 
 
 def engine_missing(reason: str):
@@ -31,12 +31,11 @@ def run_engine_python(python: Path, *args: str, timeout: float = 600, env: dict 
     )
 
 
-@pytest.fixture(scope="session")
-def engine_python() -> Path:
-    """The engine venv's python, checked to import torch and the CPU kernels."""
-    python = locate_engine_python()
+def checked_engine_python(version: str) -> Path:
+    """The python of the engine venv for SGLang `version`, checked to import torch, the CPU kernels and sglang."""
+    python = locate_engine_python(version)
     if not python.exists():
-        engine_missing(f"no engine venv at {python} (scripts/build-engine-env.sh builds it)")
+        engine_missing(f"no SGLang {version} engine venv at {python} (scripts/build-engine-env.sh builds it)")
     probe = run_engine_python(python, "-c", "import torch, sgl_kernel, sglang")
     if probe.returncode != 0:
         engine_missing(f"engine venv at {python} is incomplete:\n{probe.stderr[-2000:]}")
@@ -44,9 +43,21 @@ def engine_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The SGLang 0.5.23 engine venv's python (the full CPU engine)."""
+    return checked_engine_python("0.5.23")
+
+
+@pytest.fixture(scope="session")
+def engine_python_0510() -> Path:
+    """The SGLang 0.5.10 venv's python: v1 EAGLEWorker and `midlayer` naming; in-process draft only."""
+    return checked_engine_python("0.5.10")
+
+
+@pytest.fixture(scope="session")
 def tiny_models(engine_python) -> tuple[Path, Path]:
     """(target_dir, draft_dir): the tiny random target and random EAGLE-3 draft, generated once."""
-    root = cache_dir() / "models" / TINY_MODELS_VERSION
+    root = cache_dir() / "models" / MODELS_DIRNAME
     done = run_engine_python(engine_python, "-m", "eagle3scope.demo.tiny", str(root))
     if done.returncode != 0:
         pytest.fail(f"tiny model generation failed:\n{done.stderr[-3000:]}")

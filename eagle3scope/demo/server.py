@@ -45,9 +45,10 @@ def cache_dir() -> Path:
 
 
 def engine_python(version: str = ENGINE_SGLANG_VERSION) -> Path:
-    """The engine venv's python: $EAGLE3SCOPE_ENGINE_PYTHON, else <cache>/venv-sglang-<version>/bin/python."""
+    """The engine venv's python: <cache>/venv-sglang-<version>/bin/python, or for the default
+    version $EAGLE3SCOPE_ENGINE_PYTHON when set."""
     override = os.environ.get("EAGLE3SCOPE_ENGINE_PYTHON")
-    if override:
+    if override and version == ENGINE_SGLANG_VERSION:
         return Path(override)
     return cache_dir() / f"venv-sglang-{version}" / "bin" / "python"
 

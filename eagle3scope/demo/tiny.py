@@ -17,6 +17,8 @@ import random
 from pathlib import Path
 
 BOS, EOS = "<|bos|>", "<|eos|>"
+# Folder name under <cache>/models; bump it when the generated files change.
+MODELS_DIRNAME = "tiny-random-v2"
 
 TARGET_SHAPE = dict(
     hidden_size=128,
@@ -149,8 +151,12 @@ def vocab_maps(draft_token_ids, vocab_size: int):
     return d2t, t2d
 
 
-def random_draft_state(config: dict, draft_token_ids, seed: int = 1) -> dict:
-    """Random draft weights in the speculators layout (`layers.0.*`, no embed: SGLang shares the target's)."""
+def random_draft_state(config: dict, draft_token_ids, seed: int = 1, layer_prefix: str = "layers.0.") -> dict:
+    """Random draft weights, no embed (SGLang shares the target's).
+
+    layer_prefix names the decoder layer's weights: "layers.0." (speculators,
+    SGLang >= 0.5.12) or "midlayer." (SpecForge / EAGLE reference, SGLang <= 0.5.11).
+    """
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -163,18 +169,21 @@ def random_draft_state(config: dict, draft_token_ids, seed: int = 1) -> dict:
         return torch.randn(*shape, generator=g) * 0.02
 
     d2t, t2d = vocab_maps(draft_token_ids, config["vocab_size"])
+    layer = {
+        "hidden_norm.weight": torch.ones(h),
+        "input_layernorm.weight": torch.ones(h),
+        "post_attention_layernorm.weight": torch.ones(h),
+        "self_attn.q_proj.weight": w(heads * hd, 2 * h),
+        "self_attn.k_proj.weight": w(kv * hd, 2 * h),
+        "self_attn.v_proj.weight": w(kv * hd, 2 * h),
+        "self_attn.o_proj.weight": w(h, heads * hd),
+        "mlp.gate_proj.weight": w(inter, h),
+        "mlp.up_proj.weight": w(inter, h),
+        "mlp.down_proj.weight": w(h, inter),
+    }
     return {
         "fc.weight": w(h, n_aux * config["target_hidden_size"]),
-        "layers.0.hidden_norm.weight": torch.ones(h),
-        "layers.0.input_layernorm.weight": torch.ones(h),
-        "layers.0.post_attention_layernorm.weight": torch.ones(h),
-        "layers.0.self_attn.q_proj.weight": w(heads * hd, 2 * h),
-        "layers.0.self_attn.k_proj.weight": w(kv * hd, 2 * h),
-        "layers.0.self_attn.v_proj.weight": w(kv * hd, 2 * h),
-        "layers.0.self_attn.o_proj.weight": w(h, heads * hd),
-        "layers.0.mlp.gate_proj.weight": w(inter, h),
-        "layers.0.mlp.up_proj.weight": w(inter, h),
-        "layers.0.mlp.down_proj.weight": w(h, inter),
+        **{layer_prefix + name: t for name, t in layer.items()},
         "norm.weight": torch.ones(h),
         "lm_head.weight": w(config["draft_vocab_size"], h),
         "d2t": d2t,
@@ -194,21 +203,23 @@ def write_draft(out_dir: str | Path, config: dict, state: dict) -> Path:
 
 
 def write_random_draft(out_dir: str | Path, target_dir: str | Path, *, draft_vocab_size: int = 256,
-                       seed: int = 1, aux_layer_ids=DEFAULT_AUX_LAYER_IDS) -> Path:
+                       seed: int = 1, aux_layer_ids=DEFAULT_AUX_LAYER_IDS, layer_prefix: str = "layers.0.") -> Path:
     """A random EAGLE-3 draft for `target_dir`; its vocabulary is the first draft_vocab_size target ids."""
     config = draft_config(target_dir, draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids)
-    state = random_draft_state(config, range(draft_vocab_size), seed=seed)
+    state = random_draft_state(config, range(draft_vocab_size), seed=seed, layer_prefix=layer_prefix)
     return write_draft(out_dir, config, state)
 
 
 def write_tiny_pair(root: str | Path, seed: int = 0) -> tuple[Path, Path]:
-    """root/target and root/draft-random, written once (a `.complete` marker makes it idempotent)."""
+    """root/target, root/draft-random (layers.0.*) and root/draft-random-midlayer (same weights,
+    midlayer.*), written once (a `.complete` marker makes it idempotent)."""
     root = Path(root)
     target, draft = root / "target", root / "draft-random"
     marker = root / ".complete"
     if not marker.exists():
         write_target(target, seed=seed)
         write_random_draft(draft, target, seed=seed + 1)
+        write_random_draft(root / "draft-random-midlayer", target, seed=seed + 1, layer_prefix="midlayer.")
         marker.write_text("ok\n")
     return target, draft
 
