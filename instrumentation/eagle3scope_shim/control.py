@@ -132,13 +132,20 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
                 "this channel does not reach")
     if tp > 1:
         return f"tensor parallelism (tp_size {tp}): each rank holds its own capture list and only rank 0 is reachable"
-    runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
-    graphs = [a for a in _GRAPH_ATTRS if getattr(runner, a, None) is not None]
-    device = str(getattr(sa, "device", "") or "")
-    if graphs or (device not in ("", "cpu") and not getattr(sa, "disable_cuda_graph", False)):
+    if _graphs_captured(getattr(getattr(worker, "target_worker", None), "model_runner", None), sa):
         return ("CUDA graphs were captured with the current aux set and replay ignores a new one; write the ids "
                 "with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live")
     return ""
+
+
+def _graphs_captured(runner, sa) -> bool:
+    """Whether the target runner replays captured graphs. 0.5.23 points its decode/prefill runner
+    attributes at an ``EagerRunner`` when graphs are off, older releases leave them None."""
+    runners = [getattr(runner, a) for a in _GRAPH_ATTRS if hasattr(runner, a)]
+    if runners:
+        return any(r is not None and "graph" in type(r).__name__.lower() for r in runners)
+    device = str(getattr(sa, "device", "") or "")
+    return device not in ("", "cpu") and not getattr(sa, "disable_cuda_graph", False)
 
 
 class Control:
