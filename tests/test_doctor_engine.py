@@ -16,6 +16,7 @@ from safetensors import safe_open
 
 import draft_checkpoints as dc
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
+from eagle3scope.doctor.repair import fix_checkpoint
 
 pytestmark = pytest.mark.engine
 LAYOUT = layout_for("0.5.23")
@@ -50,12 +51,30 @@ def fused_shape(shape):
     return list(shape)
 
 
+def broken_then_fixed(root):
+    """A draft with a key 0.5.23 drops, a wrapper prefix and absolute d2t, repaired by ``fix``."""
+    weights = {("module." + n if n.startswith("midlayer.self_attn") else n): w for n, w in dc.tensors().items()}
+    weights["decoder.mlp.down_proj.weight"] = weights.pop("midlayer.mlp.down_proj.weight")
+    weights["d2t"] = dc.draft_ids()
+    broken = dc.write(root / "broken", weights, dc.specforge_config())
+    fix_checkpoint(broken, root / "fixed", sglang_version="0.5.23")
+    return broken, root / "fixed"
+
+
 def test_loader_model_matches_the_real_class(tmp_path, engine_python):
     cases = drafts(tmp_path)
+    broken, fixed = broken_then_fixed(tmp_path)
     done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py",
-                             *[str(p) for p in cases.values()], timeout=600)
+                             *[str(p) for p in [*cases.values(), broken, fixed]], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     probes = {json.loads(line)["draft"]: json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")}
+    # the real loader drops 5 tensors of the broken draft silently and loads the fixed copy fully
+    assert set(probes[str(broken)]["params"]) - set(probes[str(broken)]["written"]) == {
+        "model.layers.0.self_attn.qkv_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.down_proj.weight"}
+    assert probes[str(fixed)]["written"] == sorted(probes[str(fixed)]["params"])
+    d2t = dc.tensors()["d2t"]
+    assert probes[str(fixed)]["hot_token_id"] == dc.draft_ids().tolist() == (d2t + np.arange(dc.DRAFT_VOCAB)).tolist()
     for label, path in cases.items():
         probe = probes[str(path)]
         config = json.loads((path / "config.json").read_text())
@@ -74,5 +93,4 @@ def test_loader_model_matches_the_real_class(tmp_path, engine_python):
         assert predicted == touched, (label, predicted ^ touched)
         # fused parameters half written would mean a shard the model thinks lands nowhere
         assert set(probe["partly"]) <= {"lm_head.weight", "model.embed_tokens.weight"}, (label, probe["partly"])
-        d2t = dc.tensors()["d2t"]
         assert probe["hot_token_id"] == (d2t + np.arange(dc.DRAFT_VOCAB)).tolist()  # d2t is an offset
