@@ -476,3 +476,47 @@ def test_profiles_keep_the_best_per_draft(tmp_path, monkeypatch):
     assert profiles.lookup(draft) == entry
     (draft / "model.safetensors").write_bytes(b"weights-v2")  # new weights start a new one
     assert profiles.lookup(draft) is None
+
+
+# -- what the shim refuses up front ---------------------------------------------------------------
+class LlamaForCausalLM(_Inner):
+    """Named like SGLang's class, which defines the method itself: the family table applies."""
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        super().set_eagle3_layers_to_capture(layer_ids)
+
+
+class EagerRunner:
+    pass
+
+
+class DecodeCudaGraphRunner:
+    pass
+
+
+def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=()):
+    fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
+    draft = SimpleNamespace(config=SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
+                                                   target_hidden_size=128), model=SimpleNamespace(fc=fc))
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner))
+    monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
+    monkeypatch.setattr(STATE, "aux_calls", list(calls))
+    sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
+    return shim_control.gather(SimpleNamespace(server_args=sa))
+
+
+def test_gather_facts_and_blockers(monkeypatch):
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    eager = SimpleNamespace(decode_cuda_graph_runner=EagerRunner(), prefill_cuda_graph_runner=EagerRunner())
+    facts = _gather(monkeypatch, target, runner=eager, calls=[{"requested": [2, 4, 5], "captured": [3, 5, 6], "on": True}])
+    assert (facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured, facts.why_not) == \
+        ("LlamaForCausalLM", "+1", 8, 3, [2, 4, 5], "")
+    graphs = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=EagerRunner())
+    assert "CUDA graphs" in _gather(monkeypatch, target, runner=graphs).why_not
+    assert "CUDA graphs" in _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda").why_not
+    assert "tensor parallelism" in _gather(monkeypatch, target, runner=eager, tp=2).why_not
+    assert "pipeline" in _gather(monkeypatch, target, runner=eager, pp=2).why_not
+    odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
+    assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
+    assert "unknown model family" in _gather(monkeypatch, _Inner(8), runner=eager).why_not

@@ -79,7 +79,7 @@ def _defining_class(model) -> type | None:
 
 def gather(scheduler) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker."""
-    from importlib.metadata import version
+    from eagle3scope_shim.patching import sglang_version
 
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
@@ -106,7 +106,7 @@ def gather(scheduler) -> Facts:
     facts.first_layer = int(getattr(getattr(inner, "model", None), "start_layer", 0) or 0)
     cls = _defining_class(inner)
     facts.family = cls.__name__ if cls is not None else type(inner).__name__
-    facts.rule = aux_layers.family_rule(facts.family, version("sglang"))
+    facts.rule = aux_layers.family_rule(facts.family, sglang_version())
     facts.why_not = _blocker(facts, sa, worker, cls)
     return facts
 
