@@ -278,16 +278,19 @@ def test_hook_failure_known_from_hello_alone():
     assert v["hook-failed"].evidence["seams"] == {"draft_forward": "failed"}
 
 
-def test_use_aux_false_on_purpose_is_only_a_warning():
-    """A draft whose config opts out of aux states runs as trained: warn, don't fail CI."""
+def test_use_aux_false_is_an_error_only_when_the_checkpoint_has_a_trained_fc():
+    """use_aux_hidden_state false with a trained fc (the demo's aux-off scenario) is a break; without
+    one the draft may have been trained without aux states: a warning, CI not failed."""
+    off = {"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}}
     load = healthy_load()
     load["aux"].update(use_aux=False, captured=[], capture_on=False, offset_rule=None)
-    frames = session(50, load=load, step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})
-    v = fired(analyse(frames))
+    v = fired(analyse(session(50, load=load, step_kw=off)))
+    assert v["aux-capture-off"].severity == "error" and v["fc-bypassed"].evidence["fc_from_checkpoint"] is True
+    load["weights"]["consumed"].remove("fc.weight")
+    load["weights"]["unwritten"] = ["model.fc.weight"]
+    v = fired(analyse(session(50, load=load, step_kw=off)))
     assert v["aux-capture-off"].severity == "warning" and v["fc-bypassed"].severity == "warning"
-    assert v["fc-bypassed"].evidence["use_aux_hidden_state"] is False
-    v = fired(analyse(session(50, algorithm="EAGLE", load=load,
-                              step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})))
+    v = fired(analyse(session(50, algorithm="EAGLE", load=load, step_kw=off)))
     assert v["aux-capture-off"].severity == "error" and v["fc-bypassed"].severity == "error"
 
 

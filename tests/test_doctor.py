@@ -347,3 +347,21 @@ def test_index_naming_a_missing_shard(tmp_path):
     found = ids(report)
     assert code == 2 and "does not exist" in found["weights-unreadable"]["evidence"]["detail"]
     assert found["weights-unwritten"]["evidence"]["count"] > 0
+
+
+def test_use_aux_false_with_a_trained_fc(tmp_path):
+    eagle = {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS, "use_aux_hidden_state": False}
+    code, report = doctor(dc.specforge(tmp_path / "d", eagle_config=eagle))
+    assert code == 2 and ids(report)["aux-capture-off"]["evidence"] == {"use_aux_hidden_state": False,
+                                                                        "fc_in_checkpoint": True}
+
+
+def test_torch_compiled_layer_names_are_renamed(tmp_path, target):
+    """The demo's dropped-weights scenario: the layer saved from a torch.compile'd module."""
+    weights = {n.replace("layers.0.", "layers.0._orig_mod.", 1): w for n, w in dc.tensors("layers.0.").items()}
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = doctor(draft)
+    assert code == 2 and ids(report)["weights-dropped"]["evidence"]["skipped"] == 10
+    assert report["fixable"]["renames"]["layers.0._orig_mod.mlp.up_proj.weight"] == "layers.0.mlp.up_proj.weight"
+    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0

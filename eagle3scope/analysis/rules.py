@@ -126,6 +126,7 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
         "capture_on": capture_now,
         "use_aux_hidden_state": aux.get("use_aux"),
         "fc_in": _fc_in(pub),
+        "fc_from_checkpoint": _fc_trained(pub),
         "steps_with_capture_off": pub.capture_off_steps,
         "first_seq": pub.capture_off_first_seq,
     }
@@ -146,6 +147,7 @@ def fc_bypassed(pub: PublisherView) -> dict | None:
         "width_seen": widths,
         "fc_in": fc_in,
         "use_aux_hidden_state": _aux(pub).get("use_aux"),
+        "fc_from_checkpoint": _fc_trained(pub),
         "algorithm": pub.server_args.get("algorithm"),
         "hidden_size": _load(pub).get("hidden_size"),
         "first_seq": _first_seq_of(pub.passes, modes, "first_skip_seq"),
@@ -315,10 +317,20 @@ def frames_lost(pub: PublisherView) -> dict | None:
     return {"lost_in_transit": pub.gaps, "dropped_by_shim": dropped, "frames_received": pub.frames}
 
 
+def _fc_trained(pub: PublisherView) -> bool | None:
+    """Whether the checkpoint brought its own fc (then the draft was trained on aux features)."""
+    weights = _load(pub).get("weights")
+    if not weights:
+        return None
+    return any(n.endswith("fc.weight") for n in weights.get("consumed") or [])
+
+
 def _opted_out_severity(evidence: dict) -> str:
-    """The draft's config says use_aux_hidden_state false: maybe trained that way, so a warning."""
+    """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
+    well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
     wrong_algorithm = evidence.get("algorithm") and str(evidence["algorithm"]).rsplit(".", 1)[-1].upper() != "EAGLE3"
-    return "warning" if evidence.get("use_aux_hidden_state") is False and not wrong_algorithm else "error"
+    opted_out = evidence.get("use_aux_hidden_state") is False and evidence.get("fc_from_checkpoint") is False
+    return "warning" if opted_out and not wrong_algorithm else "error"
 
 
 def _aux_severity(evidence: dict) -> str:
@@ -333,7 +345,7 @@ RULES: tuple[Rule, ...] = (
         "capturing them (typically --speculative-algorithm EAGLE with an EAGLE-3 draft). The draft then sees only "
         "the last hidden state, fc is skipped because the widths match, and almost nothing is accepted, without "
         "any error or warning from the server. (A warning only when the draft's eagle_config sets "
-        "use_aux_hidden_state false on purpose.)",
+        "use_aux_hidden_state false and the checkpoint has no trained fc: then it may be trained that way.)",
         "Launch with --speculative-algorithm EAGLE3; make sure the draft's config.json has an eagle_config with "
         "use_aux_hidden_state true (or leave it out) and eagle_aux_hidden_state_layer_ids set.",
     ),
@@ -343,7 +355,7 @@ RULES: tuple[Rule, ...] = (
         "the width of a single hidden state, so SGLang's `hidden_states.shape[-1] != embeds.shape[-1]` test skipped "
         "fc. The draft is running on features it was never trained on. (Draft decode passes that feed back the "
         "draft's own H-wide state are normal and not counted; a warning only when the draft's eagle_config sets "
-        "use_aux_hidden_state false on purpose.)",
+        "use_aux_hidden_state false and the checkpoint has no trained fc.)",
         "Enable aux capture: --speculative-algorithm EAGLE3, and check eagle_config / "
         "eagle_aux_hidden_state_layer_ids in the draft's config.json.",
     ),

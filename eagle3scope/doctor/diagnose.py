@@ -440,8 +440,14 @@ def _check_aux_layers(dx: Diagnosis, target: dict | None) -> None:
                "Write the layer ids the draft was trained on into eagle_config (output-of-layer numbering).")
         return
     if eagle.get("use_aux_hidden_state") is False:
-        dx.add("aux-capture-off", "warning", "eagle_config.use_aux_hidden_state is false",
-               {"use_aux_hidden_state": False}, "An EAGLE-3 draft's fc expects aux states; set it to true.")
+        trained_fc = any(m.param == "model.fc.weight" for m in dx.mappings.values())
+        dx.add("aux-capture-off", "error" if trained_fc else "warning",
+               "eagle_config.use_aux_hidden_state is false" + (" but the checkpoint has a trained fc" if trained_fc else ""),
+               {"use_aux_hidden_state": False, "fc_in_checkpoint": trained_fc},
+               "SGLang will capture no aux states and skip fc, so the draft sees features it was not trained on: "
+               "set use_aux_hidden_state to true." if trained_fc else
+               "Without a trained fc the draft may have been trained on the last hidden state only; if it was "
+               "trained on aux states, set use_aux_hidden_state to true.")
     ids = list(eagle["eagle_aux_hidden_state_layer_ids"])
     evidence = {"configured": ids, "captured_by_sglang": [i + 1 for i in ids]}
     if len(set(ids)) != len(ids):
