@@ -10,6 +10,7 @@ publisher thread turns them into lists later (see :func:`snap` and :class:`Step`
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -92,7 +93,7 @@ class ShimState:
             self.guard = SyncGuard
         # load-time facts, gathered in whatever process loads the models
         self.draft_loads: dict[int, dict] = {}  # id(draft model) -> loader record
-        self.aux_calls: list[dict] = []
+        self.aux_calls: collections.deque = collections.deque(maxlen=64)  # set_eagle3 calls, latest last
         self.aux_config: dict[int, dict] = {}  # id(model) -> SGLang's resolved aux settings
         self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None

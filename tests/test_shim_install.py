@@ -1,0 +1,59 @@
+"""Programmatic ``install()``/``uninstall()`` inside the real SGLang 0.5.23 package: idempotent,
+reversible, lazy for modules not imported yet, refused for an unknown release line; and the
+plugin entry point stays inert unless the user asked for the shim.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_engine_python
+
+pytestmark = pytest.mark.engine
+
+SCRIPT = r"""
+import json, logging, os, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="LOG %(message)s")
+os.environ.pop("EAGLE3SCOPE_ENDPOINT", None)
+import eagle3scope_shim
+from eagle3scope_shim import patching, plugin
+from eagle3scope_shim.state import STATE
+
+out = {}
+plugin.load()  # no endpoint requested: must register nothing
+out["plugin_inert"] = STATE.seam_status == {}
+
+import sglang.srt.models.llama as llama  # imported before install: patched at once
+original = llama.LlamaForCausalLM.set_eagle3_layers_to_capture
+out["installed"] = eagle3scope_shim.install("tcp://127.0.0.1:5999")
+first = llama.LlamaForCausalLM.set_eagle3_layers_to_capture
+out["install_patched"] = first is not original and first.__wrapped__ is original
+out["install_again"] = eagle3scope_shim.install("tcp://127.0.0.1:5999")
+out["idempotent"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is first
+out["env"] = os.environ.get("EAGLE3SCOPE_ENDPOINT")
+import sglang.srt.models.llama_eagle3 as le3  # imported after install: patched on import
+out["lazy_patched"] = hasattr(le3.LlamaModel.forward, "__wrapped__")
+out["status"] = STATE.seam_status.get("llama_eagle3.forward")
+eagle3scope_shim.uninstall()
+out["restored"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is original
+out["restored_lazy"] = not hasattr(le3.LlamaModel.forward, "__wrapped__")
+out["env_after"] = os.environ.get("EAGLE3SCOPE_ENDPOINT")
+eagle3scope_shim.uninstall()
+patching.sglang_version = lambda: "1.0.0"
+out["refused"] = eagle3scope_shim.install("tcp://127.0.0.1:5999") is False
+out["refused_unpatched"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is original
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_install_uninstall_idempotent_lazy_and_version_guarded(engine_python):
+    done = run_engine_python(engine_python, "-c", SCRIPT, env={"SGLANG_USE_CPU_ENGINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert result == {
+        "plugin_inert": True, "installed": True, "install_patched": True, "install_again": True,
+        "idempotent": True, "env": "tcp://127.0.0.1:5999", "lazy_patched": True, "status": "attached",
+        "restored": True, "restored_lazy": True, "env_after": None, "refused": True, "refused_unpatched": True,
+    }
+    assert "not a release line this shim knows" in done.stdout
