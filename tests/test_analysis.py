@@ -238,6 +238,9 @@ def test_hook_failed_and_frames_lost_are_warnings():
     assert v["hook-failed"].evidence["seams"] == {"draft_forward": "failed"}
     assert v["frames-lost"].evidence["lost_in_transit"] == 5 and v["frames-lost"].evidence["dropped_by_shim"] == 2
     assert any("5 frame(s) lost" in e.text for e in state.events)
+    assert [e.level for e in state.events if e.text.startswith("hook-failed:")] == ["warning"]  # logged once
+    state.violations()
+    assert len([e for e in state.events if e.text.startswith("hook-failed:")]) == 1
 
 
 def test_violations_are_per_publisher():

@@ -326,6 +326,8 @@ class SessionState:
                 current = evaluate(rule, pub, previous)
                 if current is not None:
                     self._fired[key] = current
+                    if previous is None:
+                        self.note(pub.src, current.severity, f"{current.id}: {current.title}", pub.last_seen_t)
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
 
 
