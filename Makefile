@@ -2,8 +2,10 @@
 PY ?= python3.11
 VENV ?= .venv
 CACHE ?= $(HOME)/.cache/eagle3scope
+SCENARIO ?= healthy
+export EAGLE3SCOPE_CACHE = $(CACHE)
 
-.PHONY: venv engine-env models wheels demo test test-fast
+.PHONY: venv engine-env engine-env-old models wheels demo test test-fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,6 +16,9 @@ venv: $(VENV)/.installed
 
 engine-env:
 	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-engine-env.sh
+
+# The older release with the v1 worker and `midlayer` naming, for the v1 adapter's tests.
+engine-env-old:
 	EAGLE3SCOPE_CACHE=$(CACHE) SGLANG_VERSION=0.5.10 bash scripts/build-engine-env.sh
 
 # SGLang wheels of the compat-table releases, for tests/test_compat_static.py (best effort: offline skips).
@@ -24,9 +29,9 @@ models: venv engine-env
 	$(VENV)/bin/eagle3scope demo --prepare-only
 
 demo: venv engine-env
-	$(VENV)/bin/eagle3scope demo
+	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)
 
-test: venv engine-env models wheels
+test: venv engine-env engine-env-old models wheels
 	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv

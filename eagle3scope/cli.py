@@ -52,3 +52,7 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="eagle3scope")
 def main() -> None:
     """eagle3scope: make every silent EAGLE-3 break in SGLang visible."""
+
+
+if __name__ == "__main__":
+    main()

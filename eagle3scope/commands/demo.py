@@ -1,0 +1,134 @@
+"""``eagle3scope demo``: the real SGLang EAGLE-3 engine on this machine's CPU, with the shim on.
+
+It builds what it needs once (engine venv, demo models; cached under ``$EAGLE3SCOPE_CACHE``),
+prepares the chosen scenario's draft, starts the server with the shim publishing on a free
+loopback port, drives a steady workload and opens the live TUI, or records headless. Ctrl-C stops
+everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from eagle3scope.demo import scenarios
+from eagle3scope.demo.server import SGLangServer, ServerError, cache_dir, engine_python, free_port
+
+REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _say(message: str) -> None:
+    click.echo(f"[demo] {message}", err=True)
+
+
+def ensure_engine_env() -> Path:
+    """The engine venv's python, building the venv first when it is missing."""
+    python = engine_python()
+    if python.exists():
+        return python
+    script = REPO_SCRIPTS / "build-engine-env.sh"
+    if not script.exists():
+        raise click.ClickException(
+            f"no SGLang engine env at {python} and no build script at {script}: run the demo from a checkout")
+    _say(f"building the SGLang CPU engine env (once, a few minutes) -> {python.parent.parent}")
+    if subprocess.call(["bash", str(script)]) != 0 or not python.exists():
+        raise click.ClickException("building the engine env failed; see the output above")
+    return python
+
+
+def ensure_models(python: Path):
+    """Build the demo models with the engine venv's torch (once), then return their paths."""
+    from eagle3scope.demo.models import build_demo_models
+
+    _say("preparing demo models (cached after the first run; the first build trains for a few minutes)")
+    if subprocess.call([str(python), "-m", "eagle3scope.demo.models", "--cache", str(cache_dir())],
+                       stdout=sys.stderr) != 0:
+        raise click.ClickException("building the demo models failed; see the output above")
+    return build_demo_models(cache_dir())  # cached now: returns the paths without importing torch
+
+
+@click.command(name="demo")
+@click.option("--scenario", type=click.Choice(sorted(scenarios.SCENARIOS)), default="healthy", show_default=True,
+              help="Which real failure to reproduce through the real engine.")
+@click.option("--headless", is_flag=True, help="No screen: record events to --record instead.")
+@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
+              help="With --headless: stop after this many step events.")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
+              help="With --headless: session file to write (required there).")
+@click.option("--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Requests in flight.")
+@click.option("--control/--no-control", default=True, show_default=True,
+              help="Open the token-protected aux control channel (for live aux-layer A/B).")
+@click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
+@click.option("--prepare-only", is_flag=True, help="Build the engine env and demo models, then exit.")
+def command(scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int, control: bool,
+            theme: str | None, prepare_only: bool) -> None:
+    """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
+    if headless and not record_path:
+        raise click.UsageError("--headless needs --record FILE")
+    python = ensure_engine_env()
+    models = ensure_models(python)
+    if prepare_only:
+        _say(f"ready: engine {python}, models {models.root}")
+        return
+    work = cache_dir() / "scenarios"
+    spec = scenarios.SCENARIOS[scenario].prepare(models, work / scenario)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    env = {"EAGLE3SCOPE_ENDPOINT": endpoint}
+    token_file = None
+    if control:
+        from eagle3scope.control.token import create_token_file
+
+        token_file = create_token_file()
+        env.update(EAGLE3SCOPE_CONTROL=f"tcp://127.0.0.1:{free_port()}", EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(token_file))
+    log_path = cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log"
+    _say(f"scenario {scenario}: {scenarios.SCENARIOS[scenario].summary}")
+    _say(f"starting SGLang on CPU (about 25 s); server log {log_path}")
+    server = SGLangServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm, extra_args=spec.extra_args,
+                          env=env, log_path=log_path, python=python)
+    from eagle3scope.demo.models import demo_prompts
+    from eagle3scope.demo.workload import Workload
+
+    try:
+        server.start()
+        _say(f"server up in {server.startup_s:.0f} s at {server.url}; shim publishing on {endpoint}")
+        with Workload(server, demo_prompts(16), concurrency=concurrency):
+            if headless:
+                _record(endpoint, record_path, steps)
+            else:
+                from eagle3scope.tui.app import run_watch
+
+                client = None
+                if control:
+                    from eagle3scope.control.client import ControlClient
+
+                    client = ControlClient.from_options(env["EAGLE3SCOPE_CONTROL"], str(token_file))
+                run_watch([endpoint], theme=theme, control=client)
+    except ServerError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        _say("interrupted")
+    finally:
+        server.stop()
+        if token_file is not None:
+            Path(token_file).unlink(missing_ok=True)
+
+
+def _record(endpoint: str, out: str, steps: int) -> None:
+    """Record headless with the ``record`` command in a child, so its signal handling stays its own."""
+    cmd = [sys.executable, "-m", "eagle3scope.cli", "record", "--connect", endpoint, "--out", out,
+           "--steps", str(steps), "--duration", str(max(120.0, steps * 0.5))]
+    child = subprocess.Popen(cmd)
+    try:
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            child.wait(10)
+    if child.returncode != 0:
+        raise click.ClickException(f"recording failed (exit {child.returncode})")
+    _say(f"recorded {out} in {time.strftime('%H:%M:%S')}")

@@ -1,0 +1,62 @@
+"""A steady stream of requests against a running server, so the demo always has steps to show.
+
+Each worker thread sends one greedy ``/generate`` at a time; ``concurrency`` workers make the
+scheduler batch. Results (SGLang's ``meta_info`` per request) are kept, bounded, so tests can
+compare the shim's events with what SGLang itself reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from typing import Sequence
+
+from eagle3scope.demo.server import SGLangServer, ServerError
+
+
+class Workload:
+    def __init__(self, server: SGLangServer, prompts: Sequence[str], *, concurrency: int = 2,
+                 max_new_tokens: int = 64, keep: int = 4096) -> None:
+        if not prompts:
+            raise ValueError("the workload needs at least one prompt")
+        self.server = server
+        self.prompts = list(prompts)
+        self.concurrency = concurrency
+        self.max_new_tokens = max_new_tokens
+        self.results: deque[dict] = deque(maxlen=keep)
+        self.errors: deque[str] = deque(maxlen=16)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+
+    def start(self) -> "Workload":
+        for i in range(self.concurrency):
+            thread = threading.Thread(target=self._run, name=f"eagle3scope-workload-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                prompt = self.prompts[next(self._next) % len(self.prompts)]
+            try:
+                self.results.extend(self.server.generate(prompt, max_new_tokens=self.max_new_tokens, timeout=120))
+            except ServerError as exc:
+                self.errors.append(str(exc).splitlines()[0])
+                if self.server.proc is None or self.server.proc.poll() is not None:
+                    return
+                self._stop.wait(1.0)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def __enter__(self) -> "Workload":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
