@@ -17,10 +17,16 @@ NEW_TOKENS = 32
 
 def test_eagle3_output_equals_plain_decoding(engine_python, tiny_models):
     target, draft = tiny_models
-    with SGLangServer(target, draft, python=engine_python) as spec:
-        spec_out = spec.generate(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
-    with SGLangServer(target, None, python=engine_python) as plain:
-        plain_out = plain.generate(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+    spec = SGLangServer(target, draft, python=engine_python)
+    plain = SGLangServer(target, None, python=engine_python)
+    try:  # both start at once: startup is mostly single-threaded
+        spec.launch()
+        plain.launch()
+        spec_out = spec.wait_ready().generate(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+        plain_out = plain.wait_ready().generate(PROMPTS, max_new_tokens=NEW_TOKENS, temperature=0)
+    finally:
+        spec.stop()
+        plain.stop()
 
     for s, p in zip(spec_out, plain_out):
         assert len(p["output_ids"]) == NEW_TOKENS

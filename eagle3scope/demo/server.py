@@ -108,6 +108,7 @@ class SGLangServer:
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self._t0 = 0.0
 
     @property
     def url(self) -> str:
@@ -135,7 +136,11 @@ class SGLangServer:
         return cmd + list(self.extra_args)
 
     def start(self) -> "SGLangServer":
-        """Spawn the server in its own process group and wait until it generates."""
+        """Spawn the server and wait until it generates."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> "SGLangServer":
+        """Spawn the server in its own process group without waiting (see wait_ready)."""
         if not self.python.exists():
             raise ServerError(
                 f"engine python not found at {self.python}; build it with scripts/build-engine-env.sh "
@@ -144,29 +149,33 @@ class SGLangServer:
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **CPU_ENV, **self.env}
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=env, start_new_session=True,
             )
         atexit.register(self.stop)
+        return self
+
+    def wait_ready(self) -> "SGLangServer":
+        """Block until /health_generate answers; on death or timeout stop and raise ServerError."""
         try:
-            self._wait_ready(t0)
+            self._poll_health()
         except BaseException:
             self.stop()
             raise
-        self.startup_s = time.monotonic() - t0
+        self.startup_s = time.monotonic() - self._t0
         return self
 
-    def _wait_ready(self, t0: float) -> None:
+    def _poll_health(self) -> None:
         while True:
             if self.proc.poll() is not None:
                 raise ServerError(
                     f"SGLang server exited with code {self.proc.returncode} during startup "
                     f"(log {self.log_path}):\n{log_tail(self.log_path)}"
                 )
-            if time.monotonic() - t0 > self.startup_timeout:
+            if time.monotonic() - self._t0 > self.startup_timeout:
                 raise ServerError(
                     f"SGLang server not ready after {self.startup_timeout:.0f}s "
                     f"(log {self.log_path}):\n{log_tail(self.log_path)}"

@@ -1,0 +1,65 @@
+"""SGLangServer: a failed start explains itself, and Ctrl-C leaves no process behind."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3scope.demo.server import ServerError, SGLangServer
+
+pytestmark = pytest.mark.engine
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_failed_start_raises_with_log_tail_and_leaves_nothing(engine_python, tiny_models):
+    target, _ = tiny_models
+    server = SGLangServer(target, python=engine_python, extra_args=["--no-such-flag"])
+    with pytest.raises(ServerError) as err:
+        server.start()
+    message = str(err.value)
+    assert "exited with code" in message
+    assert "--no-such-flag" in message  # argparse's complaint, quoted from the log
+    assert server.proc is None
+
+
+CHILD = """
+import sys, time
+from eagle3scope.demo.server import SGLangServer
+server = SGLangServer(sys.argv[1], python=sys.argv[2])
+with server:
+    print(server.proc.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
+    target, _ = tiny_models
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(engine_python)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        pgid = int(child.stdout.readline())  # printed once the server generates
+        assert len(group_members(pgid)) >= 3  # launcher, scheduler, detokenizer
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert group_members(pgid) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
