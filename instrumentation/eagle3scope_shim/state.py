@@ -146,6 +146,22 @@ class Rewrite:
         self.ctx, self.args, self.kwargs = ctx, args, kwargs
 
 
+def _compiling() -> bool:
+    """True while torch.compile traces: the hook then stays out of the graph (like a replayed CUDA
+    graph, a compiled region is not observed) instead of baking its side effects into it."""
+    global _compiling
+    try:
+        from torch.compiler import is_compiling
+    except Exception:
+        is_compiling = _never
+    _compiling = is_compiling
+    return is_compiling()
+
+
+def _never() -> bool:
+    return False
+
+
 def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
@@ -157,7 +173,7 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     guard = state.guard if hot else None
 
     def hook(original, *args, **kwargs):
-        if seam in state.disabled:
+        if seam in state.disabled or _compiling():
             return original(*args, **kwargs)
         ctx = None
         if pre is not None:
