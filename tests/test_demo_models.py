@@ -1,0 +1,182 @@
+"""Demo models and scenarios: the trained draft really drafts, and each scenario breaks it the
+way the real failure does, measured by SGLang's own ``meta_info`` through the real CPU engine.
+
+The scenario file surgery is pure Python and is also checked here against the ``safetensors``
+library without any engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+import pytest
+
+from eagle3scope.demo import models
+from eagle3scope.demo.scenarios import SCENARIOS, read_safetensors, write_safetensors
+
+REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
+PROMPTS = models.demo_prompts(4, seed=7)
+NEW_TOKENS = 64
+
+
+# ---------------------------------------------------------------- without the engine
+
+
+def test_prompts_are_deterministic_demo_language():
+    assert models.demo_prompts(3, seed=1) == models.demo_prompts(3, seed=1)
+    assert models.demo_prompts(3, seed=1) != models.demo_prompts(3, seed=2)
+    words = {models.vocabulary()[i][1:] for i in models.language()[0]}
+    for prompt in PROMPTS:
+        assert set(prompt.split()) <= words
+
+
+def test_aux_ids_leave_room_for_the_offset_scenario():
+    # aux-offset shifts every id by one; SGLang captures id + 1, which must be a real layer.
+    assert max(models.AUX_LAYER_IDS) + 2 < models.TARGET["num_hidden_layers"]
+
+
+@pytest.fixture
+def tiny_draft(tmp_path):
+    np = pytest.importorskip("numpy")
+    st = pytest.importorskip("safetensors.numpy")
+    src = tmp_path / "draft"
+    src.mkdir()
+    ids = np.array([3, 5, 9, 20], dtype=np.int64)
+    tensors = {
+        "fc.weight": np.arange(12, dtype=np.float32).reshape(2, 6),
+        "layers.0.self_attn.q_proj.weight": np.ones((2, 4), dtype=np.float32),
+        "layers.0.input_layernorm.weight": np.ones(2, dtype=np.float32),
+        "lm_head.weight": np.full((4, 2), 0.5, dtype=np.float32),
+        "d2t": ids - np.arange(4),
+        "t2d": np.isin(np.arange(32), ids),
+    }
+    st.save_file(tensors, str(src / "model.safetensors"))
+    (src / "config.json").write_text(
+        json.dumps({"draft_vocab_size": 4, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 2], "use_aux_hidden_state": True}})
+    )
+    paths = models.ModelPaths(
+        root=tmp_path, target=tmp_path / "target", draft=src, draft_midlayer=src, draft_speculators=src,
+        aux_layer_ids=(0, 1, 2), num_target_layers=4,
+    )
+    return paths, tensors, st, np
+
+
+def test_safetensors_round_trip_matches_the_library(tiny_draft, tmp_path):
+    paths, tensors, st, np = tiny_draft
+    out = tmp_path / "copy.safetensors"
+    write_safetensors(out, read_safetensors(paths.draft / "model.safetensors"))
+    loaded = st.load_file(str(out))
+    assert loaded.keys() == tensors.keys()
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(loaded[name], value)
+
+
+def test_fault_scenarios_rewrite_the_draft(tiny_draft, tmp_path):
+    paths, tensors, st, np = tiny_draft
+    out = tmp_path / "scenarios"
+
+    spec = SCENARIOS["d2t-absolute"].prepare(paths, out)
+    np.testing.assert_array_equal(st.load_file(str(spec.draft_dir / "model.safetensors"))["d2t"], [3, 5, 9, 20])
+
+    spec = SCENARIOS["lm-head-missing"].prepare(paths, out)
+    loaded = st.load_file(str(spec.draft_dir / "model.safetensors"))
+    assert "lm_head.weight" not in loaded and json.loads((spec.draft_dir / "config.json").read_text())["draft_vocab_size"] == 4
+
+    spec = SCENARIOS["dropped-weights"].prepare(paths, out)
+    names = set(st.load_file(str(spec.draft_dir / "model.safetensors")))
+    assert not any(n.startswith("layers.0.self_attn") for n in names)
+    assert "layers.0._orig_mod.self_attn.q_proj.weight" in names and "fc.weight" in names
+
+    spec = SCENARIOS["aux-off"].prepare(paths, out)
+    assert json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["use_aux_hidden_state"] is False
+
+    spec = SCENARIOS["wrong-algorithm"].prepare(paths, out)
+    assert spec.algorithm == "EAGLE" and spec.draft_dir == paths.draft
+
+    assert SCENARIOS["healthy"].prepare(paths, out).draft_dir == paths.draft
+
+
+def test_aux_offset_refuses_ids_past_the_last_layer(tiny_draft, tmp_path):
+    paths, *_ = tiny_draft
+    # 4 layers, trained on [0, 1, 2]: shifted [1, 2, 3] would capture layer 4, which does not exist.
+    with pytest.raises(ValueError, match="past"):
+        SCENARIOS["aux-offset"].prepare(paths, tmp_path / "s")
+    ok = models.ModelPaths(**{**paths.__dict__, "aux_layer_ids": (0, 1, 1), "num_target_layers": 4})
+    spec = SCENARIOS["aux-offset"].prepare(ok, tmp_path / "s")
+    assert json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 2]
+
+
+def test_scenarios_module_stays_free_of_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, eagle3scope.demo.scenarios, eagle3scope.demo.models; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- through the real engine
+
+
+@pytest.fixture(scope="module")
+def demo_models():
+    from eagle3scope.demo.server import engine_python
+
+    if not engine_python().exists():
+        if REQUIRE:
+            pytest.fail(f"engine venv missing at {engine_python()}")
+        pytest.skip("engine venv not built (scripts/build-engine-env.sh)")
+    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    return models.ensure_demo_models()
+
+
+def serve(spec, tmp_path):
+    from eagle3scope.demo.server import SGLangServer
+
+    with SGLangServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm, extra_args=spec.extra_args,
+                      log_path=tmp_path / "server.log") as server:
+        return server.generate(PROMPTS, max_new_tokens=NEW_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def measured(demo_models, tmp_path_factory):
+    """Acceptance and output of every scenario, one server each (about 25 s per start)."""
+    results = {}
+    for name, scenario in SCENARIOS.items():
+        tmp = tmp_path_factory.mktemp(name)
+        out = serve(scenario.prepare(demo_models, tmp), tmp)
+        results[name] = {
+            "accept": statistics.mean(r["meta_info"]["spec_accept_length"] for r in out),
+            "output_ids": [r["output_ids"] for r in out],
+        }
+    return results
+
+
+@pytest.mark.engine
+def test_healthy_draft_reaches_2_5(measured):
+    assert measured["healthy"]["accept"] >= 2.5, measured["healthy"]["accept"]
+    # The SpecForge naming is mapped onto layers.0 by 0.5.23: the same draft, the same acceptance.
+    assert abs(measured["healthy-midlayer"]["accept"] - measured["healthy"]["accept"]) < 0.05
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", [n for n, s in SCENARIOS.items() if s.expect == "collapse"])
+def test_collapsing_scenarios_drop_to_about_one(measured, name):
+    assert measured[name]["accept"] < 1.5, measured[name]["accept"]
+    assert measured[name]["accept"] < measured["healthy"]["accept"] - 1.0
+
+
+@pytest.mark.engine
+def test_aux_offset_lowers_acceptance(measured):
+    assert measured["aux-offset"]["accept"] < measured["healthy"]["accept"] - 0.2, measured["aux-offset"]["accept"]
+
+
+@pytest.mark.engine
+def test_every_break_is_silent(measured):
+    # Greedy float32 verification keeps the output exact whatever the draft does: only speed drops.
+    healthy = measured["healthy"]["output_ids"]
+    assert all(len(ids) == NEW_TOKENS for ids in healthy)
+    for name, result in measured.items():
+        assert result["output_ids"] == healthy, name
