@@ -1,8 +1,8 @@
 """Live aux-layer A/B on the real SGLang 0.5.23 CPU engine: which layers was this draft trained on?
 
-The trained demo draft (aux ids [1, 3, 4] on an 8-layer target) is served as in the ``aux-offset``
+The trained demo draft (aux ids [1, 3, 4] on an 8-layer target) is served as the ``aux-offset``
 scenario: its config carries speculators' input-of-layer numbering [2, 4, 5], which SGLang shifts
-by one more. One server, started through the control channel, under a steady greedy workload:
+by one more. Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS=1 builds them). One server, started through the control channel, under a steady greedy workload:
 
 * ``eagle3scope aux cycle`` (the CLI, as a user runs it) applies the presets live and its
   per-preset mean acceptance length singles out the trained set, clearly above the served one;
@@ -25,32 +25,30 @@ from pathlib import Path
 import pytest
 
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.draftwrite import write_aux_ids
 from eagle3scope.control.token import create_token_file, read_token
 from eagle3scope.demo.server import SGLangServer, free_port
 from eagle3scope.demo.workload import Workload
 
 pytestmark = pytest.mark.engine
 
-BUILD = "import json; from eagle3scope.demo.models import build_demo_models as b; p = b(); " \
-        "print(json.dumps({'target': str(p.target), 'draft': str(p.draft), 'aux': list(p.aux_layer_ids), " \
-        "'n': p.num_target_layers}))"
+REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
 
 
 @pytest.fixture(scope="module")
 def demo(engine_python, tmp_path_factory):
-    """The trained demo pair, with an aux-offset copy of the draft (speculators numbering)."""
-    from conftest import run_engine_python
+    """The trained demo pair and the ``aux-offset`` scenario's draft (speculators numbering)."""
+    from eagle3scope.demo import models
+    from eagle3scope.demo.scenarios import SCENARIOS
 
-    done = run_engine_python(engine_python, "-c", BUILD, timeout=1800)
-    if done.returncode != 0:
-        pytest.fail(f"demo model build failed:\n{done.stderr[-3000:]}")
-    paths = json.loads(done.stdout.strip().splitlines()[-1])
-    trained = paths["aux"]
-    offset = [i + 1 for i in trained]  # the input-of-layer numbering of the same layers
-    out = tmp_path_factory.mktemp("aux-offset") / "draft"
-    write_aux_ids(paths["draft"], offset, out=out, target_dir=paths["target"])
-    return {**paths, "offset_draft": str(out), "offset": offset}
+    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    paths = models.ensure_demo_models()
+    spec = SCENARIOS["aux-offset"].prepare(paths, tmp_path_factory.mktemp("aux-offset"))
+    trained = list(paths.aux_layer_ids)
+    offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert offset == [i + 1 for i in trained]
+    return {"target": str(spec.target_dir), "offset_draft": str(spec.draft_dir), "aux": trained, "offset": offset,
+            "n": paths.num_target_layers, "extra_args": list(spec.extra_args)}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +58,8 @@ def served(demo, tmp_path_factory):
     token = create_token_file(tmp_path_factory.mktemp("token"))
     events, control = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     env = {"EAGLE3SCOPE_ENDPOINT": events, "EAGLE3SCOPE_CONTROL": control, "EAGLE3SCOPE_CONTROL_TOKEN_FILE": str(token)}
-    with SGLangServer(demo["target"], demo["offset_draft"], env=env, extra_args=["--disable-radix-cache"]) as server:
+    with SGLangServer(demo["target"], demo["offset_draft"], env=env,
+                      extra_args=[*demo["extra_args"], "--disable-radix-cache"]) as server:
         yield {"server": server, "events": events, "control": control, "token": str(token),
                "client": ControlClient(control, read_token(token), timeout_s=10), "prompts": demo_prompts(8)}
 
