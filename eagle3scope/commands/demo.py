@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from eagle3scope.demo import scenarios
-from eagle3scope.demo.server import SGLangServer, ServerError, cache_dir, engine_python, free_port
+from eagle3scope.demo.server import ServerError, cache_dir, engine_python
 
 REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -75,60 +74,28 @@ def command(scenario: str, headless: bool, steps: int, record_path: str | None, 
     if prepare_only:
         _say(f"ready: engine {python}, models {models.root}")
         return
-    work = cache_dir() / "scenarios"
-    spec = scenarios.SCENARIOS[scenario].prepare(models, work / scenario)
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    env = {"EAGLE3SCOPE_ENDPOINT": endpoint}
-    token_file = None
-    if control:
-        from eagle3scope.control.token import create_token_file
+    from eagle3scope.demo.runner import ScenarioRun
 
-        token_file = create_token_file()
-        env.update(EAGLE3SCOPE_CONTROL=f"tcp://127.0.0.1:{free_port()}", EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(token_file))
-    log_path = cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log"
     _say(f"scenario {scenario}: {scenarios.SCENARIOS[scenario].summary}")
-    _say(f"starting SGLang on CPU (about 25 s); server log {log_path}")
-    server = SGLangServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm, extra_args=spec.extra_args,
-                          env=env, log_path=log_path, python=python)
-    from eagle3scope.demo.models import demo_prompts
-    from eagle3scope.demo.workload import Workload
-
+    run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python,
+                      log_path=cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log")
+    _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
-        server.start()
-        _say(f"server up in {server.startup_s:.0f} s at {server.url}; shim publishing on {endpoint}")
-        with Workload(server, demo_prompts(16), concurrency=concurrency):
+        with run:
+            _say(f"server up in {run.server.startup_s:.0f} s at {run.server.url}; shim publishing on {run.endpoint}")
             if headless:
-                _record(endpoint, record_path, steps)
+                run.record(record_path, steps)
+                _say(f"recorded {steps} steps to {record_path}")
             else:
                 from eagle3scope.tui.app import run_watch
 
                 client = None
-                if control:
+                if run.control:
                     from eagle3scope.control.client import ControlClient
 
-                    client = ControlClient.from_options(env["EAGLE3SCOPE_CONTROL"], str(token_file))
-                run_watch([endpoint], theme=theme, control=client)
-    except ServerError as exc:
+                    client = ControlClient.from_options(run.control, str(run.token_file))
+                run_watch([run.endpoint], theme=theme, control=client)
+    except (ServerError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
-        _say("interrupted")
-    finally:
-        server.stop()
-        if token_file is not None:
-            Path(token_file).unlink(missing_ok=True)
-
-
-def _record(endpoint: str, out: str, steps: int) -> None:
-    """Record headless with the ``record`` command in a child, so its signal handling stays its own."""
-    cmd = [sys.executable, "-m", "eagle3scope.cli", "record", "--connect", endpoint, "--out", out,
-           "--steps", str(steps), "--duration", str(max(120.0, steps * 0.5))]
-    child = subprocess.Popen(cmd)
-    try:
-        child.wait()
-    finally:
-        if child.poll() is None:
-            child.terminate()
-            child.wait(10)
-    if child.returncode != 0:
-        raise click.ClickException(f"recording failed (exit {child.returncode})")
-    _say(f"recorded {out} in {time.strftime('%H:%M:%S')}")
+        _say("interrupted; everything stopped")

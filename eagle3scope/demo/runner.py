@@ -1,0 +1,80 @@
+"""One demo scenario served for real: its draft prepared, SGLang started with the shim publishing,
+and a steady workload driving it. The ``demo`` command and the real-engine tests share it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from eagle3scope.demo import scenarios
+from eagle3scope.demo.server import SGLangServer, cache_dir, free_port
+
+
+class ScenarioRun:
+    """Context manager: ``with ScenarioRun("aux-off", models) as run: run.record(path, steps=200)``.
+
+    ``run.endpoint`` is the shim's event endpoint, ``run.control`` / ``run.token_file`` the aux
+    control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
+    ``meta_info`` for comparison with the shim's events.
+    """
+
+    def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
+                 python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None):
+        self.scenario = scenarios.SCENARIOS[name]
+        self.models = models
+        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
+        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
+        self.control = self.token_file = None
+        if control:
+            from eagle3scope.control.token import create_token_file
+
+            self.token_file = create_token_file()
+            self.control = f"tcp://127.0.0.1:{free_port()}"
+            env.update(EAGLE3SCOPE_CONTROL=self.control, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
+        self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
+                                   extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path)
+        self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
+        self.workload = None
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "ScenarioRun":
+        from eagle3scope.demo.models import demo_prompts
+        from eagle3scope.demo.workload import Workload
+
+        try:
+            self._stack.enter_context(self.server)
+            self.workload = self._stack.enter_context(
+                Workload(self.server, demo_prompts(16), concurrency=self.concurrency, max_new_tokens=self.max_new_tokens))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+        if self.token_file is not None:
+            Path(self.token_file).unlink(missing_ok=True)
+            self.token_file = None
+
+    def record(self, out: str | Path, steps: int, timeout_s: float | None = None) -> None:
+        """Record ``steps`` step events with the ``record`` command in a child process (its own signals)."""
+        timeout_s = timeout_s or max(120.0, steps * 0.5)
+        cmd = [sys.executable, "-m", "eagle3scope", "record", "--connect", self.endpoint, "--out", str(out),
+               "--steps", str(steps), "--duration", str(timeout_s), "--quiet"]
+        child = subprocess.Popen(cmd)
+        try:
+            code = child.wait(timeout_s + 30)
+        finally:
+            if child.poll() is None:
+                child.terminate()
+                child.wait(10)
+        if code != 0:
+            raise RuntimeError(f"recording {out} failed (exit {code})")
