@@ -41,14 +41,14 @@ def ensure_engine_env() -> Path:
 
 
 def ensure_models(python: Path):
-    """Build the demo models with the engine venv's torch (once), then return their paths."""
-    from eagle3scope.demo.models import build_demo_models
+    """The demo models' paths, built once with the engine venv's torch (progress shown)."""
+    from eagle3scope.demo.models import ensure_demo_models
 
     _say("preparing demo models (cached after the first run; the first build trains for a few minutes)")
-    if subprocess.call([str(python), "-m", "eagle3scope.demo.models", "--cache", str(cache_dir())],
-                       stdout=sys.stderr) != 0:
-        raise click.ClickException("building the demo models failed; see the output above")
-    return build_demo_models(cache_dir())  # cached now: returns the paths without importing torch
+    try:
+        return ensure_demo_models(cache_dir(), progress=_say, python=python)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command(name="demo")
