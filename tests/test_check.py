@@ -66,3 +66,11 @@ def test_unreadable_file_exits_2(tmp_path):
     junk.write_bytes(b"not a session")
     assert run_check(str(junk)).exit_code == 2
     assert run_check(str(tmp_path / "missing.e3s")).exit_code == 2
+
+
+def test_list_rules_names_every_rule_once():
+    from eagle3scope.analysis import RULE_IDS
+
+    result = run_check("--list-rules")
+    listed = [line.split()[0] for line in result.output.splitlines()]
+    assert result.exit_code == 0 and listed == list(RULE_IDS) and len(set(listed)) == len(listed)

@@ -53,11 +53,24 @@ def render_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from eagle3scope.analysis import RULES
+
+    for rule in RULES:
+        severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
+        click.echo(f"{rule.id:26} {severity:14} {rule.title}")
+    ctx.exit(0)
+
+
 @click.command(help=__doc__)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error", show_default=True,
               help="Lowest severity that makes the exit status 1.")
+@click.option("--list-rules", is_flag=True, expose_value=False, is_eager=True, callback=_list_rules,
+              help="List every rule id with its severity and title, then exit.")
 @click.pass_context
 def command(ctx: click.Context, file: str, as_json: bool, fail_on: str) -> None:
     from eagle3scope.store import SessionReader, StoreError
