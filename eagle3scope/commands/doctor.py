@@ -44,11 +44,10 @@ def render(report: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_version: str | None, as_json: bool) -> None:
-    try:
-        import numpy  # noqa: F401
-        import safetensors  # noqa: F401
-    except ImportError:
-        raise click.ClickException("the doctor needs safetensors and numpy: pip install 'eagle3scope[doctor]'") from None
+    from eagle3scope.doctor import missing_extra
+
+    if missing_extra():
+        raise click.ClickException(missing_extra())
     from eagle3scope.doctor.diagnose import diagnose
 
     try:

@@ -19,11 +19,10 @@ import click
               help="Target model directory, for the checks that need it.")
 @click.pass_context
 def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: str | None, target_dir: str | None) -> None:
-    try:
-        import numpy  # noqa: F401
-        import safetensors  # noqa: F401
-    except ImportError:
-        raise click.ClickException("fix needs safetensors and numpy: pip install 'eagle3scope[doctor]'") from None
+    from eagle3scope.doctor import missing_extra
+
+    if missing_extra():
+        raise click.ClickException(missing_extra())
     from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
     try:
