@@ -47,7 +47,8 @@ def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_v
     from eagle3scope.doctor import missing_extra
 
     if missing_extra():
-        raise click.ClickException(missing_extra())
+        click.echo(f"Error: {missing_extra()}", err=True)
+        ctx.exit(2)
     from eagle3scope.doctor.diagnose import diagnose
 
     try:

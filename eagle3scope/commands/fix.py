@@ -22,7 +22,8 @@ def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: st
     from eagle3scope.doctor import missing_extra
 
     if missing_extra():
-        raise click.ClickException(missing_extra())
+        click.echo(f"Error: {missing_extra()}", err=True)
+        ctx.exit(2)
     from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
     try:
