@@ -1,4 +1,4 @@
-"""The doctor's model of SGLang 0.5.23's draft loader against the real LlamaForCausalLMEagle3.
+"""The doctor's loader model against the real LlamaForCausalLMEagle3 of SGLang 0.5.23 and 0.5.10.
 
 The probe (tests/engine_side/eagle3_loader_probe.py) builds the real class from each draft's
 config.json and loads the checkpoint with its own load_weights; the doctor must predict the same
@@ -15,6 +15,7 @@ from conftest import run_engine_python
 from safetensors import safe_open
 
 import draft_checkpoints as dc
+from eagle3scope.doctor.diagnose import diagnose
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
 from eagle3scope.doctor.repair import fix_checkpoint
 
@@ -94,3 +95,22 @@ def test_loader_model_matches_the_real_class(tmp_path, engine_python):
         # fused parameters half written would mean a shard the model thinks lands nowhere
         assert set(probe["partly"]) <= {"lm_head.weight", "model.embed_tokens.weight"}, (label, probe["partly"])
         assert probe["hot_token_id"] == (d2t + np.arange(dc.DRAFT_VOCAB)).tolist()  # d2t is an offset
+
+
+def _probe_0510(python, draft):
+    done = run_engine_python(python, "-m", "eagle3scope.demo.draft_probe", str(draft), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_0_5_10_drops_layers_0_names_as_predicted_and_loads_the_fixed_copy(tmp_path, engine_python_0510):
+    """SGLang 0.5.10's own loader (midlayer module): the doctor's prediction and fix's repair."""
+    draft = dc.write(tmp_path / "speculators-naming", dc.tensors("layers.0."), dc.specforge_config())
+    report = diagnose(draft, sglang_version="0.5.10").to_dict()
+    dropped = {f["id"]: f for f in report["findings"]}["weights-dropped"]["evidence"]
+    probe = _probe_0510(engine_python_0510, draft)
+    assert probe["sglang"] == "0.5.10" and probe["decoder_module"] == "midlayer"
+    assert probe["params_not_loaded"] == sorted(dropped["params_left_random"])
+    fix_checkpoint(draft, tmp_path / "fixed", sglang_version="0.5.10")
+    probe = _probe_0510(engine_python_0510, tmp_path / "fixed")
+    assert probe["params_not_loaded"] == [] and probe["params_partly_loaded"] == [] and probe["finite"]

@@ -240,6 +240,7 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         if m.action == "param":
             written.setdefault(m.param, set()).add(m.shard)
     dropped = {n: m.action for n, m in dx.mappings.items() if m.action in ("skipped", "logged", "crash")}
+    left_random = _unwritten(params, written)  # as the checkpoint stands, before any rename
     claims: dict[tuple, list[tuple[str, Mapping]]] = {}
     for name in dropped:
         shape = tuple(ckpt.tensors[name].shape)
@@ -265,7 +266,7 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
     if silent:
         dx.add("weights-dropped", "error", f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensor(s)",
                {"skipped": len(silent), "examples": silent[:8], "renamable": len([n for n in silent if n in dx.renames]),
-                "loader": layout.label},
+                "params_left_random": left_random, "loader": layout.label},
                "Run `eagle3scope fix DRAFT --out NEW --for-sglang V`: it renames the keys this release maps."
                if all(n in dx.renames for n in silent) else
                "Some names have no counterpart in SGLang's draft model (a different architecture?): "
@@ -280,20 +281,25 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
                {"names": logged[:8], "count": len(logged)}, "Rename them with `eagle3scope fix`.")
     if dx.unmappable:
         dx.refusals.append("tensors without a counterpart in the draft model: " + ", ".join(dx.unmappable[:5]))
-    # parameters nothing writes keep their random init (embed_tokens is replaced by the target's)
-    missing = []
-    for param, shape in params.items():
-        if param in ("model.embed_tokens.weight", "lm_head.weight"):
-            continue
-        have = written.get(param, set())
-        need = set(shape) if isinstance(shape, dict) else {None}
-        if not need <= have:
-            missing.append(param)
+    missing = _unwritten(params, written)  # even after fix's renames
     if missing:
         dx.add("weights-unwritten", "error", f"{len(missing)} draft parameter(s) get no checkpoint tensor (random init)",
                {"params": missing[:8], "count": len(missing)},
                "The checkpoint lacks these tensors (or names them in a way fix cannot map); retrain or re-export.")
         dx.refusals.append("draft parameters have no tensor to load from")
+
+
+def _unwritten(params: dict, written: dict[str, set]) -> list[str]:
+    """Parameters (or shards of fused ones) no tensor writes: they keep their random init.
+    embed_tokens is replaced by the target's and lm_head is judged by _check_head."""
+    missing = []
+    for param, shape in params.items():
+        if param in ("model.embed_tokens.weight", "lm_head.weight"):
+            continue
+        need = set(shape) if isinstance(shape, dict) else {None}
+        if not need <= written.get(param, set()):
+            missing.append(param)
+    return missing
 
 
 def _check_shapes(dx: Diagnosis, params: dict) -> None:
