@@ -7,10 +7,12 @@ server (with the draft, without it) prints: start time (spawn -> /health_generat
 answers), the first request, and the best warm request; for EAGLE-3 also the
 time per speculative round (request time / spec_verify_ct), for plain decoding
 the time per token step. float32, greedy, num_steps 3, topk 1, 4 draft tokens.
+The 1-minute load average is printed too: on a shared machine it explains the spread.
 """
 
 import argparse
 import json
+import os
 import subprocess
 import time
 
@@ -40,7 +42,8 @@ def main():
     for label, draft in (("eagle3", root / "draft-random"), ("plain", None)):
         with SGLangServer(root / "target", draft) as server:
             first, warm, outs = timed_requests(server, prompts, args.tokens, args.repeats)
-        figures = {"server": label, "start_s": round(server.startup_s, 1),
+        figures = {"server": label, "load_avg_1m": round(os.getloadavg()[0], 1),
+                   "start_s": round(server.startup_s, 1),
                    "first_request_s": round(first, 3), "warm_request_s": round(warm, 3)}
         if draft is not None:
             rounds = max(o["meta_info"]["spec_verify_ct"] for o in outs)

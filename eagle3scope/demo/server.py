@@ -25,7 +25,10 @@ from typing import Iterable, Mapping, Sequence
 ENGINE_SGLANG_VERSION = "0.5.23"
 
 # What SGLang needs to serve on a CPU without AMX (shared/reference/sglang-on-cpu.md).
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
+# One OpenMP thread: the tiny models gain nothing from more, and on a loaded 2-core
+# machine spinning OpenMP workers made an EAGLE-3 request 5-10x slower (BENCHMARKS.md).
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": "1"}
 CPU_FLAGS = (
     "--device", "cpu",
     "--disable-cuda-graph",
