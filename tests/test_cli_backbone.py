@@ -88,6 +88,11 @@ def cli(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+def cli_run(*args: str):
+    """Like :func:`cli` but lets click turn errors into an exit status."""
+    return CliRunner().invoke(main, list(args))
+
+
 def test_help_lists_the_backbone_commands():
     out = cli("--help").output
     for name in ("record", "replay", "export", "check"):
@@ -204,6 +209,9 @@ def test_duration_and_existing_file(tmp_path):
     again = subprocess.run([*CLI, "record", "--out", str(out), "--duration", "0.1"], capture_output=True, text=True,
                            timeout=30)
     assert again.returncode != 0 and "already exists" in again.stderr
+    bogus = cli_run("record", "--connect", "not-an-endpoint", "--out", str(tmp_path / "never.e3s"))
+    assert bogus.exit_code == 1 and "cannot subscribe to not-an-endpoint" in bogus.output
+    assert not (tmp_path / "never.e3s").exists()
 
 
 @pytest.fixture

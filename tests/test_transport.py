@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -210,3 +213,25 @@ def test_gaps_and_shim_drops_add_up_per_source(raw_pub):
         sock.send(encode_frame("hello", hello_body(), src="x", n=0))  # publisher restarted under the same src
         collect(sub, lambda got: bool(got))
         assert stats.restarts == restarts + 1 and stats.lost_in_transit - lost == 3
+
+
+def test_failed_connect_leaves_nothing_that_blocks_the_gc():
+    """A half-built Subscriber caught in a reference cycle (as inside click) must not hang gc.collect()."""
+    code = textwrap.dedent("""
+        import gc, zmq
+        from eagle3scope.live.subscriber import Subscriber
+        box = []
+        try:
+            Subscriber(["tcp://127.0.0.1:1", "not-an-endpoint"])
+        except zmq.ZMQError as exc:
+            box.append(exc)
+        box.append(box)
+        del box
+        gc.collect()
+        print("collected")
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("gc.collect() blocked in zmq Context.term() on a leaked socket")
+    assert done.stdout.strip() == "collected", done.stderr

@@ -37,13 +37,20 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
 
     Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration or --steps.
     """
+    import zmq
+
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.store import SessionWriter, StoreError
 
     endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
+        sub = Subscriber(list(endpoints))
+    except zmq.ZMQError as exc:
+        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints)}: {exc}") from None
+    try:
         writer = SessionWriter(out_path, endpoints=list(endpoints))
     except StoreError as exc:
+        sub.close()
         raise click.ClickException(str(exc)) from None
     stop = {"why": None}
 
@@ -53,7 +60,6 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     err = sys.stderr
     tty = err.isatty()
-    sub = Subscriber(list(endpoints))
     gc.freeze()  # start-up objects leave the GC's view: full collections then scan only live frames
     started = time.monotonic()
     next_report = started + (1.0 if tty else 5.0)

@@ -71,13 +71,18 @@ class Subscriber:
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         self.endpoints = list(endpoints)
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.SUB)
+        # The process-wide context: a private one dropped inside a reference cycle (an exception
+        # in a click runner, a forgotten viewer) would block the garbage collector in term().
+        self._sock = zmq.Context.instance().socket(zmq.SUB)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
-        for endpoint in self.endpoints:
-            self._sock.connect(endpoint)
+        try:
+            for endpoint in self.endpoints:
+                self._sock.connect(endpoint)
+        except zmq.ZMQError:
+            self.close()
+            raise
         self.sources: dict[str, SourceStats] = {}
         self.bad_frames = 0
         self.last_error: str | None = None
@@ -127,7 +132,6 @@ class Subscriber:
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close(0)
-            self._ctx.term()
             self._sock = None
 
     def __enter__(self) -> Subscriber:
