@@ -28,7 +28,7 @@ from eagle3scope.store import SessionReader, SessionWriter  # noqa: E402
 from eagle3scope.store.replayer import Replayer  # noqa: E402
 from eagle3scope.wire import decode_frame, encode_frame  # noqa: E402
 from eagle3scope_shim.publisher import Publisher  # noqa: E402
-from synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
+from synthetic import hello_body, session_frames, step_body  # noqa: E402
 
 
 class Timed:
