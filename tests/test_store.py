@@ -243,3 +243,16 @@ def test_replayer_shortens_long_silences(replay):
     clock.now += wait
     assert [f.body["seq"] for f in r.due()] == [300] and r.finished
     assert list(r) == []
+
+
+def test_two_publishers_interleaved_keep_their_own_state(tmp_path):
+    streams = [list(session_frames(400, src=src, seed=i, heartbeat_every=100)) for i, src in enumerate(("dp0", "dp1"))]
+    raws = [raw for pair in zip(*streams) for raw in pair]
+    frames = write(tmp_path / "dp.e3s", raws, batch_frames=64)
+    with SessionReader(tmp_path / "dp.e3s") as reader:
+        idx = reader.seek_seq(250)
+        assert frames[idx].kind == "step" and frames[idx].body["seq"] == 250 and frames[idx].src == "dp0"
+        state = {(f.src, f.kind): f.body for f in reader.state_at(idx)}
+        assert set(state) == {(s, k) for s in ("dp0", "dp1") for k in ("hello", "load", "heartbeat")}
+        assert state[("dp1", "heartbeat")]["steps"] == 200
+        assert set(reader.meta["sources"]) == {"dp0", "dp1"}
