@@ -85,6 +85,11 @@ def _is_eagle3_draft(pub: PublisherView) -> bool:
     return "eagle3" in str(load.get("draft_class") or "").lower() or bool(fc_in and hidden and fc_in > hidden)
 
 
+def _wrong_algorithm(algorithm) -> bool:
+    """A known algorithm other than EAGLE3 ("EAGLE3" or an enum str like "SpeculativeAlgorithm.EAGLE3")."""
+    return algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
+
+
 def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
     seqs = [getattr(passes[m], attr) for m in modes if getattr(passes[m], attr) is not None]
     return min(seqs) if seqs else None
@@ -117,9 +122,7 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
     algorithm = pub.server_args.get("algorithm")
     aux = _aux(pub)
     capture_now = (pub.capture or {}).get("on") if pub.capture is not None else aux.get("capture_on")
-    # "EAGLE3", or an enum's str such as "SpeculativeAlgorithm.EAGLE3"
-    wrong_algorithm = algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
-    if not (wrong_algorithm or capture_now is False):
+    if not (_wrong_algorithm(algorithm) or capture_now is False):
         return None
     return {
         "algorithm": algorithm,
@@ -328,9 +331,8 @@ def _fc_trained(pub: PublisherView) -> bool | None:
 def _opted_out_severity(evidence: dict) -> str:
     """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
     well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
-    wrong_algorithm = evidence.get("algorithm") and str(evidence["algorithm"]).rsplit(".", 1)[-1].upper() != "EAGLE3"
     opted_out = evidence.get("use_aux_hidden_state") is False and evidence.get("fc_from_checkpoint") is False
-    return "warning" if opted_out and not wrong_algorithm else "error"
+    return "warning" if opted_out and not _wrong_algorithm(evidence.get("algorithm")) else "error"
 
 
 def _aux_severity(evidence: dict) -> str:
