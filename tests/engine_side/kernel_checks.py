@@ -243,7 +243,7 @@ def check_fill_accept_out_cache_loc_cpu():
 # ---------------------------------------------------------------- draft tree
 
 
-def simulate_draft_tree(topk, depth, num_draft, gen):
+def simulate_draft_tree(topk, depth, num_draft):
     """EAGLE's tree selection on random scores: (parent_list, selected_index, parent node per node).
 
     Score-list entries: step 0 has topk children of the root; each later step
@@ -297,7 +297,7 @@ def check_build_tree_kernel_efficient_cpu():
     for topk, depth, num_draft in ((1, 3, 4), (2, 3, 6), (4, 4, 8), (1, 1, 2)):
         seq_lens = [7, 3]
         bs = len(seq_lens)
-        trees = [simulate_draft_tree(topk, depth, num_draft, None) for _ in range(bs)]
+        trees = [simulate_draft_tree(topk, depth, num_draft) for _ in range(bs)]
         width = topk * (depth - 1) + 1 if depth > 1 else 0
         parent_list = torch.tensor([t[0][:width] for t in trees], dtype=torch.int64).view(bs, width)
         selected = torch.tensor([t[1] for t in trees], dtype=torch.int64)
@@ -331,9 +331,9 @@ def check_build_tree_kernel_efficient_cpu():
 def check_verify_tree_greedy_cpu():
     random.seed(4)
     for topk, depth, num_draft in ((1, 3, 4), (2, 3, 6), (3, 4, 8)):
-        for trial in range(30):
+        for _ in range(30):
             bs, n, steps = 3, num_draft, depth + 1
-            parents_per = [simulate_draft_tree(topk, depth, n, None)[2] for _ in range(bs)]
+            parents_per = [simulate_draft_tree(topk, depth, n)[2] for _ in range(bs)]
             rnt = torch.full((bs, n), -1, dtype=torch.int64)
             rns = torch.full((bs, n), -1, dtype=torch.int64)
             refs = [tree_reference(p, 0) for p in parents_per]
