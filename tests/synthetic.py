@@ -16,7 +16,8 @@ from eagle3scope.wire import encode_frame
 
 HIDDEN = 4096
 TARGET_VOCAB = 128256
-AUX_LAYERS = [2, 16, 29]
+AUX_LAYERS = [2, 16, 29]  # captured: SGLang adds 1 to each configured id
+AUX_CONFIGURED = [i - 1 for i in AUX_LAYERS]
 T0_NS = 1_700_000_000_000_000_000
 
 
@@ -42,7 +43,7 @@ def load_body(**overrides: object) -> dict:
         "hidden_size": HIDDEN, "target_hidden_size": HIDDEN, "num_target_layers": 32,
         "draft_vocab_size": 32000, "target_vocab_size": TARGET_VOCAB,
         "fc": {"in": 3 * HIDDEN, "out": HIDDEN},
-        "aux": {"configured": AUX_LAYERS, "use_aux": True, "captured": AUX_LAYERS, "capture_on": True,
+        "aux": {"configured": AUX_CONFIGURED, "use_aux": True, "captured": AUX_LAYERS, "capture_on": True,
                 "offset_rule": "+1"},
         "weights": {"consumed": ["fc.weight", "midlayer.self_attn.q_proj.weight"], "skipped": [], "unwritten": []},
         "d2t": {"present": True, "size": 32000, "min": 0, "max": 96000, "target_min": 0, "target_max": 128000,

@@ -214,6 +214,8 @@ async def test_violation_enter_opens_explanation_and_fix(recording, frames):
     app = paused_app(recording)
     async with app.run_test(size=(120, 40)) as pilot:
         app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+        for _ in range(3):  # a few aux-off steps past the seek point
+            await pilot.press("s")
         await pilot.pause()
         panel = app.query_one("#violations")
         assert panel.violations, "the aux-off publisher must trip a rule"

@@ -8,7 +8,6 @@ extra (Textual) the command falls back to headless and says so.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import json
 import os
 import sys
@@ -88,14 +87,7 @@ def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None,
         return False
     from eagle3scope.tui.app import run_replay
 
-    kwargs = {"speed": speed, "theme": theme}
-    accepted = inspect.signature(run_replay).parameters
-    for name, value in (("from_step", from_step), ("from_time", from_time)):
-        if value is not None:
-            if name not in accepted:
-                raise click.UsageError(f"--{name.replace('_', '-')} is not supported by this TUI; use --headless")
-            kwargs[name] = value
-    run_replay(path, **kwargs)
+    run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
     return True
 
 
