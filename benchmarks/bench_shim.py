@@ -1,16 +1,18 @@
 """Cost of the shim: the hook path alone (µs per speculative round) and the real CPU engine's
 tokens/s with and without the shim, measured in the same run.
 
-Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 12] [--tokens 64] [--steps 20000]
+Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 24] [--tokens 32] [--steps 20000]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter wrap trivial
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
    decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
    a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
    thread, and the publisher thread's finalize cost per round (off the hot path).
-2. Engine: two real servers (tiny random target + random EAGLE-3 draft, float32, greedy) run side
-   by side, one with ``EAGLE3SCOPE_ENDPOINT`` set and one without; requests alternate between
-   them one at a time so both see the same machine load. Reported: tokens/s each and the ratio.
+2. Engine: two real servers (tiny random target + random EAGLE-3 draft, float32, greedy) side by
+   side, one with ``EAGLE3SCOPE_ENDPOINT`` set; each prompt goes to both back to back (order
+   alternating), one request at a time, so drift in the shared machine's load hits both alike.
+   Reported: tokens/s over all requests, the median of the per-pair ratios (robust to load
+   spikes) and its quartiles, and whether both servers produced the same text.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
+
+
+def _ipc_endpoint() -> str:
+    """A fresh ipc endpoint: a tcp port picked here could be handed to the server's HTTP port too."""
+    return f"ipc://{tempfile.mkdtemp(prefix='e3s-')}/events"
 
 
 def hook_path(steps: int) -> dict:
@@ -121,47 +129,57 @@ def hook_path(steps: int) -> dict:
 
 
 def engine(rounds: int, tokens: int) -> dict:
-    from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python, free_port
+    import statistics
+
+    from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python
     from eagle3scope.live.subscriber import Subscriber
 
     root = cache_dir() / "models" / "tiny-random-v1"
     subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    prompts = [f"bench prompt {i} kimo tuviro" for i in range(rounds)]
+    endpoint = _ipc_endpoint()
+    quiet = {"OMP_WAIT_POLICY": "PASSIVE"}  # an idle server must not spin on the cores the other needs
     totals = {"off": [0, 0.0], "on": [0, 0.0]}
     texts = {"off": [], "on": []}
-    with Subscriber([endpoint]) as sub, SGLangServer(root / "target", root / "draft-random") as off, \
-            SGLangServer(root / "target", root / "draft-random", env={"EAGLE3SCOPE_ENDPOINT": endpoint}) as on:
+    pair_ratios, frames = [], 0
+    with Subscriber([endpoint]) as sub, \
+            SGLangServer(root / "target", root / "draft-random", env=quiet) as off, \
+            SGLangServer(root / "target", root / "draft-random", env={**quiet, "EAGLE3SCOPE_ENDPOINT": endpoint}) as on:
         servers = {"off": off, "on": on}
-        for server in servers.values():  # warm-up
+        for server in servers.values():
             server.post("/generate", {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
-        frames = 0
-        for i, prompt in enumerate(prompts):
-            order = ("off", "on") if i % 2 == 0 else ("on", "off")
-            for label in order:
+        for i in range(rounds):
+            prompt = f"bench prompt {i} kimo tuviro"
+            rate = {}
+            for label in (("off", "on") if i % 2 == 0 else ("on", "off")):
                 body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
                 t0 = time.perf_counter()
                 response = servers[label].post("/generate", body)
-                totals[label][1] += time.perf_counter() - t0
-                totals[label][0] += response["meta_info"]["completion_tokens"]
+                seconds = time.perf_counter() - t0
+                n = response["meta_info"]["completion_tokens"]
+                totals[label][0] += n
+                totals[label][1] += seconds
+                rate[label] = n / seconds
                 texts[label].append(response["text"])
+            pair_ratios.append(rate["on"] / rate["off"])
             frames += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
     tps = {label: n / s for label, (n, s) in totals.items()}
     return {
         "tokens_per_s_off": round(tps["off"], 1),
         "tokens_per_s_on": round(tps["on"], 1),
-        "ratio_on_over_off": round(tps["on"] / tps["off"], 4),
+        "ratio_of_totals": round(tps["on"] / tps["off"], 4),
+        "median_pair_ratio": round(statistics.median(pair_ratios), 4),
+        "pair_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(pair_ratios, n=4)],
         "same_text": texts["on"] == texts["off"],
         "step_frames_received": frames,
-        "requests_each": rounds,
+        "request_pairs": rounds,
         "tokens_per_request": tokens,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
