@@ -257,8 +257,10 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
 
     import eagle3scope_shim
 
-    server_args = _server_args(getattr(scheduler, "server_args", None))
-    graphs = bool(server_args["cuda_graph"])
+    sa = getattr(scheduler, "server_args", None)
+    server_args = _server_args(sa)
+    # graph replay or a torch.compile'd model hides the Python of the passes it covers
+    hidden = bool(server_args["cuda_graph"]) or bool(getattr(sa, "enable_torch_compile", False))
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -268,15 +270,16 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         "shim_version": eagle3scope_shim.__version__,
         "worker": STATE.workers[-1][0] if STATE.workers else None,
         "server_args": server_args,
-        # Python inside a replayed CUDA graph does not run: draft decode steps and the draft-extend
-        # pass are invisible then; draft ids and acceptance are read from eager code and stay visible.
+        # Python inside a replayed CUDA graph (or a compiled region) does not run: draft decode steps
+        # and the draft-extend pass are invisible then; draft ids and acceptance are read from eager
+        # code and stay visible.
         "observable": {
             "steps": True,
             "draft_ids": True,
             "accepted": True,
             "passes_prefill": True,
-            "passes_draft_decode": not graphs,
-            "passes_draft_extend": not graphs,
+            "passes_draft_decode": not hidden,
+            "passes_draft_extend": not hidden,
             "device_timings": False,
         },
         "control": None if STATE.control is None else STATE.control.endpoint,
