@@ -216,7 +216,8 @@ class Control:
             return refusal(str(exc))
         if not tokens_equal(req.get("token"), self._token):
             self.refused_tokens += 1
-            log.warning("eagle3scope: control request with a wrong token refused (%d so far)", self.refused_tokens)
+            if self.refused_tokens in (1, 10) or self.refused_tokens % 1000 == 0:  # no log flood
+                log.warning("eagle3scope: control request with a wrong token refused (%d so far)", self.refused_tokens)
             return refusal("wrong token: read it from the server's EAGLE3SCOPE_CONTROL_TOKEN_FILE")
         try:
             cmd = check_request(req)
@@ -270,6 +271,7 @@ class Control:
             return refusal(reason, id=rid)
         entry = {"id": rid, "layers": list(layers), "captured": captured}
         with self._cond:
+            self._outcomes.pop(rid, None)  # a reused request id must wait for its own outcome
             superseded, self._pending = self._pending, entry
         if superseded is not None:
             self._finish(superseded, refusal(f"superseded by request {rid} before any step ran", id=superseded["id"]),
