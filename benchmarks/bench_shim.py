@@ -11,23 +11,20 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 24] [--tokens 32] [--
 2. Engine: two real servers (tiny random target + random EAGLE-3 draft, float32, greedy) side by
    side, one with ``EAGLE3SCOPE_ENDPOINT`` set; each prompt goes to both back to back (order
    alternating), one request at a time, so drift in the shared machine's load hits both alike.
-   Reported: tokens/s over all requests, the median of the per-pair ratios (robust to load
-   spikes) and its quartiles, and whether both servers produced the same text.
+   Which server starts first biases the result on a shared 2-core box, so there are two sessions,
+   one per start order. Reported: tokens/s over all requests, each session's median per-pair
+   ratio (robust to load spikes), their geometric mean as the ratio, and whether both servers
+   produced the same text.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
-import tempfile
 import time
-
-
-def _ipc_endpoint() -> str:
-    """A fresh ipc endpoint: a tcp port picked here could be handed to the server's HTTP port too."""
-    return f"ipc://{tempfile.mkdtemp(prefix='e3s-')}/events"
 
 
 def hook_path(steps: int) -> dict:
@@ -128,50 +125,60 @@ def hook_path(steps: int) -> dict:
     return out
 
 
-def engine(rounds: int, tokens: int) -> dict:
-    import statistics
-
-    from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python
+def _session(root, rounds: int, tokens: int, on_first: bool) -> dict:
+    """Both servers alive; each prompt to both back to back; returns totals and per-pair ratios."""
+    from eagle3scope.demo.server import SGLangServer
     from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
-    root = cache_dir() / "models" / "tiny-random-v1"
-    subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
-    endpoint = _ipc_endpoint()
+    endpoint = fresh_ipc_endpoint()
     quiet = {"OMP_WAIT_POLICY": "PASSIVE"}  # an idle server must not spin on the cores the other needs
-    totals = {"off": [0, 0.0], "on": [0, 0.0]}
-    texts = {"off": [], "on": []}
-    pair_ratios, frames = [], 0
-    with Subscriber([endpoint]) as sub, \
-            SGLangServer(root / "target", root / "draft-random", env=quiet) as off, \
-            SGLangServer(root / "target", root / "draft-random", env={**quiet, "EAGLE3SCOPE_ENDPOINT": endpoint}) as on:
-        servers = {"off": off, "on": on}
+    envs = {"off": quiet, "on": {**quiet, "EAGLE3SCOPE_ENDPOINT": endpoint}}
+    order = ("on", "off") if on_first else ("off", "on")
+    out = {"n": {"off": 0, "on": 0}, "s": {"off": 0.0, "on": 0.0}, "texts": {"off": [], "on": []}, "ratios": [], "frames": 0}
+    with Subscriber([endpoint]) as sub, SGLangServer(root / "target", root / "draft-random", env=envs[order[0]]) as first, \
+            SGLangServer(root / "target", root / "draft-random", env=envs[order[1]]) as second:
+        servers = dict(zip(order, (first, second)))
         for server in servers.values():
             server.post("/generate", {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
         for i in range(rounds):
-            prompt = f"bench prompt {i} kimo tuviro"
             rate = {}
             for label in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
+                body = {"text": f"bench prompt {i} kimo tuviro",
+                        "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
                 t0 = time.perf_counter()
                 response = servers[label].post("/generate", body)
                 seconds = time.perf_counter() - t0
                 n = response["meta_info"]["completion_tokens"]
-                totals[label][0] += n
-                totals[label][1] += seconds
+                out["n"][label] += n
+                out["s"][label] += seconds
                 rate[label] = n / seconds
-                texts[label].append(response["text"])
-            pair_ratios.append(rate["on"] / rate["off"])
-            frames += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
-    tps = {label: n / s for label, (n, s) in totals.items()}
+                out["texts"][label].append(response["text"])
+            out["ratios"].append(rate["on"] / rate["off"])
+            out["frames"] += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
+    return out
+
+
+def engine(rounds: int, tokens: int) -> dict:
+    """Two sessions, each server once started first (start order biases a shared 2-core box)."""
+    import statistics
+
+    from eagle3scope.demo.server import cache_dir, engine_python
+
+    root = cache_dir() / "models" / "tiny-random-v1"
+    subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
+    sessions = {name: _session(root, rounds // 2, tokens, on_first) for name, on_first in (("off_first", False), ("on_first", True))}
+    medians = {name: statistics.median(s["ratios"]) for name, s in sessions.items()}
+    n = {label: sum(s["n"][label] for s in sessions.values()) for label in ("off", "on")}
+    secs = {label: sum(s["s"][label] for s in sessions.values()) for label in ("off", "on")}
     return {
-        "tokens_per_s_off": round(tps["off"], 1),
-        "tokens_per_s_on": round(tps["on"], 1),
-        "ratio_of_totals": round(tps["on"] / tps["off"], 4),
-        "median_pair_ratio": round(statistics.median(pair_ratios), 4),
-        "pair_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(pair_ratios, n=4)],
-        "same_text": texts["on"] == texts["off"],
-        "step_frames_received": frames,
-        "request_pairs": rounds,
+        "tokens_per_s_off": round(n["off"] / secs["off"], 1),
+        "tokens_per_s_on": round(n["on"] / secs["on"], 1),
+        "median_pair_ratio_per_session": {name: round(m, 4) for name, m in medians.items()},
+        "ratio_on_over_off": round(math.sqrt(medians["off_first"] * medians["on_first"]), 4),
+        "same_text": all(s["texts"]["on"] == s["texts"]["off"] for s in sessions.values()),
+        "step_frames_received": sum(s["frames"] for s in sessions.values()),
+        "request_pairs": 2 * (rounds // 2),
         "tokens_per_request": tokens,
     }
 

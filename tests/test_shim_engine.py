@@ -11,13 +11,13 @@ test_shim_v1.py for what runs there.)
 
 from __future__ import annotations
 
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import run_engine_python
 
+from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope.demo.server import SGLangServer
 
 pytestmark = pytest.mark.engine
@@ -49,16 +49,12 @@ def models(engine_python, tiny_models, tmp_path_factory):
     return {"target": target, "draft": draft, "broken": broken}
 
 
-def _ipc_endpoint() -> str:
-    """A fresh ipc endpoint: a tcp port picked here could be handed to the server's HTTP port too."""
-    return f"ipc://{tempfile.mkdtemp(prefix='e3s-')}/events"
-
 
 def _serve(target, draft, env, *, concurrent=False):
     """Run the prompts (greedy) with the shim publishing; return (frames, responses)."""
     from eagle3scope.live.subscriber import Subscriber
 
-    endpoint = _ipc_endpoint()
+    endpoint = fresh_ipc_endpoint()
     frames = []
     with Subscriber([endpoint]) as sub:
         with SGLangServer(target, draft, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:

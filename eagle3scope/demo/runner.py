@@ -11,7 +11,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from eagle3scope.demo import scenarios
-from eagle3scope.demo.server import SGLangServer, cache_dir, free_port
+from eagle3scope.demo.server import SGLangServer, cache_dir
+from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
 
 class ScenarioRun:
@@ -27,14 +28,14 @@ class ScenarioRun:
         self.scenario = scenarios.SCENARIOS[name]
         self.models = models
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
-        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.endpoint = fresh_ipc_endpoint("events")
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
         self.control = self.token_file = None
         if control:
             from eagle3scope.control.token import create_token_file
 
             self.token_file = create_token_file()
-            self.control = f"tcp://127.0.0.1:{free_port()}"
+            self.control = fresh_ipc_endpoint("control")
             env.update(EAGLE3SCOPE_CONTROL=self.control, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
                                    extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path)
