@@ -164,8 +164,9 @@ def engine(rounds: int, tokens: int) -> dict:
     import statistics
 
     from eagle3scope.demo.server import cache_dir, engine_python
+    from eagle3scope.demo.tiny import MODELS_DIRNAME
 
-    root = cache_dir() / "models" / "tiny-random-v1"
+    root = cache_dir() / "models" / MODELS_DIRNAME
     subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
     sessions = {name: _session(root, rounds // 2, tokens, on_first) for name, on_first in (("off_first", False), ("on_first", True))}
     medians = {name: statistics.median(s["ratios"]) for name, s in sessions.items()}
