@@ -37,23 +37,24 @@ class ScopeApp(App):
     TITLE = "eagle3scope"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     control = None  # a ControlClient when `watch --control` names the server's control channel
+    # description: the footer's word; tooltip: the help screen's sentence
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("space,p", "toggle_pause", "Pause"),
-        Binding("s", "step", "Step"),
-        Binding("f", "filter", "Filter rid"),
-        Binding("v", "next_panel", "Panel"),
-        Binding("1", "panel('overview')", "Overview panel", show=False),
-        Binding("2,a", "panel('aux')", "Hidden-state & aux panel", show=False),
-        Binding("3,d", "panel('draft')", "Draft-vs-target panel", show=False),
-        Binding("4,e", "panel('events')", "Event log", show=False),
-        Binding("l", "load_report", "Load report"),
-        Binding("c", "aux_control", "Aux layers"),
-        Binding("t", "cycle_theme", "Theme"),
-        Binding("question_mark,h", "help", "Help"),
-        Binding("plus,equals_sign", "faster", "Faster"),
-        Binding("minus", "slower", "Slower"),
-        Binding("g", "seek", "Seek"),
+        Binding("q", "quit", "Quit", tooltip="Leave eagle3scope"),
+        Binding("space,p", "toggle_pause", "Pause", tooltip="Pause / resume (live: freeze the screen, ingest goes on)"),
+        Binding("s", "step", "Step", tooltip="Replay: one step on; live: pause and show the newest data"),
+        Binding("f", "filter", "Filter rid", tooltip="Draft view: only requests whose id contains a text"),
+        Binding("v", "next_panel", "Panel", tooltip="Next panel: overview, aux, draft, events"),
+        Binding("1", "panel('overview')", "Overview panel", show=False, tooltip="Acceptance, violations, recent events"),
+        Binding("2,a", "panel('aux')", "Hidden-state & aux panel", show=False, tooltip="Widths, fc applied/skipped, aux ids, load summary"),
+        Binding("3,d", "panel('draft')", "Draft-vs-target panel", show=False, tooltip="Proposed tokens against the accepted ones"),
+        Binding("4,e", "panel('events')", "Event log", show=False, tooltip="Publishers, hooks, drops, rules firing"),
+        Binding("l", "load_report", "Load report", tooltip="Load report and server arguments, as sent"),
+        Binding("c", "aux_control", "Aux layers", tooltip="Aux-layer presets of the live server (watch --control)"),
+        Binding("t", "cycle_theme", "Theme", tooltip="Next theme (dark, light, high-contrast); remembered"),
+        Binding("question_mark,h", "help", "Help", tooltip="This list"),
+        Binding("plus,equals_sign", "faster", "Faster", tooltip="Replay speed up (to 64×)"),
+        Binding("minus", "slower", "Slower", tooltip="Replay speed down (to 0.25×)"),
+        Binding("g", "seek", "Seek", tooltip="Seek to a step (1234) or a time (12.5s, 2m, 1:30)"),
         Binding("right_square_bracket", "seek_relative(100)", "+100 steps", show=False),
         Binding("left_square_bracket", "seek_relative(-100)", "-100 steps", show=False),
     ]
@@ -87,7 +88,9 @@ class ScopeApp(App):
         with ContentSwitcher(id="panels", initial="overview"):
             with Horizontal(id="overview"):
                 yield AcceptancePanel(id="acceptance", classes="panel")
-                yield ViolationsPanel(id="violations", classes="panel")
+                with Vertical(id="overview-side"):
+                    yield ViolationsPanel(id="violations", classes="panel")
+                    yield EventLog(id="recent-events", classes="panel")  # wide screens only (app.tcss)
             yield AuxPanel(id="aux", classes="panel")
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
@@ -96,7 +99,11 @@ class ScopeApp(App):
     def on_mount(self) -> None:
         self.main = self.screen
         # widgets by class, kept so a refresh never looks them up on whatever screen is on top
-        self.w = {cls: self.main.query_one(cls) for cls in (PublisherBar, Timeline, ContentSwitcher, AcceptancePanel, ViolationsPanel, AuxPanel, DraftPanel, EventLog)}
+        self.w = {cls: self.main.query_one(cls) for cls in (PublisherBar, Timeline, ContentSwitcher, AcceptancePanel, ViolationsPanel, AuxPanel, DraftPanel)}
+        self.w[EventLog] = self.main.query_one("#events", EventLog)
+        self.recent_events = self.main.query_one("#recent-events", EventLog)
+        self.recent_events.border_title = "Recent events"
+        self.recent_events.can_focus = False  # a tail to glance at; Tab goes to the violations (key 4: the full log)
         self.w[AcceptancePanel].border_title = "Acceptance"
         self.feed.start()
         self.refresh_view(force=True)
@@ -152,6 +159,7 @@ class ScopeApp(App):
         if "draft" in snap:
             self.w[DraftPanel].show(snap["draft"])
         self.w[EventLog].show(snap["events"])
+        self.recent_events.show(snap["events"])
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.refresh_ms = elapsed_ms if self.refresh_ms is None else 0.8 * self.refresh_ms + 0.2 * elapsed_ms
         self._show_timeline(snap["frames"])
@@ -234,15 +242,17 @@ class ScopeApp(App):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_help()))
 
-    def key_help(self) -> list[tuple[str, str]]:
+    def key_help(self) -> list[tuple[str, str, str]]:
+        """(keys, description, detail) for every key usable in this mode."""
         rows = []
         for binding in self.BINDINGS:
             if not self.check_action(binding.action.split("(")[0], ()):
                 continue  # keys of the other mode (replay-only, live-only) are not listed
             keys = ", ".join(self.get_key_display(Binding(k, binding.action)) for k in binding.key.split(","))
-            rows.append((keys, binding.description))
-        rows.append(("enter", "Violation under the cursor: full explanation and fix"))
-        rows.append(("arrows, pgup/pgdn", "Move in tables and logs"))
+            rows.append((keys, binding.description, binding.tooltip))
+        rows.append(("enter", "Explain", "Violation under the cursor: full explanation and fix"))
+        rows.append(("tab", "Focus", "Next table or log"))
+        rows.append(("↑ ↓ pgup pgdn", "Move", "In tables and logs"))
         return rows
 
     @on(DataTable.RowSelected, "#violations-table")

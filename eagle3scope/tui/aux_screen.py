@@ -54,7 +54,7 @@ class AuxScreen(ModalScreen):
             yield Static(Text("aux layers", style="bold"), id="aux-title")
             yield Static("", id="aux-status")
             presets = DataTable(id="aux-presets", cursor_type="row", zebra_stripes=True)
-            presets.add_columns("preset", "ids", "captures", "")
+            presets.add_columns("preset", "ids", "captures", "note")
             yield presets
             segments = DataTable(id="aux-segments", cursor_type="none")
             segments.add_columns("segment ids", "captured", "origin", "steps", "mean accept length")
@@ -71,8 +71,11 @@ class AuxScreen(ModalScreen):
             self.action_reload()
 
     def status(self, text: str, level: str = "info") -> None:
-        style = {"warning": "yellow", "error": "bold red"}.get(level, "")
-        self.query_one("#aux-status", Static).update(Text(text, style=style))
+        """The status line; its colour is the theme's (``#aux-status.-warning``/``.-error`` in app.tcss)."""
+        line = self.query_one("#aux-status", Static)
+        line.update(Text(text))  # Text: ids in [brackets] are not markup
+        line.set_class(level == "warning", "-warning")
+        line.set_class(level == "error", "-error")
 
     def show_segments(self) -> None:
         rows = self.app.feed.read(segment_rows)

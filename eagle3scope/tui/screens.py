@@ -40,7 +40,7 @@ class ViolationScreen(ModalScreen):
         body.append("Why it matters\n", style="bold underline")
         body.append(f"{v.explanation}\n\n")
         body.append("Fix\n", style="bold underline")
-        body.append(f"{v.fix}\n")
+        body.append(v.fix)
         with VerticalScroll(id="violation-dialog", classes=f"dialog sev-{v.severity}"):
             yield Static(body, id="violation-body")
             yield Static("Esc / Enter / q: close", classes="dialog-hint")
@@ -83,16 +83,19 @@ class HelpScreen(ModalScreen):
 
     BINDINGS = CLOSE
 
-    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+    def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
         super().__init__()
-        self.bindings = bindings
+        self.bindings = bindings  # (keys, description, detail)
 
     def compose(self) -> ComposeResult:
-        table = Table(show_header=False, box=None, padding=(0, 2))
+        wide = self.app.size.width >= 100  # the detail sentences only where they fit on one line
+        table = Table(show_header=False, box=None, padding=(0, 1))
         table.add_column(style="bold", no_wrap=True)
-        table.add_column()
-        for keys, description in self.bindings:
-            table.add_row(keys, description)
+        table.add_column(no_wrap=True)
+        if wide:
+            table.add_column(style="dim")
+        for keys, description, detail in self.bindings:
+            table.add_row(keys, description, *([detail] if wide else []))
         with VerticalScroll(id="help-dialog", classes="dialog"):
             yield Static(Text("eagle3scope keys", style="bold"))
             yield Static(table)

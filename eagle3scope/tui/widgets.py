@@ -319,6 +319,9 @@ class AcceptancePanel(Vertical):
         yield HistoryPlot(id="acc-history")
         yield Static(id="acc-dist")
 
+    def on_resize(self) -> None:
+        self.watch_snap(self.snap)  # bars or one-line summaries depend on the room
+
     def watch_snap(self, snap: AcceptanceSnap) -> None:
         value, muted, bar_style, low = (self.get_component_rich_style(f"acc--{n}") for n in ("value", "muted", "bar", "low"))
         maximum = snap.k + 1 if snap.k else None
@@ -354,13 +357,13 @@ class AcceptancePanel(Vertical):
         else:
             width = max(4, self.size.width - 22)
             dist.append("per position (rolling)\n", style=muted)
-            for i, rate in enumerate(snap.per_position, 1):
-                dist.append(f" p{i:<2} {fmt(rate, '5.2f'):>5} ")
+            for i, rate in enumerate(snap.per_position, 1):  # both label columns 12 wide: bars line up
+                dist.append(f" p{i:<3}{fmt(rate, '.2f'):>6} ")
                 dist.append(bar(rate, width), style=low if rate is not None and rate < 0.2 else bar_style)
                 dist.append("\n")
             dist.append("accepted drafts per request-step\n", style=muted)
             for j, share in enumerate(shares):
-                dist.append(f" {j:>3} {fmt(share and share * 100, '5.1f'):>5}% ")
+                dist.append(f" {j:>3} {fmt(share and share * 100, '.1f'):>5}% ")
                 dist.append(bar(share, width), style=bar_style)
                 dist.append("\n")
         if len(snap.segments) > 1:
@@ -390,10 +393,11 @@ class ViolationsPanel(Vertical):
         return state.violations()
 
     def compose(self) -> ComposeResult:
-        table = DataTable(id="violations-table", cursor_type="row", zebra_stripes=False)
-        table.add_columns("sev", "rule", "title / evidence")
-        yield table
+        yield DataTable(id="violations-table", cursor_type="row", zebra_stripes=False)
         yield Static("no violations: every contract holds so far", id="violations-none")
+
+    def on_resize(self) -> None:
+        self.show(self.violations, force=True)  # column widths and row heights follow the panel
 
     def show(self, violations: list, force: bool = False) -> None:
         key = tuple((v.id, v.src, v.severity, v.evidence, v.active) for v in violations)
@@ -403,17 +407,29 @@ class ViolationsPanel(Vertical):
         self.violations = list(violations)
         table = self.query_one(DataTable)
         row = table.cursor_row
-        table.clear()
+        table.clear(columns=True)
+        # the detail column gets exactly the room left, so it ellipsizes or wraps instead of
+        # scrolling sideways; a tall screen wraps the whole evidence, a short one keeps two lines
+        rule_w = max([4, *(len(v.id) for v in violations)])
+        detail_w = max(10, self.content_size.width - 4 - rule_w - 3 * 2 * table.cell_padding - 1)
+        wrap = self.app.size.height >= 36
+        table.add_column("sev", width=4)
+        table.add_column("rule", width=rule_w)
+        table.add_column("title / evidence", width=detail_w)
+        muted = self.get_component_rich_style("sev--healed", partial=True)
         for i, v in enumerate(violations):
-            style = self.get_component_rich_style(f"sev--{v.severity}" if v.active else "sev--healed")
+            # partial styles: no background of their own, so the cursor row keeps one background
+            style = self.get_component_rich_style(f"sev--{v.severity}" if v.active else "sev--healed", partial=True)
             sev = Text({"error": "ERR", "warning": "WARN"}.get(v.severity, v.severity.upper()[:4]) if v.active else "was", style=style)
-            detail = Text(v.title, style=style, no_wrap=True, overflow="ellipsis")
-            detail.append(f"\n{v.src} · {evidence_text(v.evidence)}", style=self.get_component_rich_style("sev--healed"))
-            table.add_row(sev, Text(v.id, style=style), detail, key=str(i), height=2)
+            detail = Text(v.title, style=style, no_wrap=not wrap, overflow="ellipsis" if not wrap else "fold")
+            detail.append(f"\n{v.src} · {evidence_text(v.evidence)}", style=muted)
+            table.add_row(sev, Text(v.id, style=style), detail, key=str(i), height=None if wrap else 2)
         if violations:
             table.move_cursor(row=min(row, len(violations) - 1))
         self.query_one("#violations-none").display = not violations
         table.display = bool(violations)
+        if violations and self.screen.focused is None and self.app.screen is self.screen:
+            table.focus()  # the table was hidden when the screen picked a focus: Enter must work at once
         errors = sum(1 for v in violations if v.active and v.severity == "error")
         self.border_title = f"Violations {len(violations)}" + (f" ({errors} errors)" if errors else "")
 
@@ -433,6 +449,7 @@ class AuxPanel(VerticalScroll):
 
     COMPONENT_CLASSES = {"aux--bad", "aux--ok", "aux--muted"}
     BORDER_TITLE = "Hidden states & aux layers"
+    _snap: AuxSnap | None = None
 
     @staticmethod
     def capture(state: SessionState) -> AuxSnap:
@@ -445,7 +462,12 @@ class AuxPanel(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="aux-body")
 
+    def on_resize(self) -> None:
+        if self._snap is not None:
+            self.show(self._snap)
+
     def show(self, snap: AuxSnap) -> None:
+        self._snap = snap
         bad, ok, muted = (self.get_component_rich_style(f"aux--{n}") for n in ("bad", "ok", "muted"))
         passes = Table(title="draft forwards per mode", title_justify="left", expand=False, box=None, padding=(0, 1))
         for col in ("mode", "calls", "widths entering the draft", "fc applied", "fc skipped"):
@@ -454,10 +476,17 @@ class AuxPanel(VerticalScroll):
             width_text = ", ".join(f"{w}×{n:,}" for w, n in sorted(widths.items(), key=lambda kv: str(kv[0])))
             passes.add_row(mode, f"{calls:,}", width_text, f"{applied:,}", Text(f"{skipped:,}", style=bad if skipped and applied == 0 else None))
         parts: list = [passes if snap.passes else Text("no draft forwards seen yet", style=muted)]
-        for src, load, capture in snap.publishers:
-            parts.append(Text(f"\n{src}", style="bold"))
-            parts.append(_load_summary(load, capture, bad, ok, muted))
+        # publishers side by side when the panel has room for more than one summary (~70 columns each)
+        per_row = max(1, min(len(snap.publishers), self.size.width // 70))
+        grid = Table.grid(padding=(0, 4))
+        for _ in range(per_row):
+            grid.add_column()
+        summaries = [Group(Text(f"\n{src}", style="bold"), _load_summary(load, capture, bad, ok, muted)) for src, load, capture in snap.publishers]
+        for i in range(0, len(summaries), per_row):
+            grid.add_row(*summaries[i : i + per_row])
+        parts.append(grid)
         if snap.segments:
+            parts.append(Text())
             seg = Table(title="aux-layer configurations (segments)", title_justify="left", box=None, padding=(0, 1))
             for col in ("layers", "origin", "steps", "mean accept"):
                 seg.add_column(col)
@@ -539,8 +568,12 @@ class DraftPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         table = DataTable(id="draft-table", cursor_type="row")
-        table.add_columns("step", "src", "request", "acc", "draft proposed (accepted · first rejected · unreached)", "committed")
+        table.add_columns("step", "src", "request", "acc", "draft proposed", "committed")
         yield table
+
+    def on_mount(self) -> None:
+        # the colour legend rides on the border, so the token columns stay narrow enough for 80 columns
+        self.border_subtitle = "[$e3s-good]accepted[/] [reverse $e3s-bad]first rejected[/] [$e3s-muted]unreached[/] [underline $e3s-info]bonus[/]"
 
     def _tokens(self, ids: list) -> list[str]:
         if self.decoder is not None:
@@ -552,7 +585,8 @@ class DraftPanel(Vertical):
         if key == self._shown:
             return
         self._shown = key
-        acc_s, rej_s, unr_s, bonus_s, muted = (self.get_component_rich_style(f"draft--{n}") for n in ("accepted", "rejected", "unreached", "bonus", "muted"))
+        # partial styles: no background of their own, so the cursor row keeps one background
+        acc_s, rej_s, unr_s, bonus_s, muted = (self.get_component_rich_style(f"draft--{n}", partial=True) for n in ("accepted", "rejected", "unreached", "bonus", "muted"))
         table = self.query_one(DataTable)
         table.clear()
         for seq, src, rid, draft, accepted, bonus, committed, mode in rows:
@@ -577,15 +611,23 @@ class EventLog(RichLog):
     BORDER_TITLE = "Events"
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(max_lines=2000, wrap=True, markup=False, **kwargs)
+        super().__init__(max_lines=2000, wrap=True, markup=False, min_width=1, **kwargs)  # wrap at the panel, not 78
         self._last = None
         self._t0: int | None = None
+        self._events: list = []
 
     @staticmethod
     def capture(state: SessionState) -> list:
         return list(state.events)
 
+    def on_resize(self) -> None:
+        """Lines wrap at the width they were written at: write them again at the new one."""
+        self.clear()
+        self._last = None
+        self.show(self._events)
+
     def show(self, events: list) -> None:
+        self._events = events
         start = 0
         if self._last is not None:
             for i in range(len(events) - 1, -1, -1):
@@ -595,10 +637,12 @@ class EventLog(RichLog):
         if events and self._t0 is None:
             self._t0 = events[0].t_ns
         for event in events[start:]:
-            line = Text(no_wrap=False)
-            line.append(f"{(event.t_ns - self._t0) / 1e9:9.3f}s ", style="dim")
-            line.append(f"{event.src} ", style="bold")
-            line.append(event.text, style=self.get_component_rich_style(f"event--{event.level}") if event.level in ("info", "warning", "error") else None)
+            stamp = Text(f"{(event.t_ns - self._t0) / 1e9:8.3f}s", style="dim")
+            stamp.append(f" {event.src}", style="bold")
+            line = Table.grid(padding=(0, 1))  # a hanging indent: wrapped text stays right of the stamp
+            line.add_column(no_wrap=True)
+            line.add_column()
+            line.add_row(stamp, Text(event.text, style=self.get_component_rich_style(f"event--{event.level}") if event.level in ("info", "warning", "error") else ""))
             self.write(line)
         if events:
             self._last = events[-1]
