@@ -111,42 +111,48 @@ class PublisherBar(Widget):
         return max(1, len(self.rows))
 
     def render(self) -> Text:
-        ok, warn, bad, muted = (self.get_component_rich_style(f"pub--{n}") for n in ("ok", "warn", "bad", "muted"))
+        styles = tuple(self.get_component_rich_style(f"pub--{n}") for n in ("ok", "warn", "bad", "muted"))
         if not self.rows:
-            return Text("waiting for a publisher…", style=muted)
-        narrow = self.size.width < 110
+            return Text("waiting for a publisher…", style=styles[3])
         lines = []
         for r in self.rows:
-            line = Text(no_wrap=True, overflow="ellipsis")
-            state_style = ok if r.state in ("live", "replay") else warn
-            line.append("● ", style=state_style)
-            line.append(r.src if not narrow else r.src[:12], style="bold")
-            if r.state not in ("live", "replay"):
-                line.append(f" {r.state}", style=warn)
-            if not r.has_hello:
-                line.append(" (no hello yet)", style=warn)
-            else:
-                line.append(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}")
-                line.append(f" {r.algorithm or '?'}")
-                if r.worker and not narrow:
-                    line.append(f" {r.worker}")
-                line.append(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}")
-                graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
-                line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
-                if not narrow:
-                    line.append(f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
-            line.append(" │ ", style=muted)
-            line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
-            lost = r.dropped + r.gaps
-            line.append(" │ ", style=muted)
-            line.append(f"drop {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
-            line.append(" │ ", style=muted)
-            line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
-            if r.hooks_total and not narrow:
-                line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
+            line = self._line(r, False, *styles)  # the long form where it fits, else the short one
+            if line.cell_len > self.size.width:
+                line = self._line(r, True, *styles)
             line.truncate(self.size.width, overflow="ellipsis")
             lines.append(line)
         return Text("\n").join(lines)
+
+    @staticmethod
+    def _line(r: PublisherRow, narrow: bool, ok, warn, bad, muted) -> Text:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        state_style = ok if r.state in ("live", "replay") else warn
+        line.append("● ", style=state_style)
+        line.append(r.src if not narrow else r.src[:12], style="bold")
+        if r.state not in ("live", "replay"):
+            line.append(f" {r.state}", style=warn)
+        if not r.has_hello:
+            line.append(" (no hello yet)", style=warn)
+        else:
+            line.append(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}")
+            line.append(f" {r.algorithm or '?'}")
+            if r.worker and not narrow:
+                line.append(f" {r.worker}")
+            line.append(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}")
+            graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
+            line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
+            if not narrow:
+                line.append(f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
+        line.append(" │ ", style=muted)
+        line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
+        lost = r.dropped + r.gaps
+        line.append(" │ ", style=muted)
+        line.append(f"drop {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
+        line.append(" │ ", style=muted)
+        line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
+        if r.hooks_total and not narrow:
+            line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
+        return line
 
 
 class Timeline(Widget):
