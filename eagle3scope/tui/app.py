@@ -24,6 +24,7 @@ from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.tui.widgets import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
 
 PANELS = ("overview", "aux", "draft", "events")
+PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 STALE_AFTER_S = 5.0
 REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
@@ -217,6 +218,10 @@ class ScopeApp(App):
         self.panel = name
         self.w[ContentSwitcher].current = name
         self.refresh_view(force=True)
+        # the shown panel's table or log takes the keys, so arrows and Enter work without a Tab first
+        target = self.main.query_one(PANEL_FOCUS[name])
+        if target.display and self.screen is self.main:
+            target.focus()
 
     def action_next_panel(self) -> None:
         self.action_panel(PANELS[(PANELS.index(self.panel) + 1) % len(PANELS)])
@@ -321,7 +326,10 @@ class ScopeApp(App):
         if remember and self._remember:
             remember_theme(theme_file.name)
         if self.is_running:
+            self.w[DraftPanel]._shown = ()  # its rows carry the old theme's colours
             self.call_after_refresh(self.refresh_view, True)
+            for log in self.main.query(EventLog):
+                self.call_after_refresh(log.redraw)
 
     def action_cycle_theme(self) -> None:
         names = sorted(available_themes())

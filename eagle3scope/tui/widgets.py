@@ -613,7 +613,7 @@ class DraftPanel(Vertical):
 class EventLog(RichLog):
     """The session's event log: publishers appearing, hooks, drops, config changes."""
 
-    COMPONENT_CLASSES = {"event--info", "event--warning", "event--error"}
+    COMPONENT_CLASSES = {"event--info", "event--warning", "event--error", "event--stamp"}
     BORDER_TITLE = "Events"
 
     def __init__(self, **kwargs) -> None:
@@ -627,7 +627,10 @@ class EventLog(RichLog):
         return list(state.events)
 
     def on_resize(self) -> None:
-        """Lines wrap at the width they were written at: write them again at the new one."""
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Lines keep the width and colours they were written with: write them again (resize, theme)."""
         self.clear()
         self._last = None
         self.show(self._events)
@@ -643,7 +646,7 @@ class EventLog(RichLog):
         if events and self._t0 is None:
             self._t0 = events[0].t_ns
         for event in events[start:]:
-            stamp = Text(f"{(event.t_ns - self._t0) / 1e9:8.3f}s", style="dim")
+            stamp = Text(f"{(event.t_ns - self._t0) / 1e9:8.3f}s", style=self.get_component_rich_style("event--stamp"))
             stamp.append(f" {event.src}", style="bold")
             line = Table.grid(padding=(0, 1))  # a hanging indent: wrapped text stays right of the stamp
             line.add_column(no_wrap=True)
