@@ -230,6 +230,49 @@ async def test_violation_enter_opens_explanation_and_fix(recording, frames):
         assert not isinstance(app.screen, ViolationScreen)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 30), (120, 40), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@run_async
+async def test_every_size_keeps_the_essentials(recording, frames, size):
+    """Acceptance mean, per-position rates, every violation and each publisher's hook failures stay
+    on screen; the violations table never scrolls sideways; Enter explains without a Tab first;
+    tall screens show the whole evidence of a violation."""
+    app = paused_app(recording)
+    async with app.run_test(size=size) as pilot:
+        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+        for _ in range(3):
+            await pilot.press("s")
+        await pilot.pause()
+        text = screen_text(app)
+        violations = app.query_one("#violations").violations
+        assert violations, "the aux-off publisher must trip a rule"
+        assert re.search(r"accept length \d+\.\d\d", text) and "p1 " in text
+        assert f"Violations {len(violations)}" in text
+        assert all(v.id in text for v in violations)
+        publisher_lines = [line for line in text.splitlines() if line.startswith(" ● ")]
+        assert len(publisher_lines) == 2 and all("hook" in line for line in publisher_lines)
+        table = app.query_one("#violations-table")
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        if size[1] >= 36:
+            first = violations[0]
+            flat = re.sub(r"\s+", " ", text)
+            assert all(f"{key}=" in flat for key in first.evidence), first.evidence
+        await pilot.press("enter")
+        assert isinstance(app.screen, ViolationScreen)
+
+
+@run_async
+async def test_panel_keys_focus_the_panels_table(recording, frames):
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+        await pilot.press("s")
+        for key, focused in (("3", "draft-table"), ("4", "events"), ("2", "aux"), ("1", "violations-table")):
+            await pilot.press(key)
+            assert app.focused is not None and app.focused.id == focused, key
+        await pilot.press("3", "down", "down")
+        assert app.query_one("#draft-table").cursor_row == 2
+
+
 def test_themes_ship_and_define_every_variable():
     used = set(re.findall(r"\$(e3s-[a-z-]+)", (Path(themes.__file__).parent / "app.tcss").read_text()))
     found = themes.available_themes()

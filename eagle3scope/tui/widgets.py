@@ -414,22 +414,30 @@ class ViolationsPanel(Vertical):
         table = self.query_one(DataTable)
         row = table.cursor_row
         table.clear(columns=True)
-        # the detail column gets exactly the room left, so it ellipsizes or wraps instead of
-        # scrolling sideways; a tall screen wraps the whole evidence, a short one keeps two lines
+        # the text column gets exactly the room left, so it ellipsizes or wraps instead of scrolling
+        # sideways; a tall screen wraps the whole evidence, a short one keeps a line each. Under 70
+        # columns (the side column of a 120-column screen) the rule id moves into the text column.
+        pad = 2 * table.cell_padding
         rule_w = max([4, *(len(v.id) for v in violations)])
-        detail_w = max(10, self.content_size.width - 4 - rule_w - 3 * 2 * table.cell_padding - 1)
+        compact = self.content_size.width < 70
+        text_w = max(10, self.content_size.width - (4 + pad) - (0 if compact else rule_w + pad) - pad - table.styles.scrollbar_size_vertical)
         wrap = self.app.size.height >= 36
         table.add_column("sev", width=4)
-        table.add_column("rule", width=rule_w)
-        table.add_column("title / evidence", width=detail_w)
+        if not compact:
+            table.add_column("rule", width=rule_w)
+        table.add_column("rule / title / evidence" if compact else "title / evidence", width=text_w)
         muted = self.get_component_rich_style("sev--healed", partial=True)
         for i, v in enumerate(violations):
             # partial styles: no background of their own, so the cursor row keeps one background
             style = self.get_component_rich_style(f"sev--{v.severity}" if v.active else "sev--healed", partial=True)
             sev = Text({"error": "ERR", "warning": "WARN"}.get(v.severity, v.severity.upper()[:4]) if v.active else "was", style=style)
-            detail = Text(v.title, style=style, no_wrap=not wrap, overflow="ellipsis" if not wrap else "fold")
+            detail = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+            if compact:
+                detail.append(f"{v.id}\n", style=style)
+            detail.append(v.title, style=style)
             detail.append(f"\n{v.src} · {evidence_text(v.evidence)}", style=muted)
-            table.add_row(sev, Text(v.id, style=style), detail, key=str(i), height=None if wrap else 2)
+            cells = (sev, detail) if compact else (sev, Text(v.id, style=style), detail)
+            table.add_row(*cells, key=str(i), height=None if wrap else 3 if compact else 2)
         if violations:
             table.move_cursor(row=min(row, len(violations) - 1))
         self.query_one("#violations-none").display = not violations
