@@ -165,7 +165,8 @@ class Timeline(Widget):
         i = self.info
         done, todo, paused, muted = (self.get_component_rich_style(f"timeline--{n}") for n in ("done", "todo", "paused", "muted"))
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append("⏸ PAUSED " if i.get("paused") else "▶ ", style=paused if i.get("paused") else None)
+        # "‖", not "⏸": emoji fonts draw that one two cells wide and shift the line
+        text.append("‖ PAUSED " if i.get("paused") else "▶ ", style=paused if i.get("paused") else None)
         if i.get("filter"):
             text.append(f"[filter {i['filter']}] ", style=paused)
         if i.get("error"):
@@ -246,6 +247,8 @@ class HistoryPlot(Widget):
         top = max([self.reference or 0.0, *values, 1.0])
         offset = cols - len(values)
         ref_row = None if self.reference is None else min(height - 1, int((self.reference / top) * height - 1e-9))
+        # whole acceptance lengths on the axis where the plot is tall enough to tell them apart
+        ticks = {int((v / top) * height - 1e-9): float(v) for v in range(1, int(top)) if height >= 4 * int(top)}
         out = []
         for r in range(height - 1, -1, -1):  # r counts rows from the bottom
             if r == height - 1:
@@ -254,6 +257,8 @@ class HistoryPlot(Widget):
                 label = (f"{0.0:4.1f} ", "axis")
             elif r == ref_row:
                 label = (f"{self.reference:4.1f} ", "ref")
+            elif r in ticks:
+                label = (f"{ticks[r]:4.1f} ", "axis")
             else:
                 label = (" " * self.LABEL_W, "axis")
             runs = [label]
