@@ -56,7 +56,8 @@ class LoadReportScreen(Screen):
         self.publishers = publishers  # (src, hello, load)
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="load-report"):
+        with VerticalScroll(id="load-report", classes="panel") as report:
+            report.border_title = "Load report and hello, as each publisher sent them"
             if not self.publishers:
                 yield Static("no publisher has sent a load report yet")
             for src, hello, load in self.publishers:
