@@ -261,6 +261,24 @@ async def test_every_size_keeps_the_essentials(recording, frames, size):
 
 
 @run_async
+async def test_violations_follow_a_terminal_resize(recording, frames):
+    """Whole evidence on a tall terminal; one line each for id, title, evidence once it shrinks."""
+    app = paused_app(recording)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+        await pilot.press("s")
+        await pilot.pause()
+        table = app.query_one("#violations-table")
+        tall = [row.height for row in table.ordered_rows]
+        await pilot.resize_terminal(160, 30)
+        await pilot.pause()
+        await pilot.pause()
+        short = [row.height for row in table.ordered_rows]
+        assert tall and all(h > 3 for h in tall), tall
+        assert len(short) == len(tall) and all(h == 3 for h in short), short
+
+
+@run_async
 async def test_panel_keys_focus_the_panels_table(recording, frames):
     app = paused_app(recording)
     async with app.run_test(size=(120, 40)) as pilot:

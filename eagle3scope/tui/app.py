@@ -110,6 +110,11 @@ class ScopeApp(App):
         self.refresh_view(force=True)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
 
+    def on_resize(self) -> None:
+        if hasattr(self, "w"):  # violations wrap by terminal height, which their own size may not show
+            panel = self.w[ViolationsPanel]
+            self.call_after_refresh(lambda: panel.show(panel.violations, force=True))
+
     def on_unmount(self) -> None:
         self.feed.stop()
 
