@@ -63,3 +63,45 @@ def tiny_models(engine_python) -> tuple[Path, Path]:
         pytest.fail(f"tiny model generation failed:\n{done.stderr[-3000:]}")
     return root / "target", root / "draft-random"
 
+
+
+@pytest.fixture(scope="session")
+def demo_models(engine_python):
+    """The trained demo target + drafts (built once, cached under the cache dir by code hash)."""
+    from eagle3scope.demo import models
+
+    if models.cached() is None and os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") != "1" \
+            and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    return models.ensure_demo_models(python=engine_python)
+
+
+SCENARIO_STEPS = 120
+SCENARIO_PROMPTS_SEED = 7
+
+
+@pytest.fixture(scope="session")
+def scenario_result(demo_models, engine_python, tmp_path_factory):
+    """name -> dict(recording, results, outputs): one real server per scenario for the whole session,
+    with the shim publishing. ``recording`` holds SCENARIO_STEPS step events of a steady workload;
+    ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy answers to four
+    fixed prompts, asked once the workload has stopped (so batching cannot change them)."""
+    from eagle3scope.demo.models import demo_prompts
+    from eagle3scope.demo.runner import ScenarioRun
+
+    root = tmp_path_factory.mktemp("scenario-runs")
+    done: dict[str, dict] = {}
+
+    def get(name: str) -> dict:
+        if name not in done:
+            path = root / f"{name}.e3s"
+            with ScenarioRun(name, demo_models, control=False, python=engine_python,
+                             log_path=root / f"{name}.log") as run:
+                run.record(path, SCENARIO_STEPS)
+                run.workload.stop()
+                results = list(run.workload.results)
+                outputs = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED), max_new_tokens=64)
+            done[name] = {"recording": path, "results": results, "outputs": outputs}
+        return done[name]
+
+    return get

@@ -1,23 +1,22 @@
 """Every demo scenario through the real SGLang 0.5.23 CPU engine, recorded by the real shim, judged
 by the real rules: each break is named by its own rule and the healthy runs raise no error.
 
-One server per scenario (about 25 s to start), 120 recorded steps each. The recordings are then
+One server per scenario (about 25 s to start, shared with the other scenario tests through the
+``scenario_result`` fixture), SCENARIO_STEPS recorded steps each. The recordings are then
 checked with the ``eagle3scope check`` command, as a user would in CI.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from conftest import SCENARIO_STEPS
 
 pytestmark = pytest.mark.engine
 
-REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
-STEPS = 120
 
 #: scenario -> the rule ids of which at least one must fire at error severity
 EXPECTED = {
@@ -28,36 +27,6 @@ EXPECTED = {
     "lm-head-missing": {"lm-head-mismatch"},
     "aux-offset": {"aux-layers-mismatch"},
 }
-
-
-@pytest.fixture(scope="module")
-def demo_models(engine_python):
-    from eagle3scope.demo import models
-
-    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    return models.ensure_demo_models(python=engine_python)
-
-
-@pytest.fixture(scope="module")
-def recorded(demo_models, engine_python, tmp_path_factory):
-    """scenario -> (recording path, SGLang's own meta_info of the requests finished meanwhile)."""
-    from eagle3scope.demo.runner import ScenarioRun
-
-    out = tmp_path_factory.mktemp("scenarios")
-    runs = {}
-
-    def run(name: str):
-        if name not in runs:
-            path = out / f"{name}.e3s"
-            with ScenarioRun(name, demo_models, control=False, python=engine_python,
-                             log_path=out / f"{name}.log") as live:
-                live.record(path, STEPS)
-                results = list(live.workload.results)
-            runs[name] = (path, results)
-        return runs[name]
-
-    return run
 
 
 def check_json(path) -> tuple[int, dict]:
@@ -71,12 +40,13 @@ def errors(report: dict) -> set[str]:
     return {v["id"] for v in report["violations"] if v["severity"] == "error"}
 
 
-def test_healthy_run_is_clean_and_drafts_well(recorded):
-    path, results = recorded("healthy")
+def test_healthy_run_is_clean_and_drafts_well(scenario_result):
+    run = scenario_result("healthy")
+    path, results = run["recording"], run["results"]
     code, report = check_json(path)
     assert errors(report) == set(), report["violations"]
     assert code == 0
-    assert report["summary"]["steps"] >= STEPS
+    assert report["summary"]["steps"] >= SCENARIO_STEPS
     # The shim's mean (bonus counted) and SGLang's own meta_info agree on a working draft.
     assert report["summary"]["mean_accept_length"] >= 2.3
     served = [r["meta_info"]["spec_accept_length"] for r in results if "spec_accept_length" in r["meta_info"]]
@@ -86,8 +56,8 @@ def test_healthy_run_is_clean_and_drafts_well(recorded):
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_fault_scenario_is_named_by_its_rule(recorded, scenario):
-    path, _ = recorded(scenario)
+def test_fault_scenario_is_named_by_its_rule(scenario_result, scenario):
+    path = scenario_result(scenario)["recording"]
     code, report = check_json(path)
     fired = errors(report)
     assert fired & EXPECTED[scenario], f"{scenario}: expected one of {EXPECTED[scenario]}, got {report['violations']}"
