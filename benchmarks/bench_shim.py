@@ -1,20 +1,18 @@
 """Cost of the shim: the hook path alone (µs per speculative round) and the real CPU engine's
 tokens/s with and without the shim, measured in the same run.
 
-Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 24] [--tokens 32] [--steps 20000]
+Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 6] [--tokens 48] [--pairs 3] [--steps 20000]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter wrap trivial
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
    decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
    a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
    thread, and the publisher thread's finalize cost per round (off the hot path).
-2. Engine: two real servers (tiny random target + random EAGLE-3 draft, float32, greedy) side by
-   side, one with ``EAGLE3SCOPE_ENDPOINT`` set; each prompt goes to both back to back (order
-   alternating), one request at a time, so drift in the shared machine's load hits both alike.
-   Which server starts first biases the result on a shared 2-core box, so there are two sessions,
-   one per start order. Reported: tokens/s over all requests, each session's median per-pair
-   ratio (robust to load spikes), their geometric mean as the ratio, and whether both servers
-   produced the same text.
+2. Engine: the real server (tiny random target + random EAGLE-3 draft, float32, greedy) started
+   alternately without and with ``EAGLE3SCOPE_ENDPOINT`` (off, on, off, on, ...; one server alive
+   at a time: two live servers on a shared 2-core box slow whichever started first by up to 1.7x),
+   the same sequential requests each phase. Reported: tokens/s per phase, the per-pair ratios,
+   their geometric mean as the ratio, and whether both produced the same text.
 """
 
 from __future__ import annotations
@@ -125,69 +123,62 @@ def hook_path(steps: int) -> dict:
     return out
 
 
-def _session(root, rounds: int, tokens: int, on_first: bool) -> dict:
-    """Both servers alive; each prompt to both back to back; returns totals and per-pair ratios."""
+def _phase(root, label: str, rounds: int, tokens: int) -> tuple[float, list, int]:
+    """One server alone: tokens/s over the sequential requests, their texts, step frames seen."""
     from eagle3scope.demo.server import SGLangServer
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
     endpoint = fresh_ipc_endpoint()
-    quiet = {"OMP_WAIT_POLICY": "PASSIVE"}  # an idle server must not spin on the cores the other needs
-    envs = {"off": quiet, "on": {**quiet, "EAGLE3SCOPE_ENDPOINT": endpoint}}
-    order = ("on", "off") if on_first else ("off", "on")
-    out = {"n": {"off": 0, "on": 0}, "s": {"off": 0.0, "on": 0.0}, "texts": {"off": [], "on": []}, "ratios": [], "frames": 0}
-    with Subscriber([endpoint]) as sub, SGLangServer(root / "target", root / "draft-random", env=envs[order[0]]) as first, \
-            SGLangServer(root / "target", root / "draft-random", env=envs[order[1]]) as second:
-        servers = dict(zip(order, (first, second)))
-        for server in servers.values():
-            server.post("/generate", {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+    env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
+    texts, n = [], 0
+    with Subscriber([endpoint]) as sub, SGLangServer(root / "target", root / "draft-random", env=env) as server:
+        server.post("/generate", {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+        t0 = time.perf_counter()
         for i in range(rounds):
-            rate = {}
-            for label in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                body = {"text": f"bench prompt {i} kimo tuviro",
-                        "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
-                t0 = time.perf_counter()
-                response = servers[label].post("/generate", body)
-                seconds = time.perf_counter() - t0
-                n = response["meta_info"]["completion_tokens"]
-                out["n"][label] += n
-                out["s"][label] += seconds
-                rate[label] = n / seconds
-                out["texts"][label].append(response["text"])
-            out["ratios"].append(rate["on"] / rate["off"])
-            out["frames"] += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
-    return out
+            body = {"text": f"bench prompt {i} kimo tuviro",
+                    "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
+            response = server.post("/generate", body)
+            n += response["meta_info"]["completion_tokens"]
+            texts.append(response["text"])
+        rate = n / (time.perf_counter() - t0)
+        frames = sum(1 for f in sub.poll(timeout_ms=500) if f.kind == "step")
+    return rate, texts, frames
 
 
-def engine(rounds: int, tokens: int) -> dict:
-    """Two sessions, each server once started first (start order biases a shared 2-core box)."""
-    import statistics
-
+def engine(rounds: int, tokens: int, pairs: int) -> dict:
+    """Phases off, on, off, on, ...: one server alive at a time; ratio = geometric mean of on/off
+    over adjacent pairs, so slow drift in the shared machine's load cancels."""
     from eagle3scope.demo.server import cache_dir, engine_python
     from eagle3scope.demo.tiny import MODELS_DIRNAME
 
     root = cache_dir() / "models" / MODELS_DIRNAME
     subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
-    sessions = {name: _session(root, rounds // 2, tokens, on_first) for name, on_first in (("off_first", False), ("on_first", True))}
-    medians = {name: statistics.median(s["ratios"]) for name, s in sessions.items()}
-    n = {label: sum(s["n"][label] for s in sessions.values()) for label in ("off", "on")}
-    secs = {label: sum(s["s"][label] for s in sessions.values()) for label in ("off", "on")}
+    rates, texts, frames = {"off": [], "on": []}, {"off": [], "on": []}, 0
+    for _ in range(pairs):
+        for label in ("off", "on"):
+            rate, out, seen = _phase(root, label, rounds, tokens)
+            rates[label].append(rate)
+            texts[label].append(out)
+            frames += seen
+    ratios = [on / off for on, off in zip(rates["on"], rates["off"])]
     return {
-        "tokens_per_s_off": round(n["off"] / secs["off"], 1),
-        "tokens_per_s_on": round(n["on"] / secs["on"], 1),
-        "median_pair_ratio_per_session": {name: round(m, 4) for name, m in medians.items()},
-        "ratio_on_over_off": round(math.sqrt(medians["off_first"] * medians["on_first"]), 4),
-        "same_text": all(s["texts"]["on"] == s["texts"]["off"] for s in sessions.values()),
-        "step_frames_received": sum(s["frames"] for s in sessions.values()),
-        "request_pairs": 2 * (rounds // 2),
+        "tokens_per_s_off": [round(x, 1) for x in rates["off"]],
+        "tokens_per_s_on": [round(x, 1) for x in rates["on"]],
+        "pair_ratios": [round(r, 4) for r in ratios],
+        "ratio_on_over_off": round(math.prod(ratios) ** (1 / len(ratios)), 4),
+        "same_text": texts["on"] == texts["off"],
+        "step_frames_received": frames,
+        "requests_per_phase": rounds,
         "tokens_per_request": tokens,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=24)
-    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=6, help="requests per phase")
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--pairs", type=int, default=3, help="off/on phase pairs")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -199,7 +190,7 @@ def main() -> None:
     done = subprocess.run([str(engine_python()), __file__, "--hook-path-only", "--steps", str(args.steps)],
                           check=True, capture_output=True, text=True)
     print(json.dumps({"hook_path": json.loads(done.stdout.strip().splitlines()[-1])}, indent=1))
-    print(json.dumps({"engine": engine(args.rounds, args.tokens)}, indent=1))
+    print(json.dumps({"engine": engine(args.rounds, args.tokens, args.pairs)}, indent=1))
 
 
 if __name__ == "__main__":
