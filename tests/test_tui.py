@@ -209,14 +209,19 @@ async def test_filter_by_request(recording, frames):
         assert f"filter {rid}" in screen_text(app)
 
 
+async def past_aux_off(app, pilot, frames, steps: int = 3) -> None:
+    """Seek to the aux-off publisher's sixth step, then a few steps on: its rules have fired."""
+    app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
+    for _ in range(steps):
+        await pilot.press("s")
+    await pilot.pause()
+
+
 @run_async
 async def test_violation_enter_opens_explanation_and_fix(recording, frames):
     app = paused_app(recording)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
-        for _ in range(3):  # a few aux-off steps past the seek point
-            await pilot.press("s")
-        await pilot.pause()
+        await past_aux_off(app, pilot, frames)
         panel = app.query_one("#violations")
         assert panel.violations, "the aux-off publisher must trip a rule"
         first = panel.violations[0]
@@ -238,10 +243,7 @@ async def test_every_size_keeps_the_essentials(recording, frames, size):
     tall screens show the whole evidence of a violation."""
     app = paused_app(recording)
     async with app.run_test(size=size) as pilot:
-        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
-        for _ in range(3):
-            await pilot.press("s")
-        await pilot.pause()
+        await past_aux_off(app, pilot, frames)
         text = screen_text(app)
         violations = app.query_one("#violations").violations
         assert violations, "the aux-off publisher must trip a rule"
@@ -265,9 +267,7 @@ async def test_violations_follow_a_terminal_resize(recording, frames):
     """Whole evidence on a tall terminal; one line each for id, title, evidence once it shrinks."""
     app = paused_app(recording)
     async with app.run_test(size=(160, 48)) as pilot:
-        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
-        await pilot.press("s")
-        await pilot.pause()
+        await past_aux_off(app, pilot, frames, steps=1)
         table = app.query_one("#violations-table")
         tall = [row.height for row in table.ordered_rows]
         await pilot.resize_terminal(160, 30)
@@ -282,8 +282,7 @@ async def test_violations_follow_a_terminal_resize(recording, frames):
 async def test_panel_keys_focus_the_panels_table(recording, frames):
     app = paused_app(recording)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.seek(str(steps_of(frames, "dp1")[5].body["seq"]))
-        await pilot.press("s")
+        await past_aux_off(app, pilot, frames, steps=1)
         for key, focused in (("3", "draft-table"), ("4", "events"), ("2", "aux"), ("1", "violations-table")):
             await pilot.press(key)
             assert app.focused is not None and app.focused.id == focused, key
