@@ -180,3 +180,27 @@ def test_every_break_is_silent(measured):
     assert all(len(ids) == NEW_TOKENS for ids in healthy)
     for name, result in measured.items():
         assert result["output_ids"] == healthy, name
+
+
+@pytest.mark.engine
+def test_speculators_reads_the_speculators_layout(demo_models):
+    """The real speculators package loads draft-speculators: config round-trips, every tensor lands."""
+    import subprocess
+    from pathlib import Path
+
+    from eagle3scope.demo.server import cache_dir
+
+    python = cache_dir() / "venv-speculators-0.9.0" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("speculators venv not built (scripts/build-speculators-env.sh)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [str(python), "-m", "eagle3scope.demo.speculators_probe", str(demo_models.draft_speculators)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=True,
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["speculators_model_type"] == "eagle3"
+    # speculators numbers layers by their input: SGLang's output-of-layer ids + 1.
+    assert report["aux_layer_ids"] == [i + 1 for i in demo_models.aux_layer_ids]
+    assert report["config_fields_changed_by_round_trip"] == []
+    assert report["not_loaded"] == [] and report["loaded_differently"] == [] and report["left_at_init"] == []

@@ -23,6 +23,7 @@ python to build from a shell.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -64,7 +65,7 @@ DRAFT_VOCAB = 64
 DRAFT_INTERMEDIATE = 512
 TTT_STEPS = 3
 TARGET_STEPS = 220
-DRAFT_STEPS = 900
+DRAFT_STEPS = 300
 SEQ_LEN = 96
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 
@@ -175,12 +176,16 @@ def build_demo_models(cache_dir: Path | str | None = None, progress: Progress | 
     if (root / "stamp.json").exists():
         say(f"demo models cached at {root}")
         return paths
-    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    stats = _build(_paths(tmp), paths.target, say)
-    (tmp / "stamp.json").write_text(json.dumps({"version": version(), "stats": stats}, indent=1))
-    shutil.rmtree(root, ignore_errors=True)
-    tmp.rename(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the stamp
+        if not (root / "stamp.json").exists():
+            tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            stats = _build(_paths(tmp), paths.target, say)
+            (tmp / "stamp.json").write_text(json.dumps({"version": version(), "stats": stats}, indent=1))
+            shutil.rmtree(root, ignore_errors=True)
+            tmp.rename(root)
     say(f"demo models ready at {root}")
     return paths
 
