@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import msgpack
 
+from eagle3scope.wire.schema import unpack_untrusted
+
 ENV_CONTROL = "EAGLE3SCOPE_CONTROL"
 ENV_TOKEN_FILE = "EAGLE3SCOPE_CONTROL_TOKEN_FILE"
 
@@ -44,27 +46,14 @@ class ProtocolError(ValueError):
     """A message that is not a well-formed control request or reply."""
 
 
-def _refuse_ext(code: int, data: bytes):
-    raise ProtocolError("msgpack extension types are not allowed")
-
-
 def pack(message: dict) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
 def unpack(data: bytes) -> dict:
     """Decode one message from untrusted bytes; raises :class:`ProtocolError`."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, **_LIMITS)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        raise ProtocolError(f"not a msgpack map: {type(exc).__name__}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"a request must be a map, got {type(obj).__name__}")
-    return obj
+    return unpack_untrusted(data, limits=_LIMITS, max_bytes=MAX_MESSAGE_BYTES, what="control message",
+                            error=ProtocolError)
 
 
 def check_request(req: dict) -> str:

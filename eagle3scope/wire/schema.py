@@ -112,7 +112,24 @@ def encode_frame(kind: str, body: dict, *, src: str, n: int, t: int | None = Non
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
-    raise FrameError(f"msgpack extension type {code} is not allowed in eagle3scope frames")
+    raise FrameError(f"msgpack extension type {code} is not allowed")
+
+
+def unpack_untrusted(data, *, limits: dict = _LIMITS, max_bytes: int = MAX_FRAME_BYTES, what: str = "frame",
+                     error: type[ValueError] = FrameError) -> dict:
+    """One msgpack map from untrusted bytes: a size cap on the whole and on every container, no
+    extension types. Anything else raises ``error`` with a message naming ``what`` was wrong."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise error(f"{what} must be bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise error(f"{what} of {len(data)} bytes exceeds the {max_bytes}-byte limit")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, **limits)
+    except Exception as exc:  # msgpack raises a zoo of types on garbage
+        raise error(f"not a msgpack {what}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise error(f"{what} must be a map, got {type(obj).__name__}")
+    return obj
 
 
 def decode_frame(data: bytes) -> Frame:
@@ -121,18 +138,7 @@ def decode_frame(data: bytes) -> Frame:
     Raises :class:`FrameError` for anything malformed and :class:`SchemaVersionError` for a newer
     major version. Unknown kinds and newer minor versions decode fine (``Frame.known`` tells).
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise FrameError(f"frame must be bytes, got {type(data).__name__}")
-    if len(data) > MAX_FRAME_BYTES:
-        raise FrameError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
-    try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, **_LIMITS)
-    except FrameError:
-        raise
-    except Exception as exc:  # msgpack raises a zoo of types on garbage
-        raise FrameError(f"not a msgpack frame: {type(exc).__name__}: {exc}") from None
-    if not isinstance(obj, dict):
-        raise FrameError(f"frame must be a map, got {type(obj).__name__}")
+    obj = unpack_untrusted(data)
     version = obj.get("v")
     if not (isinstance(version, list) and len(version) == 2 and type(version[0]) is int and type(version[1]) is int):
         raise FrameError(f"frame has no valid schema version 'v': {version!r}")
