@@ -41,6 +41,7 @@ class ScopeApp(App):
     # description: the footer's word; tooltip: the help screen's sentence
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave eagle3scope"),
+        Binding("question_mark,h", "help", "Help", tooltip="This list"),  # early: the footer at 80 columns shows it
         Binding("space,p", "toggle_pause", "Pause", tooltip="Pause / resume (live: freeze the screen, ingest goes on)"),
         Binding("s", "step", "Step", tooltip="Replay: one step on; live: pause and show the newest data"),
         Binding("f", "filter", "Filter rid", tooltip="Draft view: only requests whose id contains a text"),
@@ -52,7 +53,6 @@ class ScopeApp(App):
         Binding("l", "load_report", "Load report", tooltip="Load report and server arguments, as sent"),
         Binding("c", "aux_control", "Aux layers", tooltip="Aux-layer presets of the live server (watch --control)"),
         Binding("t", "cycle_theme", "Theme", tooltip="Next theme (dark, light, high-contrast); remembered"),
-        Binding("question_mark,h", "help", "Help", tooltip="This list"),
         Binding("plus,equals_sign", "faster", "Faster", tooltip="Replay speed up (to 64×)"),
         Binding("minus", "slower", "Slower", tooltip="Replay speed down (to 0.25×)"),
         Binding("g", "seek", "Seek", tooltip="Seek to a step (1234) or a time (12.5s, 2m, 1:30)"),
@@ -95,7 +95,7 @@ class ScopeApp(App):
             yield AuxPanel(id="aux", classes="panel")
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # room for more keys at 80 columns
 
     def on_mount(self) -> None:
         self.main = self.screen
