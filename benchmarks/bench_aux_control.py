@@ -9,6 +9,7 @@ real loopback REP socket (the engine figures are in BENCHMARKS.md).
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import threading
 import time
@@ -72,6 +73,7 @@ def main() -> None:
     print(f"set -> applied at the next step (steps every 10 ms): median {statistics.median(lat):.2f} ms, "
           f"max {max(lat):.2f} ms")
     ctl.close()
+    shutil.rmtree(token.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def test_token_file_created_private_and_read_back(tmp_path):
     token = read_token(path)
     assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
     assert not tokens_equal(None, token) and not tokens_equal(123, token)
-    assert read_token(create_token_file()) != token  # a fresh one each time
+    assert read_token(create_token_file(tmp_path / "tokens")) != token  # a fresh one each time
 
 
 def test_token_file_refusals(tmp_path):
