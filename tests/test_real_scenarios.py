@@ -18,14 +18,15 @@ from conftest import SCENARIO_STEPS
 pytestmark = pytest.mark.engine
 
 
-#: scenario -> the rule ids of which at least one must fire at error severity
+#: scenario -> (rule ids of which at least one must fire, the severity it must have). aux-offset is a
+#: warning: captured == configured + 1 is self-consistent, only the numbering convention is suspect.
 EXPECTED = {
-    "aux-off": {"aux-capture-off", "fc-bypassed"},
-    "wrong-algorithm": {"aux-capture-off", "fc-bypassed"},
-    "dropped-weights": {"weights-dropped"},
-    "d2t-absolute": {"d2t-absolute"},
-    "lm-head-missing": {"lm-head-mismatch"},
-    "aux-offset": {"aux-layers-mismatch"},
+    "aux-off": ({"aux-capture-off", "fc-bypassed"}, "error"),
+    "wrong-algorithm": ({"aux-capture-off", "fc-bypassed"}, "error"),
+    "dropped-weights": ({"weights-dropped"}, "error"),
+    "d2t-absolute": ({"d2t-absolute"}, "error"),
+    "lm-head-missing": ({"lm-head-mismatch"}, "error"),
+    "aux-offset": ({"aux-layers-mismatch"}, "warning"),
 }
 
 
@@ -36,17 +37,17 @@ def check_json(path) -> tuple[int, dict]:
     return done.returncode, json.loads(done.stdout)
 
 
-def errors(report: dict) -> set[str]:
-    return {v["id"] for v in report["violations"] if v["severity"] == "error"}
+def fired(report: dict, severity: str = "error") -> set[str]:
+    return {v["id"] for v in report["violations"] if v["severity"] == severity}
 
 
 def test_healthy_run_is_clean_and_drafts_well(scenario_result):
     run = scenario_result("healthy")
     path, results = run["recording"], run["results"]
     code, report = check_json(path)
-    assert errors(report) == set(), report["violations"]
+    assert fired(report) == set(), report["violations"]
     assert code == 0
-    assert report["summary"]["steps"] >= SCENARIO_STEPS
+    assert report["summary"]["steps"] >= SCENARIO_STEPS // 2  # step events include prefills
     # The shim's mean (bonus counted) and SGLang's own meta_info agree on a working draft.
     assert report["summary"]["mean_accept_length"] >= 2.3
     served = [r["meta_info"]["spec_accept_length"] for r in results if "spec_accept_length" in r["meta_info"]]
@@ -58,10 +59,10 @@ def test_healthy_run_is_clean_and_drafts_well(scenario_result):
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_fault_scenario_is_named_by_its_rule(scenario_result, scenario):
     path = scenario_result(scenario)["recording"]
+    rules, severity = EXPECTED[scenario]
     code, report = check_json(path)
-    fired = errors(report)
-    assert fired & EXPECTED[scenario], f"{scenario}: expected one of {EXPECTED[scenario]}, got {report['violations']}"
-    assert code != 0
+    assert fired(report, severity) & rules, f"{scenario}: expected one of {rules}, got {report['violations']}"
+    assert code == (1 if severity == "error" else 0)
     for violation in report["violations"]:
-        if violation["id"] in EXPECTED[scenario]:
+        if violation["id"] in rules:
             assert violation["evidence"], violation
