@@ -78,6 +78,7 @@ def demo_models(engine_python):
 
 SCENARIO_STEPS = 120
 SCENARIO_PROMPTS_SEED = 7
+SCENARIO_NEW_TOKENS = 64
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +101,8 @@ def scenario_result(demo_models, engine_python, tmp_path_factory):
                 run.record(path, SCENARIO_STEPS)
                 run.workload.stop()
                 results = list(run.workload.results)
-                outputs = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED), max_new_tokens=64)
+                outputs = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),
+                                             max_new_tokens=SCENARIO_NEW_TOKENS)
             done[name] = {"recording": path, "results": results, "outputs": outputs}
         return done[name]
 
