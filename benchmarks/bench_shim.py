@@ -25,7 +25,11 @@ import sys
 import time
 
 
-def hook_path(steps: int) -> dict:
+def hook_path(steps: int, device: str = "cpu") -> dict:
+    """Hook cost per round on stand-in SGLang objects; on "cuda", the hooked rounds run under
+    ``torch.cuda.set_sync_debug_mode("error")``, so any host-device sync the hooks add raises."""
+    import contextlib
+
     import torch
 
     from eagle3scope_shim import hooks
@@ -43,6 +47,16 @@ def hook_path(steps: int) -> dict:
         def __init__(self, **kw):
             self.__dict__.update(kw)
 
+    @contextlib.contextmanager
+    def sync_guard():
+        if device != "cpu":
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            if device != "cpu":
+                torch.cuda.set_sync_debug_mode("default")
+
     STATE.publisher = pub = Publisher(f"ipc:///tmp/eagle3scope-bench-{id(STATE)}", "bench", queue_size=1 << 16)
     pub.start()
     make = hooks.FACTORIES
@@ -50,14 +64,15 @@ def hook_path(steps: int) -> dict:
         make["step"]("b.step"), make["draft"]("b.draft"), make["verify_v2"]("b.verify"),
         make["draft_extend"]("b.extend"), make["draft_forward"]("b.fwd"),
     )
-    draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128)))
+    draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128, device=device)))
     out = {}
     for bs in (1, 64):
         batch = NS(reqs=[NS(rid=f"req-{i:04d}") for i in range(bs)], forward_mode=Mode("decode"))
-        fb_decode = NS(forward_mode=Mode("decode"), spec_info=NS(hidden_states=torch.zeros(bs, 128)))
-        fb_extend = NS(forward_mode=Mode("draft_extend_v2"), spec_info=NS(hidden_states=torch.zeros(bs * 4, 384)))
-        verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,)))
-        result = NS(accept_lens=torch.randint(1, 5, (bs,), dtype=torch.int32), next_token_ids=torch.randint(0, 1024, (bs * 4,)))
+        fb_decode = NS(forward_mode=Mode("decode"), spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)))
+        fb_extend = NS(forward_mode=Mode("draft_extend_v2"), spec_info=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
+        verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,), device=device))
+        result = NS(accept_lens=torch.randint(1, 5, (bs,), dtype=torch.int32, device=device),
+                    next_token_ids=torch.randint(0, 1024, (bs * 4,), device=device))
 
         def fwd(self, ids, pos, fb):
             return None
@@ -103,13 +118,16 @@ def hook_path(steps: int) -> dict:
             return best
 
         plain = timed(lambda: plain_round(None, batch))
-        hooked = timed(lambda: h_step(hooked_round, None, batch))
+        with sync_guard():
+            hooked = timed(lambda: h_step(hooked_round, None, batch))
         captured = []
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize))
         h_step(hooked_round, None, batch)
         pub.submit = pub_submit
         payload, finalize = captured[0]
+        if device != "cpu":  # the body must carry what the device tensors held
+            assert finalize(payload)["accepted"] == [n - 1 for n in result.accept_lens.tolist()]
         t0 = time.thread_time_ns()
         for _ in range(1000):
             body = finalize(payload)
@@ -181,9 +199,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="off/on phase pairs")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help="with --hook-path-only: cpu, or cuda (sync debug mode 'error')")
     args = parser.parse_args()
     if args.hook_path_only:
-        print(json.dumps(hook_path(args.steps)))
+        print(json.dumps(hook_path(args.steps, args.device)))
         return
     from eagle3scope.demo.server import engine_python
 
