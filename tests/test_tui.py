@@ -18,9 +18,10 @@ import pytest
 pytest.importorskip("textual")
 
 from synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
-from tui_support import run_async, screen_text, write_recording  # noqa: E402
+from tui_support import (  # noqa: E402
+    cumulative_mean, paused_app, recorded_frames, run_async, screen_text, steps_of, write_recording,
+)
 
-from eagle3scope.store.session import SessionReader  # noqa: E402
 from eagle3scope.tui import themes  # noqa: E402
 from eagle3scope.tui.app import SPEEDS, ScopeApp, parse_seek  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed, ReplayFeed  # noqa: E402
@@ -46,27 +47,7 @@ def recording(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def frames(recording):
-    with SessionReader(recording) as reader:
-        return [frame for _, frame in reader.frames()]
-
-
-def steps_of(frames, src=None):
-    return [f for f in frames if f.kind == "step" and (src is None or f.src == src)]
-
-
-def cumulative_mean(steps) -> float:
-    tokens = requests = 0
-    for f in steps:
-        if f.body.get("mode", "decode") == "decode":
-            tokens += sum(f.body["accepted"]) + sum(f.body["bonus"])
-            requests += len(f.body["accepted"])
-    return tokens / requests
-
-
-def paused_app(recording, **kwargs) -> ScopeApp:
-    feed = ReplayFeed(recording, speed=kwargs.pop("speed", 1.0))
-    feed.paused = True
-    return ScopeApp(feed, theme=kwargs.pop("theme", "dark"), remember=kwargs.pop("remember", False), **kwargs)
+    return recorded_frames(recording)
 
 
 @run_async

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from eagle3scope.store.session import SessionWriter
+from eagle3scope.store.session import SessionReader, SessionWriter
+from eagle3scope.tui.app import ScopeApp
+from eagle3scope.tui.feed import ReplayFeed
 from eagle3scope.wire import decode_frame
 
 
@@ -43,3 +45,27 @@ def run_async(fn):
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+def recorded_frames(recording: Path) -> list:
+    with SessionReader(recording) as reader:
+        return [frame for _, frame in reader.frames()]
+
+
+def steps_of(frames, src=None):
+    return [f for f in frames if f.kind == "step" and (src is None or f.src == src)]
+
+
+def cumulative_mean(steps) -> float:
+    tokens = requests = 0
+    for f in steps:
+        if f.body.get("mode", "decode") == "decode":
+            tokens += sum(f.body["accepted"]) + sum(f.body["bonus"])
+            requests += len(f.body["accepted"])
+    return tokens / requests
+
+
+def paused_app(recording, **kwargs) -> ScopeApp:
+    feed = ReplayFeed(recording, speed=kwargs.pop("speed", 1.0))
+    feed.paused = True
+    return ScopeApp(feed, theme=kwargs.pop("theme", "dark"), remember=kwargs.pop("remember", False), **kwargs)
