@@ -6,8 +6,8 @@ by one more. Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS
 
 * ``eagle3scope aux cycle`` (the CLI, as a user runs it) applies the presets live, one segment
   each, records them in the draft's profile and restores the served ids; its per-preset mean
-  acceptance length should single out the trained set, clearly above the served one (expected to
-  fail, strictly, while the demo draft ignores its aux states: see the xfail reason);
+  acceptance length should single out the trained set, clearly above the served one and the one
+  a layer deeper still;
 * a wrong token, bad id lists and unknown commands are refused with a reason and change nothing;
 * a storm of concurrent requests during switches breaks nothing: the server keeps answering, and
   greedy output is identical before and after (speculative decoding is lossless whatever the aux
@@ -105,16 +105,13 @@ def test_cycle_applies_every_preset_live_and_profiles_it(demo, served, cycled):
     assert served["client"].list()["current"] == demo["offset"]  # --keep restore (the default)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the demo draft does not use its aux states: served live, [1,3,4] (trained), [2,4,5] (aux-offset) and even "
-    "[0,1,2] all reach 4.0 of 4, [3,5,6] 3.90 (demo models b34bd547a9cb); no aux-layer mistake can show in "
-    "acceptance until the demo language makes the draft depend on the target's features"))
 def test_cycle_singles_out_the_trained_layers(demo, cycled):
     by, means = cycled["by"], cycled["means"]
     trained = by["configured-1"]["mean_accept_length"]
     assert cycled["report"]["best"]["layers"] == demo["aux"], means
     assert trained > by["configured"]["mean_accept_length"] + 0.25, means
     assert trained > by["configured+1"]["mean_accept_length"] + 0.25, means
+
 
 def test_bad_requests_are_refused_and_change_nothing(demo, served):
     s = served

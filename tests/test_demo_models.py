@@ -150,14 +150,6 @@ def test_fault_scenarios_lower_acceptance(measured, name):
 
 
 @pytest.mark.engine
-def test_aux_offset_keeps_acceptance_on_the_demo_model(measured):
-    # Every layer of the tiny target carries what the draft reads (the current word), so the
-    # one-too-deep layers still serve it: the break is visible only as evidence, like the
-    # -0.10 it cost on Kimi-K2.5. If this starts failing, the scenario's `expect` is stale.
-    assert abs(measured["aux-offset"]["accept"] - measured["healthy"]["accept"]) < 0.3
-
-
-@pytest.mark.engine
 def test_every_break_is_silent(measured):
     # Greedy float32 verification keeps the output exact whatever the draft does: only speed drops.
     healthy = measured["healthy"]["output_ids"]

@@ -39,9 +39,7 @@ class Scenario:
     #: What is wrong, in one line (shown by the demo and the viewer).
     summary: str
     #: What SGLang's acceptance length does, measured on the demo models (BENCHMARKS.md):
-    #: "healthy"; "collapse" (to about 1); "lower" (clearly below healthy, well above 1);
-    #: "unchanged" (the demo draft reads the same information from the shifted layers: only the
-    #: shim's evidence, configured vs captured layers, shows the break).
+    #: "healthy"; "collapse" (to about 1); "lower" (clearly below healthy, well above 1).
     expect: str
     #: Where this break was reported in the wild.
     seen_in: str = ""
@@ -172,7 +170,7 @@ SCENARIOS: dict[str, Scenario] = {
             "aux-offset",
             "aux layer ids written in input-of-layer numbering (speculators' [2, n//2, n-3]) into "
             "SGLang's output-of-layer config: every captured layer is one too deep",
-            "unchanged",
+            "lower",
             "sglang PR 25454",
             config_edit=_aux_offset,
         ),
