@@ -19,7 +19,7 @@ pytest.importorskip("textual")
 
 from synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
 from tui_support import (  # noqa: E402
-    cumulative_mean, paused_app, recorded_frames, run_async, screen_text, steps_of, write_recording,
+    cumulative_mean, paused_app, play_to_end, recorded_frames, run_async, screen_text, steps_of, write_recording,
 )
 
 from eagle3scope.tui import themes  # noqa: E402
@@ -70,15 +70,7 @@ async def test_step_by_step_numbers_match_the_stream(recording, frames):
 async def test_replay_to_the_end_shows_the_whole_session(recording, frames):
     app = paused_app(recording, speed=64.0)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("space")
-        for _ in range(300):
-            await pilot.pause(0.05)
-            if app.feed.position()["finished"]:
-                break
-        assert app.feed.position()["finished"]
-        app.refresh_view(force=True)
-        await pilot.pause()
-        text = screen_text(app)
+        text = await play_to_end(app, pilot)
         assert f"cumulative {cumulative_mean(steps_of(frames)):.2f}" in text
         assert f"{len(steps_of(frames)):,} steps" in text
 

@@ -69,3 +69,16 @@ def paused_app(recording, **kwargs) -> ScopeApp:
     feed = ReplayFeed(recording, speed=kwargs.pop("speed", 1.0))
     feed.paused = True
     return ScopeApp(feed, theme=kwargs.pop("theme", "dark"), remember=kwargs.pop("remember", False), **kwargs)
+
+
+async def play_to_end(app, pilot) -> str:
+    """Resume a paused replay app, wait until the recording is played, return the final screen."""
+    await pilot.press("space")
+    for _ in range(400):
+        await pilot.pause(0.05)
+        if app.feed.position()["finished"]:
+            break
+    assert app.feed.position()["finished"]
+    app.refresh_view(force=True)
+    await pilot.pause()
+    return screen_text(app)

@@ -1,0 +1,44 @@
+"""The TUI over recordings of the real SGLang 0.5.23 CPU engine (the session's scenario servers,
+conftest ``scenario_result``): the numbers on screen are the stream's, and a real break is on screen
+with its explanation and fix."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("textual")
+
+from tui_support import (  # noqa: E402
+    cumulative_mean, paused_app, play_to_end, recorded_frames, run_async, screen_text, steps_of,
+)
+
+from eagle3scope.tui.screens import ViolationScreen  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+
+@run_async
+async def test_healthy_recording_shows_the_streams_acceptance(scenario_result):
+    recording = scenario_result("healthy")["recording"]
+    steps = [s for s in steps_of(recorded_frames(recording)) if s.body.get("mode", "decode") == "decode"]
+    app = paused_app(recording, speed=64.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        text = await play_to_end(app, pilot)
+        assert f"cumulative {cumulative_mean(steps):.2f}" in text
+        assert f"{len(steps):,} steps" in text
+        assert "sglang 0.5.23" in text
+        assert not app.query_one("#violations").violations  # a healthy real run fires nothing
+
+
+@run_async
+async def test_aux_off_recording_names_the_break_with_a_fix(scenario_result):
+    app = paused_app(scenario_result("aux-off")["recording"], speed=64.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        text = await play_to_end(app, pilot)
+        ids = {v.id for v in app.query_one("#violations").violations}
+        assert ids & {"aux-capture-off", "fc-bypassed"}, ids
+        assert any(rule in text for rule in ids & {"aux-capture-off", "fc-bypassed"}), text
+        app.query_one("#violations-table").focus()
+        await pilot.press("enter")
+        assert isinstance(app.screen, ViolationScreen)
+        assert "use_aux_hidden_state" in screen_text(app) or "EAGLE3" in screen_text(app)
