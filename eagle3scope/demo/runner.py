@@ -5,6 +5,7 @@ and a steady workload driving it. The ``demo`` command and the real-engine tests
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -61,8 +62,8 @@ class ScenarioRun:
 
     def close(self) -> None:
         self._stack.close()
-        if self.token_file is not None:
-            Path(self.token_file).unlink(missing_ok=True)
+        if self.token_file is not None:  # its private 0700 directory goes too, as `launch` does
+            shutil.rmtree(Path(self.token_file).parent, ignore_errors=True)
             self.token_file = None
 
     def record(self, out: str | Path, steps: int, timeout_s: float | None = None) -> None:
