@@ -19,6 +19,7 @@ COMMANDS = {
     "record": ("eagle3scope.commands.record", "Record a live server's events to a session file (headless)."),
     "replay": ("eagle3scope.commands.replay", "Replay a session file in the TUI or headless."),
     "export": ("eagle3scope.commands.export", "Export a session file as jsonl, csv or parquet."),
+    "salvage": ("eagle3scope.commands.salvage", "Recover the intact batches of a damaged or truncated recording."),
     "check": ("eagle3scope.commands.check", "Run the contract rules over a recording; non-zero exit on errors."),
     "doctor": ("eagle3scope.commands.doctor", "Inspect a draft checkpoint before serving it."),
     "fix": ("eagle3scope.commands.fix", "Write a corrected copy of a draft checkpoint."),

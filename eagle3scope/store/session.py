@@ -54,6 +54,8 @@ _DECOMPRESS_CHUNK = 1 << 20
 #: seconds between WAL checkpoints while recording
 CHECKPOINT_S = 2.0
 _MAX_STATE_SLOTS = 4096
+#: batch ids looked up past the last one found before a damaged catalog is taken to end
+PROBE_PAST_LAST = 1024
 #: damaged parts a reader lists (one more entry says the listing stopped)
 MAX_ERRORS = 1000
 
@@ -107,6 +109,8 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
         con = sqlite3.connect(f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False)
         try:
             con.execute("PRAGMA busy_timeout=5000")
+            # lets SQLite open a truncated file (read-only: nothing can be written through it)
+            con.execute("PRAGMA writable_schema=1")
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return con
         except sqlite3.DatabaseError as exc:
@@ -329,6 +333,68 @@ def session_sources(latest: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def probe_batch_ids(con: sqlite3.Connection, after: int = -1) -> tuple[dict[int, int | None], int | None]:
+    """Batch ids past ``after`` that a damaged file still shows, with their ``first_idx`` where known.
+
+    Scans of the index and of the table keep the rows they yielded before a damaged page; then
+    ids past the highest one are looked up one by one (the recorder numbers batches 0, 1, 2, ...)
+    until :data:`PROBE_PAST_LAST` in a row are absent. Returns ``(found, beyond)``: ``beyond`` is
+    the last id found when lookups past it failed on damaged pages (later batches may be lost).
+    """
+    found: dict[int, int | None] = {}
+    for query in ("SELECT id, first_idx FROM batches INDEXED BY batches_by_idx WHERE id > ?",
+                  "SELECT id, first_idx FROM batches WHERE id > ? ORDER BY id"):
+        try:
+            for bid, first_idx in con.execute(query, (after,)):
+                if type(bid) is int:
+                    found.setdefault(bid, first_idx if type(first_idx) is int else None)
+        except sqlite3.DatabaseError:
+            pass
+    bid = last = max(found, default=after)
+    damaged = False
+    while bid - last < PROBE_PAST_LAST:
+        bid += 1
+        try:
+            row = con.execute("SELECT first_idx FROM batches WHERE id = ?", (bid,)).fetchone()
+        except sqlite3.DatabaseError:
+            damaged = True
+            continue
+        if row is not None:
+            found[bid] = row[0] if type(row[0]) is int else None
+            last = bid
+    return found, (last if damaged else None)
+
+
+def decompressor() -> zstandard.ZstdDecompressor:
+    return zstandard.ZstdDecompressor(max_window_size=1 << 27)
+
+
+def unpack_blob(zstd: zstandard.ZstdDecompressor, crc: object, blob: object) -> list[bytes]:
+    """The raw frames of one batch row, checked (CRC, zstd checksum, size bound, msgpack shape).
+
+    Raises ValueError naming what is wrong. Decompression stops at :data:`MAX_BATCH_BYTES`
+    whatever the zstd header declares (``decompress(max_output_size=...)`` trusts the header).
+    """
+    if not isinstance(blob, bytes) or zlib.crc32(blob) != crc:
+        raise ValueError("checksum mismatch (damaged bytes)")
+    out = bytearray()
+    try:
+        with zstd.stream_reader(blob, read_across_frames=True) as reader:
+            while chunk := reader.read(_DECOMPRESS_CHUNK):
+                out += chunk
+                if len(out) > MAX_BATCH_BYTES:
+                    raise ValueError(f"decompresses to more than {MAX_BATCH_BYTES} bytes")
+        raws = msgpack.unpackb(bytes(out), raw=False, max_bin_len=MAX_FRAME_BYTES, max_array_len=_MAX_BATCH_FRAMES,
+                               max_str_len=0, max_map_len=0, max_ext_len=0)
+    except ValueError as exc:
+        raise ValueError(f"cannot unpack: {exc}") from None
+    except Exception as exc:  # zstd and msgpack raise a zoo of types on garbage
+        raise ValueError(f"cannot unpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(raws, list) or not all(isinstance(raw, bytes) for raw in raws):
+        raise ValueError("not a list of frames")
+    return raws
+
+
 @dataclass(slots=True, frozen=True)
 class BatchInfo:
     id: int
@@ -376,7 +442,7 @@ class SessionReader:
         if fmt > STORE_FORMAT:
             self.close()
             raise StoreError(f"{self.path} uses session format {fmt}; this eagle3scope reads up to {STORE_FORMAT}: upgrade")
-        self._zstd = zstandard.ZstdDecompressor(max_window_size=1 << 27)
+        self._zstd = decompressor()
         self.batches: list[BatchInfo] = []
         self._next_idx = 0
         self._cached: tuple[int, list[Frame]] | None = None
@@ -468,23 +534,23 @@ class SessionReader:
         return info
 
     def _catalog_from_index(self, after: int, exc: Exception) -> list[tuple]:
-        """The table's pages are damaged: list batches through the index and probe each row."""
+        """The table's pages are damaged: find batches through the index, what a scan yields before
+        the damage and by probing ids, then read each row on its own."""
         self.note_error(StoreError(f"batch catalog partly unreadable ({exc}); probing batch by batch"))
-        try:
-            ids = self._con.execute(
-                "SELECT id, first_idx FROM batches INDEXED BY batches_by_idx WHERE id > ? ORDER BY first_idx", (after,)
-            ).fetchall()
-        except sqlite3.DatabaseError as exc2:
-            raise StoreError(f"{self.path}: the batch table and its index are both damaged: {exc2}") from None
+        found, beyond = probe_batch_ids(self._con, after)
+        if beyond is not None:
+            self.note_error(StoreError(f"catalog damaged past batch {beyond}: later batches may be lost"))
         rows = []
-        for i, (bid, first_idx) in enumerate(ids):
+        ids = sorted(found)
+        for i, bid in enumerate(ids):
             try:
                 row = self._con.execute(
                     "SELECT id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi FROM batches WHERE id = ?", (bid,)
                 ).fetchone()
             except sqlite3.DatabaseError as err:
-                n = ids[i + 1][1] - first_idx if i + 1 < len(ids) else None
-                self.note_error(CorruptBatchError(bid, first_idx, n, f"its row cannot be read: {err}"))
+                first, nxt = found[bid], found.get(ids[i + 1]) if i + 1 < len(ids) else None
+                n = nxt - first if first is not None and nxt is not None and nxt > first else None
+                self.note_error(CorruptBatchError(bid, first, n, f"its row cannot be read: {err}"))
                 continue
             if row is not None:
                 rows.append(row)
@@ -531,16 +597,11 @@ class SessionReader:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, f"SQLite cannot read its row: {exc}") from None
         if row is None:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "its row is missing")
-        crc, blob = row
-        if not isinstance(blob, bytes) or zlib.crc32(blob) != crc:
-            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "checksum mismatch (damaged bytes)")
         try:
-            packed = self._decompress(blob)
-            raws = msgpack.unpackb(packed, raw=False, max_bin_len=MAX_FRAME_BYTES, max_array_len=_MAX_BATCH_FRAMES,
-                                   max_str_len=0, max_map_len=0, max_ext_len=0)
-        except Exception as exc:
-            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, f"cannot unpack: {exc}") from None
-        if not isinstance(raws, list) or len(raws) != info.n_frames:
+            raws = unpack_blob(self._zstd, *row)
+        except ValueError as exc:
+            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, str(exc)) from None
+        if len(raws) != info.n_frames:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "frame count does not match the catalog")
         frames = []
         for i, raw in enumerate(raws):
@@ -552,16 +613,6 @@ class SessionReader:
         if steps != info.n_steps:
             self.note_error(StoreError(f"batch {info.id}: holds {steps} steps, its catalog says {info.n_steps}"))
         return frames
-
-    def _decompress(self, blob: bytes) -> bytes:
-        """zstd, stopped at :data:`MAX_BATCH_BYTES` whatever the frame header declares."""
-        out = bytearray()
-        with self._zstd.stream_reader(blob, read_across_frames=True) as reader:
-            while chunk := reader.read(_DECOMPRESS_CHUNK):
-                out += chunk
-                if len(out) > MAX_BATCH_BYTES:
-                    raise ValueError(f"decompresses to more than {MAX_BATCH_BYTES} bytes")
-        return bytes(out)
 
     def _invalid(self, idx: int, exc: FrameError) -> None:
         """Count an invalid recorded frame; report the first one per publisher and kind."""
