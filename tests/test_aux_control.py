@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle3scope.control import layers as L
+from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.control.token import TokenError, create_token_file, read_token, tokens_equal
-from eagle3scope.demo.server import free_port
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
+from eagle3scope.wire.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import control as shim_control
 from eagle3scope_shim.state import STATE
 
@@ -253,7 +253,7 @@ def test_garbage_bytes_get_a_refusal(channel):
     sock.setsockopt(zmq.RCVTIMEO, 3000)
     sock.connect(ctl.endpoint)
     sock.send(b"\xc1\xff not msgpack")
-    from eagle3scope.control.protocol import unpack
+    from eagle3scope.wire.control_protocol import unpack
 
     assert unpack(sock.recv())["ok"] is False
     sock.close(0)

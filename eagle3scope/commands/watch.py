@@ -36,7 +36,7 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
     client = None
     if control or token_file:
         from eagle3scope.control.client import ControlClient, ControlError
-        from eagle3scope.control.token import TokenError
+        from eagle3scope.wire.token import TokenError
 
         try:
             client = ControlClient.from_options(control, token_file)

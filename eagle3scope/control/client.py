@@ -12,8 +12,8 @@ import uuid
 
 import zmq
 
-from eagle3scope.control.protocol import DEFAULT_WAIT_S, ENV_CONTROL, ENV_TOKEN_FILE, ProtocolError, pack, unpack
-from eagle3scope.control.token import read_token
+from eagle3scope.wire.control_protocol import DEFAULT_WAIT_S, ENV_CONTROL, ENV_TOKEN_FILE, ProtocolError, pack, unpack
+from eagle3scope.wire.token import read_token
 
 
 class ControlError(Exception):

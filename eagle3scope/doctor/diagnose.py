@@ -11,8 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.analysis.rules import specforge_defaults
-from eagle3scope.control.layers import default_capture
+from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
 from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint
 from eagle3scope.doctor.loader_layouts import (
     LoaderLayout,

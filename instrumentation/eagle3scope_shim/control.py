@@ -1,7 +1,7 @@
 """The control channel inside SGLang: change the target's aux layers live, between steps.
 
 A ZeroMQ REP socket on loopback (``EAGLE3SCOPE_CONTROL``), guarded by the token in the 0600 file
-named by ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (protocol: :mod:`eagle3scope.control.protocol`). It
+named by ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (protocol: :mod:`eagle3scope.wire.control_protocol`). It
 starts only in the scheduler of TP rank 0, after the publisher, and refuses to start (logged)
 when the token file is missing, empty or readable by others, or the endpoint is not loopback.
 
@@ -26,8 +26,8 @@ from collections import OrderedDict
 
 import zmq
 
-from eagle3scope.control import layers as aux_layers
-from eagle3scope.control.protocol import (
+from eagle3scope.wire import aux_layers
+from eagle3scope.wire.control_protocol import (
     DEFAULT_WAIT_S,
     ENV_CONTROL,
     ENV_TOKEN_FILE,
@@ -38,9 +38,9 @@ from eagle3scope.control.protocol import (
     refusal,
     unpack,
 )
-from eagle3scope.control.token import TokenError, read_token, tokens_equal
-from eagle3scope_shim.publisher import is_loopback, resolve_bind_endpoint
-from eagle3scope_shim.state import STATE, endpoint_for_dp_rank
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.token import TokenError, read_token, tokens_equal
+from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 

@@ -1,7 +1,7 @@
 """The control channel's wire protocol (ZeroMQ REQ/REP, msgpack maps), shared by shim and client.
 
 Off unless the server's environment has ``EAGLE3SCOPE_CONTROL`` (a loopback endpoint) and
-``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (a 0600 file, see :mod:`eagle3scope.control.token`).
+``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (a 0600 file, see :mod:`eagle3scope.wire.token`).
 
 Requests: ``{"token": str, "cmd": str, ...}``; exactly these commands and fields:
 
