@@ -14,14 +14,19 @@ import click
 WIDTH = 80
 
 
-def _fmt(value: object, limit: int = 160) -> str:
-    text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
+def _fmt(value: object, limit: int = 120) -> str:
+    """One evidence value, short: lists of names summarised by module, long values cut (--json has all)."""
+    from eagle3scope.doctor.diagnose import summary_text
+
+    if isinstance(value, list) and len(value) > 4 and all(isinstance(v, str) for v in value):
+        return summary_text(value)
+    text = json.dumps(value, separators=(", ", ":")) if isinstance(value, (list, dict)) else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent if first is None else first, subsequent_indent=indent,
-                         break_on_hyphens=False, break_long_words=True) or [first or indent]
+                         break_on_hyphens=False, break_long_words=False) or [first or indent]
 
 
 def what_to_do(report: dict) -> list[str]:
@@ -69,8 +74,8 @@ def render(report: dict) -> str:
     lines += wrap(f"loader: SGLang {report['loader']}", "  ")
     for f in report["findings"]:
         lines += [""] + wrap(f"{f['id']}: {f['title']}", "        ", f"{f['severity'].upper():7} ")
-        if f["evidence"]:
-            lines += wrap(", ".join(f"{k}={_fmt(v)}" for k, v in f["evidence"].items()), "          ", "        evidence: ")
+        for i, (k, v) in enumerate(f["evidence"].items()):
+            lines += wrap(f"{k}={_fmt(v)}", "            ", "        evidence: " if i == 0 else "          ")
         if f["fix"]:
             lines += wrap(f["fix"], "          ", "        fix: ")
     fixable = report["fixable"]

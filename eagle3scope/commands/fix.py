@@ -15,6 +15,26 @@ import click
 from eagle3scope.commands.doctor import wrap
 
 
+def summarised(changes: list[str]) -> list[str]:
+    """Key renames grouped by prefix (``10 tensors: layers.0.* -> midlayer.*``); other changes as they are."""
+    renames: dict[tuple[str, str], int] = {}
+    rest = []
+    for change in changes:
+        old, sep, new = change.partition(" -> ")
+        if sep and " " not in old and not old.endswith(":"):
+            common = 0
+            while common < min(len(old), len(new)) and old[-1 - common] == new[-1 - common]:
+                common += 1
+            tail = old[len(old) - common:]
+            cut = tail.find(".")
+            key = (old[: len(old) - common + cut + 1] + "*", new[: len(new) - common + cut + 1] + "*") if cut >= 0 \
+                else (old, new)
+            renames[key] = renames.get(key, 0) + 1
+        else:
+            rest.append(change)
+    return [f"{n} tensor(s): {a} -> {b}" if n > 1 else f"{a} -> {b}" for (a, b), n in renames.items()] + rest
+
+
 @click.command(help=__doc__)
 @click.argument("draft_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="New directory to create.")
@@ -41,7 +61,7 @@ def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: st
     except OSError as exc:
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
-    for change in result.changes:
+    for change in summarised(result.changes):
         click.echo("\n".join(wrap(change, "    ", "  ")))
     if not result.changes:
         click.echo("  no changes were needed (copied as is)")

@@ -11,6 +11,7 @@ and each assumption is reported.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,6 +313,13 @@ def _recognise(dx: Diagnosis) -> None:
     ckpt = dx.checkpoint
     dx.producer = recognise(ckpt.config, list(ckpt.tensors), ckpt.pickles)
     dx.assumptions += dx.producer.assumptions
+    record = (ckpt.config or {}).get(FIX_KEY)
+    if isinstance(record, dict):
+        dx.notes += [n for n in record.get("notes") or [] if isinstance(n, str)]
+        if dx.target_class is None and isinstance(record.get("target_class"), str):
+            dx.target_class = record["target_class"]
+            dx.assumptions.append(f"target class {dx.target_class}, as recorded by fix (pass --target to check "
+                                  "against the real target)")
     if dx.target_class is None:
         verifier = _verifier_class(ckpt.config)
         if verifier:
@@ -402,6 +410,15 @@ def _speculators_view(dx: Diagnosis, config: dict) -> dict:
         dx.refuse("transformer_layer_config is unusable")
     else:
         out = {k: v for k, v in layer.items() if k not in ("architectures", "_attn_implementation")}
+    rope = out.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" not in out and rope.get("rope_theta") is not None:
+        # transformers 5 keeps rope_theta in rope_parameters; SGLang 0.5.10 reads only the flat field
+        out["rope_theta"] = rope["rope_theta"]
+        if rope.get("rope_type") not in (None, "default"):
+            out["rope_scaling"] = rope
+    for key in ("dtype", "torch_dtype"):
+        if isinstance(config.get(key), str):
+            out[key] = config[key]
     model_type = out.get("model_type") or "llama"
     out.update(architectures=[SGLANG_DRAFT_CLASS], model_type="llama")
     for key in ("draft_vocab_size", "target_hidden_size"):
@@ -430,7 +447,8 @@ def _speculators_view(dx: Diagnosis, config: dict) -> dict:
                {"transformer_layer_config.model_type": _short(model_type)},
                "Its extra tensors (e.g. qwen3's q_norm/k_norm) would be skipped silently: retrain with a llama "
                "transformer_layer_config for SGLang, or serve the draft with vLLM.")
-        dx.refuse(f"a {model_type} draft layer has no SGLang equivalent")
+        dx.refuse(f"a {model_type} draft layer has no SGLang equivalent: retrain with a llama "
+                  "transformer_layer_config, or serve this draft with vLLM")
     return out
 
 
@@ -440,12 +458,24 @@ def _candidates(name: str) -> list[str]:
     bare or under the decoder layer."""
     parts = name.split(".")
     out = []
-    if len(parts) > 2 and parts[0] == "midlayer" and parts[1].isdigit():
-        out += [".".join(["layers", *parts[1:]])]
     for i in range(1, len(parts) - 1):
         rest = ".".join(parts[i:])
         out += [rest, f"layers.0.{rest}", f"midlayer.{rest}"]
     return out
+
+
+def _exact_candidate(name: str) -> str | None:
+    """A multi-layer draft's ``midlayer.N.*`` is SGLang's ``layers.N.*`` (0.5.12+ would rewrite
+    ``midlayer`` to ``layers.0`` by substring and skip ``layers.0.N.*``)."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "midlayer" and parts[1].isdigit():
+        return ".".join(["layers", *parts[1:]])
+    return None
+
+
+def _fits(layout: LoaderLayout, name: str, params: dict, written: dict, shape: tuple) -> bool:
+    m = map_name(layout, name, params)
+    return m.action == "param" and m.shard not in written.get(m.param, ()) and tuple(_slot_shape(params, m) or ()) == shape
 
 
 def _slot_shape(params: dict, m: Mapping):
@@ -463,14 +493,14 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         dx.mappings[name] = m
         if m.action == "param":
             written.setdefault(m.param, set()).add(m.shard)
-    _upper_layer_norms(dx, params, written)
     dropped = {n: m.action for n, m in dx.mappings.items() if m.action in ("skipped", "logged", "crash")}
     left_random = _unwritten(params, written)  # as the checkpoint stands, before any rename
     claims: dict[tuple, list[tuple[str, Mapping]]] = {}
     for name in dropped:
         shape = tuple(ckpt.tensors[name].shape)
         fits = {}
-        for cand in _candidates(name):
+        exact = _exact_candidate(name)
+        for cand in [exact] if exact and _fits(layout, exact, params, written, shape) else _candidates(name):
             m = map_name(layout, cand, params)
             if m.action == "param" and m.shard not in written.get(m.param, ()) and tuple(_slot_shape(params, m) or ()) == shape:
                 fits[(m.param, m.shard)] = m
@@ -487,12 +517,13 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         dx.renames[name] = canonical_name(layout, param, shard)
         dx.mappings[name] = m
         written.setdefault(param, set()).add(shard)
+    _upper_layer_norms(dx, params, written)
     silent = [n for n, action in dropped.items() if action == "skipped"]
     if silent:
         groups = summarise(silent)
         dx.add("weights-dropped", "error",
-               f"`{groups[0][0]}` will be silently skipped by SGLang {dx.sglang_version}" if len(groups) == 1 else
-               f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensors",
+               ", ".join(f"`{g}`" for g, _ in groups) + f" will be silently skipped by SGLang {dx.sglang_version}"
+               if len(groups) <= 3 else f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensors",
                {"skipped": len(silent), "groups": {g: c for g, c in groups}, "examples": silent[:8],
                 "renamable": len([n for n in silent if n in dx.renames]),
                 "params_left_random": left_random, "loader": layout.label},
@@ -538,13 +569,18 @@ def _upper_layer_norms(dx: Diagnosis, params: dict, written: dict[str, set]) -> 
                    "layer's attention.")
 
 
+#: Parameters SGLang allocates but never applies: layers after the first use hidden_norm instead.
+UNUSED_PARAM = re.compile(r"\.layers\.[1-9]\d*\.input_layernorm\.weight$")
+
+
 def summarise(names: list[str]) -> list[tuple[str, int]]:
     """``layers.0.mlp.up_proj.weight`` ... -> ``[("layers.0.*", 10)]``: names grouped by their module prefix."""
     groups: dict[str, int] = {}
     for name in names:
         parts = name.split(".")
-        key = ".".join(parts[:2]) + ".*" if len(parts) > 2 and parts[1].isdigit() else \
-            parts[0] + ".*" if len(parts) > 2 else name
+        skip = 1 if parts[0] == "model" and len(parts) > 3 else 0
+        width = skip + (2 if len(parts) > skip + 2 and parts[skip + 1].isdigit() else 1)
+        key = ".".join(parts[:width]) + ".*" if len(parts) > width + 1 else name
         groups[key] = groups.get(key, 0) + 1
     return sorted(groups.items(), key=lambda kv: -kv[1])
 
@@ -562,7 +598,7 @@ def _unwritten(params: dict, written: dict[str, set]) -> list[str]:
     embed_tokens is replaced by the target's and lm_head is judged by _check_head."""
     missing = []
     for param, shape in params.items():
-        if param in ("model.embed_tokens.weight", "lm_head.weight"):
+        if param in ("model.embed_tokens.weight", "lm_head.weight") or UNUSED_PARAM.search(param):
             continue
         need = set(shape) if isinstance(shape, dict) else {None}
         if not need <= written.get(param, set()):
@@ -810,7 +846,8 @@ def _check_aux_layers(dx: Diagnosis) -> None:
         dx.add("aux-layers-unchecked", "info", "Without --target the default layers cannot be resolved",
                evidence, "Pass --target TARGET_DIR to compare the captured layers with the trained ones.")
         return
-    if not known and n and configured == default_capture(n) and rule == "+1":
+    eras = {family_rule(dx.target_class or ASSUMED_TARGET, v) for v in ("0.5.10", "0.5.23")}
+    if not known and n and configured == default_capture(n) and eras == {"+1"}:
         dx.add("aux-layers-mismatch", "warning", "Ids equal the input-of-layer defaults; SGLang will shift them by one",
                {**evidence, "input_of_layer_defaults": default_capture(n),
                 "output_of_layer_defaults": [i - 1 for i in default_capture(n)]},

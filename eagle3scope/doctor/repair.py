@@ -133,15 +133,18 @@ def _config_for_all(serving: list[Diagnosis]) -> dict:
     config = dict(base.config if base.config_edits else base.checkpoint.config)
     known = base.trained_known and base.trained_capture is not None
     if known:
-        candidates = [dx.aux_ids for dx in serving if dx.aux_ids is not None]
+        candidates = [dx.aux_ids for dx in serving]
         good = [c for c in candidates if all(_captures(dx, c) == base.trained_capture for dx in serving)]
         if not good:
             per = "; ".join(f"--for-sglang {dx.sglang_version} (ids {dx.aux_ids})" for dx in serving)
             raise FixRefused(f"no single id list makes every release capture the trained layers "
                              f"{base.trained_capture}: make one copy per release: {per}")
         eagle = dict(config.get("eagle_config") or {})
-        if eagle.get("eagle_aux_hidden_state_layer_ids") != good[0]:
+        if good[0] is None:
+            eagle.pop("eagle_aux_hidden_state_layer_ids", None)
+        else:
             eagle["eagle_aux_hidden_state_layer_ids"] = good[0]
+        if eagle or "eagle_config" in config:
             config["eagle_config"] = eagle
     config[FIX_KEY] = {"producer": base.producer.label if base.producer else "unknown",
                        "trained_capture": base.trained_capture if known else None,
@@ -151,9 +154,13 @@ def _config_for_all(serving: list[Diagnosis]) -> dict:
     return config
 
 
-def _captures(dx: Diagnosis, ids: list[int]) -> list[int] | None:
+def _captures(dx: Diagnosis, ids: list[int] | None) -> list[int] | None:
+    """What this release captures for ``ids`` (None: its default, resolvable with the target's layer count)."""
     rule = family_rule(dx.target_class or ASSUMED_TARGET, dx.sglang_version)
-    return captured_for(ids, rule, 0) if rule else None
+    n = (dx.target or {}).get("num_hidden_layers")
+    if rule is None or (ids is None and not n):
+        return None
+    return captured_for(ids, rule, n or 0)
 
 
 def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> dict[str, tuple]:
