@@ -11,7 +11,9 @@ kept one per row in ``state`` so a seek can rebuild what a viewer knew at any po
 Tables::
 
     meta(key, value)                   JSON values: store_format, wire_schema, created_ns,
-                                       closed_ns (absent: the recorder died), endpoints, sources
+                                       closed_ns (absent: the recorder died), endpoints, sources,
+                                       loss (absent in files of older recorders: what the
+                                       subscriber lost, see Subscriber.loss)
     batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)
     state(idx, src, kind, key, frame)  key is the hook seam, "" for the other kinds
 """
@@ -188,6 +190,10 @@ class SessionWriter:
         self._pending_state.clear()
         self._n_steps = 0
         self._sources_dirty = False
+
+    def note_loss(self, loss: dict) -> None:
+        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata."""
+        self._put_meta(loss=loss)
 
     def close(self) -> None:
         """Commit what is pending, mark the session complete and fold the WAL into the file."""
