@@ -94,14 +94,17 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
             now = time.monotonic()
             if duration is not None and now - started >= duration:
                 stop["why"] = f"{duration:g} s"
-            if not quiet and now >= next_report:
-                _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
-                          writer.bytes, now - started, "\r" if tty else "\n")
+            if now >= next_report:
+                writer.note_loss(sub.loss())
+                if not quiet:
+                    _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
+                              writer.bytes, now - started, "\r" if tty else "\n")
                 next_report = now + (1.0 if tty else 5.0)
     except StoreError as exc:
         failed = str(exc)
     finally:
         try:
+            writer.note_loss(sub.loss())
             writer.close()
         except StoreError as exc:  # the last batch could not be written either
             failed = failed or str(exc)

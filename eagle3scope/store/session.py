@@ -19,7 +19,9 @@ the catalog: a damaged part is reported in :attr:`SessionReader.errors`, never s
 Tables::
 
     meta(key, value)                   JSON values: store_format, wire_schema, created_ns,
-                                       closed_ns (absent: the recorder died), endpoints, sources
+                                       closed_ns (absent: the recorder died), endpoints, sources,
+                                       loss (absent in files of older recorders: what the
+                                       subscriber lost, see Subscriber.loss)
     batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)
     state(idx, src, kind, key, frame)  key is the hook seam, "" for the other kinds
 """
@@ -284,6 +286,10 @@ class SessionWriter:
         self._sources_dirty = False
         self._uncheckpointed = True
         self._maybe_checkpoint()
+
+    def note_loss(self, loss: dict) -> None:
+        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata."""
+        self._put_meta(loss=loss)
 
     def close(self) -> None:
         """Commit what is pending, mark the session complete and fold the WAL into the file.
