@@ -55,7 +55,8 @@ def ensure_models(python: Path):
               help="Which real failure to reproduce through the real engine.")
 @click.option("--headless", is_flag=True, help="No screen: record events to --record instead.")
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
-              help="With --headless: stop after this many step events.")
+              help="With --headless: stop after this many decode steps. A step is one verify pass of the "
+                   "running batch that commits tokens (what `check` reports as steps); prefills are not counted.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="With --headless: session file to write (required there).")
 @click.option("--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Requests in flight.")
@@ -84,7 +85,7 @@ def command(scenario: str, headless: bool, steps: int, record_path: str | None, 
             _say(f"server up in {run.server.startup_s:.0f} s at {run.server.url}; shim publishing on {run.endpoint}")
             if headless:
                 run.record(record_path, steps)
-                _say(f"recorded {steps} steps to {record_path}")
+                _say(f"recorded {steps} decode steps to {record_path}")
             else:
                 from eagle3scope.tui.app import run_watch
 

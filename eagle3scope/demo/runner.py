@@ -67,10 +67,11 @@ class ScenarioRun:
             self.token_file = None
 
     def record(self, out: str | Path, steps: int, timeout_s: float | None = None) -> None:
-        """Record ``steps`` step events with the ``record`` command in a child process (its own signals)."""
-        timeout_s = timeout_s or max(120.0, steps * 0.5)
+        """Record until ``steps`` decode steps (what ``check`` counts as steps) with the ``record``
+        command in a child process (its own signals)."""
+        timeout_s = timeout_s or max(120.0, steps * 0.6)
         cmd = [sys.executable, "-m", "eagle3scope", "record", "--connect", self.endpoint, "--out", str(out),
-               "--steps", str(steps), "--duration", str(timeout_s), "--quiet"]
+               "--decode-steps", str(steps), "--duration", str(timeout_s), "--quiet"]
         child = subprocess.Popen(cmd)
         try:
             code = child.wait(timeout_s + 30)
