@@ -106,7 +106,7 @@ SCENARIO_NEW_TOKENS = 64
 @pytest.fixture(scope="session")
 def scenario_result(demo_models, engine_python, tmp_path_factory):
     """name -> dict(recording, results, outputs): one real server per scenario for the whole session,
-    with the shim publishing. ``recording`` holds SCENARIO_STEPS step events of a steady workload;
+    with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady workload;
     ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy answers to four
     fixed prompts, asked once the workload has stopped (so batching cannot change them)."""
     from eagle3scope.demo.models import demo_prompts

@@ -161,6 +161,8 @@ class SessionWriter:
         self._sources_dirty = False
         self.frames = 0
         self.steps = 0
+        #: Verify steps that committed tokens (mode decode, acceptance present): what ``check`` counts.
+        self.decode_steps = 0
         self.batches = 0
         self.bytes = 0
         try:
@@ -197,7 +199,10 @@ class SessionWriter:
         if kind == "step":
             self._n_steps += 1
             self.steps += 1
-            seq = frame.body["seq"]
+            body = frame.body
+            if body.get("mode", "decode") == "decode" and body.get("accepted"):
+                self.decode_steps += 1
+            seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
         elif kind in STATE_KINDS:
