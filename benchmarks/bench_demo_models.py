@@ -3,10 +3,13 @@
 Usage: .venv/bin/python benchmarks/bench_demo_models.py [--fresh] [--prompts 8] [--tokens 64] [--scenario NAME ...]
 --fresh builds into a new temporary cache (the build-time figure); otherwise the cached models
 are used (built first if missing). Then each scenario gets its own real SGLang CPU server
-(float32, greedy, num_steps 3, topk 1, 4 draft tokens) and one batch of demo prompts; printed
-per scenario: mean ``meta_info.spec_accept_length``, the summed ``spec_correct_drafts_histogram``
-(how many verify rounds accepted 0..3 drafts) and server start time. The 1-minute load average
-is printed too: on a shared machine it explains the spread of the times.
+(float32, num_steps 3, topk 1, 4 draft tokens) and one batch of demo prompts per prompt family
+(code-like, chat-like) and temperature (0: greedy verify; 0.8: SGLang's sampling verify); printed
+per scenario and temperature: mean ``meta_info.spec_accept_length`` overall and per family, the
+summed ``spec_correct_drafts_histogram`` (verify rounds that accepted 0..3 drafts), the
+per-position rates it implies (each position given the one before was accepted, as ``check``
+reports them) and the server start time. The 1-minute load average is printed too: on a shared
+machine it explains the spread of the times.
 """
 
 import argparse
@@ -17,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from eagle3scope.demo import models
+from eagle3scope.demo import language, models
 from eagle3scope.demo.scenarios import SCENARIOS
 from eagle3scope.demo.server import SGLangServer
 
@@ -28,6 +31,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--temperature", type=float, action="append", help="default: 0 and 0.8")
     args = parser.parse_args()
 
     cache = Path(tempfile.mkdtemp(prefix="e3s-bench-")) if args.fresh else None
@@ -37,22 +41,28 @@ def main() -> None:
     print(json.dumps({"models": str(paths.root), "wall_s": round(time.monotonic() - t0, 1), **stats,
                       "loadavg_1m": os.getloadavg()[0]}), flush=True)
 
-    prompts = models.demo_prompts(args.prompts, seed=7)
+    families = {name: models.demo_prompts(args.prompts, seed=7, family=name) for name in language.families()}
     work = Path(tempfile.mkdtemp(prefix="e3s-scenarios-"))
     for name in args.scenario or list(SCENARIOS):
         spec = SCENARIOS[name].prepare(paths, work)
         server = SGLangServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm,
                               extra_args=spec.extra_args, log_path=work / f"{name}.log")
         with server:
-            out = server.generate(prompts, max_new_tokens=args.tokens)
-        hist = [sum(col) for col in zip(*(r["meta_info"]["spec_correct_drafts_histogram"] for r in out))]
-        print(json.dumps({
-            "scenario": name,
-            "accept_length": round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in out), 3),
-            "correct_drafts_histogram": hist,
-            "start_s": round(server.startup_s, 1),
-            "loadavg_1m": os.getloadavg()[0],
-        }), flush=True)
+            for temperature in args.temperature or (0.0, 0.8):
+                row = {"scenario": name, "temperature": temperature}
+                every = []
+                for family, prompts in families.items():
+                    out = server.generate(prompts, max_new_tokens=args.tokens, temperature=temperature)
+                    row[family] = round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in out), 3)
+                    every += out
+                hist = [sum(col) for col in zip(*(r["meta_info"]["spec_correct_drafts_histogram"] for r in every))]
+                at_least = [sum(hist[i:]) for i in range(len(hist))]
+                row.update(
+                    accept_length=round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in every), 3),
+                    per_position=[round(at_least[i] / at_least[i - 1], 3) if at_least[i - 1] else None
+                                  for i in range(1, len(hist))],
+                    correct_drafts_histogram=hist, start_s=round(server.startup_s, 1), loadavg_1m=os.getloadavg()[0])
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def assert_healthy_run(path, results, temperatures) -> dict:
     assert code == 0
     summary = report["summary"]
     assert summary["steps"] == SCENARIO_STEPS  # run.record counts decode steps, as check does
-    assert summary["mean_accept_length"] >= 2.3, summary
-    assert len(summary["per_position"]) == 3 and all(0.0 < p <= 1.0 for p in summary["per_position"])
+    # A real draft's range (public EAGLE-3 figures at steps 3 / topk 1 / 4 draft tokens: about 2.9),
+    # not 4 of 4; each position given the one before: later drafts, fed the draft's own states, are worse.
+    assert 2.6 <= summary["mean_accept_length"] <= 3.4, summary
+    p1, p2, p3 = summary["per_position"]
+    assert 1.0 > p1 > p2 > p3 > 0.0, summary["per_position"]
     served = [r["meta_info"]["spec_accept_length"] for r in results]
     assert {r["temperature"] for r in results} == set(temperatures)
     assert abs(sum(served) / len(served) - summary["mean_accept_length"]) < 0.35, (served, summary)
