@@ -365,7 +365,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
 
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.app import ScopeApp
-    from eagle3scope.tui.aux_screen import AuxScreen
+    from eagle3scope.tui.screens import AuxScreen
     from eagle3scope.tui.feed import LiveFeed
 
     ctl, target, client, _ = channel

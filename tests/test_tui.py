@@ -26,7 +26,7 @@ from eagle3scope.tui import themes  # noqa: E402
 from eagle3scope.tui.app import SPEEDS, ScopeApp, parse_seek  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed, ReplayFeed  # noqa: E402
 from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScreen  # noqa: E402
-from eagle3scope.tui.widgets import Timeline  # noqa: E402
+from eagle3scope.tui.panels import Timeline  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

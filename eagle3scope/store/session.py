@@ -34,7 +34,8 @@ from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, FrameError, deco
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
 
 STORE_FORMAT = 1
-STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
+#: kinds indexed apart from the batches, so a seek can re-send what was known before its target
+SEEK_STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 _DEDUP_KINDS = ("hello", "load", "config", "hook")  # re-sent unchanged: keep a row only on change
 _MAX_BATCH_FRAMES = 1 << 16
 _MAX_BATCH_BYTES = 1 << 30
@@ -136,7 +137,7 @@ class SessionWriter:
             seq = frame.body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
-        elif kind in STATE_KINDS:
+        elif kind in SEEK_STATE_KINDS:
             self._note_state(idx, raw, frame)
         if len(pending) >= self._batch_frames or time.monotonic() - self._batch_started >= self._batch_s:
             self.flush()

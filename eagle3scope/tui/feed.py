@@ -93,7 +93,9 @@ class ReplayFeed(Feed):
 
     Pause, step, speed and seek act on the replayer. A seek starts a fresh state (the replayer
     re-sends the hello/load/config recorded before the target) and lands on the target step:
-    the frames up to and including it are ingested before the seek returns.
+    the frames up to and including it are ingested, and the rules evaluated, before the seek
+    returns; a step evaluates them too, where the user stops to look. Played without seeks or
+    steps, the state keeps ``check``'s rule schedule, so both report the same ``first_seq``.
     """
 
     live = False
@@ -104,6 +106,7 @@ class ReplayFeed(Feed):
         self.replayer = Replayer(path, speed=speed)
         self._state_factory = state_factory
         self._control = threading.Lock()  # one of: pull+ingest, seek, step
+        self._settled = False  # the last rule pass after the recording's end has run
         super().__init__(state_factory())
         self.label = f"REPLAY {path}"
 
@@ -128,6 +131,7 @@ class ReplayFeed(Feed):
             with self._control:
                 frames = replayer.due()
                 self.ingest(frames)
+                self._settle()
             if not frames:
                 wait = replayer.wait_s()
                 self._stop.wait(0.05 if wait is None else min(wait, 0.05))
@@ -137,6 +141,16 @@ class ReplayFeed(Feed):
         with self._control:
             self.replayer.pause()
             self.ingest(self.replayer.step_one())
+            with self.lock:
+                self.state.evaluate_rules()  # the user stops here to look: judge the state here
+            self._settle()
+
+    def _settle(self) -> None:
+        """At the recording's end, one more rule pass, as ``check`` makes after its last frame."""
+        if self.replayer.finished and not self._settled:
+            self._settled = True
+            with self.lock:
+                self.state.evaluate_rules()
 
     def seek_step(self, seq: int) -> None:
         self._seek(lambda r: r.seek_step(seq))
@@ -155,9 +169,11 @@ class ReplayFeed(Feed):
                 for frame in frames:
                     # the recorded state frames and the target step are not consecutive: a frame
                     # counter jump here is the seek, not a loss
-                    for pub in state.publishers.values():
-                        pub.last_n = None
+                    state.forget_counters()
                     state.ingest(frame)
+                state.evaluate_rules()  # a seek starts a new state: judge it where it lands
+            self._settled = False
+            self._settle()
 
     def position(self) -> dict:
         r = self.replayer
