@@ -40,6 +40,7 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token, tokens_equal
+from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
@@ -79,8 +80,6 @@ def _defining_class(model) -> type | None:
 
 def gather(scheduler) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker."""
-    from eagle3scope_shim.patching import sglang_version
-
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 
-from eagle3scope_shim import control, loadreport, seams
+from eagle3scope_shim import control, loadreport, registry, seams
 from eagle3scope_shim.state import STATE, Rewrite, Step, around, record_event, requested_endpoint, snap
 
 _now = time.perf_counter_ns
@@ -46,9 +46,7 @@ def make_scheduler_init(seam):
         tp_rank, dp_rank = _ranks(args, kwargs)
         if tp_rank != 0:
             return
-        from eagle3scope_shim import patching
-
-        patching.confirm_registered()
+        registry.confirm_registered()
         STATE.start_publisher(endpoint, dp_rank)
         control.start(args[0], dp_rank)
         loadreport.publish_startup(args[0], tp_rank, dp_rank)

@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Iterable
 
 #: The releases surveyed in ../shared/reference/sglang-compat.md (table A).
@@ -33,6 +34,14 @@ _LE3 = "sglang.srt.models.llama_eagle3"
 _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
+
+
+def sglang_version() -> str | None:
+    """The installed SGLang's version (package metadata: no SGLang import), None when absent."""
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
