@@ -42,4 +42,4 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
             client = ControlClient.from_options(control, token_file)
         except (ControlError, TokenError) as exc:
             raise click.ClickException(str(exc)) from None
-    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, control=client)
+    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, aux_client=client)

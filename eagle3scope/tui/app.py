@@ -39,7 +39,7 @@ class ScopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "eagle3scope"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    control = None  # a ControlClient when `watch --control` names the server's control channel
+    aux_client = None  # a ControlClient when `watch --control` names the server's control channel
     # description: the footer's word; tooltip: the help screen's sentence
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave eagle3scope"),
@@ -244,7 +244,7 @@ class ScopeApp(App):
         self.push_screen(LoadReportScreen(self.feed.read(views.load_reports)))
 
     def action_aux_control(self) -> None:
-        self.push_screen(AuxScreen(self.control))
+        self.push_screen(AuxScreen(self.aux_client))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_help()))
@@ -359,13 +359,13 @@ def parse_seek(target: str) -> tuple[str, float]:
     raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
 
 
-def run_watch(endpoints: list[str], theme: str | None = None, control=None) -> None:
-    """Open the TUI on one or more live publishers (``control``: a ControlClient for key ``c``)."""
+def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None) -> None:
+    """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
     app = ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme)
-    app.control = control
+    app.aux_client = aux_client
     app.run()
 
 

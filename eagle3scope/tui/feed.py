@@ -105,7 +105,7 @@ class ReplayFeed(Feed):
 
         self.replayer = Replayer(path, speed=speed)
         self._state_factory = state_factory
-        self._control = threading.Lock()  # one of: pull+ingest, seek, step
+        self._replayer_lock = threading.Lock()  # one of: pull+ingest, seek, step
         self._settled = False  # the last rule pass after the recording's end has run
         super().__init__(state_factory())
         self.label = f"REPLAY {path}"
@@ -128,7 +128,7 @@ class ReplayFeed(Feed):
     def run(self) -> None:
         replayer = self.replayer
         while not self._stop.is_set():
-            with self._control:
+            with self._replayer_lock:
                 frames = replayer.due()
                 self.ingest(frames)
                 self._settle()
@@ -138,7 +138,7 @@ class ReplayFeed(Feed):
 
     def step(self) -> None:
         """Pause and deliver the frames up to and including the next step."""
-        with self._control:
+        with self._replayer_lock:
             self.replayer.pause()
             self.ingest(self.replayer.step_one())
             with self.lock:
@@ -161,7 +161,7 @@ class ReplayFeed(Feed):
         self._seek(lambda r: r.seek_time(t0 + int(seconds * 1e9)))
 
     def _seek(self, move: Callable) -> None:
-        with self._control:
+        with self._replayer_lock:
             move(self.replayer)
             frames = self.replayer.step_one()
             with self.lock:

@@ -280,7 +280,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
             "passes_draft_extend": not hidden,
             "device_timings": False,
         },
-        "control": None if STATE.control is None else STATE.control.endpoint,
+        "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
     }
 

@@ -87,8 +87,8 @@ class ShimState:
         self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None
         self._capture_key = None
-        self.control = None  # eagle3scope_shim.control.Control when the control channel is open
-        self.control_applying = False  # a control change is calling set_eagle3_layers_to_capture
+        self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
+        self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:

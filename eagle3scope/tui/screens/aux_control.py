@@ -28,7 +28,7 @@ def _ids(value) -> str:
 
 
 class AuxScreen(ModalScreen):
-    """Presets + segments; needs ``app.control`` (a ControlClient) to apply anything."""
+    """Presets + segments; needs ``app.aux_client`` (a ControlClient) to apply anything."""
 
     DEFAULT_CSS = """
     AuxScreen { align: center middle; }
