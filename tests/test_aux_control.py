@@ -222,8 +222,9 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 
 
 @pytest.mark.parametrize("message, error", [
-    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "signed requests"),
     ({"cmd": "set", "layers": [1, 3, 4]}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "nonce": "n" * 32, "ts": 0.0, "mac": "0" * 64}, "wrong token"),
     ({"cmd": "shutdown", "TOKEN": None}, "unknown command 'shutdown'"),
     ({"cmd": "set", "layers": [1, 3, 4], "TOKEN": None, "force": True}, "unknown field"),
     ({"cmd": "set", "layers": [5, 6, 7], "TOKEN": None}, "input of layer 8"),
@@ -234,13 +235,13 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 def test_refusals_have_a_reason_and_change_nothing(channel, message, error):
     ctl, target, client, recorder = channel
     if "TOKEN" in message:
-        message = {k: v for k, v in message.items() if k != "TOKEN"} | {"token": client.token}
+        message = client.sign({k: v for k, v in message.items() if k != "TOKEN"})
     reply = client.raw(message)
     assert reply["ok"] is False and error in reply["error"]
     ctl.apply_pending()
     assert target.calls == [] and target.model.layers_to_capture == [3, 5, 6] and ctl._pending is None
     assert client.list()["current"] == [2, 4, 5]
-    if "wrong token" not in error and "unknown" not in error and "wait_s" not in error:
+    if "token" not in error and "signed" not in error and "unknown" not in error and "wait_s" not in error:
         assert recorder.events[-1][1]["applied"] is False and error in recorder.events[-1][1]["reason"]
 
 
@@ -297,7 +298,10 @@ def test_concurrent_requests_while_stepping(channel):
                 if (i + j) % 3 == 0:
                     client.list()
                 elif (i + j) % 3 == 1:
-                    client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    try:  # sets of several clients wait side by side: a newer one may supersede this one
+                        client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    except ControlError as exc:
+                        assert "superseded by request" in str(exc)
                 else:
                     with pytest.raises(ControlError):
                         client.set([6, 7, 8], wait_s=0.5)

@@ -40,6 +40,16 @@ def test_op_matches_reference(kernel_results, op):
     assert kernel_results.get(op) == "ok", kernel_results.get(op, "op not checked")
 
 
+# Conventions pinned to SGLang 0.5.23's source and the sgl-kernel C++ checks (engine_side/kernel_checks.py).
+CONVENTIONS = ["sliding_window", "kv_scales", "extend_reads_new_kv_from_the_pool", "extend_sinks_and_logit_cap",
+               "index_dtypes"]
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_attention_convention(kernel_results, name):
+    assert kernel_results.get(f"convention:{name}") == "ok", kernel_results.get(f"convention:{name}", "not checked")
+
+
 def test_ops_registered_for_both_call_paths_and_amx_packing_absent(kernel_results):
     # SGLang calls some ops as torch.ops.sgl_kernel.X and others as sgl_kernel.X.
     assert kernel_results["__registered__"] == sorted(CPU_PATH_OPS)

@@ -24,6 +24,7 @@ from eagle3scope.tui.panels import AcceptancePanel, AuxPanel, DraftPanel, EventL
 from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
 
 PANELS = ("overview", "aux", "draft", "events")
 PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
@@ -93,7 +94,11 @@ class ScopeApp(App):
                 yield AcceptancePanel(id="acceptance", classes="panel")
                 with Vertical(id="overview-side"):
                     yield ViolationsPanel(id="violations", classes="panel")
-                    yield EventLog(id="recent-events", classes="panel")  # wide screens only (app.tcss)
+                    recent = EventLog(id="recent-events", classes="panel")  # wide screens only (app.tcss)
+                    # a tail to glance at, unfocusable before the first focus is given: Tab and Enter
+                    # go to the violations (key 4: the full log)
+                    recent.can_focus = False
+                    yield recent
             yield AuxPanel(id="aux", classes="panel")
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
@@ -106,7 +111,6 @@ class ScopeApp(App):
         self.w[EventLog] = self.main.query_one("#events", EventLog)
         self.recent_events = self.main.query_one("#recent-events", EventLog)
         self.recent_events.border_title = "Recent events"
-        self.recent_events.can_focus = False  # a tail to glance at; Tab goes to the violations (key 4: the full log)
         self.w[AcceptancePanel].border_title = "Acceptance"
         self.feed.start()
         self.refresh_view(force=True)
@@ -359,18 +363,23 @@ def parse_seek(target: str) -> tuple[str, float]:
     raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
 
 
-def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None) -> None:
-    """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``)."""
+def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
+              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+    """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``);
+    returns the app's exit status (non-zero after a crash)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
-    app = ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme)
+    app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)), theme=theme)
     app.aux_client = aux_client
     app.run()
+    return app.return_code or 0
 
 
-def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None, from_time: float | None = None) -> None:
-    """Open the TUI on a recording, playing at ``speed``, optionally from a step or a time (s)."""
+def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None,
+               from_time: float | None = None) -> int:
+    """Open the TUI on a recording, playing at ``speed``, optionally from a step or a time (s);
+    returns the app's exit status (non-zero after a crash). Raises StoreError for an unreadable file."""
     from eagle3scope.tui.feed import ReplayFeed
 
     feed = ReplayFeed(path, speed=speed)
@@ -378,4 +387,6 @@ def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, f
         feed.seek_step(from_step)
     elif from_time is not None:
         feed.seek_time(from_time)
-    ScopeApp(feed, theme=theme).run()
+    app = ScopeApp(feed, theme=theme)
+    app.run()
+    return app.return_code or 0
