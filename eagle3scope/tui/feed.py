@@ -220,7 +220,7 @@ class ReplayFeed(Feed):
             "speed": r.speed,
             "elapsed_s": ((r.t_ns or t0) - t0) / 1e9,
             "duration_s": (t1 - t0) / 1e9,
-            "finished": r.finished,
+            "finished": r.finished and self._settled,  # and judged, as check judges its last frame
         }
 
     def stop(self) -> None:
