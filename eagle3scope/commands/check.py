@@ -68,9 +68,9 @@ def render_text(result: dict) -> str:
 def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from eagle3scope.analysis import RULES
+    from eagle3scope.analysis import CONTRACT_RULES
 
-    for rule in RULES:
+    for rule in CONTRACT_RULES:
         severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
         click.echo(f"{rule.id:26} {severity:14} {rule.title}")
     ctx.exit(0)
