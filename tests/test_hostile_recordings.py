@@ -37,6 +37,7 @@ from eagle3scope.store.session import CHECKPOINT_S, MAX_BATCH_BYTES
 from eagle3scope.wire import decode_frame, encode_frame
 from hostile_support import Tally, children_peak_rss
 from synthetic import session_frames, step_body
+from tui_support import paused_app, play_to_end, run_async
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 600
@@ -368,3 +369,45 @@ def test_disk_full_is_one_error_line_and_the_committed_steps_stay_readable(tmp_p
     committed = int(lines[0].split("the ")[-1].split(" steps")[0])
     assert "cannot write" in lines[0] and committed > 0
     assert len(_steps(out)) == committed
+
+
+# -- the replay TUI ---------------------------------------------------------------------------------
+@run_async
+async def test_replay_tui_lists_damaged_batches_in_its_event_log_and_plays_the_rest(pristine, tmp_path):
+    """Two batches damaged (one CRC, one catalog row): the replay plays to the end, every other step
+    is ingested, and the event log names both damaged parts."""
+    path = _copy(pristine, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 4")
+    con.execute("UPDATE batches SET n_steps = 'x' WHERE id = 9")
+    con.commit()
+    con.close()
+    with SessionReader(path) as reader:
+        expected = sum(1 for _, f in reader.frames() if f.kind == "step")
+    app = paused_app(path, speed=64.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await play_to_end(app, pilot)
+        await pilot.pause(0.3)
+        steps = app.feed.read(lambda s: s.acceptance.n_steps)
+        log = app.feed.read(lambda s: [e.text for e in s.events if e.level == "error"])
+    RECORDINGS.add(cases=1)
+    assert app.return_code in (None, 0)
+    assert steps == expected < STEPS
+    assert any("batch 4" in text and "checksum" in text for text in log), log
+    assert any("batch 9" in text and "n_steps" in text for text in log), log
+
+
+def test_an_unanticipated_error_is_one_line_and_exit_70(pristine, monkeypatch):
+    """The CLI's last resort: a bug in a command prints one line, never a traceback (exit 70)."""
+    import eagle3scope.commands.check as check
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("rule exploded")
+
+    monkeypatch.setattr(check, "analyse", broken)
+    result = CliRunner().invoke(main, ["check", str(pristine)])
+    assert result.exit_code == 70 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [
+        "Error: internal error: RuntimeError: rule exploded (set EAGLE3SCOPE_DEBUG=1 for the traceback)"]
+    monkeypatch.setenv("EAGLE3SCOPE_DEBUG", "1")
+    assert isinstance(CliRunner().invoke(main, ["check", str(pristine)]).exception, RuntimeError)
