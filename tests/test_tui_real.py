@@ -38,7 +38,11 @@ async def test_aux_off_recording_names_the_break_with_a_fix(scenario_result):
         ids = {v.id for v in app.query_one("#violations").violations}
         assert ids & {"aux-capture-off", "fc-bypassed"}, ids
         assert any(rule in text for rule in ids & {"aux-capture-off", "fc-bypassed"}), text
-        app.query_one("#violations-table").focus()
-        await pilot.press("enter")
+        first = app.query_one("#violations").violations[0]
+        await pilot.press("enter")  # no focus given: Enter must reach the table by itself
         assert isinstance(app.screen, ViolationScreen)
-        assert "use_aux_hidden_state" in screen_text(app) or "EAGLE3" in screen_text(app)
+        shown = screen_text(app)
+        # the dialog of the violation under the cursor, not the overview's evidence line
+        assert f"{first.severity.upper()}  {first.id}" in shown and first.title in shown
+        assert "Why it matters" in shown and first.fix[:40] in shown.replace("\n", " ")
+        assert f"first seen at step {first.first_seq}" in shown

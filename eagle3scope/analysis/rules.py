@@ -80,9 +80,14 @@ def _fc_in(pub: PublisherView) -> int | None:
 
 
 def _is_eagle3_draft(pub: PublisherView) -> bool:
+    """By class name when SGLang's is known (its EAGLE-1/2 classes, e.g. LlamaForCausalLMEagle, carry a
+    2H-wide fc over cat(embeds, hidden)), else by an fc wider than the target's hidden size."""
     load = _load(pub)
+    name = str(load.get("draft_class") or "").lower()
+    if "eagle" in name:
+        return "eagle3" in name
     fc_in, hidden = _fc_in(pub), load.get("target_hidden_size") or load.get("hidden_size")
-    return "eagle3" in str(load.get("draft_class") or "").lower() or bool(fc_in and hidden and fc_in > hidden)
+    return bool(fc_in and hidden and fc_in > hidden)
 
 
 def _wrong_algorithm(algorithm) -> bool:
@@ -132,8 +137,8 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
 
 def fc_bypassed(pub: PublisherView) -> dict | None:
     fc_in = _fc_in(pub)
-    if pub.load is not None and fc_in is None:
-        return None  # the draft has no fc: nothing to bypass
+    if pub.load is not None and (fc_in is None or not _is_eagle3_draft(pub)):
+        return None  # no fc to bypass, or an EAGLE-1/2 fc, which takes H-wide target states by design
     modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
     if not modes:
         return None

@@ -158,6 +158,14 @@ class Subscriber:
         """Frames lost across all publishers (in transit plus dropped by the shims)."""
         return sum(s.lost for s in self.sources.values())
 
+    def loss(self) -> dict:
+        """The loss figures a recording keeps in its metadata: totals and per publisher."""
+        return {
+            "lost": self.lost, "bad_frames": self.bad_frames,
+            "sources": {src: {"lost_in_transit": s.lost_in_transit, "dropped_by_shim": s.shim_dropped,
+                              "frames": s.frames} for src, s in self.sources.items()},
+        }
+
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close(0)

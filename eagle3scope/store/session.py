@@ -19,7 +19,9 @@ the catalog: a damaged part is reported in :attr:`SessionReader.errors`, never s
 Tables::
 
     meta(key, value)                   JSON values: store_format, wire_schema, created_ns,
-                                       closed_ns (absent: the recorder died), endpoints, sources
+                                       closed_ns (absent: the recorder died), endpoints, sources,
+                                       loss (absent in files of older recorders: what the
+                                       subscriber lost, see Subscriber.loss)
     batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)
     state(idx, src, kind, key, frame)  key is the hook seam, "" for the other kinds
 """
@@ -163,6 +165,8 @@ class SessionWriter:
         self._sources_dirty = False
         self.frames = 0
         self.steps = 0
+        #: Verify steps that committed tokens (mode decode, acceptance present): what ``check`` counts.
+        self.decode_steps = 0
         self.batches = 0
         self.bytes = 0
         try:
@@ -199,7 +203,10 @@ class SessionWriter:
         if kind == "step":
             self._n_steps += 1
             self.steps += 1
-            seq = frame.body["seq"]
+            body = frame.body
+            if body.get("mode", "decode") == "decode" and body.get("accepted"):
+                self.decode_steps += 1
+            seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
         elif kind in STATE_KINDS:
@@ -288,6 +295,10 @@ class SessionWriter:
         self._sources_dirty = False
         self._uncheckpointed = True
         self._maybe_checkpoint()
+
+    def note_loss(self, loss: dict) -> None:
+        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata."""
+        self._put_meta(loss=loss)
 
     def close(self) -> None:
         """Commit what is pending, mark the session complete and fold the WAL into the file.

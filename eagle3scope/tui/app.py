@@ -92,7 +92,11 @@ class ScopeApp(App):
                 yield AcceptancePanel(id="acceptance", classes="panel")
                 with Vertical(id="overview-side"):
                     yield ViolationsPanel(id="violations", classes="panel")
-                    yield EventLog(id="recent-events", classes="panel")  # wide screens only (app.tcss)
+                    recent = EventLog(id="recent-events", classes="panel")  # wide screens only (app.tcss)
+                    # a tail to glance at, unfocusable before the first focus is given: Tab and Enter
+                    # go to the violations (key 4: the full log)
+                    recent.can_focus = False
+                    yield recent
             yield AuxPanel(id="aux", classes="panel")
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
@@ -105,7 +109,6 @@ class ScopeApp(App):
         self.w[EventLog] = self.main.query_one("#events", EventLog)
         self.recent_events = self.main.query_one("#recent-events", EventLog)
         self.recent_events.border_title = "Recent events"
-        self.recent_events.can_focus = False  # a tail to glance at; Tab goes to the violations (key 4: the full log)
         self.w[AcceptancePanel].border_title = "Acceptance"
         self.feed.start()
         self.refresh_view(force=True)

@@ -447,8 +447,11 @@ class ViolationsPanel(Vertical):
             table.move_cursor(row=min(row, len(violations) - 1))
         self.query_one("#violations-none").display = not violations
         table.display = bool(violations)
-        if violations and self.screen.focused is None and self.app.screen is self.screen:
-            table.focus()  # the table was hidden when the screen picked a focus: Enter must work at once
+        focused = self.screen.focused
+        if violations and (focused is None or not focused.display) and self.app.screen is self.screen:
+            # the table was hidden when the screen picked a focus (none, or a panel the switcher has
+            # hidden since): Enter must work at once
+            table.focus()
         errors = sum(1 for v in violations if v.active and v.severity == "error")
         self.border_title = f"Violations {len(violations)}" + (f" ({errors} errors)" if errors else "")
 
