@@ -17,8 +17,8 @@ import pytest
 
 from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.wire.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
+from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import aux_channel
 from eagle3scope_shim.state import STATE
@@ -106,8 +106,9 @@ def test_token_file_created_private_and_read_back(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600
     assert (path.parent.stat().st_mode & 0o777) == 0o700
     token = read_token(path)
-    assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
-    assert not tokens_equal(None, token) and not tokens_equal(123, token)
+    signed = sign({"cmd": "list"}, token)
+    assert len(token) >= 32 and authentic(signed, token) and not authentic(signed, token + "x")
+    assert not authentic(signed | {"mac": None}, token) and not authentic(signed | {"mac": 123}, token)
     assert read_token(create_token_file(tmp_path / "tokens")) != token  # a fresh one each time
 
 

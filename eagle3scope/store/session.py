@@ -103,12 +103,16 @@ def _connect(path: str | Path) -> sqlite3.Connection:
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """Open ``path`` for reading only: a reader never checkpoints, truncates or rewrites it.
 
-    ``mode=ro`` still follows a live recording through its WAL; where that cannot open (a
-    read-only directory without ``-shm``), ``immutable=1`` reads the main file as it is.
+    A file with a ``-wal`` (live, or its recorder was killed) opens ``mode=ro``, which follows the
+    WAL (SQLite may add a ``-shm`` lock file beside it); where that cannot open (a read-only
+    place without ``-shm``), and for a closed file, ``immutable=1`` reads the main file as it is
+    and creates nothing.
     """
     uri = path.resolve().as_uri()
     last: Exception | None = None
-    for flags in ("mode=ro", "mode=ro&immutable=1"):
+    # no -wal: the recorder closed the file (or never opened it): read it as is, creating nothing
+    attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("mode=ro&immutable=1",)
+    for flags in attempts:
         con = sqlite3.connect(f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False)
         try:
             con.execute("PRAGMA busy_timeout=5000")
