@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.control.layers import captured_for, default_capture, family_rule, ids_for
+from eagle3scope.wire.aux_layers import captured_for, default_capture, family_rule, ids_for
 from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint, read_json
 from eagle3scope.doctor.loader_layouts import (
     LoaderLayout,

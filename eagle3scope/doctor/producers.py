@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eagle3scope.control.layers import default_capture
+from eagle3scope.wire.aux_layers import default_capture
 
 FIX_KEY = "eagle3scope_fix"
 #: speculators' Eagle3SpeculatorConfig flags that SGLang's draft model reads under another name

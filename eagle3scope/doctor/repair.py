@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.control.layers import captured_for, family_rule
+from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.doctor.checkpoint import (
     INDEX_NAME,
     NP_DTYPES,
