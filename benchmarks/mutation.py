@@ -8,8 +8,11 @@ selected test, and the score = killed / (mutants - judged equivalent). The mutan
 equivalent (no behaviour can tell them apart) are listed in EQUIVALENT with the reason and in
 TESTING.md; they are matched by their diff, so a renumbering after an edit does not lose them.
 
-    .venv/bin/pip install 'mutmut==3.8.1'
-    .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--survivors]
+    .venv/bin/pip install -e '.[mutation]'
+    .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N] [--survivors]
+
+``--sample N`` tests N mutants per module drawn at random (fixed seed): on a loaded machine a full
+run takes hours, and a sample's score carries a binomial error of about sqrt(p(1-p)/N).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -59,6 +63,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {}
 @dataclass
 class Score:
     module: str
+    population: int = 0  # mutants of the module in scope (a --sample tests a random subset of them)
     statuses: dict[str, str] = field(default_factory=dict)  # mutant name -> mutmut status
     equivalent: dict[str, str] = field(default_factory=dict)  # mutant name -> reason
     diffs: dict[str, str] = field(default_factory=dict)
@@ -112,7 +117,7 @@ def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.C
     return subprocess.run([str(exe), *args], cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def run_module(name: str, target: Target, jobs: int) -> Score:
+def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: int) -> Score:
     from mutmut.stats import status_by_exit_code
 
     started = time.monotonic()
@@ -120,15 +125,20 @@ def run_module(name: str, target: Target, jobs: int) -> Score:
         work = Path(tmp)
         scratch_copy(work)
         configure(work, target)
-        done = mutmut(work, "run", "--max-children", str(jobs), *target.functions)
         meta = work / "mutants" / (target.path + ".meta")
+        # first pass: generate the mutants and the test-coverage stats, test none (no name matches)
+        done = mutmut(work, "run", "--max-children", str(jobs), "no-such-mutant")
         if not meta.exists():
-            raise RuntimeError(f"{name}: mutmut produced no results\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"{name}: mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        chosen = [m for m in json.loads(meta.read_text())["exit_code_by_key"]
+                  if not target.functions or any(_glob(m, pattern) for pattern in target.functions)]
+        if sample is not None and sample < len(chosen):
+            chosen = sorted(random.Random(seed).sample(chosen, sample))
+        mutmut(work, "run", "--max-children", str(jobs), *chosen)
         codes = json.loads(meta.read_text())["exit_code_by_key"]
-        score = Score(name)
-        for mutant, code in codes.items():
-            if target.functions and not any(_glob(mutant, pattern) for pattern in target.functions):
-                continue
+        score = Score(name, population=len(chosen) if sample is None else sample_population(meta, target))
+        for mutant in chosen:
+            code = codes.get(mutant)
             score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
         for mutant, status in score.statuses.items():
             if status in ("survived", "no tests", "not run"):
@@ -138,6 +148,11 @@ def run_module(name: str, target: Target, jobs: int) -> Score:
                     score.equivalent[mutant] = reason
     score.seconds = time.monotonic() - started
     return score
+
+
+def sample_population(meta: Path, target: Target) -> int:
+    return sum(1 for m in json.loads(meta.read_text())["exit_code_by_key"]
+               if not target.functions or any(_glob(m, pattern) for pattern in target.functions))
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -160,19 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested in parallel")
     parser.add_argument("--survivors", action="store_true", help="print every surviving mutant's diff")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--sample", type=int, help="test only this many mutants per module, drawn at random")
+    parser.add_argument("--seed", type=int, default=16, help="seed of the --sample draw")
     args = parser.parse_args(argv)
     unknown = set(args.modules) - set(MODULES)
     if unknown:
         parser.error(f"unknown module(s): {', '.join(sorted(unknown))}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"mutmut over the fast suite; machine: {os.cpu_count()} CPUs, {load}")
-    print(f"{'module':<18} {'mutants':>7} {'killed':>6} {'survived':>8} {'unreached':>9} {'equiv':>5} {'score':>6} {'time':>7}")
+    print(f"{'module':<18} {'in scope':>8} {'tested':>6} {'killed':>6} {'survived':>8} {'unreached':>9} {'equiv':>5} "
+          f"{'score':>6} {'time':>7}")
     report = {}
     for name in args.modules or list(MODULES):
-        s = run_module(name, MODULES[name], args.jobs)
-        print(f"{name:<18} {len(s.statuses):>7} {s.killed:>6} {s.count('survived'):>8} "
+        s = run_module(name, MODULES[name], args.jobs, args.sample, args.seed)
+        print(f"{name:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
               f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.seconds:>6.0f}s", flush=True)
-        report[name] = {"mutants": len(s.statuses), "killed": s.killed, "survived": s.count("survived"),
+        report[name] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
+                        "survived": s.count("survived"),
                         "unreached": s.count("no tests", "not run"), "equivalent": s.equivalent, "score": s.score,
                         "seconds": round(s.seconds), "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
         if args.survivors:
