@@ -161,6 +161,7 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     assert result.exit_code == 0 and "does not implement speculators' norm_before_residual" in result.output
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
+    assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
 
 
 def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):
