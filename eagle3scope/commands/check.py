@@ -2,7 +2,9 @@
 
 Exit status: 0 when no violation at or above ``--fail-on`` (default: error) fired at any point of
 the recording and every floor given (``--min-accept-length``, ``--min-per-position``) holds, 1 when
-not, 2 when the file cannot be read as a session. ``--junit FILE`` writes the same verdict as JUnit XML.
+not, 2 when the file cannot be read as a session, 3 when nothing failed but parts of the file were
+damaged (listed as read errors; the verdict covers the rest). ``--junit FILE`` writes the same
+verdict as JUnit XML.
 """
 
 from __future__ import annotations
@@ -101,19 +103,22 @@ def thresholds_from(fail_on: str, min_accept_length: float | None, min_per_posit
 
 def conclude(ctx: click.Context, result: dict, thresholds: Thresholds, *, as_json: bool, junit_path: str | None,
              suite: str, elapsed_s: float, properties: dict, incomplete: str | None = None) -> None:
-    """Judge, print, write JUnit, exit: the shared tail of ``check`` and ``gate``."""
+    """Judge, print, write JUnit, exit: the shared tail of ``check`` and ``gate``.
+
+    A failed check exits 1 even on incomplete evidence (what was seen is already wrong); only when
+    nothing failed does ``incomplete`` (too few steps, damaged file parts) exit 3.
+    """
     checks = judge(result, thresholds)
+    failed = not all(c.passed for c in checks)
     if incomplete:
-        checks.append(Check("run", "collected", False, incomplete))
+        checks.append(Check("run", "complete", False, incomplete))
     result["gate"] = verdict(checks)
     click.echo(json.dumps(result) if as_json else render_text(result))
     if incomplete and not as_json:
         click.echo(f"INCOMPLETE: {incomplete}", err=True)
     if junit_path:
         write_junit(junit_path, checks, suite=suite, elapsed_s=elapsed_s, properties=properties)
-    if incomplete:
-        ctx.exit(EXIT_INCOMPLETE)
-    ctx.exit(EXIT_PASS if result["gate"]["passed"] else EXIT_FAIL)
+    ctx.exit(EXIT_FAIL if failed else EXIT_INCOMPLETE if incomplete else EXIT_PASS)
 
 
 @click.command(help=__doc__)
@@ -139,5 +144,6 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
     result = report(state, state.violations(), errors, complete)
+    damaged = f"{len(errors)} damaged part(s) of the file skipped (see read errors)" if errors else None
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
-             elapsed_s=time.monotonic() - started, properties={"recording": file})
+             elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)
