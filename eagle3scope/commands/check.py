@@ -14,19 +14,10 @@ import time
 
 import click
 
-from eagle3scope.analysis import SessionState, Violation, analyse
-from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, judge, \
-    parse_floors, verdict
+from eagle3scope.analysis import analyse
+from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
+    check_result, judge, parse_floors, verdict
 from eagle3scope.gate.junit import write_junit
-
-
-def report(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
-    """The ``--json`` object: summary plus every violation that fired."""
-    summary = state.acceptance.summary()
-    summary["publishers"] = sorted(state.publishers)
-    summary["frames"] = state.frames
-    summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
-    return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 
 def _fmt(value: object) -> str:
@@ -143,7 +134,7 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
         state = analyse(frame for _, frame in reader.frames())
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
-    result = report(state, state.violations(), errors, complete)
+    result = check_result(state, state.violations(), errors, complete)
     damaged = f"{len(errors)} damaged part(s) of the file skipped (see read errors)" if errors else None
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
              elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.analysis import SessionState, analyse
+from eagle3scope.gate import check_result
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
 HISTORY_STEPS = 20_000
@@ -33,14 +34,13 @@ class Analysed:
 
 
 def analyse_file(path: str | Path) -> Analysed:
-    from eagle3scope.commands.check import report
     from eagle3scope.store import SessionReader
 
     with SessionReader(path) as reader:
         state = analyse((frame for _, frame in reader.frames()), state=SessionState(history=HISTORY_STEPS))
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
-    return Analysed(Path(path), state, report(state, state.violations(), errors, complete))
+    return Analysed(Path(path), state, check_result(state, state.violations(), errors, complete))
 
 
 # -- plots ---------------------------------------------------------------------------------------
