@@ -1,9 +1,9 @@
 """Exporter cost: CPU at N steps/s, scrape time, and memory with 64 publishers.
 
 1. CPU: publisher processes (the shim's real :class:`Publisher`, synthetic top-k 1 steps) send a
-   fixed total rate to a real ``eagle3scope exporter`` process, scraped once a second as Prometheus
-   would; the exporter's utime+stime is read from /proc over a window after a warm-up. The steps it
-   counted (``eagle3scope_steps_total``) are compared with the steps sent.
+   fixed total rate for ``--seconds`` to a real ``eagle3scope exporter`` process, scraped once a
+   second as Prometheus would; the exporter's utime+stime (/proc) from before the first step until
+   it has counted every step sent (``eagle3scope_steps_total``), divided by the seconds of load.
 2. Scrape time: wall time of ``GET /metrics`` (median and p95 of 50) with 1 and 64 publishers.
 3. Memory: the exporter's resident set before any publisher and after 64 publishers sent
    ``--steps-each`` steps each (its state per publisher is bounded: a 512-request-step window).
@@ -113,21 +113,27 @@ def sent_counts(procs: list[Process]) -> tuple[int, int]:
     return sent, dropped
 
 
-def bench_cpu(rate: int, seconds: float, bs: int, publishers: int, warmup: float = 3.0) -> dict:
+def bench_cpu(rate: int, seconds: float, bs: int, publishers: int) -> dict:
+    """CPU the exporter spends on ``seconds`` of load at ``rate`` steps/s (scraped once a second),
+    counted from before the first step until it has counted every step sent: CPU seconds per second
+    of load, which holds whether or not a busy machine let it keep pace in real time."""
     endpoints = endpoints_for(publishers)
     exporter = ExporterProcess(endpoints)
     try:
-        procs = run_publishers(endpoints, rate / publishers, warmup + seconds, bs, delay=2.0)
-        time.sleep(2.0 + warmup)
-        c0, t0 = cpu_seconds(exporter.proc.pid), time.monotonic()
-        while time.monotonic() - t0 < seconds:
+        procs = run_publishers(endpoints, rate / publishers, seconds, bs, delay=2.0)
+        time.sleep(1.0)
+        c0 = cpu_seconds(exporter.proc.pid)
+        while any(p.is_alive() for p in procs):
             exporter.scrape()  # a Prometheus scraping every second
             time.sleep(1.0)
-        cores = (cpu_seconds(exporter.proc.pid) - c0) / (time.monotonic() - t0)
         sent, dropped = sent_counts(procs)
-        time.sleep(1.0)
-        counted = exporter.total("eagle3scope_steps_total")
-        return {"rate": rate, "cores": cores, "sent": sent, "dropped_by_shim": dropped, "counted": int(counted)}
+        counted, deadline = 0, time.monotonic() + 120
+        while counted < sent and time.monotonic() < deadline:
+            counted = int(exporter.total("eagle3scope_steps_total"))
+            time.sleep(0.5)
+        cpu = cpu_seconds(exporter.proc.pid) - c0
+        return {"rate": rate, "cores": cpu / seconds, "us_per_step": cpu / max(counted, 1) * 1e6, "sent": sent,
+                "dropped_by_shim": dropped, "counted": counted}
     finally:
         exporter.close()
 
@@ -141,6 +147,8 @@ def scrape_times(exporter: ExporterProcess, n: int = 50) -> dict:
 
 
 def bench_fleet(publishers: int, steps_each: int, bs: int) -> dict:
+    """Resident memory and scrape time once ``publishers`` sent ``steps_each`` steps each and the
+    exporter counted them all (frames still queued in its socket would count as memory otherwise)."""
     endpoints = endpoints_for(publishers)
     exporter = ExporterProcess(endpoints)
     try:
@@ -148,12 +156,32 @@ def bench_fleet(publishers: int, steps_each: int, bs: int) -> dict:
         rss_before = rss_mb(exporter.proc.pid)
         procs = run_publishers(endpoints, steps_each / 5.0, 5.0, bs, delay=2.0)
         sent, dropped = sent_counts(procs)
-        time.sleep(2.0)
-        counted = exporter.total("eagle3scope_steps_total")
+        counted, deadline = 0, time.monotonic() + 180
+        while counted < sent and time.monotonic() < deadline:
+            counted = int(exporter.total("eagle3scope_steps_total"))
+            time.sleep(1.0)
         return {"publishers": publishers, "rss_before_mb": rss_before, "rss_after_mb": rss_mb(exporter.proc.pid),
-                "sent": sent, "counted": int(counted), "dropped_by_shim": dropped, "scrape": scrape_times(exporter)}
+                "sent": sent, "counted": counted, "dropped_by_shim": dropped, "scrape": scrape_times(exporter)}
     finally:
         exporter.close()
+
+
+def scrape_cpu(publishers: int, steps_each: int, bs: int, n: int = 20) -> float:
+    """CPU milliseconds of one scrape (collect + exposition) in-process, ``publishers`` known."""
+    from prometheus_client import generate_latest
+
+    from eagle3scope.exporter.service import Exporter
+    from eagle3scope.wire import decode_frame
+    from synthetic import session_frames
+
+    with Exporter([endpoints_for(1)[0]], "127.0.0.1:0") as exporter:
+        for i in range(publishers):
+            exporter.fleet.ingest(decode_frame(raw) for raw in session_frames(steps_each, src=f"bench:{i}:dp0", bs=bs))
+        generate_latest(exporter.registry)
+        t = time.process_time()
+        for _ in range(n):
+            generate_latest(exporter.registry)
+        return (time.process_time() - t) / n * 1e3
 
 
 def main() -> None:
@@ -169,13 +197,15 @@ def main() -> None:
     for rate in args.rates:
         r = bench_cpu(rate, args.seconds, args.bs, args.cpu_publishers)
         print(f"CPU at {rate:,} steps/s (bs={args.bs}, {args.cpu_publishers} publishers, scraped 1/s): "
-              f"{r['cores']:.2f} cores; sent {r['sent']:,}, counted {r['counted']:,}, dropped by shim {r['dropped_by_shim']}")
+              f"{r['cores']:.2f} cores ({r['us_per_step']:.0f} us CPU per step); sent {r['sent']:,}, "
+              f"counted {r['counted']:,}, dropped by shim {r['dropped_by_shim']}")
     for n in (1, args.publishers):
         r = bench_fleet(n, args.steps_each, args.bs)
         s = r["scrape"]
         print(f"{n} publisher(s), {r['sent']:,} steps sent, {r['counted']:,} counted: RSS {r['rss_before_mb']:.1f} MB "
               f"-> {r['rss_after_mb']:.1f} MB; scrape median {s['median_ms']:.1f} ms, p95 {s['p95_ms']:.1f} ms, "
-              f"{s['samples']:,} samples, {s['bytes'] / 1e3:.0f} kB")
+              f"{s['samples']:,} samples, {s['bytes'] / 1e3:.0f} kB; one scrape costs "
+              f"{scrape_cpu(n, args.steps_each, args.bs):.1f} ms CPU (in-process)")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
