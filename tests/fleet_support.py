@@ -10,7 +10,9 @@ exporter saw, for ``check``), and the live ``gate`` command once the server is u
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +22,10 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+import pytest
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "examples/monitoring/grafana/dashboards/json/eagle3scope.json"
 
 SCRAPE_S = 1.0
 
@@ -136,6 +142,77 @@ def metric_value(text: str, name: str) -> float | None:
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
               if line.startswith(name + "{") or line.startswith(name + " ")]
     return sum(values) if values else None
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+
+
+def panel_expr(title: str) -> str:
+    (expr,) = [e for t, e in dashboard_queries() if t == title]
+    return expr
+
+
+def bind(expr: str, publisher: str, window_s: int) -> str:
+    """What Grafana sends for one publisher and a time range covering the run."""
+    out = expr.replace("$model", ".*").replace("$publisher", re.escape(publisher).replace("\\", "\\\\"))
+    out = out.replace("$__rate_interval", f"{window_s}s").replace("$__range", f"{window_s}s")
+    assert "$" not in out, out
+    return out
+
+
+def values(result: list[dict], key: str | None = None) -> dict:
+    return {(r["metric"].get(key) if key else None): float(r["value"][1]) for r in result}
+
+
+def assert_dashboard_matches_check(fleet: dict, report: dict) -> dict:
+    """The dashboard's queries, bound to the run's publisher over the whole run and evaluated by
+    Prometheus at its end, equal ``check --json`` (``report``) on a recording of the same frames.
+    Returns the violations as {(rule, severity): active}."""
+    prom, t0, t1, scenario = fleet["prometheus"], fleet["t_start"], fleet["t_end"], fleet["scenario"]
+    summary = report["summary"]
+    (publisher,) = summary["publishers"]
+    k = len(summary["per_position"])
+    window = math.ceil(t1 - t0) + 2
+    q = lambda title: prom.query(bind(panel_expr(title), publisher, window), t1)  # noqa: E731
+
+    # raw counters at the end of the run: exactly the recording's
+    sel = f'{{scenario="{scenario}"}}'
+    assert values(prom.query(f"sum(eagle3scope_steps_total{sel})", t1))[None] == summary["steps"]
+    assert values(prom.query(f"sum(eagle3scope_request_steps_total{sel})", t1))[None] == summary["request_steps"]
+
+    # the dashboard's per-position acceptance over the run is check's per-position acceptance
+    per_position = values(q("Per-position acceptance over the range"), "position")
+    for i, rate in enumerate(summary["per_position"], start=1):
+        if rate is None:
+            assert str(i) not in per_position or math.isnan(per_position[str(i)])
+        else:
+            assert per_position[str(i)] == pytest.approx(rate, rel=1e-9), (i, per_position)
+    mean = values(q("Mean acceptance length"))[None]
+    assert mean == pytest.approx(summary["mean_accept_length"], rel=1e-9)
+
+    # the histogram and the unconditional (vLLM-style) rates follow from check's histogram
+    hist, n = summary["histogram"], summary["request_steps"]
+    at_least = [sum(hist[j:]) for j in range(k + 1)]
+    vllm = values(q("Acceptance by draft position (vLLM-style)"), "position")
+    for i in range(1, k + 1):
+        assert vllm[str(i)] == pytest.approx(at_least[i] / n, rel=1e-9)
+    buckets = values(q("Accept-length distribution"), "le")
+    for length in range(1, k + 2):
+        assert buckets[str(length)] / buckets["+Inf"] == pytest.approx(1 - at_least[length] / n if length <= k else 1.0)
+
+    # the violation gauges are check's violations, active or healed
+    got = {(r["metric"]["rule"], r["metric"]["severity"]): float(r["value"][1])
+           for r in prom.query(f"eagle3scope_violation_active{sel}", t1)}
+    want = {(v["id"], v["severity"]): 1.0 if v["active"] else 0.0 for v in report["violations"]}
+    assert got == want
+    table = {(r["metric"]["rule"], r["metric"]["severity"]): float(r["value"][1]) for r in q("Violations")}
+    assert table == want
+    errors = values(q("Active violations"), "severity")
+    assert errors.get("error", 0.0) == sum(1 for v in report["violations"] if v["active"] and v["severity"] == "error")
+
+    return want
 
 
 #: The gate the fixture runs against the live scenario servers, and its floor.
