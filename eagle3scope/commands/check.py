@@ -2,8 +2,8 @@
 
 Exit status: 0 when no violation at or above ``--fail-on`` (default: error) fired at any point of
 the recording and every floor given (``--min-accept-length``, ``--min-per-position``) holds, 1 when
-not, 2 when the file cannot be read as a session, 3 when nothing failed but parts of the file were
-damaged (listed as read errors; the verdict covers the rest). ``--junit FILE`` writes the same
+not, 2 when the file cannot be read as a session, 3 when everything read passed but parts of the file
+were damaged (listed as read errors; the verdict covers the rest). ``--junit FILE`` writes the same
 verdict as JUnit XML.
 """
 
@@ -59,9 +59,9 @@ def render_text(result: dict) -> str:
 def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from eagle3scope.analysis import RULES
+    from eagle3scope.analysis import CONTRACT_RULES
 
-    for rule in RULES:
+    for rule in CONTRACT_RULES:
         severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
         click.echo(f"{rule.id:26} {severity:14} {rule.title}")
     ctx.exit(0)
@@ -135,6 +135,6 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
     result = check_result(state, state.violations(), errors, complete)
-    damaged = f"{len(errors)} damaged part(s) of the file skipped (see read errors)" if errors else None
+    damaged = f"{len(errors)} damaged part(s) of the recording were skipped" if errors else None
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
              elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)

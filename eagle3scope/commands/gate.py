@@ -62,7 +62,6 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
                 state.ingest(frame)
                 if writer is not None:
                     writer.add(raw, frame)
-            state.violations()
             if writer is not None:
                 writer.tick()
     finally:
@@ -71,6 +70,7 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
         sub.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    state.evaluate_rules()  # the rules ran on ingest's schedule; once more on the last frame, as check does
     elapsed = time.monotonic() - started
     got = state.acceptance.n_steps
     incomplete = None

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3scope.analysis import SessionState, analyse
+from eagle3scope.analysis import SessionState
 from eagle3scope.gate import check_result
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
@@ -37,7 +37,10 @@ def analyse_file(path: str | Path) -> Analysed:
     from eagle3scope.store import SessionReader
 
     with SessionReader(path) as reader:
-        state = analyse((frame for _, frame in reader.frames()), state=SessionState(history=HISTORY_STEPS))
+        state = SessionState(history=HISTORY_STEPS)
+        for _, frame in reader.frames():
+            state.ingest(frame)
+        state.evaluate_rules()  # once more on the last frame, as check's analyse() does
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
     return Analysed(Path(path), state, check_result(state, state.violations(), errors, complete))
