@@ -14,8 +14,8 @@ import time
 
 import click
 
-from eagle3scope.commands.check import conclude, report, threshold_options, thresholds_from
-from eagle3scope.gate import EXIT_UNREADABLE
+from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
+from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 
 
@@ -77,7 +77,7 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     if got < steps:
         why = "interrupted" if interrupted else f"within {timeout:g} s"
         incomplete = f"only {got} of {steps} decode steps arrived {why} from {', '.join(endpoints)}"
-    result = report(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
+    result = check_result(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path,
              suite=f"eagle3scope gate {' '.join(endpoints)}", elapsed_s=elapsed,
              properties={"endpoints": " ".join(endpoints), "steps": got, "record": record_path or ""},
