@@ -95,7 +95,6 @@ class PublisherView:
     src: str
     hello: dict | None = None
     load: dict | None = None
-    heartbeat: dict | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}
     configs: list = field(default_factory=list)  # config bodies, in order
     loss: FrameLoss = field(default_factory=FrameLoss)
@@ -168,9 +167,7 @@ class SessionState:
                 self._steps_since_rules = 0
                 self.evaluate_rules()
             return
-        if kind == "heartbeat":
-            pub.heartbeat = frame.body
-        elif kind == "hello":
+        if kind == "hello":
             self._hello(pub, frame)
         elif kind == "load":
             if pub.load is None:
@@ -180,7 +177,7 @@ class SessionState:
             self._config(pub, frame)
         elif kind == "hook":
             self._hook(pub, frame)
-        else:
+        elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
             self.unknown_frames += 1
         self.evaluate_rules()
 
