@@ -103,12 +103,45 @@ SCENARIO_PROMPTS_SEED = 7
 SCENARIO_NEW_TOKENS = 64
 
 
+#: Scenarios whose shared server also feeds the fleet observers (exporter, Prometheus, live gate).
+FLEET_SCENARIOS = ("healthy", "aux-off")
+
+
 @pytest.fixture(scope="session")
-def scenario_result(demo_models, engine_python, tmp_path_factory):
-    """name -> dict(recording, results, outputs): one real server per scenario for the whole session,
-    with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady workload;
-    ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy answers to four
-    fixed prompts, asked once the workload has stopped (so batching cannot change them)."""
+def shared_prometheus(tmp_path_factory):
+    """() -> a real Prometheus server, started on first use (once per session), or the reason there is none."""
+    from fleet_support import PrometheusServer, prometheus_binary
+
+    box: dict = {}
+
+    def get():
+        if not box:
+            binary = prometheus_binary()
+            if binary is None:
+                box["missing"] = "no prometheus on PATH (make prometheus installs Debian's package)"
+            else:
+                try:
+                    box["server"] = PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"))
+                except RuntimeError as exc:
+                    box["missing"] = str(exc)
+        return box.get("server"), box.get("missing")
+
+    yield get
+    if box.get("server") is not None:
+        box["server"].close()
+
+
+@pytest.fixture(scope="session")
+def scenario_result(demo_models, engine_python, tmp_path_factory, shared_prometheus):
+    """name -> dict(recording, results, outputs[, fleet]): one real server per scenario for the whole
+    session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
+    workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
+    answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
+    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/fleet_support.py)."""
+    from contextlib import ExitStack
+
+    from fleet_support import FleetObservers
+
     from eagle3scope.demo.models import demo_prompts
     from eagle3scope.demo.runner import ScenarioRun
 
@@ -118,14 +151,25 @@ def scenario_result(demo_models, engine_python, tmp_path_factory):
     def get(name: str) -> dict:
         if name not in done:
             path = root / f"{name}.e3s"
-            with ScenarioRun(name, demo_models, control=False, python=engine_python,
-                             log_path=root / f"{name}.log") as run:
-                run.record(path, SCENARIO_STEPS)
-                run.workload.stop()
-                results = list(run.workload.results)
-                outputs = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),
-                                             max_new_tokens=SCENARIO_NEW_TOKENS)
-            done[name] = {"recording": path, "results": results, "outputs": outputs}
+            run = ScenarioRun(name, demo_models, control=False, python=engine_python, log_path=root / f"{name}.log")
+            entry: dict = {"recording": path}
+            with ExitStack() as stack:
+                fleet = None
+                if name in FLEET_SCENARIOS:
+                    prometheus, missing = shared_prometheus()
+                    fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
+                    entry["fleet"] = dict(fleet.result, prometheus=prometheus, prometheus_missing=missing)
+                with run:
+                    if fleet is not None:
+                        fleet.start_gate()
+                    run.record(path, SCENARIO_STEPS)
+                    run.workload.stop()
+                    entry["results"] = list(run.workload.results)
+                    entry["outputs"] = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),
+                                                           max_new_tokens=SCENARIO_NEW_TOKENS)
+            if fleet is not None:
+                entry["fleet"].update(fleet.result)
+            done[name] = entry
         return done[name]
 
     return get

@@ -94,11 +94,11 @@ def command(scenario: str, headless: bool, steps: int, record_path: str | None, 
                 from eagle3scope.tui.app import run_watch
 
                 client = None
-                if run.control:
+                if run.control_endpoint:
                     from eagle3scope.control.client import ControlClient
 
-                    client = ControlClient.from_options(run.control, str(run.token_file))
-                run_watch([run.endpoint], theme=theme, control=client)
+                    client = ControlClient.from_options(run.control_endpoint, str(run.token_file))
+                run_watch([run.endpoint], theme=theme, aux_client=client)
     except (ServerError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

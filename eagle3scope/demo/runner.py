@@ -22,7 +22,7 @@ DEMO_TEMPERATURES = (0.0, 0.8)
 class ScenarioRun:
     """Context manager: ``with ScenarioRun("aux-off", models) as run: run.record(path, steps=200)``.
 
-    ``run.endpoint`` is the shim's event endpoint, ``run.control`` / ``run.token_file`` the aux
+    ``run.endpoint`` is the shim's event endpoint, ``run.control_endpoint`` / ``run.token_file`` the aux
     control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
     ``meta_info`` for comparison with the shim's events. ``temperatures`` are cycled through by
     the workload's requests (default DEMO_TEMPERATURES).
@@ -36,13 +36,13 @@ class ScenarioRun:
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
         self.endpoint = fresh_ipc_endpoint("events")
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
-        self.control = self.token_file = None
+        self.control_endpoint = self.token_file = None
         if control:
             from eagle3scope.wire.token import create_token_file
 
             self.token_file = create_token_file()
-            self.control = fresh_ipc_endpoint("control")
-            env.update(EAGLE3SCOPE_CONTROL=self.control, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
+            self.control_endpoint = fresh_ipc_endpoint("control")
+            env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
                                    extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens

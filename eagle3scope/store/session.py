@@ -45,7 +45,8 @@ from eagle3scope.wire.schema import MAX_FRAME_BYTES
 from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
 
 STORE_FORMAT = 1
-STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
+#: kinds indexed apart from the batches, so a seek can re-send what was known before its target
+SEEK_STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 _DEDUP_KINDS = ("hello", "load", "config", "hook")  # re-sent unchanged: keep a row only on change
 _MAX_BATCH_FRAMES = 1 << 16
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
@@ -209,7 +210,7 @@ class SessionWriter:
             seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
-        elif kind in STATE_KINDS:
+        elif kind in SEEK_STATE_KINDS:
             self._note_state(idx, raw, frame)
         if (len(pending) >= self._batch_frames or self._pending_bytes >= self._max_pending_bytes
                 or time.monotonic() - self._batch_started >= self._batch_s):
