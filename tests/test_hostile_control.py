@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire.control_protocol import MAX_MESSAGE_BYTES, REPLAY_WINDOW_S, pack, sign, unpack
-from eagle3scope_shim import control as shim_control
+from eagle3scope_shim import aux_channel
 from hostile_support import Tally, hostile_values
-from test_aux_control import channel  # noqa: F401  (the fixture: a started Control over a stand-in target)
+from test_aux_control import channel  # noqa: F401  (the fixture: a started AuxChannel over a stand-in target)
 
 CONTROL = Tally("control", "control channel")
 
@@ -169,7 +169,7 @@ def test_wrong_token_flood_is_rate_limited_and_valid_clients_still_pass(channel)
     elapsed = time.monotonic() - t0
     CONTROL.add(cases=n)
     assert ctl.refused_tokens >= n
-    assert answers <= 2 * shim_control.FAILURE_RATE + elapsed * shim_control.FAILURE_RATE + 1
+    assert answers <= 2 * aux_channel.FAILURE_RATE + elapsed * aux_channel.FAILURE_RATE + 1
     assert ctl.dropped >= n - answers - 1
     _still_serves(client)
 

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eagle3scope.analysis import SessionState
-from eagle3scope.commands.check import render_text, report
+from eagle3scope.commands.check import render_text
+from eagle3scope.gate import check_result
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.rows import step_rows
@@ -118,7 +119,7 @@ def test_hostile_frames_never_escape_and_good_frames_after_them_are_all_kept(tmp
                     if raw is not bad:
                         good.append(frame.to_dict())
         state.violations()
-        result = report(state, state.violations(), [])
+        result = check_result(state, state.violations(), [])
         json.dumps(result)
         render_text(result)
         with SessionReader(path) as reader:
