@@ -49,7 +49,7 @@ MUTATIONS = [
      "_progress(err, writer.steps, writer.frames, len(sub.sources), 0, sub.bad_frames, writer.bytes,\n"
      "                  time.monotonic() - started", ["tests/test_record_loss.py"]),
     ("record: loss counts not kept in the session file", RECORD,
-     "        writer.note_loss(sub.loss())\n        writer.close()", "        writer.close()",
+     "writer.note_loss(sub.loss())\n            writer.close()", "writer.close()",
      ["tests/test_record_loss.py"]),
 ]
 

@@ -194,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                         "survived": s.count("survived"),
                         "unreached": s.count("no tests", "not run"), "equivalent": s.equivalent, "score": s.score,
                         "seconds": round(s.seconds), "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
+        if args.json:  # after each module: a long run keeps what it has measured
+            args.json.write_text(json.dumps(report, indent=2))
         if args.survivors:
             for mutant, diff in s.diffs.items():
                 if mutant not in s.equivalent:
                     print(f"--- {mutant} ({s.statuses[mutant]})\n{diff}")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -234,3 +234,22 @@ def deepseek_target(path: Path, layers: int = 61, arch: str = "DeepseekV3ForCaus
     (path / "config.json").write_text(json.dumps({**llama_fields(), "architectures": [arch], "model_type": "deepseek_v3",
                                                   "num_hidden_layers": layers}))
     return path
+
+
+def producer_layout(name: str, root: Path) -> tuple[Path, Path]:
+    """(draft dir, target dir) of one producer's layout."""
+    llama, deepseek = target(root / "llama-target"), deepseek_target(root / "ds-target")
+    upper = {k.replace("layers.", "midlayer."): v for k, v in modelopt_tensors(2).items()}
+    return {
+        "speculators": lambda: (write(root / name, tensors("layers.0."), speculators_config()), llama),
+        "speculators-converted": lambda: (write(root / name, tensors("layers.0."), speculators_converted_config()), llama),
+        "specforge": lambda: (specforge(root / name), llama),
+        "sglang": lambda: (write(root / name, tensors(), sglang_canonical_config()), llama),
+        "specforge-kimi": lambda: (write(root / name, tensors(), specforge_kimi_config()), deepseek),
+        "modelopt": lambda: (write(root / name, modelopt_tensors(), modelopt_config()), llama),
+        "modelopt-kimi": lambda: (write(root / name, modelopt_tensors(), modelopt_config(target_layers=61)), deepseek),
+        "modelopt-2-layers": lambda: (write(root / name, modelopt_tensors(2), modelopt_config(2)), llama),
+        "midlayer-N": lambda: (write(root / name, upper, modelopt_config(2)), llama),
+        "modelopt-mla": lambda: (write(root / name, modelopt_mla_tensors(), modelopt_mla_config()), deepseek),
+        "eagle": lambda: (write(root / name, eagle_authors_tensors(), eagle_authors_config()), llama),
+    }[name]()

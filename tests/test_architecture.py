@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,13 +42,15 @@ def test_shim_forbids_every_viewer_package():
 
 
 @pytest.mark.parametrize("module", ["eagle3scope_shim", *(f"eagle3scope_shim.{m}" for m in SHIM_MODULES)])
-def test_each_shim_module_imports_alone(module):
+def test_each_shim_module_imports_alone(module, request):
     """A fresh interpreter imports the module on its own (no cycle needs another one loaded first)
     and loads neither torch nor SGLang doing so."""
+    python = sys.executable
     if module.endswith(".syncguard") and importlib.util.find_spec("torch") is None:
-        pytest.skip("the sync guard is a TorchFunctionMode: it needs torch (the engine venv)")
+        python = str(request.getfixturevalue("engine_python"))  # the guard is a TorchFunctionMode: torch's venv
     code = f"import {module}, sys; print(sorted(m for m in {LATE_IMPORTS!r} if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'instrumentation'}"})
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = done.stdout.strip()
     assert loaded == ("['torch']" if module.endswith(".syncguard") else "[]"), loaded

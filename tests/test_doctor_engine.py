@@ -16,7 +16,7 @@ from conftest import run_engine_python
 from safetensors import safe_open
 
 import draft_checkpoints as dc
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.diagnose import UNUSED_PARAM, diagnose
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
 from eagle3scope.doctor.repair import fix_checkpoint
 
@@ -156,3 +156,32 @@ def test_real_speculators_drafts_are_diagnosed_fixed_and_load_fully(tmp_path, en
         assert probe["written"] == sorted(probe["params"]) and probe["partly"] == [], probe["draft"]
     probe = _probe_0510(engine_python_0510, fixed["trained"])
     assert probe["decoder_module"] == "midlayer" and probe["params_not_loaded"] == [] and probe["finite"]
+
+
+LLAMA_LAYOUTS = ("specforge", "sglang", "specforge-kimi", "modelopt", "modelopt-2-layers", "midlayer-N", "eagle")
+
+
+def test_producer_layouts_load_as_the_doctor_says_on_0_5_23(tmp_path, engine_python):
+    """Every Llama-class producer layout through 0.5.23's own loader: as written, the parameters the
+    doctor calls unwritten are the ones the loader leaves alone; fix's copy writes every parameter."""
+    drafts, predicted = [], {}
+    for name in LLAMA_LAYOUTS:
+        draft, target = dc.producer_layout(name, tmp_path / name)
+        dx = diagnose(draft, sglang_version="0.5.23", target_dir=target)
+        unwritten = {f.evidence["left_random"] for f in dx.findings if f.id == "weights-unused"}
+        unwritten |= {p for f in dx.findings if f.id == "weights-dropped" for p in f.evidence["params_left_random"]}
+        predicted[str(draft)] = unwritten
+        drafts.append(draft)
+        if dx.exit_code:
+            out = tmp_path / name / "fixed"
+            fix_checkpoint(draft, out, sglang_version="0.5.23", target_dir=target)
+            predicted[str(out)] = set()
+            drafts.append(out)
+    done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py", *map(str, drafts), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probes = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(probes) == len(drafts)
+    for probe in probes:
+        left = set(probe["params"]) - set(probe["written"]) - {"model.embed_tokens.weight"}  # the target's
+        left -= {p for p in left if UNUSED_PARAM.search(p)}  # allocated, never applied
+        assert left == predicted[probe["draft"]], probe["draft"]

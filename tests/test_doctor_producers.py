@@ -21,25 +21,6 @@ from eagle3scope.doctor.diagnose import diagnose
 VERSIONS = ("0.5.10", "0.5.23")
 
 
-def build(name: str, root):
-    """(draft dir, target dir) of one producer's layout."""
-    llama, deepseek = dc.target(root / "llama-target"), dc.deepseek_target(root / "ds-target")
-    upper = {k.replace("layers.", "midlayer."): v for k, v in dc.modelopt_tensors(2).items()}
-    return {
-        "speculators": lambda: (dc.write(root / name, dc.tensors("layers.0."), dc.speculators_config()), llama),
-        "speculators-converted": lambda: (dc.write(root / name, dc.tensors("layers.0."), dc.speculators_converted_config()), llama),
-        "specforge": lambda: (dc.specforge(root / name), llama),
-        "sglang": lambda: (dc.write(root / name, dc.tensors(), dc.sglang_canonical_config()), llama),
-        "specforge-kimi": lambda: (dc.write(root / name, dc.tensors(), dc.specforge_kimi_config()), deepseek),
-        "modelopt": lambda: (dc.write(root / name, dc.modelopt_tensors(), dc.modelopt_config()), llama),
-        "modelopt-kimi": lambda: (dc.write(root / name, dc.modelopt_tensors(), dc.modelopt_config(target_layers=61)), deepseek),
-        "modelopt-2-layers": lambda: (dc.write(root / name, dc.modelopt_tensors(2), dc.modelopt_config(2)), llama),
-        "midlayer-N": lambda: (dc.write(root / name, upper, dc.modelopt_config(2)), llama),
-        "modelopt-mla": lambda: (dc.write(root / name, dc.modelopt_mla_tensors(), dc.modelopt_mla_config()), deepseek),
-        "eagle": lambda: (dc.write(root / name, dc.eagle_authors_tensors(), dc.eagle_authors_config()), llama),
-    }[name]()
-
-
 #: producer -> (recognised as, {release: finding ids that are errors}); no warnings anywhere.
 EXPECTED = {
     "speculators": ("speculators", {"0.5.10": {"weights-dropped", "config-speculators-format"},
@@ -64,7 +45,7 @@ EXPECTED = {
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("producer", sorted(EXPECTED))
 def test_verdicts(tmp_path, producer, version, with_target):
-    draft, target = build(producer, tmp_path)
+    draft, target = dc.producer_layout(producer, tmp_path)
     report = diagnose(draft, sglang_version=version, target_dir=target if with_target else None).to_dict()
     name, errors = EXPECTED[producer]
     assert report["producer"]["name"] == name
@@ -81,7 +62,7 @@ FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", 
 @pytest.mark.parametrize("with_target", [False, True], ids=["no-target", "target"])
 @pytest.mark.parametrize("producer", FIXABLE)
 def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_target):
-    draft, target = build(producer, tmp_path)
+    draft, target = dc.producer_layout(producer, tmp_path)
     args = ["--target", str(target)] if with_target else []
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), *args])
     assert result.exit_code == 0, result.output
@@ -97,7 +78,7 @@ def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_targ
 
 def test_seeds_case_first_line_and_a_copy_clean_on_both_releases(tmp_path):
     """speculators' layers.0.* draft for an old release: the first line names the silent skip."""
-    draft, target = build("speculators", tmp_path)
+    draft, target = dc.producer_layout("speculators", tmp_path)
     out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", "0.5.10"]).output
     assert out.splitlines()[0] == "`layers.0.*` will be silently skipped by SGLang 0.5.10"
     assert max(map(len, out.splitlines())) <= WIDTH
@@ -161,6 +142,7 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     assert result.exit_code == 0 and "does not implement speculators' norm_before_residual" in result.output
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
+    assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
 
 
 def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):

@@ -1,7 +1,7 @@
 """Damaged, truncated, tampered and bombed recordings through every reader, and the recorder's accidents.
 
-Readers (``check``, ``export``, ``replay --headless``) run through the real CLI on each damaged
-copy: each ends with an exit status and at most one-line errors, never a traceback; ``check``
+Readers (``check``, ``export``, ``replay --headless``, ``salvage``) run through the real CLI on each
+damaged copy: each ends with an exit status and at most one-line errors, never a traceback; ``check``
 never reports fewer steps than the file holds without a read error and a non-zero exit (a silent
 loss); nothing a reader opens is modified. ``salvage`` recovers the intact batches. The recorder
 is killed (SIGKILL: at most ~100 ms lost), copied without its ``-wal`` while live (at most the
@@ -76,7 +76,9 @@ def _read_all(path: Path, tally: Tally = RECORDINGS) -> dict:
     out = {}
     for name, args in (("check", ["check", str(path), "--json"]),
                        ("export", ["export", str(path), "--format", "jsonl", "--out", str(path) + ".jsonl"]),
-                       ("replay", ["replay", str(path), "--headless", "--no-pace", "--json"])):
+                       ("replay", ["replay", str(path), "--headless", "--no-pace", "--json"]),
+                       ("salvage", ["salvage", str(path), "--out", str(path) + ".salvaged"])):
+        Path(str(path) + ".salvaged").unlink(missing_ok=True)
         result = runner.invoke(main, args)
         tally.add(cases=1)
         if "Traceback" in result.output or "Traceback" in (result.stderr or ""):
@@ -101,7 +103,7 @@ def _read_all(path: Path, tally: Tally = RECORDINGS) -> dict:
 
 def _copy(pristine: Path, tmp: Path) -> Path:
     path = tmp / "damaged.e3s"
-    for suffix in ("", "-wal", "-shm", ".jsonl"):
+    for suffix in ("", "-wal", "-shm", ".jsonl", ".salvaged"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     shutil.copyfile(pristine, path)
     return path

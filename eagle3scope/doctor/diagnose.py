@@ -305,7 +305,10 @@ def _recognise(dx: Diagnosis) -> None:
     dx.assumptions += dx.producer.assumptions
     record = (ckpt.config or {}).get(FIX_KEY)
     if isinstance(record, dict):
-        dx.notes += [n for n in record.get("notes") or [] if isinstance(n, str)]
+        for note in [n for n in record.get("notes") or [] if isinstance(n, str)][:8]:
+            dx.notes.append(note)
+            dx.add("producer-flag-ignored", "warning", "fix recorded a training flag SGLang does not apply",
+                   {"note": note[:300]}, "Expect lower acceptance than in training, or retrain without the flag.")
         if dx.target_class is None and isinstance(record.get("target_class"), str):
             dx.target_class = record["target_class"]
             dx.assumptions.append(f"target class {dx.target_class}, as recorded by fix (pass --target to check "

@@ -67,6 +67,13 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
 
 
+def _next_steps(dx: Diagnosis) -> str:
+    """The doctor's own fix hints for the errors fix leaves (the most important first)."""
+    steps = [f.fix for f in dx.ordered() if f.severity == "error" and f.fix and "eagle3scope fix" not in f.fix]
+    steps = list(dict.fromkeys(steps))[:2]
+    return (". Next: " + " Then: ".join(steps)) if steps else ""
+
+
 def versions_for(spec: str | None) -> tuple[list[str], bool]:
     """``--for-sglang`` -> the releases, and whether they were named (False: the default)."""
     if spec:
@@ -102,10 +109,10 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
         raise FixRefused("no SGLang release can serve this draft: " + "; ".join(notes))
     for dx in serving:
         if dx.refusals:
-            raise FixRefused(f"SGLang {dx.sglang_version}: " + "; ".join(dx.refusals))
+            raise FixRefused(f"SGLang {dx.sglang_version}: " + "; ".join(dx.refusals) + _next_steps(dx))
         left = _unrepaired(dx)
         if left:
-            raise FixRefused(f"SGLang {dx.sglang_version}: errors fix cannot repair: " + "; ".join(left))
+            raise FixRefused(f"SGLang {dx.sglang_version}: errors fix cannot repair: " + "; ".join(left) + _next_steps(dx))
     base = serving[0]  # the oldest release: the names its loader needs are mapped by the newer ones too
     config = _config_for_all(serving)
     result = FixResult(out, before=base, versions=[dx.sglang_version for dx in serving])
