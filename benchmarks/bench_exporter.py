@@ -146,7 +146,7 @@ def scrape_times(exporter: ExporterProcess, n: int = 50) -> dict:
             "bytes": len(text)}
 
 
-def bench_fleet(publishers: int, steps_each: int, bs: int) -> dict:
+def bench_fleet(publishers: int, steps_each: int, bs: int, seconds: float) -> dict:
     """Resident memory and scrape time once ``publishers`` sent ``steps_each`` steps each and the
     exporter counted them all (frames still queued in its socket would count as memory otherwise)."""
     endpoints = endpoints_for(publishers)
@@ -154,20 +154,26 @@ def bench_fleet(publishers: int, steps_each: int, bs: int) -> dict:
     try:
         time.sleep(1.0)
         rss_before = rss_mb(exporter.proc.pid)
-        procs = run_publishers(endpoints, steps_each / 5.0, 5.0, bs, delay=2.0)
+        procs = run_publishers(endpoints, steps_each / seconds, seconds, bs, delay=2.0)
         sent, dropped = sent_counts(procs)
-        counted, deadline = 0, time.monotonic() + 180
+        counted, lost, deadline = 0, 0, time.monotonic() + 180
         while counted < sent and time.monotonic() < deadline:
             counted = int(exporter.total("eagle3scope_steps_total"))
+            lost = int(exporter.total("eagle3scope_frames_lost_total"))
             time.sleep(1.0)
         return {"publishers": publishers, "rss_before_mb": rss_before, "rss_after_mb": rss_mb(exporter.proc.pid),
-                "sent": sent, "counted": counted, "dropped_by_shim": dropped, "scrape": scrape_times(exporter)}
+                "sent": sent, "counted": counted, "lost": lost, "dropped_by_shim": dropped,
+                "scrape": scrape_times(exporter)}
     finally:
         exporter.close()
 
 
-def scrape_cpu(publishers: int, steps_each: int, bs: int, n: int = 20) -> float:
-    """CPU milliseconds of one scrape (collect + exposition) in-process, ``publishers`` known."""
+def in_process(publishers: int, steps_each: int, bs: int, n: int = 20) -> tuple[float, float]:
+    """(CPU ms of one scrape: collect + exposition, Python heap MB of the fleet state) in-process,
+    with ``publishers`` that sent ``steps_each`` steps each."""
+    import gc
+    import tracemalloc
+
     from prometheus_client import generate_latest
 
     from eagle3scope.exporter.service import Exporter
@@ -175,23 +181,30 @@ def scrape_cpu(publishers: int, steps_each: int, bs: int, n: int = 20) -> float:
     from synthetic import session_frames
 
     with Exporter([endpoints_for(1)[0]], "127.0.0.1:0") as exporter:
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
         for i in range(publishers):
             exporter.fleet.ingest(decode_frame(raw) for raw in session_frames(steps_each, src=f"bench:{i}:dp0", bs=bs))
+        gc.collect()
+        heap = (tracemalloc.get_traced_memory()[0] - base) / 1e6
+        tracemalloc.stop()
         generate_latest(exporter.registry)
         t = time.process_time()
         for _ in range(n):
             generate_latest(exporter.registry)
-        return (time.process_time() - t) / n * 1e3
+        return (time.process_time() - t) / n * 1e3, heap
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--rates", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--bs", type=int, default=4)
     parser.add_argument("--cpu-publishers", type=int, default=4, help="Publishers sharing each CPU-test rate.")
     parser.add_argument("--publishers", type=int, default=64)
     parser.add_argument("--steps-each", type=int, default=2000)
+    parser.add_argument("--fleet-seconds", type=float, default=20.0, help="Seconds over which the fleet sends.")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min)")
     for rate in args.rates:
@@ -200,12 +213,14 @@ def main() -> None:
               f"{r['cores']:.2f} cores ({r['us_per_step']:.0f} us CPU per step); sent {r['sent']:,}, "
               f"counted {r['counted']:,}, dropped by shim {r['dropped_by_shim']}")
     for n in (1, args.publishers):
-        r = bench_fleet(n, args.steps_each, args.bs)
+        r = bench_fleet(n, args.steps_each, args.bs, args.fleet_seconds)
         s = r["scrape"]
-        print(f"{n} publisher(s), {r['sent']:,} steps sent, {r['counted']:,} counted: RSS {r['rss_before_mb']:.1f} MB "
-              f"-> {r['rss_after_mb']:.1f} MB; scrape median {s['median_ms']:.1f} ms, p95 {s['p95_ms']:.1f} ms, "
-              f"{s['samples']:,} samples, {s['bytes'] / 1e3:.0f} kB; one scrape costs "
-              f"{scrape_cpu(n, args.steps_each, args.bs):.1f} ms CPU (in-process)")
+        scrape_ms, heap_mb = in_process(n, args.steps_each, args.bs)
+        print(f"{n} publisher(s), {r['sent']:,} steps sent over {args.fleet_seconds:g} s, {r['counted']:,} counted, "
+              f"{r['lost']:,} frames lost in transit: RSS {r['rss_before_mb']:.1f} MB -> {r['rss_after_mb']:.1f} MB "
+              f"(state on the heap, in-process: {heap_mb:.1f} MB); scrape median {s['median_ms']:.1f} ms, "
+              f"p95 {s['p95_ms']:.1f} ms, {s['samples']:,} samples, {s['bytes'] / 1e3:.0f} kB; "
+              f"one scrape costs {scrape_ms:.1f} ms CPU (in-process)")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 

@@ -1,9 +1,9 @@
 """``eagle3scope gate --connect E --steps N``: a deployment canary for a running server.
 
 Collects N decode steps from the shim(s), then judges them as ``check`` judges a recording: the
-contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail,
-2 cannot subscribe, 3 fewer than N steps arrived within ``--timeout`` (judged on what did arrive,
-but inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
+contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail
+(also when fewer steps arrived: what was seen is already wrong), 2 cannot subscribe, 3 nothing
+failed but fewer than N steps arrived within ``--timeout`` (inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
 for ``check`` / ``report`` later.
 """
 
