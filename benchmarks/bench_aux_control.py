@@ -17,8 +17,8 @@ import timeit
 from types import SimpleNamespace
 
 from eagle3scope.control.client import ControlClient
-from eagle3scope.control.token import create_token_file, read_token
-from eagle3scope.demo.server import free_port
+from eagle3scope.wire.token import create_token_file, read_token
+from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import control as shim_control
 
 

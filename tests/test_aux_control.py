@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle3scope.control import layers as L
+from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.control.token import TokenError, create_token_file, read_token, tokens_equal
-from eagle3scope.demo.server import free_port
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
+from eagle3scope.wire.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import control as shim_control
 from eagle3scope_shim.state import STATE
 
@@ -222,8 +222,9 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 
 
 @pytest.mark.parametrize("message, error", [
-    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "signed requests"),
     ({"cmd": "set", "layers": [1, 3, 4]}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "nonce": "n" * 32, "ts": 0.0, "mac": "0" * 64}, "wrong token"),
     ({"cmd": "shutdown", "TOKEN": None}, "unknown command 'shutdown'"),
     ({"cmd": "set", "layers": [1, 3, 4], "TOKEN": None, "force": True}, "unknown field"),
     ({"cmd": "set", "layers": [5, 6, 7], "TOKEN": None}, "input of layer 8"),
@@ -234,13 +235,13 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 def test_refusals_have_a_reason_and_change_nothing(channel, message, error):
     ctl, target, client, recorder = channel
     if "TOKEN" in message:
-        message = {k: v for k, v in message.items() if k != "TOKEN"} | {"token": client.token}
+        message = client.sign({k: v for k, v in message.items() if k != "TOKEN"})
     reply = client.raw(message)
     assert reply["ok"] is False and error in reply["error"]
     ctl.apply_pending()
     assert target.calls == [] and target.model.layers_to_capture == [3, 5, 6] and ctl._pending is None
     assert client.list()["current"] == [2, 4, 5]
-    if "wrong token" not in error and "unknown" not in error and "wait_s" not in error:
+    if "token" not in error and "signed" not in error and "unknown" not in error and "wait_s" not in error:
         assert recorder.events[-1][1]["applied"] is False and error in recorder.events[-1][1]["reason"]
 
 
@@ -253,7 +254,7 @@ def test_garbage_bytes_get_a_refusal(channel):
     sock.setsockopt(zmq.RCVTIMEO, 3000)
     sock.connect(ctl.endpoint)
     sock.send(b"\xc1\xff not msgpack")
-    from eagle3scope.control.protocol import unpack
+    from eagle3scope.wire.control_protocol import unpack
 
     assert unpack(sock.recv())["ok"] is False
     sock.close(0)
@@ -297,7 +298,10 @@ def test_concurrent_requests_while_stepping(channel):
                 if (i + j) % 3 == 0:
                     client.list()
                 elif (i + j) % 3 == 1:
-                    client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    try:  # sets of several clients wait side by side: a newer one may supersede this one
+                        client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    except ControlError as exc:
+                        assert "superseded by request" in str(exc)
                 else:
                     with pytest.raises(ControlError):
                         client.set([6, 7, 8], wait_s=0.5)

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.token import create_token_file, read_token
-from eagle3scope.demo.server import SGLangServer, free_port
+from eagle3scope.wire.token import create_token_file, read_token
+from eagle3scope.demo.server import SGLangServer
+from eagle3scope.wire.endpoints import free_port
 from eagle3scope.demo.workload import Workload
 
 pytestmark = pytest.mark.engine

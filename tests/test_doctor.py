@@ -173,7 +173,7 @@ def test_truncated_safetensors(tmp_path):
     blob = (draft / "model.safetensors").read_bytes()
     (draft / "model.safetensors").write_bytes(blob[: len(blob) // 2])
     code, report = doctor(draft)
-    assert code == 2 and "incomplete metadata" in ids(report)["weights-unreadable"]["evidence"]["detail"]
+    assert code == 2 and "truncated" in ids(report)["weights-unreadable"]["evidence"]["detail"]
     assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
 
 
@@ -221,8 +221,8 @@ def test_aux_layer_ids_against_the_target(tmp_path, target):
     draft = dc.specforge(tmp_path / "b", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 7]})
     code, report = doctor(draft, "--target", str(target))
     assert code == 2 and ids(report)["aux-layers-out-of-range"]["evidence"]["out_of_range"] == [7]
-    code, report = doctor(dc.specforge(tmp_path / "c", eagle_config=None))
-    assert code == 1 and ids(report)["aux-layers-mismatch"]["title"].startswith("No eagle_config")
+    code, report = doctor(dc.specforge(tmp_path / "c", eagle_config=None))  # SGLang's default, as lmsys' drafts
+    assert code == 0 and report["producer"]["name"] == "sglang"
 
 
 # -- fix -----------------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_fix_speculators_checkpoint_for_old_sglang_sharded(tmp_path, target):
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.11",
                                        "--target", str(target)])
     assert result.exit_code == 0, result.output
-    assert "layers.0.mlp.up_proj.weight -> midlayer.mlp.up_proj.weight" in result.output
+    assert "10 tensor(s): layers.0.* -> midlayer.*" in result.output
     assert tree_digest(draft) == before
     fixed = tmp_path / "fixed"
     config = json.loads((fixed / "config.json").read_text())

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
-from eagle3scope_shim.state import STATE, Step, around, endpoint_for_dp_rank
+from eagle3scope_shim.state import STATE, Step, around
 
 
 class Host(list):

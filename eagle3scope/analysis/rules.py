@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from eagle3scope.control.layers import captured_for, default_capture
+from eagle3scope.wire.aux_layers import captured_for, default_capture, specforge_defaults
 from eagle3scope.wire import FEATURE_CARRYING_MODES
 
 if TYPE_CHECKING:
@@ -93,11 +93,6 @@ def _wrong_algorithm(algorithm) -> bool:
 def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
     seqs = [getattr(passes[m], attr) for m in modes if getattr(passes[m], attr) is not None]
     return min(seqs) if seqs else None
-
-
-def specforge_defaults(n: int) -> list[int]:
-    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's default)."""
-    return [1, n // 2 - 1, n - 4]
 
 
 def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:

@@ -1,7 +1,8 @@
 """``eagle3scope check FILE``: the contract rules over a recording, for users' own CI.
 
 Exit status: 0 when no violation at or above ``--fail-on`` (default: error) fired at any point of
-the recording, 1 when one did, 2 when the file cannot be read as a session.
+the recording, 1 when one did, 2 when the file cannot be read as a session, 3 when no violation
+fired but parts of the file were damaged (listed as read errors; the verdict covers the rest).
 """
 
 from __future__ import annotations
@@ -88,4 +89,6 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str) -> None:
     result = report(state, violations, errors, complete)
     click.echo(json.dumps(result) if as_json else render_text(result))
     threshold = SEVERITY_ORDER[fail_on]
-    ctx.exit(1 if any(SEVERITY_ORDER[v.severity] <= threshold for v in violations) else 0)
+    if any(SEVERITY_ORDER[v.severity] <= threshold for v in violations):
+        ctx.exit(1)
+    ctx.exit(3 if errors else 0)

@@ -82,12 +82,19 @@ def _unpaced(replayer):
 
 
 def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None, from_time: float | None) -> bool:
-    """Open the TUI if the viewer extra is installed; False when it is not."""
+    """Open the TUI if the viewer extra is installed; False when it is not. Exits non-zero when
+    the file cannot be read or the app ended on an error."""
     if importlib.util.find_spec("textual") is None or importlib.util.find_spec("eagle3scope.tui.app") is None:
         return False
+    from eagle3scope.store import StoreError
     from eagle3scope.tui.app import run_replay
 
-    run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
+    try:
+        status = run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if status:
+        sys.exit(status)
     return True
 
 

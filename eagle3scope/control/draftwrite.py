@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3scope.control.layers import check_layers, family_rule
+from eagle3scope.wire.aux_layers import check_layers, family_rule
 from eagle3scope.doctor.checkpoint import open_checkpoint
 
 KEY = "eagle_aux_hidden_state_layer_ids"

@@ -33,7 +33,7 @@ class ScenarioRun:
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
         self.control = self.token_file = None
         if control:
-            from eagle3scope.control.token import create_token_file
+            from eagle3scope.wire.token import create_token_file
 
             self.token_file = create_token_file()
             self.control = fresh_ipc_endpoint("control")

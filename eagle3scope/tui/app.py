@@ -21,6 +21,7 @@ from eagle3scope.tui.feed import Feed
 from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
 from eagle3scope.tui.widgets import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
 
 PANELS = ("overview", "aux", "draft", "events")
@@ -366,18 +367,23 @@ def parse_seek(target: str) -> tuple[str, float]:
     raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
 
 
-def run_watch(endpoints: list[str], theme: str | None = None, control=None) -> None:
-    """Open the TUI on one or more live publishers (``control``: a ControlClient for key ``c``)."""
+def run_watch(endpoints: list[str], theme: str | None = None, control=None,
+              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+    """Open the TUI on one or more live publishers (``control``: a ControlClient for key ``c``);
+    returns the app's exit status (non-zero after a crash)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
-    app = ScopeApp(LiveFeed(Subscriber(list(endpoints))), theme=theme)
+    app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)), theme=theme)
     app.control = control
     app.run()
+    return app.return_code or 0
 
 
-def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None, from_time: float | None = None) -> None:
-    """Open the TUI on a recording, playing at ``speed``, optionally from a step or a time (s)."""
+def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None,
+               from_time: float | None = None) -> int:
+    """Open the TUI on a recording, playing at ``speed``, optionally from a step or a time (s);
+    returns the app's exit status (non-zero after a crash). Raises StoreError for an unreadable file."""
     from eagle3scope.tui.feed import ReplayFeed
 
     feed = ReplayFeed(path, speed=speed)
@@ -385,4 +391,6 @@ def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, f
         feed.seek_step(from_step)
     elif from_time is not None:
         feed.seek_time(from_time)
-    ScopeApp(feed, theme=theme).run()
+    app = ScopeApp(feed, theme=theme)
+    app.run()
+    return app.return_code or 0

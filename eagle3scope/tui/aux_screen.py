@@ -1,7 +1,7 @@
 """The aux-layer panel (key ``c``): presets of the live server, applied through the control channel.
 
 The list comes from the shim's ``list`` reply (presets computed by
-:func:`eagle3scope.control.layers.presets`, the same function ``aux cycle`` uses); Enter applies
+:func:`eagle3scope.wire.aux_layers.presets`, the same function ``aux cycle`` uses); Enter applies
 the preset under the cursor, ``i`` asks for a custom id list. Requests run in worker threads with
 the client's timeout, so a silent server never freezes the UI. Below the presets, one row per
 aux-config segment of the session (mean acceptance length and step count side by side) shows
@@ -131,7 +131,7 @@ class AuxScreen(ModalScreen):
         self.apply(preset["layers"], preset["name"])
 
     def action_custom(self) -> None:
-        from eagle3scope.control.layers import LayerError, parse_ids
+        from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
         def done(value: str | None) -> None:
             if not value:

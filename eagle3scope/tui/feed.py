@@ -27,6 +27,7 @@ class Feed:
         if self.live:
             self.paused = False
         self.error: str | None = None
+        self.ingest_failures = 0
         self.arrivals: dict[str, float] = {}  # src -> time.monotonic() of its latest frame
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,8 +59,23 @@ class Feed:
             with self.lock:  # released between chunks so a refresh never waits long
                 ingest = self.state.ingest
                 for frame in frames[start : start + self.CHUNK]:
-                    ingest(frame)
+                    try:
+                        ingest(frame)
+                    except Exception as exc:  # a bug must cost one frame, not the feed
+                        self._failed(frame, exc)
                     self.arrivals[frame.src] = now
+
+    def _failed(self, frame: Frame, exc: Exception) -> None:
+        self.ingest_failures += 1
+        if self.ingest_failures == 1:
+            self.state.note(frame.src, "error", f"{frame.kind} frame not ingested: {type(exc).__name__}: {exc}", frame.t)
+
+    def note_errors(self, errors: list[str], level: str = "error", src: str = "file") -> None:
+        """Show read errors (damaged batches, bad frames) in the event log."""
+        if errors:
+            with self.lock:
+                for text in errors:
+                    self.state.note(src, level, text)
 
     def read(self, fn: Callable[[SessionState], object]) -> object:
         """Run ``fn`` on the state while ingest is held off (keep ``fn`` to copying)."""
@@ -79,9 +95,12 @@ class LiveFeed(Feed):
         return "LIVE " + " ".join(self.subscriber.endpoints)
 
     def run(self) -> None:
-        poll = self.subscriber.poll
+        sub = self.subscriber
         while not self._stop.is_set():
-            self.ingest(poll(50))
+            self.ingest(sub.poll(50))
+            for src, kind, error in sub.take_reports():
+                self.note_errors([f"bad {kind or 'frame'} dropped (further ones only counted): {error}"],
+                                 "warning", src or "?")
 
     def stop(self) -> None:
         super().stop()
@@ -104,8 +123,16 @@ class ReplayFeed(Feed):
         self.replayer = Replayer(path, speed=speed)
         self._state_factory = state_factory
         self._control = threading.Lock()  # one of: pull+ingest, seek, step
+        self._errors_shown = 0
         super().__init__(state_factory())
         self.label = f"REPLAY {path}"
+
+    def _show_new_errors(self) -> None:
+        """Damaged parts met since the last call go to the event log; the replay goes on."""
+        errors = self.replayer.errors
+        if len(errors) > self._errors_shown:
+            self.note_errors([f"skipped: {e}" for e in errors[self._errors_shown:]])
+            self._errors_shown = len(errors)
 
     @property
     def paused(self) -> bool:
@@ -128,6 +155,7 @@ class ReplayFeed(Feed):
             with self._control:
                 frames = replayer.due()
                 self.ingest(frames)
+                self._show_new_errors()
             if not frames:
                 wait = replayer.wait_s()
                 self._stop.wait(0.05 if wait is None else min(wait, 0.05))
@@ -137,6 +165,7 @@ class ReplayFeed(Feed):
         with self._control:
             self.replayer.pause()
             self.ingest(self.replayer.step_one())
+            self._show_new_errors()
 
     def seek_step(self, seq: int) -> None:
         self._seek(lambda r: r.seek_step(seq))
@@ -157,7 +186,12 @@ class ReplayFeed(Feed):
                     # counter jump here is the seek, not a loss
                     for pub in state.publishers.values():
                         pub.last_n = None
-                    state.ingest(frame)
+                    try:
+                        state.ingest(frame)
+                    except Exception as exc:
+                        self._failed(frame, exc)
+            self._errors_shown = 0  # a fresh state: list the damage met so far again
+            self._show_new_errors()
 
     def position(self) -> dict:
         r = self.replayer

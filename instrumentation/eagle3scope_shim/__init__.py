@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
 __version__ = "0.1.0"
 
 _set_env: str | None = None
@@ -29,8 +31,6 @@ def install(endpoint: str | None = None) -> bool:
         os.environ[ENV_ENDPOINT] = endpoint
         _set_env = endpoint
     elif requested_endpoint() is None:
-        from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
-
         os.environ[ENV_ENDPOINT] = _set_env = DEFAULT_ENDPOINT
     if not patching.version_ok():
         return False

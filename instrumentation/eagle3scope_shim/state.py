@@ -17,6 +17,8 @@ import socket
 import time
 from typing import Any, Callable
 
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, endpoint_for_dp_rank
+
 log = logging.getLogger("eagle3scope")
 
 ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
@@ -31,24 +33,8 @@ def requested_endpoint() -> str | None:
     if endpoint:
         return endpoint
     if os.environ.get(ENV_ENABLE, "").strip() in ("1", "true", "yes", "on"):
-        from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
-
         return DEFAULT_ENDPOINT
     return None
-
-
-def endpoint_for_dp_rank(endpoint: str, dp_rank: int) -> str:
-    """One publisher per data-parallel rank: tcp port + dp_rank, ipc path suffix ``-dpN``."""
-    if not dp_rank:
-        return endpoint
-    if endpoint.isdigit():
-        return str(int(endpoint) + dp_rank)
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint.rpartition(":")
-        if port.isdigit() and int(port) > 0:
-            return f"{host}:{int(port) + dp_rank}"
-        return endpoint
-    return f"{endpoint}-dp{dp_rank}"
 
 
 class Step:

@@ -2,7 +2,8 @@
 
 Configured ids are what ``eagle_config.eagle_aux_hidden_state_layer_ids`` and ``aux set`` take.
 SGLang captures the *input* of layer ``c`` (the output of layer ``c - 1``) for each captured index
-``c``, and derives ``c`` from a configured id by a per-family rule (sglang-compat.md D5):
+``c``, and derives ``c`` from a configured id by a per-family rule (each family's
+``set_eagle3_layers_to_capture`` in ``sglang/srt/models/``):
 
 ``"+1"``
     ``c = id + 1`` (Llama, Qwen, most families); the release's *default* list ``[2, n//2, n-3]``
@@ -15,15 +16,14 @@ SGLang captures the *input* of layer ``c`` (the output of layer ``c - 1``) for e
 A captured index past the last layer never matches, fewer states reach the draft's ``fc`` and the
 scheduler dies on the first request; duplicates do the same. SGLang concatenates the captured
 states in layer order whatever the list order, so ids must be ascending. Pure functions only:
-the shim validates with them and the CLI/TUI build their preset lists with them.
+the shim validates with them, the CLI/TUI build their preset lists with them, the contract rules
+and the checkpoint doctor name the training tools' defaults with them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-
-RULES = ("+1", "+1-if-first-1", "none")
 
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
@@ -80,6 +80,11 @@ def ids_for(captured: list[int], rule: str) -> list[int] | None:
 def default_capture(num_layers: int) -> list[int]:
     """SGLang's default aux layers (captured indices, no +1): ``[2, n//2, n-3]``."""
     return [2, num_layers // 2, num_layers - 3]
+
+
+def specforge_defaults(num_layers: int) -> list[int]:
+    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's default)."""
+    return [1, num_layers // 2 - 1, num_layers - 4]
 
 
 def check_layers(layers, *, num_layers: int | None, expected: int | None, rule: str | None, first_layer: int = 0) -> list[int]:
@@ -149,8 +154,8 @@ def presets(num_layers: int, expected: int | None, rule: str | None, configured:
     for delta, name in ((-1, "configured-1"), (+1, "configured+1")):
         ids = None if configured is None else [i + delta for i in configured]
         candidates.append((name, f"configured ids shifted by {delta:+d}", ids, "the draft config names no ids"))
-    candidates.append(("specforge-default", "SpecForge default [1, n//2-1, n-4] (output of layer i)", [1, n // 2 - 1, n - 4], ""))
-    candidates.append(("speculators-default", "speculators default [2, n//2, n-3] (input of layer i)", [2, n // 2, n - 3], ""))
+    candidates.append(("specforge-default", "SpecForge default [1, n//2-1, n-4] (output of layer i)", specforge_defaults(n), ""))
+    candidates.append(("speculators-default", "speculators default [2, n//2, n-3] (input of layer i)", default_capture(n), ""))
     if custom is not None:
         candidates.append(("custom", "custom list", list(custom), ""))
     out: list[Preset] = []
