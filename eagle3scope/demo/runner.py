@@ -11,7 +11,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from eagle3scope.demo import scenarios
+from eagle3scope.demo.families import scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
@@ -25,10 +25,11 @@ class ScenarioRun:
     """
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
-                 python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None):
-        self.scenario = scenarios.SCENARIOS[name]
+                 python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
+                 family: str = "llama"):
+        self.scenario = scenarios_of(family)[name]
         self.models = models
-        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
+        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
         self.endpoint = fresh_ipc_endpoint("events")
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
         self.control = self.token_file = None

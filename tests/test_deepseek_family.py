@@ -1,0 +1,146 @@
+"""The seeds' model family through the real SGLang 0.5.23 CPU engine: a DeepseekV3 target (MLA + MoE)
+trained on the demo language, served as DeepseekV3ForCausalLM and through the Kimi-K2.5 wrapper, with
+its Llama-style EAGLE-3 draft (speculators' ids and names).
+
+Each scenario runs on one server per session (conftest ``scenario_result(name, "deepseek")``),
+recorded by the real shim and judged with the ``check`` command. Greedy outputs are compared with
+plain greedy decoding of the same checkpoint by transformers (engine_side/hf_greedy.py), which
+SGLang's own plain decoding matches token for token on this family.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
+from test_real_scenarios import check_json, fired
+
+from eagle3scope.demo import deepseek, families
+from eagle3scope.demo.models import ModelPaths, demo_prompts
+from eagle3scope.wire.aux_layers import captured_for, default_capture, family_rule
+
+FAMILY = "deepseek"
+PROMPTS = demo_prompts(4, seed=SCENARIO_PROMPTS_SEED)
+#: scenario -> (rule ids of which at least one must fire, the severity it must have).
+EXPECTED = {
+    "seeds": ({"aux-capture-off", "fc-bypassed"}, "error"),
+    "aux-plus-one": ({"aux-layers-mismatch"}, "warning"),
+}
+
+
+# ---------------------------------------------------------------- without the engine
+
+
+def fake_paths(tmp_path) -> deepseek.DeepseekPaths:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": list(deepseek.SPECULATORS_AUX_IDS), "use_aux_hidden_state": True}}))
+    (draft / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    return deepseek.DeepseekPaths(root=tmp_path, target=tmp_path / "target", draft=draft, draft_midlayer=draft,
+                                  draft_speculators=draft, aux_layer_ids=tuple(deepseek.SPECULATORS_AUX_IDS),
+                                  num_target_layers=deepseek.TARGET["num_hidden_layers"],
+                                  target_kimi=tmp_path / "target-kimi")
+
+
+def test_family_is_offered_next_to_llama():
+    assert families.FAMILIES == ("llama", "deepseek")
+    assert set(families.scenarios_of(FAMILY)) == {"healthy", "healthy-kimi", "seeds", "aux-plus-one"}
+    assert "seeds" not in families.scenarios_of("llama")
+    with pytest.raises(KeyError):
+        families.scenarios_of("qwen")
+
+
+def test_trained_layers_are_the_seeds_default_and_captured_as_given():
+    n = deepseek.TARGET["num_hidden_layers"]
+    # speculators' [2, n//2, n-3] (Kimi-K2.5: [2, 30, 58]) are distinct layers here, and SGLang's default.
+    assert deepseek.SPECULATORS_AUX_IDS == default_capture(n) and len(set(default_capture(n))) == 3
+    for cls in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
+        rule = family_rule(cls, "0.5.23")
+        assert captured_for(deepseek.SPECULATORS_AUX_IDS, rule, n) == deepseek.SPECULATORS_AUX_IDS
+        # the conditional +1: the output-of-layer form of the same layers starts at 1 and is shifted back
+        assert captured_for(list(deepseek.llama_demo.AUX_LAYER_IDS), rule, n) == deepseek.SPECULATORS_AUX_IDS
+    assert family_rule("DeepseekV3ForCausalLM", "0.5.12") == "+1"  # where [2, 4, 5] became [3, 5, 6]
+
+
+def test_scenarios_serve_the_right_target_and_config(tmp_path):
+    paths = fake_paths(tmp_path)
+    offered = families.scenarios_of(FAMILY)
+    assert offered["healthy"].prepare(paths, tmp_path / "s").target_dir == paths.target
+    assert offered["healthy-kimi"].prepare(paths, tmp_path / "s").target_dir == paths.target_kimi
+    seeds = offered["seeds"].prepare(paths, tmp_path / "s")
+    assert seeds.target_dir == paths.target_kimi
+    assert json.loads((seeds.draft_dir / "config.json").read_text())["eagle_config"]["use_aux_hidden_state"] is False
+    plus_one = offered["aux-plus-one"].prepare(paths, tmp_path / "s")
+    ids = json.loads((plus_one.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    n = paths.num_target_layers
+    # used as given on this family: one layer past each trained one, which the aux rule recognises
+    assert captured_for(ids, family_rule("DeepseekV3ForCausalLM", "0.5.23"), n) == [i + 1 for i in default_capture(n)]
+
+
+def test_paths_keep_the_llama_layout():
+    assert issubclass(deepseek.DeepseekPaths, ModelPaths)
+
+
+def test_deepseek_module_stays_free_of_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, eagle3scope.demo.deepseek, eagle3scope.demo.families; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- through the real engine
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(deepseek_models, engine_python):
+    """Plain greedy continuations of PROMPTS by transformers' DeepseekV3ForCausalLM, same checkpoint."""
+    done = run_engine_python(engine_python, "tests/engine_side/hf_greedy.py", str(deepseek_models.target),
+                             str(SCENARIO_NEW_TOKENS), *PROMPTS, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("scenario", ["healthy", "healthy-kimi"])
+def test_healthy_serves_plain_greedy_drafts_well_and_fires_nothing(scenario_result, hf_greedy, scenario):
+    run = scenario_result(scenario, FAMILY)
+    assert [r["output_ids"] for r in run["outputs"]] == hf_greedy
+    code, report = check_json(run["recording"])
+    assert fired(report) == set() and fired(report, "warning") == set(), report["violations"]
+    assert code == 0
+    assert report["summary"]["steps"] >= SCENARIO_STEPS // 2
+    served = [r["meta_info"]["spec_accept_length"] for r in run["outputs"]]
+    assert statistics.mean(served) >= 2.3, served
+    assert report["summary"]["mean_accept_length"] >= 2.3
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_fault_is_named_by_its_rule_and_stays_silent(scenario_result, hf_greedy, scenario):
+    run = scenario_result(scenario, FAMILY)
+    rules, severity = EXPECTED[scenario]
+    code, report = check_json(run["recording"])
+    assert fired(report, severity) & rules, f"{scenario}: expected one of {rules}, got {report['violations']}"
+    assert code == (1 if severity == "error" else 0)
+    # greedy verification keeps the text exact; only acceptance drops
+    assert [r["output_ids"] for r in run["outputs"]] == hf_greedy
+    healthy = statistics.mean(r["meta_info"]["spec_accept_length"] for r in scenario_result("healthy", FAMILY)["outputs"])
+    broken = statistics.mean(r["meta_info"]["spec_accept_length"] for r in run["outputs"])
+    assert broken < healthy - 0.5, (broken, healthy)
+
+
+@pytest.mark.engine
+def test_doctor_preflight_agrees_with_the_engine(deepseek_models):
+    """speculators' layers.0.* draft: an old release (0.5.10, not runnable here for this family) would drop
+    the decoder layer silently; 0.5.23 loads it as trained, which the healthy runs' load reports confirm."""
+    from eagle3scope.doctor.diagnose import diagnose
+
+    old = diagnose(deepseek_models.draft, sglang_version="0.5.10", target_dir=deepseek_models.target_kimi).to_dict()
+    assert old["verdict"] == "broken"
+    assert "weights-dropped" in {f["id"] for f in old["findings"] if f["severity"] == "error"}
+    new = diagnose(deepseek_models.draft, sglang_version="0.5.23", target_dir=deepseek_models.target_kimi).to_dict()
+    assert new["verdict"] != "broken", new["findings"]
