@@ -25,6 +25,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+#: Each family rule in a few words, for screens.
+RULE_SUMMARY = {"+1": "captures id + 1", "+1-if-first-1": "as given; id + 1 only when the first id is 1",
+                "none": "as given"}
+
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
 _PLUS_ONE = (
