@@ -67,10 +67,15 @@ def _all_scenarios() -> list[str]:
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
 @click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
 @click.option("--prepare-only", is_flag=True, help="Build the engine env and demo models, then exit.")
+@click.option("--story", is_flag=True,
+              help="The seeds' investigation on their model family (DeepseekV3 as Kimi-K2.5): the broken setup served, "
+                   "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
 def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
-            control: bool, theme: str | None, prepare_only: bool) -> None:
+            control: bool, theme: str | None, prepare_only: bool, story: bool) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
-    if headless and not record_path:
+    if story:
+        family = "deepseek"
+    elif headless and not record_path:
         raise click.UsageError("--headless needs --record FILE")
     offered = families.scenarios_of(family)
     if scenario not in offered:
@@ -79,6 +84,17 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
     models = ensure_models(python, family)
     if prepare_only:
         _say(f"ready: engine {python}, models {models.root}")
+        return
+    if story:
+        from eagle3scope.demo.story import run_story
+
+        try:
+            run_story(models, python=python, screen=not headless, steps=steps if headless else 60, say=_say,
+                      workdir=cache_dir() / "story" / str(os.getpid()))
+        except (ServerError, RuntimeError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            _say("interrupted; everything stopped")
         return
     from eagle3scope.demo.runner import ScenarioRun
 
