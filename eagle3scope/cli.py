@@ -35,6 +35,9 @@ COMMANDS = {
     "fix": ("eagle3scope.commands.fix", "Write a corrected copy of a draft checkpoint."),
     "launch": ("eagle3scope.commands.launch", "Launch an SGLang server with the shim switched on."),
     "aux": ("eagle3scope.commands.aux", "List, set or cycle a live server's aux-layer config; write it to a draft."),
+    "exporter": ("eagle3scope.commands.exporter", "Serve Prometheus metrics for one or more servers (fleet sidecar)."),
+    "gate": ("eagle3scope.commands.gate", "CI / canary gate: collect N steps from a live server, pass or fail."),
+    "report": ("eagle3scope.commands.report", "Write a shareable markdown or HTML report of a recording."),
 }
 
 

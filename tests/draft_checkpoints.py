@@ -72,7 +72,7 @@ def specforge_config(**overrides) -> dict:
 def speculators_config() -> dict:
     """As speculators' Eagle3SpeculatorConfig serialises (aux ids by layer input: SGLang's + 1)."""
     return {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
+        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
         "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
                                "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]}},
@@ -122,6 +122,7 @@ def speculators_converted_config() -> dict:
     """`speculators convert` (speculators/convert/eagle/eagle3_converter.py, 0.9.0): a LlamaConfig layer
     built from the EAGLE/SpecForge config, eagle_aux_hidden_state_layer_ids left None unless passed."""
     cfg = speculators_config()
+    cfg["architectures"] = ["Eagle3Speculator"]  # the converter's model class
     cfg["eagle_aux_hidden_state_layer_ids"] = None
     cfg["transformer_layer_config"]["pretraining_tp"] = 1
     return cfg

@@ -17,10 +17,10 @@ import pytest
 
 from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.wire.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
+from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import control as shim_control
+from eagle3scope_shim import aux_channel
 from eagle3scope_shim.state import STATE
 
 
@@ -106,8 +106,9 @@ def test_token_file_created_private_and_read_back(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600
     assert (path.parent.stat().st_mode & 0o777) == 0o700
     token = read_token(path)
-    assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
-    assert not tokens_equal(None, token) and not tokens_equal(123, token)
+    signed = sign({"cmd": "list"}, token)
+    assert len(token) >= 32 and authentic(signed, token) and not authentic(signed, token + "x")
+    assert not authentic(signed | {"mac": None}, token) and not authentic(signed | {"mac": 123}, token)
     assert read_token(create_token_file(tmp_path / "tokens")) != token  # a fresh one each time
 
 
@@ -160,11 +161,11 @@ def channel(tmp_path):
     target = _Inner(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
-    facts = shim_control.Facts()
+    facts = aux_channel.Facts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token_file = create_token_file(tmp_path)
-    ctl = shim_control.Control(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
     ctl.current = [2, 4, 5]
     recorder = _Recorder()
     old = STATE.publisher
@@ -335,20 +336,20 @@ def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch
     os.chmod(path, 0o640)
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
-    monkeypatch.setattr(STATE, "control", None)
+    monkeypatch.setattr(STATE, "aux_channel", None)
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
-    assert "must be 0600" in caplog.text and STATE.control is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert "must be 0600" in caplog.text and STATE.aux_channel is None
     monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "missing"))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
     monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "not a loopback endpoint" in caplog.text
 
 
@@ -369,7 +370,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
 
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.app import ScopeApp
-    from eagle3scope.tui.aux_screen import AuxScreen
+    from eagle3scope.tui.screens import AuxScreen
     from eagle3scope.tui.feed import LiveFeed
 
     ctl, target, client, _ = channel
@@ -391,7 +392,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
     @run_async
     async def run():
         app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
-        app.control = client
+        app.aux_client = client
         async with app.run_test(size=(140, 40)) as pilot:
             app.feed.ingest(frames)
             await pilot.press("c")
@@ -506,7 +507,7 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
     monkeypatch.setattr(STATE, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return shim_control.gather(SimpleNamespace(server_args=sa))
+    return aux_channel.gather(SimpleNamespace(server_args=sa))
 
 
 def test_gather_facts_and_blockers(monkeypatch):

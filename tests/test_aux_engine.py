@@ -86,7 +86,6 @@ def cycled(demo, served, tmp_path_factory):
     report = json.loads(out.stdout)
     by = {m["preset"]: m for m in report["results"]}
     means = {k: (m["layers"], round(m["mean_accept_length"], 3), m["steps"]) for k, m in by.items()}
-    print("per-preset (ids, mean acceptance length, steps):", means)
     return {"listed": listed, "report": report, "by": by, "means": means, "errors": errors,
             "profile": json.loads((config_home / "eagle3scope" / "aux-profiles.json").read_text())}
 

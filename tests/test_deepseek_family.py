@@ -146,7 +146,7 @@ def aux_plus_one(deepseek_models, engine_python, tmp_path_factory):
                      log_path=root / "server.log") as run:
         run.record(root / "run.e3s", SCENARIO_STEPS // 2)
         cycle = subprocess.run(
-            [sys.executable, "-m", "eagle3scope", "aux", "cycle", "--control", run.control, "--token-file",
+            [sys.executable, "-m", "eagle3scope", "aux", "cycle", "--control", run.control_endpoint, "--token-file",
              str(run.token_file), "-c", run.endpoint, "--presets", "configured,configured-1,configured+1",
              "--steps", "30", "--json"],
             capture_output=True, text=True, timeout=900, env={**os.environ, "XDG_CONFIG_HOME": str(root)})

@@ -138,13 +138,13 @@ def test_trained_layers_no_release_pair_can_share_refuse_with_per_release_step(t
 
 
 def test_embeddings_id_needs_the_newer_release(tmp_path):
-    """speculators' id 0 is the input of layer 0: 0.5.23 captures it (configured -1), 0.5.10 cannot."""
+    """speculators' id 0 is the input of layer 0: 0.5.22+ capture it (configured -1), 0.5.10 cannot."""
     cfg = dc.speculators_config()
     cfg["eagle_aux_hidden_state_layer_ids"] = [0, 4, 5]
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), cfg)
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "old"), "--for-sglang", "0.5.10"])
     said = " ".join(result.output.split())
-    assert result.exit_code == 2 and "use SGLang 0.5.23+" in said and "retrain with ids >= 1" in said
+    assert result.exit_code == 2 and "use SGLang 0.5.22+" in said and "retrain with ids >= 1" in said
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "new"), "--for-sglang", "0.5.23"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "new" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 3, 4]
@@ -209,3 +209,58 @@ def test_every_text_line_fits_80_columns(tmp_path):
     for version in VERSIONS:
         out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", version]).output
         assert max(map(len, out.splitlines())) <= WIDTH, out
+
+
+# -- the capture rules (wire/aux_layers), against the engines' own set_eagle3_layers_to_capture ------
+
+RULE_CASES = [[1, 29, 57], [2, 30, 58], [0, 4, 5], [1, 3, 60], [3, 31, 61], [-1, 3, 4]]
+RULE_CLASSES = (("llama.py", "LlamaForCausalLM"), ("qwen3.py", "Qwen3ForCausalLM"),
+                ("deepseek_v2.py", "DeepseekV2ForCausalLM"), ("gpt_oss.py", "GptOssForCausalLM"))
+
+
+def _engine_method(version: str, file: str, cls: str):
+    """``cls.set_eagle3_layers_to_capture`` compiled from the engine venv's source, alone (no torch)."""
+    import ast
+    import os
+    from pathlib import Path
+    from typing import List, Optional
+
+    src = Path.home() / f".cache/eagle3scope/venv-sglang-{version}/lib/python3.11/site-packages/sglang/srt/models/{file}"
+    if not src.is_file():
+        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{src} is missing")
+        pytest.skip(f"SGLang {version} engine env not built")
+    tree = ast.parse(src.read_text())
+    node = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
+                if isinstance(f, ast.FunctionDef) and f.name == "set_eagle3_layers_to_capture")
+    namespace = {"Optional": Optional, "List": List}
+    exec(compile(ast.Module([node], []), str(src), "exec"), namespace)
+    return namespace["set_eagle3_layers_to_capture"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("file,cls", RULE_CLASSES)
+def test_family_rules_match_the_engine_source(version, file, cls):
+    from types import SimpleNamespace
+
+    from eagle3scope.wire.aux_layers import captured_for, family_rule
+
+    method = _engine_method(version, file, cls)
+    n = 61
+    for ids in [None, *RULE_CASES]:
+        fake = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True), config=SimpleNamespace(num_hidden_layers=n),
+                               model=SimpleNamespace(), capture_aux_hidden_states=False)
+        method(fake, ids)
+        assert fake.model.layers_to_capture == captured_for(ids, family_rule(cls, version), n), (cls, version, ids)
+
+
+def test_capture_problems_by_release():
+    from eagle3scope.wire.aux_layers import capture_problem, ids_for
+
+    assert capture_problem([0, 4, 5], 8, "LlamaForCausalLM", "0.5.10").startswith("SGLang 0.5.10 cannot capture")
+    assert capture_problem([0, 4, 5], 8, "LlamaForCausalLM", "0.5.22") is None
+    assert "not checked" in capture_problem([0, 4, 5], 8, "DeepseekV3ForCausalLM", "0.5.23")
+    assert capture_problem([2, 4, 8], 8, "GptOssForCausalLM", "0.5.23") is None  # the final state
+    assert "past the target" in capture_problem([2, 4, 8], 8, "GptOssForCausalLM", "0.5.16")
+    assert "past the target" in capture_problem([2, 4, 8], 8, "LlamaForCausalLM", "0.5.23")
+    assert ids_for([2, 4, 8], "+1-unless-final", 8) == [2, 4, 8] and ids_for([2, 4, 7], "+1-unless-final", 8) == [1, 3, 6]

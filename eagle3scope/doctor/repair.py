@@ -20,7 +20,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.doctor.checkpoint import (
     INDEX_NAME,
     NP_DTYPES,
@@ -33,6 +32,7 @@ from eagle3scope.doctor.checkpoint import (
 from eagle3scope.doctor.diagnose import ASSUMED_TARGET, Diagnosis, diagnose, installed_sglang
 from eagle3scope.doctor.loader_layouts import parse_version
 from eagle3scope.doctor.producers import FIX_KEY
+from eagle3scope.wire.aux_layers import captured_for, family_rule
 
 #: The release lines a copy is made for when none is named and SGLang is not installed here.
 ERAS = ("0.5.10", "0.5.23")

@@ -188,6 +188,7 @@ HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queue
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
 _PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}
+_PASS_KEYS = frozenset(_PASS)
 _CAPTURE = _map({"on": _bool, "layers": _LAYERS})
 _STEP_TIMES = ("draft_ms", "verify_ms", "extend_ms")
 _STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
@@ -212,7 +213,7 @@ def _check_pass(p: object, path: str) -> None:
             or (mode is not None and (type(mode) is not str or len(mode) > MAX_NAME)):
         _check_fields(p, _PASS, path)  # names the field
         _fail(path, "'n' must be an integer >= 1", n)
-    if len(p) > 4:
+    if not p.keys() <= _PASS_KEYS:
         _check_fields(p, _PASS, path)
 
 

@@ -13,7 +13,7 @@ most :data:`FAILURE_RATE`/s (the rest dropped unanswered), so a flood of wrong t
 It validates a ``set`` (known command, ids within the target after the family's +1 rule, as many
 as the draft's ``fc`` takes) and queues it; the requester's reply is parked, not waited for, so
 other clients are served while a ``set`` waits. The scheduler thread applies it in
-:meth:`Control.apply_pending`, called at the start of the next EAGLE worker step, through the
+:meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
 target's own ``set_eagle3_layers_to_capture``; the outcome goes out as a ``config`` event (origin
 ``control``, ``request_id``) and back to the parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
@@ -50,6 +50,7 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
+from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
@@ -96,8 +97,6 @@ def _defining_class(model) -> type | None:
 
 def gather(scheduler) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker."""
-    from eagle3scope_shim.patching import sglang_version
-
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
@@ -132,7 +131,7 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
     if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
         return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
     if facts.rule is None:
-        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids (sglang-compat.md D5)"
+        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
     for call in STATE.aux_calls:  # what SGLang did at startup must match the rule we apply
         if call["requested"] is not None and call["on"]:
             predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
@@ -179,7 +178,7 @@ class _Budget:
         return False
 
 
-class Control:
+class AuxChannel:
     """The ROUTER channel thread plus the queue the scheduler thread drains."""
 
     def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
@@ -402,7 +401,7 @@ class Control:
 
     def _apply(self, entry: dict) -> dict:
         f, layers, previous = self.facts, entry["layers"], self.current
-        STATE.control_applying = True
+        STATE.aux_change_applying = True
         try:
             try:
                 f.target.set_eagle3_layers_to_capture(list(layers))
@@ -415,7 +414,7 @@ class Control:
                 return refusal(f"SGLang captured {captured} (on={on}) for {layers}, expected {entry['captured']}; "
                                f"restored {previous}", id=entry["id"])
         finally:
-            STATE.control_applying = False
+            STATE.aux_change_applying = False
         self.current = list(layers)
         log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", layers, captured, entry["id"])
         return {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
@@ -440,7 +439,7 @@ _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int) -> Control | None:
+def start(scheduler, dp_rank: int) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
@@ -450,7 +449,7 @@ def start(scheduler, dp_rank: int) -> Control | None:
         return None
 
 
-def _start(scheduler, dp_rank: int) -> Control | None:
+def _start(scheduler, dp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -467,13 +466,13 @@ def _start(scheduler, dp_rank: int) -> Control | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    control = Control(endpoint, token, gather(scheduler))
+    channel = AuxChannel(endpoint, token, gather(scheduler))
     try:
-        control.start()
+        channel.start()
     except zmq.ZMQError as exc:
         log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
         return None
-    STATE.control = control
-    blocked = control.facts.why_not
-    log.info("eagle3scope: control channel on %s%s", control.endpoint, f" (changes refused: {blocked})" if blocked else "")
-    return control
+    STATE.aux_channel = channel
+    blocked = channel.facts.why_not
+    log.info("eagle3scope: control channel on %s%s", channel.endpoint, f" (changes refused: {blocked})" if blocked else "")
+    return channel
