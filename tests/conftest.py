@@ -88,14 +88,28 @@ def tiny_models(engine_python) -> tuple[Path, Path]:
 
 
 
+def built_models(family: str, engine_python):
+    """A demo family's trained models, built once and cached by code hash; skipped when not built,
+    unless the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1) or EAGLE3SCOPE_BUILD_MODELS=1."""
+    from eagle3scope.demo import deepseek, families, models
+
+    module = {"llama": models, "deepseek": deepseek}[family]
+    if module.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip(f"{family} demo models not built (python -m {module.__name__}, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    return families.ensure_models(family, python=engine_python)
+
+
 @pytest.fixture(scope="session")
 def demo_models(engine_python):
-    """The trained demo target + drafts (built once, cached under the cache dir by code hash)."""
-    from eagle3scope.demo import models
+    """The trained Llama demo target + drafts."""
+    return built_models("llama", engine_python)
 
-    if models.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    return models.ensure_demo_models(python=engine_python)
+
+
+@pytest.fixture(scope="session")
+def deepseek_models(engine_python):
+    """The seeds' family: trained DeepseekV3 target (also as Kimi-K2.5) + its drafts."""
+    return built_models("deepseek", engine_python)
 
 
 SCENARIO_STEPS = 120
@@ -132,9 +146,9 @@ def shared_prometheus(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def scenario_result(demo_models, engine_python, tmp_path_factory, shared_prometheus):
-    """name -> dict(recording, results, outputs[, fleet]): one real server per scenario for the whole
-    session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
+def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus):
+    """(name, family="llama") -> dict(recording, results, outputs[, fleet]): one real server per scenario
+    and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
     workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
     answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
     them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/fleet_support.py)."""
@@ -146,16 +160,19 @@ def scenario_result(demo_models, engine_python, tmp_path_factory, shared_prometh
     from eagle3scope.demo.runner import ScenarioRun
 
     root = tmp_path_factory.mktemp("scenario-runs")
-    done: dict[str, dict] = {}
+    done: dict[tuple, dict] = {}
+    models_fixture = {"llama": "demo_models", "deepseek": "deepseek_models"}
 
-    def get(name: str) -> dict:
-        if name not in done:
-            path = root / f"{name}.e3s"
-            run = ScenarioRun(name, demo_models, control=False, python=engine_python, log_path=root / f"{name}.log")
+    def get(name: str, family: str = "llama") -> dict:
+        if (family, name) not in done:
+            models = request.getfixturevalue(models_fixture[family])
+            path = root / f"{family}-{name}.e3s"
+            run = ScenarioRun(name, models, control=False, python=engine_python, family=family,
+                              log_path=root / f"{family}-{name}.log")
             entry: dict = {"recording": path}
             with ExitStack() as stack:
                 fleet = None
-                if name in FLEET_SCENARIOS:
+                if family == "llama" and name in FLEET_SCENARIOS:
                     prometheus, missing = shared_prometheus()
                     fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
                     entry["fleet"] = dict(fleet.result, prometheus=prometheus, prometheus_missing=missing)
@@ -169,7 +186,7 @@ def scenario_result(demo_models, engine_python, tmp_path_factory, shared_prometh
                                                            max_new_tokens=SCENARIO_NEW_TOKENS)
             if fleet is not None:
                 entry["fleet"].update(fleet.result)
-            done[name] = entry
-        return done[name]
+            done[family, name] = entry
+        return done[family, name]
 
     return get

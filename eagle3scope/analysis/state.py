@@ -19,6 +19,7 @@ from typing import Iterable
 from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import Frame
+from eagle3scope.wire.aux_layers import family_rule
 from eagle3scope.wire.loss import FrameLoss
 
 #: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
@@ -115,6 +116,12 @@ class PublisherView:
     @property
     def server_args(self) -> dict:
         return (self.hello or {}).get("server_args") or {}
+
+    @property
+    def aux_rule(self) -> str | None:
+        """How this target's family turns configured aux ids into captured layers (None: unknown family)."""
+        target = (self.load or {}).get("target_class")
+        return family_rule(str(target), (self.hello or {}).get("sglang_version")) if target else None
 
     @property
     def num_steps(self) -> int | None:

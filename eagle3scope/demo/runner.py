@@ -4,6 +4,7 @@ and a steady workload driving it. The ``demo`` command and the real-engine tests
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from eagle3scope.demo import scenarios
+from eagle3scope.demo.families import scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
@@ -30,10 +31,13 @@ class ScenarioRun:
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
                  python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
-                 temperatures: tuple[float, ...] | None = None):
-        self.scenario = scenarios.SCENARIOS[name]
+                 temperatures: tuple[float, ...] | None = None, family: str = "llama",
+                 draft_dir: str | Path | None = None):
+        self.scenario = scenarios_of(family)[name]
         self.models = models
-        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
+        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
+        if draft_dir is not None:  # the scenario's target and arguments with another draft (a repaired copy)
+            self.spec = dataclasses.replace(self.spec, draft_dir=Path(draft_dir))
         self.endpoint = fresh_ipc_endpoint("events")
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
         self.control_endpoint = self.token_file = None

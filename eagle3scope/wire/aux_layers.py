@@ -34,6 +34,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+#: Each family rule in a few words, for screens.
+RULE_SUMMARY = {"+1": "captures id + 1", "+1-if-first-1": "as given; id + 1 only when the first id is 1",
+                "none": "as given"}
+
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
 _PLUS_ONE = (
@@ -47,7 +51,15 @@ _PLUS_ONE = (
 )
 _DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration")
 #: Wrappers that forward the call to ``self.language_model`` (the rule is the inner model's).
-DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration")
+DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "KimiK25ForConditionalGeneration")
+
+
+def capture_owner(model):
+    """The model that holds the aux capture state (``capture_aux_hidden_states``, ``.model.layers_to_capture``)
+    and the text config: ``model`` itself, or the language model a delegating wrapper forwards to."""
+    while type(model).__name__ in DELEGATES and getattr(model, "language_model", None) is not None:
+        model = model.language_model
+    return model
 
 
 class LayerError(ValueError):

@@ -104,10 +104,8 @@ def gather(scheduler) -> Facts:
         facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
         return facts
     kind, worker, target, draft = STATE.workers[-1]
-    facts.target = inner = target
-    while type(inner).__name__ in aux_layers.DELEGATES and hasattr(inner, "language_model"):
-        inner = inner.language_model
-    facts.inner = inner
+    facts.target = target
+    facts.inner = inner = aux_layers.capture_owner(target)
     cfg = getattr(inner, "config", None)
     cfg = getattr(cfg, "text_config", None) or cfg
     facts.num_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)

@@ -33,6 +33,7 @@ _EW2 = "sglang.srt.speculative.eagle_worker_v2"
 _LE3 = "sglang.srt.models.llama_eagle3"
 _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
+_DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
 
 
@@ -92,6 +93,10 @@ ADAPTERS: tuple[Adapter, ...] = (
     )),
     Adapter("llama_set_eagle3", "aux", (
         _s("aux.llama_set_layers", "aux_set_layers", (_LLAMA, "LlamaForCausalLM.set_eagle3_layers_to_capture")),
+    )),
+    # DeepseekV2/V3 and Kimi-K2.5 (which delegates to its DeepseekV3 language model), from 0.5.5.
+    Adapter("deepseek_set_eagle3", "aux", (
+        _s("aux.deepseek_set_layers", "aux_set_layers", (_DSV2, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture")),
     )),
 )
 
