@@ -240,7 +240,14 @@ class FleetObservers:
             raise RuntimeError(f"exporter did not start: {line}{self.exporter.stderr.read()}")
         self.metrics_url = line.split(" on ", 1)[1].strip()
         self.result["metrics_url"] = self.metrics_url
-        self.recorder = _cli("record", "--connect", self.endpoint, "--out", str(self.recording), "--quiet")
+        self.recorder_log = self.workdir / "record.log"
+        with open(self.recorder_log, "wb") as log:
+            self.recorder = _cli("record", "--connect", self.endpoint, "--out", str(self.recording), stderr=log)
+        deadline = time.monotonic() + 120
+        while b"recording " not in self.recorder_log.read_bytes():  # its SUB socket exists: frames are not missed
+            if self.recorder.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"recorder did not start: {self.recorder_log.read_text()}")
+            time.sleep(0.1)
         if self.prometheus is not None:
             self.result["t_start"] = time.time()
             address = urllib.parse.urlparse(self.metrics_url).netloc

@@ -69,3 +69,22 @@ def test_unreadable_file_exits_2(tmp_path):
     bad = tmp_path / "not-a-session.e3s"
     bad.write_bytes(b"garbage" * 100)
     assert CliRunner().invoke(main, ["report", str(bad)]).exit_code == 2
+
+
+def test_a_live_aux_change_shows_as_two_configurations(tmp_path):
+    from analysis_streams import Stream, hello, healthy_load, step
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    frames += [s.frame("step", step(seq, s.t, [3, 2])) for seq in range(300)]
+    frames.append(s.frame("config", {"layers": [0, 1, 2], "captured": [1, 2, 3], "applied": True, "reason": None,
+                                     "origin": "control", "request_id": "r1"}))
+    frames += [s.frame("step", step(seq, s.t, [0, 1], capture={"on": True, "layers": [1, 2, 3]}))
+               for seq in range(300, 600)]
+    path = record(tmp_path / "ab.e3s", frames)
+    out = tmp_path / "ab.md"
+    assert CliRunner().invoke(main, ["report", path, "--format", "markdown", "--out", str(out)]).exit_code == 0
+    text = out.read_text()
+    assert "## Aux-layer configurations" in text
+    assert "| 0,1,2 | 1,2,3 | control | 300 | 300 | 1.500 |" in text  # (0 + 1) / 2 + bonus
+    assert "| startup | 0 | 300 | 3.500 |" in text

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.analysis import SessionState
+from eagle3scope.analysis.views import acceptance_view, segment_rows
 from eagle3scope.gate import check_result
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
@@ -63,7 +64,10 @@ def _figures(a: Analysed) -> dict[str, object]:
         fig = Figure(figsize=(7, 2.8), layout="constrained")
         ax = fig.add_subplot()
         t0 = history[0][1]
-        ax.plot([(t - t0) / 1e9 for _, t, _ in history], [m for _, _, m in history], lw=1.2, color="#1f77b4")
+        seconds = [(t - t0) / 1e9 for _, t, _ in history]
+        ax.plot(seconds, [m for _, _, m in history], lw=1.2, color="#1f77b4")
+        for mark in acceptance_view(a.state).marks:  # where a later aux-layer configuration took over
+            ax.axvline(seconds[mark], color="#888888", lw=0.8, ls="--")
         ax.set_xlabel("seconds into the recording")
         ax.set_ylabel("acceptance length")
         ax.set_ylim(bottom=min(1.0, min(m for _, _, m in history)) - 0.05, top=acc.k + 1.05 if acc.k else None)
@@ -152,11 +156,10 @@ def _position_rows(a: Analysed) -> list[list[str]]:
 
 def _segment_rows(a: Analysed) -> list[list[str]]:
     rows = []
-    for seg in a.state.segments:
+    for seg in segment_rows(a.state):
         ids = "default" if seg.layers is None else ",".join(map(str, seg.layers))
         captured = "-" if seg.captured is None else ",".join(map(str, seg.captured))
-        rates = ", ".join(_fmt(r, 2) for r in seg.per_position)
-        rows.append([ids, captured, seg.origin, str(seg.steps), _fmt(seg.mean_accept_length), f"[{rates}]"])
+        rows.append([ids, captured, seg.origin, _fmt(seg.start_seq), str(seg.steps), _fmt(seg.mean)])
     return rows
 
 
@@ -193,7 +196,7 @@ def markdown(a: Analysed, out: Path) -> str:
         lines += [""] + [f"![{name}]({plots_dir.name}/{name}.png)" for name in shown]
     if len(a.state.segments) > 1:
         lines += ["", "## Aux-layer configurations", ""]
-        lines += _md_table(["aux ids", "captured", "origin", "steps", "mean acceptance", "per position"],
+        lines += _md_table(["aux ids", "captured", "origin", "from step", "steps", "mean acceptance"],
                            _segment_rows(a))
     lines += ["", "## Violations", ""]
     if not a.result["violations"]:
@@ -241,7 +244,7 @@ def html_page(a: Analysed) -> str:
               + "</div>"]
     if len(a.state.segments) > 1:
         parts += ["<h2>Aux-layer configurations</h2>",
-                  _html_table(["aux ids", "captured", "origin", "steps", "mean acceptance", "per position"],
+                  _html_table(["aux ids", "captured", "origin", "from step", "steps", "mean acceptance"],
                               _segment_rows(a))]
     parts.append("<h2>Violations</h2>")
     if not a.result["violations"]:
