@@ -161,20 +161,28 @@ class Publisher:
         thread.join(timeout=self._linger_s + 1.0)
 
     # -- hot path -----------------------------------------------------------------------------
-    def submit(self, kind: str, payload: Any, finalize: Callable[[Any], dict | None] | None = None) -> None:
-        """Queue one event; O(1), never blocks, never raises. ``finalize(payload)`` runs later."""
+    def submit(self, kind: str, payload: Any, finalize: Callable[[Any], dict | None] | None = None) -> bool:
+        """Queue one event; O(1), never blocks, never raises. ``finalize(payload)`` runs later.
+        False when the event was dropped (``finalize`` will then never see ``payload``)."""
         try:
             if kind == "step":
                 self.steps += 1
             ring = self._ring
             if self._stop or len(ring) >= self._queue_size:
                 self._ring_dropped += 1
-                return
+                return False
             ring.append((kind, payload, finalize, time.time_ns()))
             if self._idle:
                 self._wake.set()
+            return True
         except Exception:
-            pass
+            return False
+
+    def drop(self, kind: str) -> None:
+        """Count an event the caller could not even snapshot (e.g. no free host buffer)."""
+        if kind == "step":
+            self.steps += 1
+        self._ring_dropped += 1
 
     def set_sticky(self, kind: str, body: dict) -> None:
         """Send ``body`` as ``kind`` now and again every ``sticky_interval_s`` (hello, load)."""
