@@ -3,7 +3,11 @@
 Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
 ``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
 publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
-tensors), encodes the frame and sends it with ``NOBLOCK``. A full ring counts a drop instead of
+tensors), encodes the frame and sends it with ``NOBLOCK``. While events flow the thread drains the
+ring every ``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken
+per event: signalling it from the scheduler's thread on every step cost that thread about 3 % of
+its samples (lock and GIL hand-offs, measured with py-spy; BENCHMARKS.md). A submit wakes it out of
+an idle wait, and when the batch fills. A full ring counts a drop instead of
 growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that
 starts late or restarts learns them. Heartbeats carry the counters so drops reach the viewer.
 """
@@ -22,6 +26,13 @@ import zmq
 
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+#: OS-visible thread names, so per-thread CPU (``top -H``, /proc/<pid>/task/*/comm, py-spy) shows
+#: the shim's share of the scheduler process: the publisher thread, and ZeroMQ's I/O and reaper
+#: threads of the shim's own context as ``3/ZMQbg/IO/0`` (SGLang's contexts name theirs ``ZMQbg/...``).
+PUBLISHER_THREAD_NAME = "e3s-publisher"
+ZMQ_THREAD_PREFIX = 3
+
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 
 
@@ -48,6 +59,16 @@ def resolve_bind_endpoint(endpoint: str) -> str:
         if port == "*":
             return f"tcp://{host}:0"
     return endpoint
+
+
+def name_os_thread(name: str) -> None:
+    """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``, 15 bytes); best effort."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+    except Exception:
+        pass
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -80,6 +101,8 @@ class Publisher:
         hwm: int = 10000,
         sticky_interval_s: float = 2.0,
         heartbeat_interval_s: float = 1.0,
+        flush_interval_s: float = 0.1,
+        wake_batch: int = 16,
     ) -> None:
         self._requested = resolve_bind_endpoint(endpoint)
         self.src = src
@@ -87,6 +110,8 @@ class Publisher:
         self._hwm = int(hwm)
         self._sticky_interval = float(sticky_interval_s)
         self._heartbeat_interval = float(heartbeat_interval_s)
+        self._flush_interval = float(flush_interval_s)
+        self._wake_batch = max(1, int(wake_batch))
         self._ring: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._idle = False
@@ -130,6 +155,10 @@ class Publisher:
         if self._thread is not None or self._closed:
             return
         self._ctx = zmq.Context()
+        try:
+            self._ctx.set(zmq.THREAD_NAME_PREFIX, ZMQ_THREAD_PREFIX)
+        except (AttributeError, zmq.ZMQError):
+            pass  # libzmq < 4.3: unnamed I/O threads
         sock = self._ctx.socket(zmq.PUB)
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.LINGER, 0)
@@ -142,7 +171,7 @@ class Publisher:
             raise
         self._sock = sock
         self._bound = sock.getsockopt_string(zmq.LAST_ENDPOINT) or self._requested
-        self._thread = threading.Thread(target=self._run, name="eagle3scope-publisher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=PUBLISHER_THREAD_NAME, daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
         atexit.register(lambda: (p := ref()) is not None and p.close(0.2))
@@ -172,7 +201,7 @@ class Publisher:
                 self._ring_dropped += 1
                 return False
             ring.append((kind, payload, finalize, time.time_ns()))
-            if self._idle:
+            if self._idle or len(ring) == self._wake_batch:
                 self._wake.set()
             return True
         except Exception:
@@ -246,8 +275,10 @@ class Publisher:
         self._send(kind, body, t)
 
     def _run(self) -> None:
+        name_os_thread(PUBLISHER_THREAD_NAME)
         ring = self._ring
         next_sticky = next_beat = 0.0
+        flowing = False
         try:
             while True:
                 now = time.monotonic()
@@ -262,8 +293,14 @@ class Publisher:
                 if ring:
                     for _ in range(min(len(ring), 256)):
                         self._process(ring.popleft())
+                    flowing = True
                     continue
-                self._idle = True
+                if flowing:  # poll while events flow: a submit wakes this thread only for a full batch
+                    flowing = False
+                    self._wake.wait(self._flush_interval)
+                    self._wake.clear()
+                    continue
+                self._idle = True  # the next submit wakes this thread, once
                 if not ring and not self._sticky_dirty and not self._stop:
                     self._wake.wait(max(0.0, min(next_sticky, next_beat) - time.monotonic()))
                 self._wake.clear()
