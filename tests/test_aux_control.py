@@ -21,6 +21,7 @@ from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
 from eagle3scope.control.token import TokenError, create_token_file, read_token, tokens_equal
 from eagle3scope.demo.server import free_port
 from eagle3scope_shim import control as shim_control
+from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
 
 
@@ -513,10 +514,111 @@ def test_gather_facts_and_blockers(monkeypatch):
     assert (facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured, facts.why_not) == \
         ("LlamaForCausalLM", "+1", 8, 3, [2, 4, 5], "")
     graphs = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=EagerRunner())
-    assert "CUDA graphs" in _gather(monkeypatch, target, runner=graphs).why_not
-    assert "CUDA graphs" in _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda").why_not
+    for facts in (_gather(monkeypatch, target, runner=graphs), _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda")):
+        assert facts.why_not == "" and facts.graphs.captured  # a set is refused unless it asks for a recapture
+        assert "CUDA graphs" in facts.graphs.refusal(recapture=False)
+    assert not _gather(monkeypatch, target, runner=eager).graphs.captured
     assert "tensor parallelism" in _gather(monkeypatch, target, runner=eager, tp=2).why_not
     assert "pipeline" in _gather(monkeypatch, target, runner=eager, pp=2).why_not
     odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
     assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
     assert "unknown model family" in _gather(monkeypatch, _Inner(8), runner=eager).why_not
+
+
+# -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
+class TargetRunner:
+    """Stands in for SGLang's target ModelRunner with a captured verify graph: a capture freezes the
+    layers the target captures at that moment, and replay (serving) uses the frozen set, as a CUDA
+    graph does. ``fail`` makes the next captures raise (e.g. out of memory)."""
+
+    def __init__(self, target, fail: int = 0) -> None:
+        self.target, self.fail, self.captures = target, fail, 0
+        self.prefill_cuda_graph_runner = EagerRunner()
+        self.recapture_decode_cuda_graph()
+
+    def recapture_decode_cuda_graph(self):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("CUDA out of memory during capture")
+        self.decode_cuda_graph_runner = DecodeCudaGraphRunner()
+        self.decode_cuda_graph_runner.replays = list(self.target.model.layers_to_capture)
+        self.captures += 1
+
+
+def _plan(runner, version="0.5.23", device="cuda", adaptive=None):
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=adaptive)
+    return shim_graphs.plan(worker, SimpleNamespace(device=device), version)
+
+
+def test_graph_plan_names_the_blocker_of_each_release_and_setup():
+    target = _Inner(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    assert _plan(TargetRunner(target)).describe() == {"captured": True, "recapture": True, "why_not": "",
+                                                     "last_pause_ms": None}
+    assert "default set" in _plan(TargetRunner(target), version="0.5.10").why_not  # sglang-compat D4
+    no_entry = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=None)
+    assert "no ModelRunner.recapture_decode_cuda_graph" in _plan(no_entry).why_not
+    assert "only on cuda/musa, not on npu" in _plan(TargetRunner(target), device="npu").why_not
+    prefill = TargetRunner(target)
+    prefill.prefill_cuda_graph_runner = DecodeCudaGraphRunner()
+    assert "prefill (piecewise) graphs" in _plan(prefill).why_not
+    assert "adaptive speculative steps" in _plan(TargetRunner(target), adaptive=object()).why_not
+    eager = SimpleNamespace(decode_cuda_graph_runner=EagerRunner(), prefill_cuda_graph_runner=EagerRunner())
+    plan = _plan(eager, device="cpu")
+    assert not plan.captured and plan.refusal(recapture=False) == "" and plan.refusal(recapture=True) == ""
+
+
+@pytest.fixture
+def graph_channel(channel):
+    ctl, target, client, recorder = channel
+    runner = TargetRunner(target)
+    ctl.facts.graphs = _plan(runner)
+    stop = threading.Event()
+
+    def scheduler():
+        while not stop.is_set():
+            ctl.apply_pending()
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=scheduler, name="scheduler")
+    thread.start()
+    try:
+        yield ctl, target, client, recorder, runner
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_with_graphs_a_set_needs_recapture_and_then_replays_the_new_set(graph_channel):
+    ctl, target, client, recorder, runner = graph_channel
+    listed = client.list()
+    assert listed["changeable"] and listed["graphs"]["captured"] and listed["graphs"]["recapture"]
+    with pytest.raises(ControlError, match="pass --recapture"):
+        client.set([1, 3, 4], wait_s=3)
+    assert target.calls == [] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
+    reply = client.set([1, 3, 4], wait_s=3, recapture=True)
+    assert reply["status"] == "applied" and reply["captured"] == [2, 4, 5] and reply["pause_ms"] >= 0
+    assert runner.decode_cuda_graph_runner.replays == [2, 4, 5] and runner.captures == 2
+    kind, body = recorder.events[-1]
+    assert kind == "config" and body["applied"] and body["pause_ms"] == reply["pause_ms"]
+    assert client.list()["graphs"]["last_pause_ms"] == reply["pause_ms"]
+
+
+def test_a_failed_recapture_restores_the_previous_set_and_its_graphs(graph_channel):
+    ctl, target, client, recorder, runner = graph_channel
+    runner.fail = 1
+    with pytest.raises(ControlError, match="recapturing the target's graphs failed .*out of memory.*restored "
+                                           r"\[2, 4, 5\], its graphs recaptured"):
+        client.set([1, 3, 4], wait_s=3, recapture=True)
+    assert target.model.layers_to_capture == [3, 5, 6] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
+    assert client.list()["current"] == [2, 4, 5] and recorder.events[-1][1]["applied"] is False
+
+
+def test_recapture_field_and_its_longer_wait(channel):
+    ctl, target, client, _ = channel
+    base = {"cmd": "set", "layers": [1, 3, 4], "token": client.token}
+    assert "recapture must be true or false" in client.raw(base | {"recapture": 1})["error"]
+    assert "wait_s" in client.raw(base | {"wait_s": 60})["error"]
+    assert client.raw(base | {"wait_s": 0, "recapture": True})["status"] == "queued"  # no graphs here: plain set
+    ctl.apply_pending()
+    assert target.model.layers_to_capture == [2, 4, 5]
