@@ -622,3 +622,47 @@ def test_recapture_field_and_its_longer_wait(channel):
     assert client.raw(base | {"wait_s": 0, "recapture": True})["status"] == "queued"  # no graphs here: plain set
     ctl.apply_pending()
     assert target.model.layers_to_capture == [2, 4, 5]
+
+
+def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_channel, tmp_path, monkeypatch):
+    pytest.importorskip("textual")
+    from analysis_streams import Stream, healthy_load, hello
+    from tui_support import run_async, screen_text
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.tui.app import ScopeApp
+    from eagle3scope.tui.feed import LiveFeed
+
+    ctl, target, client, recorder, runner = graph_channel
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+
+    async def wait_for(app, pilot, text):
+        for _ in range(80):
+            await pilot.pause(0.05)
+            if text in screen_text(app):
+                return
+        raise AssertionError(f"{text!r} not on screen:\n{screen_text(app)}")
+
+    @run_async
+    async def run():
+        app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
+        app.control = client
+        async with app.run_test(size=(160, 44)) as pilot:
+            app.feed.ingest(frames)
+            await pilot.press("c")
+            await wait_for(app, pilot, "not allowed yet")
+            await pilot.press("down", "down", "enter")  # configured-1, refused without recapture
+            await wait_for(app, pilot, "refused: CUDA graphs were captured")
+            assert runner.captures == 1 and target.calls == []
+            await pilot.press("g", "enter")
+            await wait_for(app, pilot, "graphs recaptured")
+            assert "configured-1 [1, 3, 4] applied" in screen_text(app) and runner.captures == 2
+            app.feed.ingest([s.frame("config", recorder.events[-1][1])])  # the shim's own config event
+            await pilot.press("escape", "4")
+            await wait_for(app, pilot, "recaptured, serving paused")  # in the event log too
+            await pilot.press("q")
+
+    run()
+    assert runner.decode_cuda_graph_runner.replays == [2, 4, 5]
