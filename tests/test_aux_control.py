@@ -7,6 +7,7 @@ for i in ids]``); the real engine is exercised in ``test_aux_engine.py``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -359,15 +360,27 @@ def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
 
 
 # -- the TUI's aux screen -----------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def aux_screen_app(client, frames, size):
+    """The live app over ``frames`` with the control client, its aux screen (key c) open."""
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.tui.app import ScopeApp
+    from eagle3scope.tui.feed import LiveFeed
+
+    app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
+    app.control = client
+    async with app.run_test(size=size) as pilot:
+        app.feed.ingest(frames)
+        await pilot.press("c")
+        yield app, pilot
+
+
 def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
     from analysis_streams import Stream, healthy_load, hello, step
     from tui_support import run_async, screen_text
 
-    from eagle3scope.live.subscriber import Subscriber
-    from eagle3scope.tui.app import ScopeApp
     from eagle3scope.tui.aux_screen import AuxScreen
-    from eagle3scope.tui.feed import LiveFeed
 
     ctl, target, client, _ = channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
@@ -387,11 +400,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
 
     @run_async
     async def run():
-        app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
-        app.control = client
-        async with app.run_test(size=(140, 40)) as pilot:
-            app.feed.ingest(frames)
-            await pilot.press("c")
+        async with aux_screen_app(client, frames, (140, 40)) as (app, pilot):
             assert isinstance(app.screen, AuxScreen)
             table = app.screen.query_one("#aux-presets")
             for _ in range(50):
@@ -629,10 +638,6 @@ def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_c
     from analysis_streams import Stream, healthy_load, hello
     from tui_support import run_async, screen_text
 
-    from eagle3scope.live.subscriber import Subscriber
-    from eagle3scope.tui.app import ScopeApp
-    from eagle3scope.tui.feed import LiveFeed
-
     ctl, target, client, recorder, runner = graph_channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     s = Stream()
@@ -647,11 +652,7 @@ def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_c
 
     @run_async
     async def run():
-        app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
-        app.control = client
-        async with app.run_test(size=(160, 44)) as pilot:
-            app.feed.ingest(frames)
-            await pilot.press("c")
+        async with aux_screen_app(client, frames, (160, 44)) as (app, pilot):
             await wait_for(app, pilot, "not allowed yet")
             await pilot.press("down", "down", "enter")  # configured-1, refused without recapture
             await wait_for(app, pilot, "refused: CUDA graphs were captured")
