@@ -3,11 +3,11 @@
 Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
 ``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
 publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
-tensors), encodes the frame and sends it with ``NOBLOCK``. While events flow the thread drains the
-ring every ``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken
-per event: signalling it from the scheduler's thread on every step cost that thread about 3 % of
-its samples (lock and GIL hand-offs, measured with py-spy; BENCHMARKS.md). A submit wakes it out of
-an idle wait, and when the batch fills. A full ring counts a drop instead of
+tensors), encodes the frame and sends it with ``NOBLOCK``. The thread drains the ring every
+``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken per event:
+signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
+3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
+(BENCHMARKS.md). Polling costs the idle server ten wake-ups a second. A full ring counts a drop instead of
 growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that
 starts late or restarts learns them. Heartbeats carry the counters so drops reach the viewer.
 """
@@ -114,7 +114,6 @@ class Publisher:
         self._wake_batch = max(1, int(wake_batch))
         self._ring: collections.deque = collections.deque()
         self._wake = threading.Event()
-        self._idle = False
         self._stop = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -201,7 +200,7 @@ class Publisher:
                 self._ring_dropped += 1
                 return False
             ring.append((kind, payload, finalize, time.time_ns()))
-            if self._idle or len(ring) == self._wake_batch:
+            if len(ring) == self._wake_batch:
                 self._wake.set()
             return True
         except Exception:
@@ -217,8 +216,7 @@ class Publisher:
         """Send ``body`` as ``kind`` now and again every ``sticky_interval_s`` (hello, load)."""
         self._sticky[kind] = body
         self._sticky_dirty = True
-        if self._idle:
-            self._wake.set()
+        self._wake.set()
 
     # -- publisher thread ---------------------------------------------------------------------
     def _send(self, kind: str, body: dict, t: int | None = None) -> None:
@@ -278,7 +276,6 @@ class Publisher:
         name_os_thread(PUBLISHER_THREAD_NAME)
         ring = self._ring
         next_sticky = next_beat = 0.0
-        flowing = False
         try:
             while True:
                 now = time.monotonic()
@@ -293,18 +290,11 @@ class Publisher:
                 if ring:
                     for _ in range(min(len(ring), 256)):
                         self._process(ring.popleft())
-                    flowing = True
                     continue
-                if flowing:  # poll while events flow: a submit wakes this thread only for a full batch
-                    flowing = False
-                    self._wake.wait(self._flush_interval)
-                    self._wake.clear()
-                    continue
-                self._idle = True  # the next submit wakes this thread, once
-                if not ring and not self._sticky_dirty and not self._stop:
-                    self._wake.wait(max(0.0, min(next_sticky, next_beat) - time.monotonic()))
+                # poll: a submit wakes this thread only when a batch is full (see the module docstring)
+                if not self._sticky_dirty and not self._stop:
+                    self._wake.wait(min(self._flush_interval, max(0.0, min(next_sticky, next_beat) - time.monotonic())))
                 self._wake.clear()
-                self._idle = False
             deadline = time.monotonic() + self._linger_s
             while ring and time.monotonic() < deadline:
                 self._process(ring.popleft())
