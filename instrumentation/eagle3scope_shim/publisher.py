@@ -7,9 +7,10 @@ tensors), encodes the frame and sends it with ``NOBLOCK``. The thread drains the
 ``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken per event:
 signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
 3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
-(BENCHMARKS.md). Polling costs the idle server ten wake-ups a second. A full ring counts a drop instead of
-growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that
-starts late or restarts learns them. Heartbeats carry the counters so drops reach the viewer.
+(BENCHMARKS.md). Polling costs an idle server four wake-ups a second; a step reaches viewers within
+``flush_interval_s``. A full ring counts a drop instead of growing or waiting. ``hello``/``load``
+bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
+Heartbeats carry the counters so drops reach the viewer.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Publisher:
         hwm: int = 10000,
         sticky_interval_s: float = 2.0,
         heartbeat_interval_s: float = 1.0,
-        flush_interval_s: float = 0.1,
+        flush_interval_s: float = 0.25,
         wake_batch: int = 16,
     ) -> None:
         self._requested = resolve_bind_endpoint(endpoint)
