@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/eagle3scope
 SCENARIO ?= healthy
 export EAGLE3SCOPE_CACHE = $(CACHE)
 
-.PHONY: venv engine-env engine-env-old models wheels demo test test-fast
+.PHONY: venv engine-env engine-env-old models wheels speculators-env tmux demo test test-fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,9 +21,17 @@ engine-env:
 engine-env-old:
 	EAGLE3SCOPE_CACHE=$(CACHE) SGLANG_VERSION=0.5.10 bash scripts/build-engine-env.sh
 
-# SGLang wheels of the compat-table releases, for tests/test_compat_static.py (best effort: offline skips).
+# SGLang wheels of the compat-table releases, for tests/test_compat_static.py (from PyPI, cached; no install).
 wheels: venv
-	-EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-sglang-wheels.sh
+	EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-sglang-wheels.sh
+
+# The real speculators package in a scratch venv, for tests/test_demo_models.py (cached).
+speculators-env: engine-env
+	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-speculators-env.sh
+
+# tmux for tests/test_tui_tmux.py (Debian package; installed only where missing).
+tmux:
+	command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux; }
 
 models: venv engine-env
 	$(VENV)/bin/eagle3scope demo --prepare-only
@@ -31,7 +39,7 @@ models: venv engine-env
 demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)
 
-test: venv engine-env engine-env-old models wheels
+test: venv engine-env engine-env-old models wheels speculators-env tmux
 	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv

@@ -8,7 +8,7 @@
 #   hook_path_cuda.json     hook path per round with every tensor on the GPU, the hooked rounds under
 #                           torch.cuda.set_sync_debug_mode("error") (a sync raises), ring of pinned buffers
 #   hook_path_cpu.json      the same on that host's CPU, for the difference
-#   recapture.json          aux change under a captured torch.cuda.CUDAGraph through Control (pause_ms)
+#   recapture.json          aux change under a captured torch.cuda.CUDAGraph through the AuxChannel (pause_ms)
 # Goal (BENCHMARKS.md, "Shim"): hook path <= 25 us per round on the GPU host, no sync.
 set -euo pipefail
 OUT="${OUT:-/tmp/e3s-device}"

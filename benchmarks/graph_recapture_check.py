@@ -9,7 +9,7 @@ into a static aux buffer) is captured with ``torch.cuda.CUDAGraph`` by a stand-i
 whose ``recapture_decode_cuda_graph`` warms up on a side stream and captures again, as SGLang's
 does. Checked, against the eager forward: (1) the captured graph replays the aux set it was
 captured with, also after ``set_eagle3_layers_to_capture`` (why the shim refuses a change without
-``--recapture``); (2) ``Control._apply`` with recapture replays the new set, and reports the pause.
+``--recapture``); (2) ``AuxChannel._apply`` with recapture replays the new set, and reports the pause.
 On a machine without CUDA, ``--device cpu`` runs the same flow with an emulated capture (the
 layer set frozen at capture), to check the script itself.
 """
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import torch
 
-from eagle3scope_shim import control, graphs
+from eagle3scope_shim import aux_channel, graphs
 
 
 class Target:
@@ -109,10 +109,10 @@ def main() -> None:
     target.set_eagle3_layers_to_capture(old)
     runner = Runner(target, args.device)
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=None)
-    facts = control.Facts()
+    facts = aux_channel.Facts()
     facts.target = facts.inner = target
     facts.graphs = graphs.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
-    ctl = control.Control("inproc://unused", "x" * 32, facts)
+    ctl = aux_channel.AuxChannel("inproc://unused", "x" * 32, facts)
     ctl.current = old
     want_old, want_new = expected_aux(target, old), expected_aux(target, new)
     replays_old = torch.equal(runner.decode_cuda_graph_runner.replay(), want_old)

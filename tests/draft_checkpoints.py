@@ -72,7 +72,7 @@ def specforge_config(**overrides) -> dict:
 def speculators_config() -> dict:
     """As speculators' Eagle3SpeculatorConfig serialises (aux ids by layer input: SGLang's + 1)."""
     return {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
+        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
         "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
                                "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]}},
@@ -111,5 +111,126 @@ def speculators(path: Path) -> Path:
 def target(path: Path, layers: int = TARGET_LAYERS) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({**llama_fields(), "architectures": ["LlamaForCausalLM"],
+                                                  "num_hidden_layers": layers}))
+    return path
+
+
+# -- other producers' published layouts, at tiny sizes (same key names, same config fields) ----------
+
+
+def speculators_converted_config() -> dict:
+    """`speculators convert` (speculators/convert/eagle/eagle3_converter.py, 0.9.0): a LlamaConfig layer
+    built from the EAGLE/SpecForge config, eagle_aux_hidden_state_layer_ids left None unless passed."""
+    cfg = speculators_config()
+    cfg["architectures"] = ["Eagle3Speculator"]  # the converter's model class
+    cfg["eagle_aux_hidden_state_layer_ids"] = None
+    cfg["transformer_layer_config"]["pretraining_tp"] = 1
+    return cfg
+
+
+def modelopt_config(layers: int = 1, target_layers: int = TARGET_LAYERS) -> dict:
+    """Model-Optimizer's export (modelopt/torch/export/plugins/hf_spec_configs.py llama_eagle_template_config,
+    nvidia-modelopt 0.47): aux ids are its default [1, n//2-1, n-4] in output-of-layer numbering
+    (plugins/hf_eagle.py default_eagle_aux_layer_ids, forward hooks on those layers)."""
+    n = target_layers
+    return {**llama_fields(), "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": layers,
+            "draft_vocab_size": DRAFT_VOCAB, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
+            "torch_dtype": "bfloat16", "use_cache": True, "rope_scaling": None, "attention_bias": False,
+            "mlp_bias": False, "pretraining_tp": 1, "head_dim": HEAD_DIM,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sorted({1, n // 2 - 1, n - 4}),
+                             "use_aux_hidden_state": True, "use_input_layernorm_in_first_layer": True,
+                             "use_last_layernorm": True, "use_mtp_layernorm": False, "next_layer_regular": True,
+                             "parallel_draft_step": 1, "parallel_draft_heads_num_layers": 1}}
+
+
+def modelopt_tensors(layers: int = 1, upper_prefix: str = "layers.{i}.") -> dict[str, np.ndarray]:
+    """hf_spec_export.py LLAMA_EAGLE_SINGLE_LAYER: layers.0.* (+ layers.N.* plain decoder layers: attention,
+    mlp, input_layernorm, post_attention_layernorm, no hidden_norm), fc, norm, lm_head, d2t; no t2d."""
+    out = tensors("layers.0.")
+    del out["t2d"], out["embed_tokens.weight"]
+    covered = np.concatenate([np.arange(16), np.arange(16, TARGET_VOCAB, 3)[:DRAFT_VOCAB - 16]])
+    out["d2t"] = covered - np.arange(DRAFT_VOCAB)  # offsets that are not arange, so no t2d is needed to read them
+    rng = np.random.default_rng(1)
+    for i in range(1, layers):
+        p = upper_prefix.format(i=i)
+        for name, shape in (("self_attn.q_proj.weight", (HEADS * HEAD_DIM, H)), ("self_attn.k_proj.weight", (KV_HEADS * HEAD_DIM, H)),
+                            ("self_attn.v_proj.weight", (KV_HEADS * HEAD_DIM, H)), ("self_attn.o_proj.weight", (H, HEADS * HEAD_DIM)),
+                            ("mlp.gate_proj.weight", (INTER, H)), ("mlp.up_proj.weight", (INTER, H)),
+                            ("mlp.down_proj.weight", (H, INTER)), ("input_layernorm.weight", (H,)),
+                            ("post_attention_layernorm.weight", (H,))):
+            out[p + name] = rng.standard_normal(shape).astype(np.float16)
+    return out
+
+
+KV_LORA, Q_LORA, ROPE_DIM, NOPE_DIM, V_DIM = 8, 12, 4, 4, 8
+
+
+def modelopt_mla_config(target_layers: int = 61) -> dict:
+    """hf_spec_configs.py kimik2_eagle_template_config: Eagle3DeepseekV2ForCausalLM, model_type kimi_k2."""
+    n = target_layers
+    return {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", "hidden_size": H,
+            "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "intermediate_size": INTER,
+            "kv_lora_rank": KV_LORA, "q_lora_rank": Q_LORA, "qk_rope_head_dim": ROPE_DIM, "qk_nope_head_dim": NOPE_DIM,
+            "v_head_dim": V_DIM, "num_hidden_layers": 1, "vocab_size": TARGET_VOCAB, "draft_vocab_size": DRAFT_VOCAB,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sorted({1, n // 2 - 1, n - 4}), "use_aux_hidden_state": True,
+                             "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                             "use_mtp_layernorm": False, "next_layer_regular": True, "parallel_draft_step": 1,
+                             "parallel_draft_heads_num_layers": 1}}
+
+
+def modelopt_mla_tensors() -> dict[str, np.ndarray]:
+    """hf_spec_export.py KIMIK2_EAGLE_SINGLE_LAYER key names."""
+    rng = np.random.default_rng(2)
+
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float16)
+
+    p = "layers.0.self_attn."
+    out = {f"{p}q_a_proj.weight": w(Q_LORA, 2 * H), f"{p}q_a_layernorm.weight": w(Q_LORA),
+           f"{p}q_b_proj.weight": w(HEADS * (NOPE_DIM + ROPE_DIM), Q_LORA),
+           f"{p}kv_a_proj_with_mqa.weight": w(KV_LORA + ROPE_DIM, 2 * H), f"{p}kv_a_layernorm.weight": w(KV_LORA),
+           f"{p}kv_b_proj.weight": w(HEADS * (NOPE_DIM + V_DIM), KV_LORA), f"{p}o_proj.weight": w(H, HEADS * V_DIM)}
+    for name in ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "hidden_norm.weight",
+                 "input_layernorm.weight", "post_attention_layernorm.weight"):
+        out["layers.0." + name] = tensors("layers.0.")["layers.0." + name]
+    base = modelopt_tensors()
+    out.update({k: base[k] for k in ("fc.weight", "norm.weight", "lm_head.weight", "d2t")})
+    return out
+
+
+def eagle_authors_config() -> dict:
+    """SafeAILab/EAGLE eagle/traineagle3/config.json: the target's class in architectures, draft_vocab_size,
+    no eagle_config (trained on the inputs of layers [2, n//2, n-3], modeling_llama_kv.py)."""
+    return {**llama_fields(), "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1,
+            "draft_vocab_size": DRAFT_VOCAB, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0,
+            "torch_dtype": "float16", "transformers_version": "4.28.1", "use_cache": True}
+
+
+def eagle_authors_tensors() -> dict[str, np.ndarray]:
+    """eagle/traineagle3/cnets.py Model: midlayer, fc, norm, lm_head, d2t, t2d buffers (no embed_tokens saved)."""
+    out = tensors("midlayer.")
+    del out["embed_tokens.weight"]
+    return out
+
+
+def sglang_canonical_config() -> dict:
+    """SpecForge configs/llama3-70B-ealge3.json (and lmsys' published sglang-EAGLE3 drafts): no eagle_config,
+    so SGLang's default capture, which is what SpecForge trains on without --aux-layers."""
+    cfg = specforge_config()
+    del cfg["eagle_config"]
+    return cfg
+
+
+def specforge_kimi_config() -> dict:
+    """SpecForge configs/kimi-k2-eagle3.json: ids [2, 30, 58] for Kimi-K2's 61 layers, model_type kimi_k2."""
+    return {**specforge_config(), "model_type": "kimi_k2", "max_window_layers": 48, "rope_scaling": None,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True}}
+
+
+def deepseek_target(path: Path, layers: int = 61, arch: str = "DeepseekV3ForCausalLM") -> Path:
+    """A DeepseekV3-family target's config (Kimi-K2 is DeepseekV3ForCausalLM with 61 layers)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({**llama_fields(), "architectures": [arch], "model_type": "deepseek_v3",
                                                   "num_hidden_layers": layers}))
     return path

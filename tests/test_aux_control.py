@@ -16,12 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle3scope.control import layers as L
+from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.control.token import TokenError, create_token_file, read_token, tokens_equal
-from eagle3scope.demo.server import free_port
-from eagle3scope_shim import control as shim_control
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
+from eagle3scope.wire.token import TokenError, create_token_file, read_token
+from eagle3scope.wire.endpoints import free_port
+from eagle3scope_shim import aux_channel
 from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
 
@@ -108,8 +108,9 @@ def test_token_file_created_private_and_read_back(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600
     assert (path.parent.stat().st_mode & 0o777) == 0o700
     token = read_token(path)
-    assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
-    assert not tokens_equal(None, token) and not tokens_equal(123, token)
+    signed = sign({"cmd": "list"}, token)
+    assert len(token) >= 32 and authentic(signed, token) and not authentic(signed, token + "x")
+    assert not authentic(signed | {"mac": None}, token) and not authentic(signed | {"mac": 123}, token)
     assert read_token(create_token_file(tmp_path / "tokens")) != token  # a fresh one each time
 
 
@@ -162,11 +163,11 @@ def channel(tmp_path):
     target = _Inner(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
-    facts = shim_control.Facts()
+    facts = aux_channel.Facts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token_file = create_token_file(tmp_path)
-    ctl = shim_control.Control(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
     ctl.current = [2, 4, 5]
     recorder = _Recorder()
     old = STATE.publisher
@@ -224,8 +225,9 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 
 
 @pytest.mark.parametrize("message, error", [
-    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "token": "wrong-token-wrong-token"}, "signed requests"),
     ({"cmd": "set", "layers": [1, 3, 4]}, "wrong token"),
+    ({"cmd": "set", "layers": [1, 3, 4], "nonce": "n" * 32, "ts": 0.0, "mac": "0" * 64}, "wrong token"),
     ({"cmd": "shutdown", "TOKEN": None}, "unknown command 'shutdown'"),
     ({"cmd": "set", "layers": [1, 3, 4], "TOKEN": None, "force": True}, "unknown field"),
     ({"cmd": "set", "layers": [5, 6, 7], "TOKEN": None}, "input of layer 8"),
@@ -236,13 +238,13 @@ def test_set_waits_for_the_next_step_and_reports_applied(channel):
 def test_refusals_have_a_reason_and_change_nothing(channel, message, error):
     ctl, target, client, recorder = channel
     if "TOKEN" in message:
-        message = {k: v for k, v in message.items() if k != "TOKEN"} | {"token": client.token}
+        message = client.sign({k: v for k, v in message.items() if k != "TOKEN"})
     reply = client.raw(message)
     assert reply["ok"] is False and error in reply["error"]
     ctl.apply_pending()
     assert target.calls == [] and target.model.layers_to_capture == [3, 5, 6] and ctl._pending is None
     assert client.list()["current"] == [2, 4, 5]
-    if "wrong token" not in error and "unknown" not in error and "wait_s" not in error:
+    if "token" not in error and "signed" not in error and "unknown" not in error and "wait_s" not in error:
         assert recorder.events[-1][1]["applied"] is False and error in recorder.events[-1][1]["reason"]
 
 
@@ -255,7 +257,7 @@ def test_garbage_bytes_get_a_refusal(channel):
     sock.setsockopt(zmq.RCVTIMEO, 3000)
     sock.connect(ctl.endpoint)
     sock.send(b"\xc1\xff not msgpack")
-    from eagle3scope.control.protocol import unpack
+    from eagle3scope.wire.control_protocol import unpack
 
     assert unpack(sock.recv())["ok"] is False
     sock.close(0)
@@ -299,7 +301,10 @@ def test_concurrent_requests_while_stepping(channel):
                 if (i + j) % 3 == 0:
                     client.list()
                 elif (i + j) % 3 == 1:
-                    client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    try:  # sets of several clients wait side by side: a newer one may supersede this one
+                        client.set([1, 3, 4] if j % 2 else [3, 5, 6], wait_s=0.5)
+                    except ControlError as exc:
+                        assert "superseded by request" in str(exc)
                 else:
                     with pytest.raises(ControlError):
                         client.set([6, 7, 8], wait_s=0.5)
@@ -333,20 +338,20 @@ def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch
     os.chmod(path, 0o640)
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
-    monkeypatch.setattr(STATE, "control", None)
+    monkeypatch.setattr(STATE, "aux_channel", None)
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
-    assert "must be 0600" in caplog.text and STATE.control is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert "must be 0600" in caplog.text and STATE.aux_channel is None
     monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "missing"))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
     monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "not a loopback endpoint" in caplog.text
 
 
@@ -368,7 +373,7 @@ async def aux_screen_app(client, frames, size):
     from eagle3scope.tui.feed import LiveFeed
 
     app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
-    app.control = client
+    app.aux_client = client
     async with app.run_test(size=size) as pilot:
         app.feed.ingest(frames)
         await pilot.press("c")
@@ -380,7 +385,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
     from analysis_streams import Stream, healthy_load, hello, step
     from tui_support import run_async, screen_text
 
-    from eagle3scope.tui.aux_screen import AuxScreen
+    from eagle3scope.tui.screens import AuxScreen
 
     ctl, target, client, _ = channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
@@ -512,7 +517,7 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
     monkeypatch.setattr(STATE, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return shim_control.gather(SimpleNamespace(server_args=sa))
+    return aux_channel.gather(SimpleNamespace(server_args=sa))
 
 
 def test_gather_facts_and_blockers(monkeypatch):
@@ -625,10 +630,11 @@ def test_a_failed_recapture_restores_the_previous_set_and_its_graphs(graph_chann
 
 def test_recapture_field_and_its_longer_wait(channel):
     ctl, target, client, _ = channel
-    base = {"cmd": "set", "layers": [1, 3, 4], "token": client.token}
-    assert "recapture must be true or false" in client.raw(base | {"recapture": 1})["error"]
-    assert "wait_s" in client.raw(base | {"wait_s": 60})["error"]
-    assert client.raw(base | {"wait_s": 0, "recapture": True})["status"] == "queued"  # no graphs here: plain set
+    base = {"cmd": "set", "layers": [1, 3, 4]}
+    assert "recapture must be true or false" in client.raw(sign(base | {"recapture": 1}, client.token))["error"]
+    assert "wait_s" in client.raw(sign(base | {"wait_s": 60}, client.token))["error"]
+    reply = client.raw(sign(base | {"wait_s": 0, "recapture": True}, client.token))
+    assert reply["status"] == "queued"  # no graphs here: a plain set
     ctl.apply_pending()
     assert target.model.layers_to_capture == [2, 4, 5]
 

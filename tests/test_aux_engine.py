@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.token import create_token_file, read_token
-from eagle3scope.demo.server import SGLangServer, free_port
+from eagle3scope.wire.token import create_token_file, read_token
+from eagle3scope.demo.server import SGLangServer
+from eagle3scope.wire.endpoints import free_port
 from eagle3scope.demo.workload import Workload
 
 pytestmark = pytest.mark.engine
@@ -85,7 +86,6 @@ def cycled(demo, served, tmp_path_factory):
     report = json.loads(out.stdout)
     by = {m["preset"]: m for m in report["results"]}
     means = {k: (m["layers"], round(m["mean_accept_length"], 3), m["steps"]) for k, m in by.items()}
-    print("per-preset (ids, mean acceptance length, steps):", means)
     return {"listed": listed, "report": report, "by": by, "means": means, "errors": errors,
             "profile": json.loads((config_home / "eagle3scope" / "aux-profiles.json").read_text())}
 

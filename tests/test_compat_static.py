@@ -6,25 +6,25 @@ downloaded here.
 
 from __future__ import annotations
 
-import os
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from conftest import engine_missing
+from eagle3scope.demo.server import cache_dir
 from eagle3scope_shim import seams
 
 
 def _wheel(version: str) -> Path | None:
-    cache = Path(os.environ.get("EAGLE3SCOPE_CACHE") or Path.home() / ".cache" / "eagle3scope") / "wheels"
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    found = sorted((cache_dir() / "wheels").glob(f"sglang-{version}-*.whl"))
     return found[0] if found else None
 
 
 def _lookup(version: str):
     wheel = _wheel(version)
     if wheel is None:
-        pytest.skip(f"sglang {version} wheel not cached; run scripts/fetch-sglang-wheels.sh")
+        engine_missing(f"sglang {version} wheel not cached (make wheels: scripts/fetch-sglang-wheels.sh)")
     archive = zipfile.ZipFile(wheel)
     names, cache = set(archive.namelist()), {}
 

@@ -12,7 +12,8 @@ from conftest import run_engine_python
 
 pytestmark = pytest.mark.engine
 
-# What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees).
+# What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees;
+# the sampling verify once the cpu_engine plugin enables it).
 CPU_PATH_OPS = [
     "assign_draft_cache_locs_contiguous_cpu",
     "assign_extend_cache_locs_cpu",
@@ -24,6 +25,7 @@ CPU_PATH_OPS = [
     "extend_attention_cpu",
     "fill_accept_out_cache_loc_cpu",
     "fill_bonus_tokens_cpu",
+    "tree_speculative_sampling_target_only",
     "verify_tree_greedy_cpu",
 ]
 
@@ -38,6 +40,16 @@ def kernel_results(engine_python):
 @pytest.mark.parametrize("op", CPU_PATH_OPS)
 def test_op_matches_reference(kernel_results, op):
     assert kernel_results.get(op) == "ok", kernel_results.get(op, "op not checked")
+
+
+# Conventions pinned to SGLang 0.5.23's source and the sgl-kernel C++ checks (engine_side/kernel_checks.py).
+CONVENTIONS = ["sliding_window", "kv_scales", "extend_reads_new_kv_from_the_pool", "extend_sinks_and_logit_cap",
+               "index_dtypes"]
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_attention_convention(kernel_results, name):
+    assert kernel_results.get(f"convention:{name}") == "ok", kernel_results.get(f"convention:{name}", "not checked")
 
 
 def test_ops_registered_for_both_call_paths_and_amx_packing_absent(kernel_results):

@@ -12,7 +12,7 @@ import os
 import statistics
 
 import pytest
-from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED
+from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
 
 from eagle3scope.demo import models
 from eagle3scope.demo.scenarios import SCENARIOS, read_safetensors, write_safetensors
@@ -167,8 +167,8 @@ def test_speculators_reads_the_speculators_layout(demo_models):
     from eagle3scope.demo.server import cache_dir
 
     python = cache_dir() / "venv-speculators-0.9.0" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("speculators venv not built (scripts/build-speculators-env.sh)")
+    if not (python.parent.parent / ".built").exists():
+        engine_missing("speculators venv not built (make speculators-env: scripts/build-speculators-env.sh)")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [str(python), "-m", "eagle3scope.demo.speculators_probe", str(demo_models.draft_speculators)],

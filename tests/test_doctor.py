@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -67,13 +66,11 @@ def test_0_5_23_name_mapping():
 
 
 @pytest.mark.engine
-def test_loader_tables_match_the_installed_sglang_source():
+def test_loader_tables_match_the_installed_sglang_source(engine_python):
     """The renames and stacked mapping are copied from 0.5.23's llama_eagle3.load_weights: check them."""
-    src = (Path.home() / ".cache/eagle3scope/venv-sglang-0.5.23/lib/python3.11/site-packages/sglang/srt/models/llama_eagle3.py")
-    if not src.is_file():
-        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"{src} is missing")
-        pytest.skip("SGLang 0.5.23 engine env not built")
+    found_src = sorted(engine_python.parent.parent.glob("lib/python3*/site-packages/sglang/srt/models/llama_eagle3.py"))
+    assert found_src, f"no sglang/srt/models/llama_eagle3.py in the engine venv of {engine_python}"
+    src = found_src[0]
     tree = ast.parse(src.read_text())
     found = {}
     for node in ast.walk(tree):
@@ -173,7 +170,7 @@ def test_truncated_safetensors(tmp_path):
     blob = (draft / "model.safetensors").read_bytes()
     (draft / "model.safetensors").write_bytes(blob[: len(blob) // 2])
     code, report = doctor(draft)
-    assert code == 2 and "incomplete metadata" in ids(report)["weights-unreadable"]["evidence"]["detail"]
+    assert code == 2 and "truncated" in ids(report)["weights-unreadable"]["evidence"]["detail"]
     assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
 
 
@@ -221,8 +218,8 @@ def test_aux_layer_ids_against_the_target(tmp_path, target):
     draft = dc.specforge(tmp_path / "b", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 7]})
     code, report = doctor(draft, "--target", str(target))
     assert code == 2 and ids(report)["aux-layers-out-of-range"]["evidence"]["out_of_range"] == [7]
-    code, report = doctor(dc.specforge(tmp_path / "c", eagle_config=None))
-    assert code == 1 and ids(report)["aux-layers-mismatch"]["title"].startswith("No eagle_config")
+    code, report = doctor(dc.specforge(tmp_path / "c", eagle_config=None))  # SGLang's default, as lmsys' drafts
+    assert code == 0 and report["producer"]["name"] == "sglang"
 
 
 # -- fix -----------------------------------------------------------------------------------------
@@ -235,7 +232,7 @@ def test_fix_speculators_checkpoint_for_old_sglang_sharded(tmp_path, target):
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.11",
                                        "--target", str(target)])
     assert result.exit_code == 0, result.output
-    assert "layers.0.mlp.up_proj.weight -> midlayer.mlp.up_proj.weight" in result.output
+    assert "10 tensor(s): layers.0.* -> midlayer.*" in result.output
     assert tree_digest(draft) == before
     fixed = tmp_path / "fixed"
     config = json.loads((fixed / "config.json").read_text())

@@ -39,36 +39,68 @@ state["d2t"] = torch.arange(config["draft_vocab_size"])  # absolute ids where of
 tiny.write_draft(out, config, state)
 """
 
+# An EAGLE-1 draft as SGLang's LlamaForCausalLMEagle loads it (sglang/srt/models/llama_eagle.py): one
+# decoder layer without input_layernorm, fc over cat(embeds, hidden) (2H -> H, with bias), its own
+# embeddings and head; load_weights prefixes every name but lm_head with "model.".
+WRITE_EAGLE1_DRAFT = r"""
+import json, sys, torch
+from pathlib import Path
+from safetensors.torch import save_file
+target, out = Path(sys.argv[1]), Path(sys.argv[2])
+cfg = json.loads((target / "config.json").read_text())
+h, inter, heads, kv, vocab = (cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                                "num_key_value_heads", "vocab_size"))
+hd = h // heads
+g = torch.Generator().manual_seed(11)
+w = lambda *shape: torch.randn(*shape, generator=g) * 0.02
+state = {"embed_tokens.weight": w(vocab, h), "fc.weight": w(h, 2 * h), "fc.bias": torch.zeros(h),
+         "lm_head.weight": w(vocab, h), "layers.0.post_attention_layernorm.weight": torch.ones(h),
+         "layers.0.self_attn.q_proj.weight": w(heads * hd, h), "layers.0.self_attn.k_proj.weight": w(kv * hd, h),
+         "layers.0.self_attn.v_proj.weight": w(kv * hd, h), "layers.0.self_attn.o_proj.weight": w(h, heads * hd),
+         "layers.0.mlp.gate_proj.weight": w(inter, h), "layers.0.mlp.up_proj.weight": w(inter, h),
+         "layers.0.mlp.down_proj.weight": w(h, inter)}
+out.mkdir(parents=True)
+keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+        "max_position_embeddings", "rms_norm_eps", "rope_theta", "bos_token_id", "eos_token_id", "hidden_act")
+config = {**{k: cfg[k] for k in keep if k in cfg}, "architectures": ["LlamaForCausalLMEagle"],
+          "model_type": "llama", "num_hidden_layers": 1, "tie_word_embeddings": False, "torch_dtype": "float32"}
+(out / "config.json").write_text(json.dumps(config))
+save_file(state, str(out / "model.safetensors"))
+"""
+
 
 @pytest.fixture(scope="module")
 def models(engine_python, tiny_models, tmp_path_factory):
     target, draft = tiny_models
-    broken = tmp_path_factory.mktemp("shim-models") / "draft-broken"
-    done = run_engine_python(engine_python, "-c", WRITE_BROKEN_DRAFT, str(target), str(broken))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {"target": target, "draft": draft, "broken": broken}
+    root = tmp_path_factory.mktemp("shim-models")
+    for script, name in ((WRITE_BROKEN_DRAFT, "draft-broken"), (WRITE_EAGLE1_DRAFT, "draft-eagle1")):
+        done = run_engine_python(engine_python, "-c", script, str(target), str(root / name))
+        assert done.returncode == 0, done.stderr[-3000:]
+    return {"target": target, "draft": draft, "broken": root / "draft-broken", "eagle1": root / "draft-eagle1"}
 
 
 
-def _serve(target, draft, env, *, concurrent=False):
-    """Run the prompts (greedy) with the shim publishing; return (frames, responses)."""
+def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperatures=(0.0,)):
+    """Run the prompts at each temperature (greedy first) with the shim publishing; return (frames, responses)."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = fresh_ipc_endpoint()
     frames = []
     with Subscriber([endpoint]) as sub:
-        with SGLangServer(target, draft, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:
+        with SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:
             frames += sub.poll(timeout_ms=200)
 
-            def ask(prompt):
-                body = {"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}}
-                return srv.post("/generate", body)
+            def ask(request):
+                prompt, temperature = request
+                params = {"max_new_tokens": MAX_NEW, "temperature": temperature, "ignore_eos": True}
+                return srv.post("/generate", {"text": prompt, "sampling_params": params})
 
+            requests = [(p, t) for t in temperatures for p in PROMPTS]
             if concurrent:
                 with ThreadPoolExecutor(len(PROMPTS)) as pool:
-                    responses = list(pool.map(ask, PROMPTS))
+                    responses = list(pool.map(ask, requests))
             else:
-                responses = [ask(p) for p in PROMPTS]
+                responses = [ask(r) for r in requests]
             quiet_since = time.monotonic()
             while time.monotonic() - quiet_since < 1.5:
                 new = sub.poll(timeout_ms=200)
@@ -109,7 +141,9 @@ def _check_agreement(frames, responses):
 
 @pytest.fixture(scope="module")
 def healthy(models):
-    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"})
+    """Greedy requests, then the same prompts at temperature 0.8 (SGLang's sampling verify, which the
+    cpu_engine plugin enables on CPU)."""
+    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"}, temperatures=(0.0, 0.8))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +180,17 @@ def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
     frames, responses = healthy
     # the sync guard was on: any item/tolist/blocking copy in a hook body would be a failed hook
     assert [b for b in _kind(frames, "hook") if b["status"] == "failed"] == []
-    _check_agreement(frames, responses)
+    _check_agreement(frames, responses)  # greedy and sampled requests alike
+
+
+def test_sampled_requests_take_the_sampling_verify_path(healthy):
+    _, responses = healthy
+    greedy, sampled = responses[: len(PROMPTS)], responses[len(PROMPTS) :]
+    # Greedy verify would commit the argmax and repeat the greedy answers; sampling verify draws
+    # from the target's distribution (a random tiny target's is flat), and drafts still get accepted.
+    assert sum(g["output_ids"] != s["output_ids"] for g, s in zip(greedy, sampled)) >= len(PROMPTS) - 1
+    assert all(len(s["output_ids"]) == MAX_NEW for s in sampled)
+    assert all(s["meta_info"]["spec_verify_ct"] > 0 for s in sampled)
 
 
 def test_broken_draft_facts_and_simulated_acceptance_agree(broken):
@@ -198,3 +242,19 @@ print(caught, len(bad))
     caught, total = done.stdout.split()
     assert caught == total
 
+
+
+def test_eagle1_draft_under_eagle_is_a_valid_setup(models):
+    """--speculative-algorithm EAGLE with an EAGLE-1 draft: no aux capture and a 2H fc by design, so
+    neither aux rule may fire (the same flags with an EAGLE-3 draft are the wrong-algorithm break)."""
+    from eagle3scope.analysis import analyse
+
+    frames, responses = _serve(models["target"], models["eagle1"], {}, algorithm="EAGLE")
+    hello, load = _last(frames, "hello"), _last(frames, "load")
+    assert str(hello["server_args"]["algorithm"]).rsplit(".", 1)[-1] == "EAGLE"
+    assert load["draft_class"] == "LlamaForCausalLMEagle" and load["fc"] == {"in": 2 * H, "out": H}
+    assert load["aux"]["capture_on"] is False
+    assert [b for b in _kind(frames, "step") if b["mode"] == "decode"]
+    assert all(r["meta_info"]["spec_verify_ct"] > 0 for r in responses)  # it did speculate
+    fired = {v.id for v in analyse(frames).violations()}
+    assert not fired & {"aux-capture-off", "fc-bypassed", "hidden-width-mismatch", "aux-layers-mismatch"}, fired

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
-from eagle3scope_shim.state import STATE, HostRing, Step, around, endpoint_for_dp_rank
+from eagle3scope_shim.state import STATE, HostRing, Step, around
 
 
 class Host(list):
@@ -209,7 +210,7 @@ class Batch:
 @pytest.fixture
 def shim(clean_state, monkeypatch):
     monkeypatch.setattr(STATE, "step", None)
-    monkeypatch.setattr(STATE, "control", None)
+    monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "workers", [])
     monkeypatch.setattr(STATE, "seq", 0)
     return clean_state

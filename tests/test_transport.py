@@ -14,7 +14,8 @@ import zmq
 
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.wire import SCHEMA_MAJOR, encode_frame
-from eagle3scope_shim.publisher import Publisher, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.endpoints import is_loopback, resolve_bind_endpoint
+from eagle3scope_shim.publisher import Publisher
 from synthetic import hello_body, load_body, step_body
 
 

@@ -67,3 +67,17 @@ def test_screens(snap_compare, recording, size, keys):
 @pytest.mark.parametrize("theme", ["light", "high-contrast"])
 def test_themes(snap_compare, recording, theme):
     assert snap_compare(make_app(recording, theme), terminal_size=LARGE, run_before=at_step(200))
+
+
+def test_no_two_snapshots_are_identical():
+    """Each snapshot must pin its own screen: two equal SVGs mean a key press never took effect
+    (the violation snapshot once pinned the overview, Enter having gone to an unfocused table)."""
+    import hashlib
+    from pathlib import Path
+
+    svgs = sorted((Path(__file__).parent / "__snapshots__" / "test_tui_snapshots").glob("*.svg"))
+    assert len(svgs) >= 16
+    by_digest: dict[str, list[str]] = {}
+    for svg in svgs:
+        by_digest.setdefault(hashlib.sha256(svg.read_bytes()).hexdigest(), []).append(svg.name)
+    assert [names for names in by_digest.values() if len(names) > 1] == []

@@ -19,7 +19,7 @@ import pytest
 
 from synthetic import hello_body, load_body, step_body
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (make tmux)")
 
 STEPS = 400
 

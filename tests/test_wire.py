@@ -45,7 +45,7 @@ def step_bodies(draw):
         "width": st.integers(min_value=1, max_value=3 * 16384), "fc": st.booleans(),
         "n": st.integers(min_value=1, max_value=8)}), max_size=4))
     return {
-        "seq": draw(st.integers(min_value=0, max_value=2**62)), "t_ns": draw(st.integers(min_value=0, max_value=2**63)),
+        "seq": draw(st.integers(min_value=0, max_value=2**62)), "t_ns": draw(st.integers(min_value=0, max_value=2**63 - 1)),
         "mode": draw(st.sampled_from(["decode", "prefill"])), "bs": bs,
         "rids": [draw(st.text(min_size=1, max_size=16)) for _ in range(bs)],
         "draft_ids": drafts, "accepted": accepted, "bonus": bonus,
@@ -63,8 +63,14 @@ envelope = dict(src=st.text(max_size=24), n=st.integers(min_value=0, max_value=2
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from([k for k in KINDS if k != "step"]), body=generic_bodies, **envelope)
-def test_every_non_step_kind_round_trips(kind, body, src, n, t):
-    frame = decode_frame(encode_frame(kind, body, src=src, n=n, t=t))
+def test_every_non_step_kind_round_trips_or_is_refused_by_name(kind, body, src, n, t):
+    """Arbitrary bodies: either they are valid for the kind and come back unchanged, or the
+    validator refuses them with a FrameError that names the kind and the publisher."""
+    try:
+        frame = decode_frame(encode_frame(kind, body, src=src, n=n, t=t))
+    except FrameError as exc:
+        assert (exc.kind, exc.src) == (kind, src) and f"invalid {kind} frame" in str(exc)
+        return
     assert (frame.kind, frame.src, frame.n, frame.t, frame.body, frame.minor) == (kind, src, n, t, body, SCHEMA_MINOR)
     assert frame.known
 
@@ -136,6 +142,8 @@ def test_oversized_frame_is_refused_before_parsing():
     (_env(src=None), "publisher id"),
     (_env(n="7"), "integers"),
     (_env(t=1.5), "integers"),
+    (_env(t=2**64 - 1), "64-bit"),
+    (_env(n=-1), "64-bit"),
     (_env(b=[1]), "body"),
     (_env(k="step", b={"seq": 1, "bs": 2, "rids": ["a"], "draft_ids": [[], []], "accepted": [0, 0], "bonus": [1, 1],
                         "accepted_ids": [[1], [1]]}), "length bs=2"),

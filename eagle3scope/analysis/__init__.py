@@ -1,5 +1,5 @@
 """Statistics and contract rules over the event stream; shared by the TUI, ``check`` and tests."""
 
-from eagle3scope.analysis.rules import RULE_IDS, RULES, Rule, Violation  # noqa: F401
+from eagle3scope.analysis.rules import CONTRACT_RULES, RULE_IDS, Rule, Violation  # noqa: F401
 from eagle3scope.analysis.state import ConfigSegment, Event, PassStats, PublisherView, SessionState, analyse  # noqa: F401
 from eagle3scope.analysis.stats import AcceptanceStats, Tally  # noqa: F401

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from eagle3scope.control.layers import captured_for, default_capture
+from eagle3scope.wire.aux_layers import captured_for, default_capture, specforge_defaults
 from eagle3scope.wire import FEATURE_CARRYING_MODES
 
 if TYPE_CHECKING:
@@ -80,9 +80,14 @@ def _fc_in(pub: PublisherView) -> int | None:
 
 
 def _is_eagle3_draft(pub: PublisherView) -> bool:
+    """By class name when SGLang's is known (its EAGLE-1/2 classes, e.g. LlamaForCausalLMEagle, carry a
+    2H-wide fc over cat(embeds, hidden)), else by an fc wider than the target's hidden size."""
     load = _load(pub)
+    name = str(load.get("draft_class") or "").lower()
+    if "eagle" in name:
+        return "eagle3" in name
     fc_in, hidden = _fc_in(pub), load.get("target_hidden_size") or load.get("hidden_size")
-    return "eagle3" in str(load.get("draft_class") or "").lower() or bool(fc_in and hidden and fc_in > hidden)
+    return bool(fc_in and hidden and fc_in > hidden)
 
 
 def _wrong_algorithm(algorithm) -> bool:
@@ -93,11 +98,6 @@ def _wrong_algorithm(algorithm) -> bool:
 def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
     seqs = [getattr(passes[m], attr) for m in modes if getattr(passes[m], attr) is not None]
     return min(seqs) if seqs else None
-
-
-def specforge_defaults(n: int) -> list[int]:
-    """SpecForge's defaults, output-of-layer numbering (the same capture points as SGLang's default)."""
-    return [1, n // 2 - 1, n - 4]
 
 
 def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
@@ -137,8 +137,8 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
 
 def fc_bypassed(pub: PublisherView) -> dict | None:
     fc_in = _fc_in(pub)
-    if pub.load is not None and fc_in is None:
-        return None  # the draft has no fc: nothing to bypass
+    if pub.load is not None and (fc_in is None or not _is_eagle3_draft(pub)):
+        return None  # no fc to bypass, or an EAGLE-1/2 fc, which takes H-wide target states by design
     modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
     if not modes:
         return None
@@ -306,7 +306,7 @@ def hook_failed(pub: PublisherView) -> dict | None:
     # hello re-sends every seam's status (a viewer may have missed the hook frames); hook frames are newer
     statuses = {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
     bad = {seam: status for seam, status in statuses.items() if status in ("failed", "missing")}
-    failures = (pub.heartbeat or {}).get("hook_failures") or 0
+    failures = pub.loss.hook_failures
     if not bad and not failures:
         return None
     return {"seams": bad, "hook_failures": failures,
@@ -314,10 +314,10 @@ def hook_failed(pub: PublisherView) -> dict | None:
 
 
 def frames_lost(pub: PublisherView) -> dict | None:
-    dropped = (pub.heartbeat or {}).get("dropped") or 0
-    if not (pub.gaps or dropped):
+    loss = pub.loss
+    if not loss.lost:
         return None
-    return {"lost_in_transit": pub.gaps, "dropped_by_shim": dropped, "frames_received": pub.frames}
+    return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.shim_dropped, "frames_received": loss.frames}
 
 
 def _fc_trained(pub: PublisherView) -> bool | None:
@@ -339,7 +339,7 @@ def _aux_severity(evidence: dict) -> str:
     return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
 
 
-RULES: tuple[Rule, ...] = (
+CONTRACT_RULES: tuple[Rule, ...] = (
     Rule(
         "aux-capture-off", _opted_out_severity, "EAGLE-3 draft, but the target captures no aux hidden states",
         aux_capture_off,
@@ -434,7 +434,7 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-RULE_IDS = tuple(r.id for r in RULES)
+RULE_IDS = tuple(r.id for r in CONTRACT_RULES)
 
 
 def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Violation | None:

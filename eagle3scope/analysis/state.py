@@ -2,8 +2,10 @@
 
 :class:`SessionState` folds a stream of :class:`~eagle3scope.wire.Frame` objects (live or from a
 recording) into per-publisher views, acceptance statistics, draft-pass counters, aux-config
-segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering, no
-rule evaluation); ``violations()`` evaluates the contract rules on demand.
+segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering). It
+also evaluates the contract rules on one schedule, after every non-step frame and every
+``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
+violations at the same ``first_seq`` whatever is on screen; ``violations()`` only reads them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from eagle3scope.analysis.rules import RULES, SEVERITY_ORDER, Violation, evaluate
+from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import Frame
+from eagle3scope.wire.loss import FrameLoss
+
+#: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
+#: seq of its own reports a ``first_seq`` at most this many steps late.
+RULES_EVERY = 64
 
 
 @dataclass(slots=True)
@@ -66,6 +73,7 @@ class ConfigSegment:
     captured: list | None = None
     tally: Tally = field(default_factory=Tally)
     k: int = 0
+    start_step: int | None = None  # the session's decode-step count where it starts (plot marks)
 
     @property
     def steps(self) -> int:
@@ -90,10 +98,8 @@ class PublisherView:
     heartbeat: dict | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}
     configs: list = field(default_factory=list)  # config bodies, in order
-    gaps: int = 0  # frames lost in transit (holes in the frame counter)
-    last_n: int | None = None
+    loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
-    frames: int = 0
     last_seq: int | None = None
     acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
     passes: dict = field(default_factory=dict)  # mode -> PassStats
@@ -125,7 +131,8 @@ class SessionState:
     keeping a reference. Per-publisher figures are on ``publishers[src]``.
     """
 
-    def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096) -> None:
+    def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096,
+                 rules_every: int = RULES_EVERY) -> None:
         self.publishers: dict[str, PublisherView] = {}
         self.acceptance = AcceptanceStats(window, history)
         self.passes: dict[str, PassStats] = {}
@@ -137,6 +144,8 @@ class SessionState:
         self.unknown_frames = 0
         self._window = window
         self._history = history
+        self.rules_every = rules_every
+        self._steps_since_rules = 0
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
         self._forked = False
@@ -148,17 +157,19 @@ class SessionState:
         pub = self.publishers.get(frame.src)
         if pub is None:
             pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
-        last_n = pub.last_n
-        if last_n is not None and frame.n != last_n + 1:
-            self._counter_jump(pub, frame, last_n)
-        pub.last_n = frame.n
+        for text in pub.loss.observe(frame):
+            self.note(frame.src, "warning", text, frame.t)
         pub.last_seen_t = frame.t
-        pub.frames += 1
         kind = frame.kind
         if kind == "step":
             self._step(pub, frame.body, frame.t)
-        elif kind == "heartbeat":
-            self._heartbeat(pub, frame)
+            self._steps_since_rules += 1
+            if self._steps_since_rules >= self.rules_every:
+                self._steps_since_rules = 0
+                self.evaluate_rules()
+            return
+        if kind == "heartbeat":
+            pub.heartbeat = frame.body
         elif kind == "hello":
             self._hello(pub, frame)
         elif kind == "load":
@@ -171,14 +182,7 @@ class SessionState:
             self._hook(pub, frame)
         else:
             self.unknown_frames += 1
-
-    def _counter_jump(self, pub: PublisherView, frame: Frame, last_n: int) -> None:
-        if frame.n > last_n + 1:
-            lost = frame.n - last_n - 1
-            pub.gaps += lost
-            self.note(pub.src, "warning", f"{lost} frame(s) lost in transit (frame {last_n} -> {frame.n})", frame.t)
-        else:
-            self.note(pub.src, "warning", f"frame counter went back ({last_n} -> {frame.n}): publisher restarted?", frame.t)
+        self.evaluate_rules()
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
@@ -247,6 +251,8 @@ class SessionState:
         segment = self.segments[-1]
         if segment.start_seq is None:
             segment.start_seq = seq
+        if segment.start_step is None:
+            segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus))
 
@@ -259,15 +265,6 @@ class SessionState:
         elif not self._forked:
             self._forked = True
             self.acceptance, self.passes = copy.deepcopy(self._solo.acceptance), copy.deepcopy(self._solo.passes)
-
-    def _heartbeat(self, pub: PublisherView, frame: Frame) -> None:
-        prev = pub.heartbeat or {}
-        body = frame.body
-        for key, label in (("dropped", "frame(s) dropped by the shim"), ("hook_failures", "hook failure(s)")):
-            grew = (body.get(key) or 0) - (prev.get(key) or 0)
-            if grew > 0:
-                self.note(pub.src, "warning", f"{grew} new {label} (total {body.get(key)})", frame.t)
-        pub.heartbeat = body
 
     def _hello(self, pub: PublisherView, frame: Frame) -> None:
         if pub.hello is None or pub.hello.get("pid") != frame.body.get("pid"):
@@ -305,7 +302,7 @@ class SessionState:
     def forget_counters(self) -> None:
         """Accept the next frame of every publisher without a gap check (after a replay seek)."""
         for pub in self.publishers.values():
-            pub.last_n = None
+            pub.loss.resync()
 
     def note(self, src: str, level: str, text: str, t_ns: int | None = None) -> None:
         """Add a line to the event log (also used by readers for schema errors)."""
@@ -313,16 +310,16 @@ class SessionState:
 
     # -- rules ------------------------------------------------------------------------------
 
-    def violations(self) -> list[Violation]:
-        """Evaluate every rule for every publisher.
+    def evaluate_rules(self) -> None:
+        """Evaluate every rule for every publisher now (``ingest`` does it on its schedule).
 
         A violation that fired once stays listed (with the ``first_seq`` at which it was first
         seen) even when its condition no longer holds: ``active`` tells whether it still does.
         A silent break that healed itself is still worth knowing about, and ``check`` must
-        report it even if the recording ends healthy.
+        report it even if the recording ends healthy. A first firing adds an event-log line.
         """
         for pub in self.publishers.values():
-            for rule in RULES:
+            for rule in CONTRACT_RULES:
                 key = (rule.id, pub.src)
                 previous = self._fired.get(key)
                 current = evaluate(rule, pub, previous)
@@ -330,23 +327,18 @@ class SessionState:
                     self._fired[key] = current
                     if previous is None:
                         self.note(pub.src, current.severity, f"{current.id}: {current.title}", pub.last_seen_t)
+
+    def violations(self) -> list[Violation]:
+        """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
 
 
-def analyse(frames: Iterable[Frame], *, every: int = 64, state: SessionState | None = None) -> SessionState:
-    """Fold ``frames`` into a state, evaluating the rules after every non-step frame and every
-    ``every`` steps, so that a break that heals before the end is still listed, with a
-    ``first_seq`` at most ``every`` steps late for rules without their own first-seen seq."""
-    state = state or SessionState()
-    since = 0
+def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionState:
+    """Fold ``frames`` into a state (rules on ingest's schedule, ``every`` steps apart) and
+    evaluate the rules once more at the end, so the state says how the stream ended."""
+    state = SessionState(rules_every=every)
+    ingest = state.ingest
     for frame in frames:
-        state.ingest(frame)
-        if frame.kind != "step":
-            state.violations()
-            continue
-        since += 1
-        if since >= every:
-            since = 0
-            state.violations()
-    state.violations()
+        ingest(frame)
+    state.evaluate_rules()
     return state

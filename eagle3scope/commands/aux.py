@@ -17,7 +17,7 @@ from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 
 def _client(control: str | None, token_file: str | None, timeout: float):
     from eagle3scope.control.client import ControlClient, ControlError
-    from eagle3scope.control.token import TokenError
+    from eagle3scope.wire.token import TokenError
 
     try:
         return ControlClient.from_options(control, token_file, timeout_s=timeout)
@@ -101,7 +101,7 @@ def _paused(reply: dict) -> str:
 @_channel_options
 def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> None:
     """Apply IDS such as 1,3,4 (the draft config's numbering) at the server's next step."""
-    from eagle3scope.control.layers import LayerError, parse_ids
+    from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
     try:
         layers = parse_ids(ids)
@@ -138,7 +138,7 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
     from eagle3scope.control import profiles
     from eagle3scope.control.cycle import CycleError, best, run_cycle, wait_for_stream
     from eagle3scope.control.client import ControlError
-    from eagle3scope.control.layers import LayerError, ids_for, parse_ids, presets
+    from eagle3scope.wire.aux_layers import LayerError, ids_for, parse_ids, presets
     from eagle3scope.live.subscriber import Subscriber
 
     client = _client(control, token_file, timeout)
@@ -215,7 +215,7 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
 def write_cmd(draft_dir, ids, out, in_place, target_dir, as_json) -> None:
     """Set eagle_config.eagle_aux_hidden_state_layer_ids of DRAFT_DIR to IDS for the next launch."""
     from eagle3scope.control.draftwrite import write_aux_ids
-    from eagle3scope.control.layers import LayerError, parse_ids
+    from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
     try:
         result = write_aux_ids(draft_dir, parse_ids(ids), out=out, in_place=in_place, target_dir=target_dir)

@@ -1,17 +1,23 @@
 """``eagle3scope check FILE``: the contract rules over a recording, for users' own CI.
 
 Exit status: 0 when no violation at or above ``--fail-on`` (default: error) fired at any point of
-the recording, 1 when one did, 2 when the file cannot be read as a session.
+the recording and every floor given (``--min-accept-length``, ``--min-per-position``) holds, 1 when
+not, 2 when the file cannot be read as a session, 3 when everything read passed but parts of the file
+were damaged (listed as read errors; the verdict covers the rest). ``--junit FILE`` writes the same
+verdict as JUnit XML.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
 from eagle3scope.analysis import SessionState, Violation, analyse
-from eagle3scope.analysis.rules import SEVERITY_ORDER
+from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, judge, \
+    parse_floors, verdict
+from eagle3scope.gate.junit import write_junit
 
 
 def report(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
@@ -46,6 +52,12 @@ def render_text(result: dict) -> str:
         lines.append(f"        {v['title']}")
         lines.append("        evidence: " + ", ".join(f"{k}={_fmt(val)}" for k, val in v["evidence"].items()))
         lines.append(f"        fix: {v['fix']}")
+    gate = result.get("gate")
+    if gate is not None and any(c["group"] != "rules" for c in gate["checks"]):
+        lines.append("")
+        for c in gate["checks"]:
+            if c["group"] != "rules":
+                lines.append(f"{'PASS' if c['passed'] else 'FAIL':7} {c['name']}: {c['message']}")
     if not s["complete"]:
         lines.append("note: the recording was not closed by its recorder (killed or still running)")
     for err in result["read_errors"]:
@@ -56,36 +68,80 @@ def render_text(result: dict) -> str:
 def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from eagle3scope.analysis import RULES
+    from eagle3scope.analysis import CONTRACT_RULES
 
-    for rule in RULES:
+    for rule in CONTRACT_RULES:
         severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
         click.echo(f"{rule.id:26} {severity:14} {rule.title}")
     ctx.exit(0)
 
 
+def threshold_options(func):
+    """--fail-on, --min-accept-length, --min-per-position, --junit: shared by ``check`` and ``gate``."""
+    options = [
+        click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
+                     show_default=True, help="Lowest severity that makes the exit status 1."),
+        click.option("--min-accept-length", type=click.FloatRange(min=0), default=None, metavar="X",
+                     help="Fail when the mean acceptance length (bonus token included) is below X."),
+        click.option("--min-per-position", "min_per_position", default=None, metavar="A,B,C",
+                     help="Fail when the acceptance rate at draft position 1, 2, 3... is below A, B, C..."),
+        click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="Also write the verdict as JUnit XML (one test case per rule and per floor)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def thresholds_from(fail_on: str, min_accept_length: float | None, min_per_position: str | None) -> Thresholds:
+    try:
+        floors = parse_floors(min_per_position)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--min-per-position") from None
+    return Thresholds(min_accept_length, floors, fail_on)
+
+
+def conclude(ctx: click.Context, result: dict, thresholds: Thresholds, *, as_json: bool, junit_path: str | None,
+             suite: str, elapsed_s: float, properties: dict, incomplete: str | None = None) -> None:
+    """Judge, print, write JUnit, exit: the shared tail of ``check`` and ``gate``."""
+    checks = judge(result, thresholds)
+    judged_passed = verdict(checks)["passed"]
+    if incomplete:
+        checks.append(Check("run", "collected", False, incomplete))
+    result["gate"] = verdict(checks)
+    click.echo(json.dumps(result) if as_json else render_text(result))
+    if incomplete and not as_json:
+        click.echo(f"INCOMPLETE: {incomplete}", err=True)
+    if junit_path:
+        write_junit(junit_path, checks, suite=suite, elapsed_s=elapsed_s, properties=properties)
+    if not judged_passed:
+        ctx.exit(EXIT_FAIL)
+    ctx.exit(EXIT_INCOMPLETE if incomplete else EXIT_PASS)
+
+
 @click.command(help=__doc__)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error", show_default=True,
-              help="Lowest severity that makes the exit status 1.")
+@threshold_options
 @click.option("--list-rules", is_flag=True, expose_value=False, is_eager=True, callback=_list_rules,
               help="List every rule id with its severity and title, then exit.")
 @click.pass_context
-def command(ctx: click.Context, file: str, as_json: bool, fail_on: str) -> None:
+def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_accept_length: float | None,
+            min_per_position: str | None, junit_path: str | None) -> None:
     from eagle3scope.store import SessionReader, StoreError
 
+    thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
+    started = time.monotonic()
     try:
         reader = SessionReader(file)
     except StoreError as exc:
         click.echo(f"Error: {exc}", err=True)
-        ctx.exit(2)
+        ctx.exit(EXIT_UNREADABLE)
     with reader:
         state = analyse(frame for _, frame in reader.frames())
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
-    violations = state.violations()
-    result = report(state, violations, errors, complete)
-    click.echo(json.dumps(result) if as_json else render_text(result))
-    threshold = SEVERITY_ORDER[fail_on]
-    ctx.exit(1 if any(SEVERITY_ORDER[v.severity] <= threshold for v in violations) else 0)
+    result = report(state, state.violations(), errors, complete)
+    damaged = f"{len(errors)} damaged part(s) of the recording were skipped" if errors else None
+    conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
+             elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)

@@ -55,16 +55,20 @@ def ensure_models(python: Path):
               help="Which real failure to reproduce through the real engine.")
 @click.option("--headless", is_flag=True, help="No screen: record events to --record instead.")
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
-              help="With --headless: stop after this many step events.")
+              help="With --headless: stop after this many decode steps. A step is one verify pass of the "
+                   "running batch that commits tokens (what `check` reports as steps); prefills are not counted.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="With --headless: session file to write (required there).")
 @click.option("--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Requests in flight.")
+@click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
+              help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
+                   "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
 @click.option("--control/--no-control", default=True, show_default=True,
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
 @click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
 @click.option("--prepare-only", is_flag=True, help="Build the engine env and demo models, then exit.")
-def command(scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int, control: bool,
-            theme: str | None, prepare_only: bool) -> None:
+def command(scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
+            temperatures: tuple[float, ...], control: bool, theme: str | None, prepare_only: bool) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
     if headless and not record_path:
         raise click.UsageError("--headless needs --record FILE")
@@ -77,23 +81,24 @@ def command(scenario: str, headless: bool, steps: int, record_path: str | None, 
 
     _say(f"scenario {scenario}: {scenarios.SCENARIOS[scenario].summary}")
     run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python,
-                      log_path=cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log")
+                      log_path=cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log",
+                      temperatures=temperatures or None)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:
             _say(f"server up in {run.server.startup_s:.0f} s at {run.server.url}; shim publishing on {run.endpoint}")
             if headless:
                 run.record(record_path, steps)
-                _say(f"recorded {steps} steps to {record_path}")
+                _say(f"recorded {steps} decode steps to {record_path}")
             else:
                 from eagle3scope.tui.app import run_watch
 
                 client = None
-                if run.control:
+                if run.control_endpoint:
                     from eagle3scope.control.client import ControlClient
 
-                    client = ControlClient.from_options(run.control, str(run.token_file))
-                run_watch([run.endpoint], theme=theme, control=client)
+                    client = ControlClient.from_options(run.control_endpoint, str(run.token_file))
+                run_watch([run.endpoint], theme=theme, aux_client=client)
     except (ServerError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -1,47 +1,98 @@
 """``eagle3scope doctor DRAFT_DIR``: check a draft checkpoint against an SGLang release before serving it.
 
-Reads safetensors headers only (no full load, no torch). Exit status: 0 clean, 1 warnings,
-2 errors.
+Reads safetensors headers only (no full load, no torch). Says who wrote the checkpoint and every
+convention it assumed. Exit status: 0 clean, 1 warnings, 2 errors.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 
 import click
 
+WIDTH = 80
 
-def _fmt(value: object) -> str:
-    return json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
+
+def _fmt(value: object, limit: int = 120) -> str:
+    """One evidence value, short: lists of names summarised by module, long values cut (--json has all)."""
+    from eagle3scope.doctor.diagnose import summary_text
+
+    if isinstance(value, list) and len(value) > 4 and all(isinstance(v, str) for v in value):
+        return summary_text(value)
+    text = json.dumps(value, separators=(", ", ":")) if isinstance(value, (list, dict)) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent if first is None else first, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False) or [first or indent]
+
+
+def what_to_do(report: dict) -> list[str]:
+    """The next steps, most important first."""
+    steps = []
+    fixable = report["fixable"]
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    if errors and not report["refusals"]:
+        steps.append(f"eagle3scope fix {report['draft']} --out NEW_DIR: repairs all of it (renames, config, "
+                     "d2t), then checks the copy")
+    elif report["refusals"]:
+        steps += [f"{f['fix']}" for f in errors if f["fix"] and "eagle3scope fix" not in f["fix"]][:3]
+        if any(fixable.values()):
+            steps.append("after that, `eagle3scope fix` can repair the rest")
+    elif any(f["severity"] == "warning" for f in report["findings"]):
+        steps += [f["fix"] for f in report["findings"] if f["severity"] == "warning" and f["fix"]][:2]
+    return steps
 
 
 def render(report: dict) -> str:
-    lines = [f"draft: {report['draft']}", f"SGLang {report['sglang_version']}, loader {report['loader']}",
-             f"tensors: {report['tensors']}"]
-    if not report["findings"]:
-        lines.append("no problems found")
+    """Verdict and what to do first, then producer, assumptions and findings, at 80 columns."""
+    errors = sum(f["severity"] == "error" for f in report["findings"])
+    warnings = sum(f["severity"] == "warning" for f in report["findings"])
+    lines = wrap(report["headline"])
+    verdict = {"clean": "CLEAN", "warnings": "WARNINGS", "broken": "BROKEN"}[report["verdict"]]
+    lines += wrap(f"{verdict} for SGLang {report['sglang_version']}: {errors} error(s), {warnings} warning(s); "
+                  f"{report['tensors']} tensors in {report['draft']}")
+    steps = what_to_do(report)
+    if steps:
+        lines.append("what to do:")
+        for i, step in enumerate(steps, 1):
+            lines += wrap(step, "     ", f"  {i}. ")
+    for why in report["refusals"][:4]:
+        lines += wrap(why, "     ", "  fix would refuse: ")
+    if len(report["refusals"]) > 4:
+        lines.append(f"  ... {len(report['refusals']) - 4} more (--json lists all)")
+    producer = report.get("producer")
+    if producer:
+        lines += [""] + wrap(f"producer: {producer['label']}" + (f" ({'; '.join(producer['signs'])})"
+                                                                  if producer["signs"] else ""), "  ")
+    for assumption in report.get("assumptions", []):
+        lines += wrap(assumption, "    ", "  assumed: ")
+    for note in report.get("notes", []):
+        lines += wrap(note, "    ", "  note: ")
+    lines += wrap(f"loader: SGLang {report['loader']}", "  ")
     for f in report["findings"]:
-        lines += ["", f"{f['severity'].upper():7} {f['id']}: {f['title']}",
-                  "        evidence: " + ", ".join(f"{k}={_fmt(v)}" for k, v in f["evidence"].items())]
+        lines += [""] + wrap(f"{f['id']}: {f['title']}", "        ", f"{f['severity'].upper():7} ")
+        for i, (k, v) in enumerate(f["evidence"].items()):
+            lines += wrap(f"{k}={_fmt(v)}", "            ", "        evidence: " if i == 0 else "          ")
         if f["fix"]:
-            lines.append(f"        fix: {f['fix']}")
+            lines += wrap(f["fix"], "          ", "        fix: ")
     fixable = report["fixable"]
     repairs = [f"{len(fixable['renames'])} key rename(s)"] if fixable["renames"] else []
     repairs += ["d2t absolute ids -> offsets"] if fixable["d2t_to_offsets"] else []
-    repairs += [f"config.json: {edit}" for edit in fixable["config_edits"]]
+    repairs += fixable["config_edits"]
     if repairs:
-        lines += ["", "`eagle3scope fix` can repair: " + "; ".join(repairs)]
-    for why in report["refusals"]:
-        lines.append(f"fix would refuse: {why}")
+        lines += [""] + wrap("`eagle3scope fix` would: " + "; ".join(repairs), "  ")
     return "\n".join(lines)
 
 
 @click.command(help=__doc__)
-@click.argument("draft_dir", type=click.Path(file_okay=False))
-@click.option("--target", "target_dir", type=click.Path(file_okay=False), default=None,
-              help="Target model directory (its config.json): layer count, hidden size, vocabulary.")
+@click.argument("draft_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--target", "target_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Target model directory (its config.json): family, layer count, hidden size, vocabulary.")
 @click.option("--sglang-version", default=None, help="SGLang release to check against (default: installed, else 0.5.23).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (everything, unabridged).")
 @click.pass_context
 def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_version: str | None, as_json: bool) -> None:
     from eagle3scope.doctor import missing_extra
@@ -53,8 +104,8 @@ def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_v
 
     try:
         dx = diagnose(draft_dir, sglang_version=sglang_version, target_dir=target_dir)
-    except (ValueError, OSError) as exc:
-        raise click.UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sglang-version") from None
     report = dx.to_dict()
     click.echo(json.dumps(report) if as_json else render(report))
     ctx.exit(dx.exit_code)

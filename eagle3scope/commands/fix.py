@@ -1,20 +1,45 @@
 """``eagle3scope fix DRAFT_DIR --out NEW_DIR``: write a corrected copy of a draft checkpoint.
 
-Renames keys the chosen SGLang release would skip, turns an absolute-id d2t into offsets and a
-speculators config into SGLang's; the source is never touched; the copy is written atomically and
-verified by reading it back. Refuses (exit 2, nothing written) when a repair would be a guess.
+Renames keys the chosen SGLang releases would skip, turns an absolute-id d2t into offsets, a
+speculators config into SGLang's and aux ids into the ones that capture the trained layers; one
+copy serves every release named in --for-sglang (default: the installed one, else 0.5.10 and
+0.5.23) where that is possible. The source is never touched; the copy is written atomically and
+verified by reading it back. Refuses (exit 2, nothing written) when a repair would be a guess,
+and says what to do instead.
 """
 
 from __future__ import annotations
 
 import click
 
+from eagle3scope.commands.doctor import wrap
+
+
+def summarised(changes: list[str]) -> list[str]:
+    """Key renames grouped by prefix (``10 tensors: layers.0.* -> midlayer.*``); other changes as they are."""
+    renames: dict[tuple[str, str], int] = {}
+    rest = []
+    for change in changes:
+        old, sep, new = change.partition(" -> ")
+        if sep and " " not in old and not old.endswith(":"):
+            common = 0
+            while common < min(len(old), len(new)) and old[-1 - common] == new[-1 - common]:
+                common += 1
+            tail = old[len(old) - common:]
+            cut = tail.find(".")
+            key = (old[: len(old) - common + cut + 1] + "*", new[: len(new) - common + cut + 1] + "*") if cut >= 0 \
+                else (old, new)
+            renames[key] = renames.get(key, 0) + 1
+        else:
+            rest.append(change)
+    return [f"{n} tensor(s): {a} -> {b}" if n > 1 else f"{a} -> {b}" for (a, b), n in renames.items()] + rest
+
 
 @click.command(help=__doc__)
 @click.argument("draft_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="New directory to create.")
 @click.option("--for-sglang", "sglang_version", default=None,
-              help="SGLang release the copy is for (default: installed, else 0.5.23).")
+              help="SGLang release(s) the copy is for, comma-separated (default: installed, else 0.5.10,0.5.23).")
 @click.option("--target", "target_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Target model directory, for the checks that need it.")
 @click.pass_context
@@ -29,15 +54,22 @@ def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: st
     try:
         result = fix_checkpoint(draft_dir, out_dir, sglang_version=sglang_version, target_dir=target_dir)
     except FixRefused as exc:
-        click.echo(f"refused, nothing written: {exc}", err=True)
+        click.echo("\n".join(wrap(str(exc), "  ", "refused, nothing written: ")), err=True)
         ctx.exit(2)
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    for change in result.changes:
-        click.echo(f"  {change}")
+        raise click.BadParameter(str(exc), param_hint="--for-sglang") from None
+    except OSError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    for change in summarised(result.changes):
+        click.echo("\n".join(wrap(change, "    ", "  ")))
     if not result.changes:
         click.echo("  no changes were needed (copied as is)")
-    warnings = [f for f in result.after.findings if f.severity == "warning"]
-    for f in warnings:
-        click.echo(f"  still a warning: {f.id}: {f.title}")
-    click.echo(f"wrote {result.out} (read back and checked against SGLang {result.after.sglang_version})")
+    for note in result.notes:
+        click.echo("\n".join(wrap(note, "    ", "  note: ")))
+    for after in result.after:
+        for f in after.findings:
+            if f.severity == "warning":
+                click.echo("\n".join(wrap(f"{f.id}: {f.title}", "    ", f"  still a warning on {after.sglang_version}: ")))
+    versions = ", ".join(result.versions)
+    click.echo("\n".join(wrap(f"wrote {result.out} (read back and checked against SGLang {versions})")))

@@ -18,18 +18,15 @@ import sys
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, free_port, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.token import create_token_file
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
     """(environment additions, token path) for a control channel on ``control`` ("auto": a free port)."""
-    from eagle3scope.control.protocol import ENV_CONTROL, ENV_TOKEN_FILE
-    from eagle3scope.control.token import create_token_file
-    from eagle3scope.demo.server import free_port
-    from eagle3scope_shim.publisher import is_loopback, resolve_bind_endpoint
-
     endpoint = f"tcp://127.0.0.1:{free_port()}" if control == "auto" else resolve_bind_endpoint(control)
     if not is_loopback(endpoint):
         raise click.BadParameter(f"{endpoint} is not a loopback endpoint; use an SSH tunnel to reach it remotely",

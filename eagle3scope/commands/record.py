@@ -1,7 +1,10 @@
 """``eagle3scope record``: subscribe to live servers and write every frame to a session file.
 
 Headless on purpose (long sessions, tmux, CI). SIGINT/SIGTERM stop it cleanly: the pending batch
-is committed and the file marked complete. A SIGKILL loses at most the last uncommitted batch.
+is committed and the file marked complete. A SIGKILL loses at most the last uncommitted batch
+(100 ms); the WAL is folded into the file every 2 s. Invalid frames are dropped and reported once
+per publisher and kind; a write error (disk full) stops the recording with one line, exit 1, and
+leaves the committed steps readable.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 import click
 
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
 def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, nbytes: int, elapsed: float,
@@ -29,13 +33,18 @@ def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, n
               help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Session file to create.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after S seconds.")
-@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None, help="Stop after N step frames.")
+@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,
+              help="Stop after N step frames (prefills included).")
+@click.option("--decode-steps", "max_decode_steps", type=click.IntRange(min=1), default=None,
+              help="Stop after N decode steps: verify steps that committed tokens, what `check` counts.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--max-frame-bytes", type=click.IntRange(1024, MAX_FRAME_BYTES), default=DEFAULT_MAX_FRAME_BYTES,
+              show_default=True, help="Larger frames are refused before they are buffered.")
 def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, max_steps: int | None,
-            quiet: bool) -> None:
+            max_decode_steps: int | None, quiet: bool, max_frame_bytes: int) -> None:
     """Record a live server's events to a session file (headless).
 
-    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration or --steps.
+    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration, --steps or --decode-steps.
     """
     import zmq
 
@@ -44,7 +53,7 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
 
     endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
-        sub = Subscriber(list(endpoints))
+        sub = Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)
     except zmq.ZMQError as exc:
         raise click.ClickException(f"cannot subscribe to {', '.join(endpoints)}: {exc}") from None
     try:
@@ -67,8 +76,13 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
     if not quiet:
         err.write(f"recording {', '.join(endpoints)} -> {out_path}\n")
         err.flush()
+    failed = None
     try:
         while stop["why"] is None:
+            for src, kind, error in sub.take_reports():
+                err.write(("\n" if tty else "") + f"bad {kind or 'frame'} from {src or '?'} dropped (further ones"
+                          f" only counted): {error}\n")
+                err.flush()
             for raw, frame in sub.poll_raw(50):
                 if frame.src not in seen:
                     seen.add(frame.src)
@@ -79,19 +93,32 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
                 if max_steps is not None and writer.steps >= max_steps:
                     stop["why"] = f"{max_steps} steps"
                     break
+                if max_decode_steps is not None and writer.decode_steps >= max_decode_steps:
+                    stop["why"] = f"{max_decode_steps} decode steps"
+                    break
             writer.tick()
             now = time.monotonic()
             if duration is not None and now - started >= duration:
                 stop["why"] = f"{duration:g} s"
-            if not quiet and now >= next_report:
-                _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
-                          writer.bytes, now - started, "\r" if tty else "\n")
+            if now >= next_report:
+                writer.note_loss(sub.loss())
+                if not quiet:
+                    _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
+                              writer.bytes, now - started, "\r" if tty else "\n")
                 next_report = now + (1.0 if tty else 5.0)
+    except StoreError as exc:
+        failed = str(exc)
     finally:
-        writer.close()
+        try:
+            writer.note_loss(sub.loss())
+            writer.close()
+        except StoreError as exc:  # the last batch could not be written either
+            failed = failed or str(exc)
         sub.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    if failed:
+        raise click.ClickException(failed)
     if not quiet:
         _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
                   time.monotonic() - started, "\n")

@@ -1,6 +1,7 @@
 """``eagle3scope replay``: play a session file in the TUI, or headless as text or JSON lines.
 
-Both go through :class:`eagle3scope.store.replayer.Replayer`, the engine the TUI also uses, so a
+Exit status 3 when damaged parts of the file were skipped (listed on stderr). Both go through
+:class:`eagle3scope.store.replayer.Replayer`, the engine the TUI also uses, so a
 headless run paces, seeks and rebuilds state exactly as the screen would. Without the viewer
 extra (Textual) the command falls back to headless and says so.
 """
@@ -82,12 +83,19 @@ def _unpaced(replayer):
 
 
 def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None, from_time: float | None) -> bool:
-    """Open the TUI if the viewer extra is installed; False when it is not."""
+    """Open the TUI if the viewer extra is installed; False when it is not. Exits non-zero when
+    the file cannot be read or the app ended on an error."""
     if importlib.util.find_spec("textual") is None or importlib.util.find_spec("eagle3scope.tui.app") is None:
         return False
+    from eagle3scope.store import StoreError
     from eagle3scope.tui.app import run_replay
 
-    run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
+    try:
+        status = run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if status:
+        sys.exit(status)
     return True
 
 
@@ -141,3 +149,5 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     if not replayer.reader.complete:
         click.echo("note: the recorder did not close this file (killed or still running); showing what was committed",
                    err=True)
+    if with_errors:
+        sys.exit(3)  # like export and check: damaged parts were skipped

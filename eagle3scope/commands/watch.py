@@ -7,6 +7,7 @@ import importlib.util
 import click
 
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
 @click.command(name="watch")
@@ -16,7 +17,10 @@ from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 @click.option("--control", metavar="ENDPOINT", default=None,
               help="The server's control channel (from `eagle3scope launch --control`): key c switches aux layers.")
 @click.option("--token-file", metavar="PATH", default=None, help="The control channel's token file.")
-def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, token_file: str | None) -> None:
+@click.option("--max-frame-bytes", type=click.IntRange(1024, MAX_FRAME_BYTES), default=DEFAULT_MAX_FRAME_BYTES,
+              show_default=True, help="Larger frames are refused before they are buffered.")
+def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, token_file: str | None,
+            max_frame_bytes: int) -> None:
     """Open the live TUI on one or more running servers.
 
     Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, c aux layers, t theme,
@@ -36,10 +40,13 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
     client = None
     if control or token_file:
         from eagle3scope.control.client import ControlClient, ControlError
-        from eagle3scope.control.token import TokenError
+        from eagle3scope.wire.token import TokenError
 
         try:
             client = ControlClient.from_options(control, token_file)
         except (ControlError, TokenError) as exc:
             raise click.ClickException(str(exc)) from None
-    run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, control=client)
+    status = run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, aux_client=client,
+                       max_frame_bytes=max_frame_bytes)
+    if status:
+        raise SystemExit(status)

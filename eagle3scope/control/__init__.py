@@ -1,3 +1,3 @@
-"""Live aux-layer control: what both sides share (id semantics, presets, the request protocol,
-token files) plus the viewer's client. Imports only the standard library, msgpack and zmq, so the
-shim inside SGLang can use :mod:`layers`, :mod:`protocol` and :mod:`token` too."""
+"""The viewer's side of live aux-layer control: the client, ``aux cycle``, ``aux write`` and the
+per-draft profiles. What the shim shares with it (id semantics, the protocol, the token file)
+lives in :mod:`eagle3scope.wire`."""

@@ -2,7 +2,8 @@
 
 A REQ socket that lost its reply is stuck in its send/receive lock-step, so each request gets a
 fresh socket that is closed (linger 0) whatever happens: a dead or silent server costs at most
-``timeout_s`` and never hangs the CLI or the TUI.
+``timeout_s`` and never hangs the CLI or the TUI. Requests are signed with the token (HMAC, fresh
+nonce and time, see :mod:`eagle3scope.wire.control_protocol`): the token itself never travels.
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ import uuid
 
 import zmq
 
-from eagle3scope.control.protocol import DEFAULT_WAIT_S, ENV_CONTROL, ENV_TOKEN_FILE, ProtocolError, pack, unpack
-from eagle3scope.control.token import read_token
+from eagle3scope.wire.control_protocol import (
+    DEFAULT_WAIT_S,
+    ENV_CONTROL,
+    ENV_TOKEN_FILE,
+    ProtocolError,
+    pack,
+    sign,
+    unpack,
+)
+from eagle3scope.wire.token import read_token
 
 
 class ControlError(Exception):
@@ -45,10 +54,14 @@ class ControlClient:
 
     def request(self, cmd: str, *, timeout_s: float | None = None, **fields) -> dict:
         """Send one request; return the reply when ok, raise :class:`ControlError` otherwise."""
-        reply = self.raw({"token": self.token, "cmd": cmd, **fields}, timeout_s)
+        reply = self.raw(self.sign({"cmd": cmd, **fields}), timeout_s)
         if not reply.get("ok"):
             raise ControlError(str(reply.get("error") or "refused without a reason"), reply)
         return reply
+
+    def sign(self, message: dict) -> dict:
+        """``message`` as this client sends it: nonce, time and MAC under the token added."""
+        return sign(message, self.token)
 
     def raw(self, message: dict, timeout_s: float | None = None) -> dict:
         """Send ``message`` as is and return the reply map, ok or not (tests use it for bad requests)."""

@@ -17,7 +17,7 @@ from typing import Callable
 
 from eagle3scope.analysis.stats import Tally
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.control.layers import Preset
+from eagle3scope.wire.aux_layers import Preset
 from eagle3scope.live.subscriber import Subscriber
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3scope.control.layers import check_layers, family_rule
+from eagle3scope.wire.aux_layers import check_layers, family_rule
 from eagle3scope.doctor.checkpoint import open_checkpoint
 
 KEY = "eagle_aux_hidden_state_layer_ids"
@@ -73,7 +73,7 @@ def write_aux_ids(draft_dir: str | Path, ids: list[int], *, out: str | Path | No
     old = eagle.get(KEY)
     eagle[KEY] = list(ids)
     config["eagle_config"] = eagle
-    if KEY in config:  # SGLang 0.5.23 has a second reader of a top-level copy (sglang-compat.md D13)
+    if KEY in config:  # SGLang 0.5.23 has a second reader of a top-level copy
         config[KEY] = list(ids)
         notes.append(f"also updated the top-level {KEY}")
     text = json.dumps(config, indent=2) + "\n"

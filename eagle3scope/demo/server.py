@@ -13,7 +13,6 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,9 +21,11 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from eagle3scope.wire.endpoints import free_port
+
 ENGINE_SGLANG_VERSION = "0.5.23"
 
-# What SGLang needs to serve on a CPU without AMX (shared/reference/sglang-on-cpu.md).
+# What SGLang needs to serve on a CPU without AMX (cpu_engine/ and README "The real engine on a CPU").
 # One OpenMP thread: the tiny models gain nothing from more, and on a loaded 2-core
 # machine spinning OpenMP workers made an EAGLE-3 request 5-10x slower (BENCHMARKS.md).
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1",
@@ -54,13 +55,6 @@ def engine_python(version: str = ENGINE_SGLANG_VERSION) -> Path:
     if override and version == ENGINE_SGLANG_VERSION:
         return Path(override)
     return cache_dir() / f"venv-sglang-{version}" / "bin" / "python"
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

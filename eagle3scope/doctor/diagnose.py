@@ -3,17 +3,20 @@
 ``diagnose`` returns findings (stable ids shared with the live rules where the break is the same:
 ``weights-dropped``, ``d2t-absolute``, ``lm-head-mismatch``, ``aux-layers-mismatch``, ...) and the
 facts ``fix`` needs: which keys to rename, whether d2t can be converted, the SGLang config to write.
+It never stops early: a config problem is a finding, and every check that does not depend on the
+broken part still runs. Who wrote the checkpoint (``producers``) decides the conventions assumed,
+and each assumption is reported.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.analysis.rules import specforge_defaults
-from eagle3scope.control.layers import default_capture
-from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint
+from eagle3scope.doctor.aux_check import ASSUMED_TARGET, check_aux_layers, int_list
+from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint, read_json
 from eagle3scope.doctor.loader_layouts import (
     LoaderLayout,
     Mapping,
@@ -22,10 +25,18 @@ from eagle3scope.doctor.loader_layouts import (
     layout_for,
     map_name,
     num_aux,
+    parse_version,
 )
+from eagle3scope.doctor.producers import FIX_KEY, Producer, recognise
 
 DEFAULT_SGLANG = "0.5.23"
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
+MLA_DRAFT_CLASS = "Eagle3DeepseekV2ForCausalLM"
+#: Order of importance of error findings, for the headline and the listing.
+PRIORITY = ("no-eagle3", "architecture-unsupported", "weights-dropped", "weights-crash", "aux-capture-off",
+            "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
+            "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten", "eagle-config-ignored",
+            "multi-layer-draft", "producer-flag-ignored", "layer-type-unsupported", "config-speculators-format")
 
 
 @dataclass
@@ -45,6 +56,7 @@ class Diagnosis:
     checkpoint: Checkpoint
     sglang_version: str
     layout: LoaderLayout
+    producer: Producer | None = None
     findings: list[Finding] = field(default_factory=list)
     config: dict | None = None  # the config SGLang will read once fix's config edits are applied
     config_edits: list[str] = field(default_factory=list)  # what fix changes in config.json, and why
@@ -53,26 +65,57 @@ class Diagnosis:
     unmappable: list[str] = field(default_factory=list)
     d2t_offsets: object = None  # numpy array to write instead of an absolute d2t (when unambiguous)
     refusals: list[str] = field(default_factory=list)  # why fix would have to guess
+    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # producer flags SGLang ignores, said on every fix
+    target: dict | None = None
+    target_class: str | None = None
+    trained_capture: list[int] | None = None  # input-of-layer indices the draft was trained on
+    trained_known: bool = False
+    aux_ids: list[int] | None = None  # ids that make this release capture trained_capture
+    aux_ids_reason: str = ""  # why aux_ids is None when a capture is known
 
     def add(self, id: str, severity: str, title: str, evidence: dict, fix: str = "") -> None:
         self.findings.append(Finding(id, severity, title, evidence, fix))
+
+    def refuse(self, why: str) -> None:
+        if why not in self.refusals:
+            self.refusals.append(why)
 
     @property
     def exit_code(self) -> int:
         severities = {f.severity for f in self.findings}
         return 2 if "error" in severities else 1 if "warning" in severities else 0
 
+    def ordered(self) -> list[Finding]:
+        rank = {"error": 0, "warning": 1, "info": 2}
+        return sorted(self.findings, key=lambda f: (rank.get(f.severity, 3),
+                                                    PRIORITY.index(f.id) if f.id in PRIORITY else len(PRIORITY)))
+
     def to_dict(self) -> dict:
+        ordered = self.ordered()
         return {
             "draft": str(self.checkpoint.path),
             "sglang_version": self.sglang_version,
             "loader": self.layout.label + (f" ({self.layout.note})" if self.layout.note else ""),
             "tensors": len(self.checkpoint.tensors),
-            "findings": [f.to_dict() for f in self.findings],
+            "verdict": {0: "clean", 1: "warnings", 2: "broken"}[self.exit_code],
+            "headline": headline(self),
+            "producer": self.producer.to_dict() if self.producer else None,
+            "target_class": self.target_class,
+            "assumptions": self.assumptions,
+            "notes": self.notes,
+            "findings": [f.to_dict() for f in ordered],
             "fixable": {"renames": self.renames, "d2t_to_offsets": self.d2t_offsets is not None,
                         "config_edits": self.config_edits},
             "refusals": self.refusals,
         }
+
+
+def headline(dx: Diagnosis) -> str:
+    ordered = dx.ordered()
+    if not ordered or ordered[0].severity == "info":
+        return f"clean: SGLang {dx.sglang_version} will load and feed this draft as it was trained"
+    return ordered[0].title
 
 
 def installed_sglang() -> str:
@@ -85,93 +128,204 @@ def installed_sglang() -> str:
         return DEFAULT_SGLANG
 
 
-def read_target_config(target: str | Path | None) -> dict | None:
-    if target is None:
-        return None
-    cfg = json.loads((Path(target) / "config.json").read_text())
-    return cfg.get("text_config") or cfg
+# -- config field types ------------------------------------------------------------------------
 
 
-def speculators_to_sglang(config: dict) -> tuple[dict | None, str | None]:
-    """speculators' Eagle3SpeculatorConfig -> the flat HF config SGLang's LlamaForCausalLMEagle3 reads.
+def _pos_int(v: object) -> bool:
+    return type(v) is int and 0 < v < 1 << 40
 
-    speculators numbers aux layers by layer input (HF ``hidden_states[i]``); SGLang's configured ids
-    are output-of-layer (it adds 1), so the ids are shifted down by one.
-    """
-    layer = dict(config.get("transformer_layer_config") or {})
-    if not layer.get("hidden_size"):
-        return None, "transformer_layer_config has no hidden_size"
-    ids = config.get("eagle_aux_hidden_state_layer_ids")
-    if ids is not None and min(ids) < 1:
-        return None, f"aux layer id 0 (the embeddings) has no SGLang equivalent: {ids}"
-    out = {k: v for k, v in layer.items() if k not in ("architectures", "_attn_implementation")}
-    out.update(architectures=[SGLANG_DRAFT_CLASS], draft_vocab_size=config.get("draft_vocab_size"),
-               model_type=layer.get("model_type") or "llama")
-    eagle = {"use_aux_hidden_state": True}
-    if ids is not None:
-        eagle["eagle_aux_hidden_state_layer_ids"] = [i - 1 for i in ids]
-    for flag in ("norm_before_fc", "fc_norm", "norm_output"):
-        if config.get(flag):
-            out[flag] = True
-    if config.get("target_hidden_size"):
-        out["target_hidden_size"] = config["target_hidden_size"]
-    out["eagle_config"] = eagle
-    if out.get("model_type") not in (None, "llama"):
-        return None, f"transformer_layer_config is a {out['model_type']} layer; SGLang's EAGLE-3 draft is a Llama layer"
-    return out, None
+
+#: Fields SGLang's draft model reads, with their type; a field of another type is a finding and is
+#: left out of every check that would read it.
+FIELD_TYPES: dict[str, tuple] = {
+    "hidden_size": (_pos_int, "a positive integer"),
+    "num_attention_heads": (_pos_int, "a positive integer"),
+    "num_key_value_heads": (lambda v: v is None or _pos_int(v), "a positive integer or null"),
+    "head_dim": (lambda v: v is None or _pos_int(v), "a positive integer or null"),
+    "intermediate_size": (_pos_int, "a positive integer"),
+    "intermediate_size_mlp": (_pos_int, "a positive integer"),
+    "vocab_size": (_pos_int, "a positive integer"),
+    "draft_vocab_size": (lambda v: v is None or _pos_int(v), "a positive integer or null"),
+    "num_hidden_layers": (lambda v: _pos_int(v) and v <= 64, "a positive integer (at most 64)"),
+    "num_aux_hidden_states": (lambda v: v is None or (_pos_int(v) and v <= 64), "a positive integer or null"),
+    "target_hidden_size": (lambda v: v is None or _pos_int(v), "a positive integer or null"),
+    "tie_word_embeddings": (lambda v: isinstance(v, bool), "true or false"),
+    "bias": (lambda v: isinstance(v, bool), "true or false"),
+    "architectures": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of class names"),
+    "model_type": (lambda v: isinstance(v, str), "a string"),
+    "rms_norm_eps": (lambda v: type(v) in (int, float) and 0 < v < 1, "a small positive number"),
+    "eagle_config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or int_list(v), "a list of integers or null"),
+    "norm_before_fc": (lambda v: isinstance(v, bool), "true or false"),
+    "fc_norm": (lambda v: isinstance(v, bool), "true or false"),
+    "norm_output": (lambda v: isinstance(v, bool), "true or false"),
+}
+EAGLE_FIELD_TYPES: dict[str, tuple] = {
+    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or int_list(v), "a list of integers or null"),
+    "use_aux_hidden_state": (lambda v: isinstance(v, bool), "true or false"),
+    "norm_before_fc": (lambda v: isinstance(v, bool), "true or false"),
+}
+MODEL_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def checked_config(dx: Diagnosis, config: dict, where: str = "config.json") -> dict:
+    """``config`` without the fields of a wrong type (each one a finding)."""
+    out = dict(config)
+    bad = {}
+    for key, (ok, expected) in FIELD_TYPES.items():
+        if key in out and not ok(out[key]):
+            bad[key] = (out.pop(key), expected)
+    eagle = out.get("eagle_config")
+    if isinstance(eagle, dict):
+        eagle = dict(eagle)
+        for key, (ok, expected) in EAGLE_FIELD_TYPES.items():
+            if key in eagle and not ok(eagle[key]):
+                bad[f"eagle_config.{key}"] = (eagle.pop(key), expected)
+        out["eagle_config"] = eagle
+    if _pos_int(out.get("hidden_size")) and _pos_int(out.get("num_attention_heads")) and out.get("head_dim") is None \
+            and out["hidden_size"] % out["num_attention_heads"]:
+        bad["num_attention_heads"] = (out.pop("num_attention_heads"), "a divisor of hidden_size (or set head_dim)")
+    for key, (value, expected) in bad.items():
+        dx.add("config-field-invalid", "error", f"{where}: {key} is {_short(value, 30)}, not {expected}",
+               {"field": key, "value": _short(value), "expected": expected},
+               f"Correct {key} in {where}; the checks that need it were skipped.")
+    if bad:
+        dx.refuse("config.json has fields of the wrong type: " + ", ".join(bad))
+    return out
+
+
+# -- diagnose ----------------------------------------------------------------------------------
 
 
 def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target_dir: str | Path | None = None) -> Diagnosis:
+    """Raises ValueError only for a malformed ``sglang_version`` (a usage error); everything about
+    the checkpoint and the target becomes a finding."""
     version = sglang_version or installed_sglang()
-    dx = Diagnosis(open_checkpoint(draft_dir), version, layout_for(version))
-    ckpt, layout = dx.checkpoint, dx.layout
+    layout = layout_for(version)
+    dx = Diagnosis(open_checkpoint(draft_dir), version, layout)
+    ckpt = dx.checkpoint
+    _guarded(dx, _read_target, target_dir)
+    for check in (_check_files, _recognise, _check_config):
+        _guarded(dx, check)
     if not layout.has_eagle3:
         dx.add("no-eagle3", "error", f"SGLang {version} has no EAGLE-3 support", {"sglang_version": version},
                "Use SGLang 0.4.4.post2 or newer (0.5.12+ maps both midlayer.* and layers.0.* names).")
-        dx.refusals.append("this SGLang release cannot serve EAGLE-3 drafts")
+        dx.refuse("this SGLang release cannot serve EAGLE-3 drafts")
         return dx
-    target = read_target_config(target_dir)
-    _check_files(dx)
-    _check_config(dx)
-    if dx.config is None or not ckpt.tensors:
-        return dx
-    try:
-        params = expected_params(layout, dx.config)
-    except (KeyError, TypeError) as exc:
-        dx.add("config-incomplete", "error", "config.json lacks fields the draft model is built from",
-               {"missing": str(exc)}, "Add the Llama fields (hidden_size, num_attention_heads, intermediate_size, ...).")
-        dx.refusals.append("config.json is incomplete")
-        return dx
-    _check_names(dx, params)
-    _check_shapes(dx, params)
-    _check_head(dx, params)
-    _check_vocab_map(dx, target)
-    _check_aux_layers(dx, target)
-    _check_target(dx, target)
+    params = None
+    if dx.config is not None and ckpt.tensors and _is_llama_draft(dx):
+        missing = [k for k in MODEL_FIELDS if k not in dx.config]
+        if missing:
+            dx.add("config-incomplete", "error", "config.json lacks fields the draft model is built from",
+                   {"missing": missing}, "Add the Llama fields (" + ", ".join(missing) + ") the draft was trained with.")
+            dx.refuse("config.json is incomplete")
+        else:
+            params = expected_params(layout, dx.config)
+    if params is not None:
+        for check in (_check_names, _check_shapes, _check_head):
+            _guarded(dx, check, params)
+    for check in (_check_vocab_map, check_aux_layers, _check_target):
+        _guarded(dx, check)
     return dx
+
+
+def _guarded(dx: Diagnosis, check, *args) -> None:
+    """Run one check; an unexpected exception becomes a finding (so the others still run)."""
+    try:
+        check(dx, *args)
+    except Exception as exc:  # noqa: BLE001 - reported, never swallowed silently
+        dx.add("check-failed", "error", f"The {check.__name__.strip('_').replace('_', ' ')} check failed",
+               {"error": f"{type(exc).__name__}: {exc}"[:300]},
+               "The checkpoint has a shape the doctor did not expect; please report it.")
+        dx.refuse(f"{check.__name__.strip('_')} could not be checked")
+
+
+def _is_llama_draft(dx: Diagnosis) -> bool:
+    archs = (dx.config or {}).get("architectures") or [SGLANG_DRAFT_CLASS]
+    return SGLANG_DRAFT_CLASS in archs or (dx.producer is not None and dx.producer.name == "eagle")
+
+
+def _read_target(dx: Diagnosis, target_dir: str | Path | None) -> None:
+    if target_dir is None:
+        return
+    root = Path(target_dir)
+    try:
+        cfg = read_json(root, root / "config.json") if root.is_dir() else None
+        if cfg is None:
+            raise ValueError(f"{root} is not a directory")
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        dx.add("target-unreadable", "error", "The target's config.json cannot be read", {"detail": str(exc)[:200]},
+               "Point --target at the target model's directory (the one with config.json).")
+        return
+    if not isinstance(cfg, dict):
+        dx.add("target-unreadable", "error", "The target's config.json is not a JSON object", {"type": type(cfg).__name__},
+               "Point --target at the target model's directory.")
+        return
+    archs = cfg.get("architectures")
+    dx.target_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    dx.target = {k: text[k] for k in ("num_hidden_layers", "hidden_size", "vocab_size") if _pos_int(text.get(k))}
 
 
 def _check_files(dx: Diagnosis) -> None:
     ckpt = dx.checkpoint
+    for why in ckpt.unsafe:
+        dx.add("unsafe-entry", "error", "An entry of the draft directory was not opened", {"detail": why},
+               "Copy the real files into the draft directory (links must stay inside it).")
+        dx.refuse(why)
     if ckpt.pickles and not ckpt.files:
         dx.add("pickle-weights", "error", "Weights are pickled (pytorch_model.bin), not safetensors",
                {"files": ckpt.pickles},
                "Pickle files can run code when loaded, so eagle3scope does not open them. Convert once in a "
                "trusted environment: torch.load(...) then safetensors.torch.save_file(state_dict, 'model.safetensors').")
-        dx.refusals.append("the weights are pickled")
+        dx.refuse("the weights are pickled")
     elif not ckpt.files and not ckpt.errors:
         dx.add("no-weights", "error", "No *.safetensors file in the draft directory", {"path": str(ckpt.path)},
                "Point at the directory that holds model.safetensors and config.json.")
-        dx.refusals.append("there are no weights")
+        dx.refuse("there are no weights")
     for err in ckpt.errors:
         dx.add("weights-unreadable", "error", "A weight file cannot be read (truncated or damaged?)", {"detail": err},
                "Download or copy the checkpoint again; compare the file sizes with the source.")
     if ckpt.errors:
-        dx.refusals.append("some weight files are unreadable")
+        dx.refuse("some weight files are unreadable")
     if ckpt.duplicates:
         dx.add("duplicate-tensors", "error", "The same tensor name appears in more than one file",
                {"names": ckpt.duplicates[:10], "count": len(ckpt.duplicates)}, "Keep one copy of each tensor.")
-        dx.refusals.append("tensor names are duplicated across files")
+        dx.refuse("tensor names are duplicated across files")
+
+
+def _recognise(dx: Diagnosis) -> None:
+    ckpt = dx.checkpoint
+    dx.producer = recognise(ckpt.config, list(ckpt.tensors), ckpt.pickles)
+    dx.assumptions += dx.producer.assumptions
+    record = (ckpt.config or {}).get(FIX_KEY)
+    if isinstance(record, dict):
+        dx.notes += [n for n in record.get("notes") or [] if isinstance(n, str)]
+        if dx.target_class is None and isinstance(record.get("target_class"), str):
+            dx.target_class = record["target_class"]
+            dx.assumptions.append(f"target class {dx.target_class}, as recorded by fix (pass --target to check "
+                                  "against the real target)")
+    if dx.target_class is None:
+        verifier = _verifier_class(ckpt.config)
+        if verifier:
+            dx.target_class = verifier
+            dx.assumptions.append(f"target class {verifier}, from the draft's speculators_config.verifier "
+                                  "(pass --target to check against the real target)")
+        else:
+            dx.assumptions.append(f"no --target: the target is assumed to be a {ASSUMED_TARGET}-family model "
+                                  "(aux ids +1), and layer counts, hidden size and vocabulary are not checked")
+
+
+def _verifier_class(config: dict | None) -> str | None:
+    spec = (config or {}).get("speculators_config")
+    verifier = spec.get("verifier") if isinstance(spec, dict) else None
+    archs = verifier.get("architectures") if isinstance(verifier, dict) else None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
 
 
 def _check_config(dx: Diagnosis) -> None:
@@ -180,48 +334,134 @@ def _check_config(dx: Diagnosis) -> None:
         dx.add("config-missing", "error", "The draft has no usable config.json", {"detail": ckpt.config_error},
                "Write the draft's config.json (architectures [LlamaForCausalLMEagle3], hidden_size, draft_vocab_size, "
                "eagle_config.eagle_aux_hidden_state_layer_ids, ...), as SpecForge does.")
-        dx.refusals.append("config.json is missing or unreadable")
+        dx.refuse("config.json is missing or unreadable")
         return
     config = ckpt.config
-    if config.get("speculators_model_type"):
-        converted, why = speculators_to_sglang(config)
-        dx.add("config-speculators-format", "error", "config.json is speculators' format, which SGLang does not read",
-               {"architectures": config.get("architectures"), "speculators_model_type": config.get("speculators_model_type"),
-                "eagle_aux_hidden_state_layer_ids": config.get("eagle_aux_hidden_state_layer_ids")},
-               "`eagle3scope fix` writes the flat LlamaForCausalLMEagle3 config SGLang reads, with the aux layer ids "
-               "moved from speculators' input-of-layer numbering to SGLang's (minus 1)." if converted else why or "")
-        if converted is None:
-            dx.refusals.append(f"the speculators config cannot be converted: {why}")
-            return
-        dx.config = converted
-        dx.config_edits.append("speculators format -> SGLang LlamaForCausalLMEagle3 config (aux ids "
-                               f"{config.get('eagle_aux_hidden_state_layer_ids')} -> "
-                               f"{converted['eagle_config'].get('eagle_aux_hidden_state_layer_ids')})")
-        return
+    if dx.producer.name.startswith("speculators"):
+        config = _speculators_view(dx, config)
+    config = checked_config(dx, config)
     dx.config = config
     archs = config.get("architectures") or []
-    if SGLANG_DRAFT_CLASS not in archs:
+    if MLA_DRAFT_CLASS in archs or dx.producer.name == "modelopt-mla":
+        _mla_draft(dx)
+    elif SGLANG_DRAFT_CLASS not in archs and dx.producer.name != "eagle":
         dx.add("architecture", "warning", f"architectures is {archs}, not [{SGLANG_DRAFT_CLASS}]",
                {"architectures": archs}, f"The doctor models {SGLANG_DRAFT_CLASS}; other draft classes load differently.")
-    flags = [f for f in ("norm_before_fc", "fc_norm", "use_aux_norm") if config.get(f) or (config.get("eagle_config") or {}).get(f)]
+    elif dx.producer.name == "eagle" and SGLANG_DRAFT_CLASS not in archs:
+        dx.config = config = {**config, "architectures": [SGLANG_DRAFT_CLASS]}
+        dx.config_edits.append(f"architectures {archs} -> [{SGLANG_DRAFT_CLASS}] (SGLang picks the draft class "
+                               "from it; the EAGLE authors' config names the target class)")
+        dx.add("architecture", "error", f"architectures is {archs}: SGLang would build a full target model",
+               {"architectures": archs}, f"`eagle3scope fix` writes [{SGLANG_DRAFT_CLASS}].")
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    flags = [f for f in ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output") if config.get(f) or eagle.get(f)]
     if flags and not dx.layout.fc_norms:
         dx.add("eagle-config-ignored", "error", f"SGLang {dx.sglang_version} ignores {', '.join(flags)}",
                {"flags": flags, "loader": dx.layout.label},
-               "The draft was trained with normalised aux states that this release does not apply: use SGLang 0.5.12+.")
-    if dx.layout.single_layer_only and config.get("num_hidden_layers", 1) != 1:
+               "The draft was trained with normalised aux states (or outputs) that this release does not apply: "
+               "use SGLang 0.5.12+.")
+        dx.refuse(f"SGLang {dx.sglang_version} cannot apply {', '.join(flags)}; use 0.5.12 or newer")
+    layers = config.get("num_hidden_layers", 1)
+    if dx.layout.single_layer_only and layers != 1:
         dx.add("multi-layer-draft", "error", f"SGLang {dx.sglang_version} supports one draft decoder layer only",
-               {"num_hidden_layers": config.get("num_hidden_layers")}, "Use SGLang 0.5.12 or newer.")
+               {"num_hidden_layers": layers}, "Use SGLang 0.5.12 or newer.")
+        dx.refuse(f"a {layers}-layer draft needs SGLang 0.5.12 or newer")
+
+
+def _mla_draft(dx: Diagnosis) -> None:
+    """Model-Optimizer's MLA draft: served from 0.5.12 by kimi_k25_eagle3.py, whose names and shapes
+    the doctor does not model (it only knows LlamaForCausalLMEagle3's loader)."""
+    if parse_version(dx.sglang_version) < parse_version("0.5.12"):
+        dx.add("architecture-unsupported", "error", f"SGLang {dx.sglang_version} has no {MLA_DRAFT_CLASS}",
+               {"architectures": dx.config.get("architectures"), "first_release": "0.5.12"},
+               f"Serve this MLA draft with SGLang 0.5.12 or newer (models/kimi_k25_eagle3.py).")
+        dx.refuse(f"{MLA_DRAFT_CLASS} needs SGLang 0.5.12 or newer")
+        return
+    dx.add("not-modelled", "info", f"{MLA_DRAFT_CLASS} weights: not modelled, cannot check names or shapes",
+           {"loader": "models/kimi_k25_eagle3.py", "checked": ["d2t", "lm_head presence", "aux layer ids"]},
+           "SGLang's MLA loader maps layers.0.* to midlayer.* and logs 'skipping unexpected weight' for names "
+           "it does not know: watch the server log, or the load report in `eagle3scope watch`.")
+
+
+def _speculators_view(dx: Diagnosis, config: dict) -> dict:
+    """speculators' Eagle3SpeculatorConfig -> the flat HF config SGLang's LlamaForCausalLMEagle3 reads
+    (speculators/models/eagle3/config.py, 0.9.0). The aux ids are set later, by _check_aux_layers,
+    once the target family is known."""
+    layer = config.get("transformer_layer_config")
+    out: dict = {}
+    if not isinstance(layer, dict):
+        dx.add("config-field-invalid", "error", "transformer_layer_config is not an object",
+               {"field": "transformer_layer_config", "value": _short(layer), "expected": "an object"},
+               "Re-export the draft with speculators; the decoder layer's fields live there.")
+        dx.refuse("transformer_layer_config is unusable")
+    else:
+        out = {k: v for k, v in layer.items() if k not in ("architectures", "_attn_implementation")}
+    rope = out.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" not in out and rope.get("rope_theta") is not None:
+        # transformers 5 keeps rope_theta in rope_parameters; SGLang 0.5.10 reads only the flat field
+        out["rope_theta"] = rope["rope_theta"]
+        if rope.get("rope_type") not in (None, "default"):
+            out["rope_scaling"] = rope
+    for key in ("dtype", "torch_dtype"):
+        if isinstance(config.get(key), str):
+            out[key] = config[key]
+    model_type = out.get("model_type") or "llama"
+    out.update(architectures=[SGLANG_DRAFT_CLASS], model_type="llama")
+    for key in ("draft_vocab_size", "target_hidden_size"):
+        if config.get(key) is not None:
+            out[key] = config[key]
+    for flag in ("norm_before_fc", "fc_norm", "norm_output"):
+        if config.get(flag) is True:
+            out[flag] = True
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    out["eagle_config"] = {"use_aux_hidden_state": True}
+    dx.add("config-speculators-format", "error", "config.json is speculators' format, which SGLang does not read",
+           {"speculators_model_type": _short(config.get("speculators_model_type")),
+            "eagle_aux_hidden_state_layer_ids": _short(ids)},
+           "`eagle3scope fix` writes the flat LlamaForCausalLMEagle3 config SGLang reads, with the aux layer ids "
+           "translated from speculators' input-of-layer numbering by the target family's rule.")
+    dx.config_edits.append("speculators format -> SGLang LlamaForCausalLMEagle3 config")
+    if config.get("norm_before_residual") is True:
+        note = ("SGLang does not implement speculators' norm_before_residual: the draft will run without it; "
+                "expect lower acceptance")
+        dx.notes.append(note)
+        dx.add("producer-flag-ignored", "warning", "norm_before_residual is true, and SGLang does not implement it",
+               {"flag": "norm_before_residual", "value": True}, note + " (or retrain without it).")
+    if model_type != "llama":
+        dx.add("layer-type-unsupported", "error",
+               f"The draft layer is a {_short(model_type, 20)} layer; SGLang's EAGLE-3 draft is a Llama layer",
+               {"transformer_layer_config.model_type": _short(model_type)},
+               "Its extra tensors (e.g. qwen3's q_norm/k_norm) would be skipped silently: retrain with a llama "
+               "transformer_layer_config for SGLang, or serve the draft with vLLM.")
+        dx.refuse(f"a {model_type} draft layer has no SGLang equivalent: retrain with a llama "
+                  "transformer_layer_config, or serve this draft with vLLM")
+    return out
 
 
 def _candidates(name: str) -> list[str]:
-    """Names a dropped key may have been meant as: the key with leading components removed
-    (wrapper prefixes such as ``module.`` or ``draft_model.``), bare or under the decoder layer."""
+    """Names a dropped key may have been meant as: ``midlayer.N.`` as ``layers.N.``, and the key
+    with leading components removed (wrapper prefixes such as ``module.`` or ``draft_model.``),
+    bare or under the decoder layer."""
     parts = name.split(".")
     out = []
     for i in range(1, len(parts) - 1):
         rest = ".".join(parts[i:])
         out += [rest, f"layers.0.{rest}", f"midlayer.{rest}"]
     return out
+
+
+def _exact_candidate(name: str) -> str | None:
+    """A multi-layer draft's ``midlayer.N.*`` is SGLang's ``layers.N.*`` (0.5.12+ would rewrite
+    ``midlayer`` to ``layers.0`` by substring and skip ``layers.0.N.*``)."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "midlayer" and parts[1].isdigit():
+        return ".".join(["layers", *parts[1:]])
+    return None
+
+
+def _fits(layout: LoaderLayout, name: str, params: dict, written: dict, shape: tuple) -> bool:
+    m = map_name(layout, name, params)
+    return m.action == "param" and m.shard not in written.get(m.param, ()) and tuple(_slot_shape(params, m) or ()) == shape
 
 
 def _slot_shape(params: dict, m: Mapping):
@@ -245,7 +485,8 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
     for name in dropped:
         shape = tuple(ckpt.tensors[name].shape)
         fits = {}
-        for cand in _candidates(name):
+        exact = _exact_candidate(name)
+        for cand in [exact] if exact and _fits(layout, exact, params, written, shape) else _candidates(name):
             m = map_name(layout, cand, params)
             if m.action == "param" and m.shard not in written.get(m.param, ()) and tuple(_slot_shape(params, m) or ()) == shape:
                 fits[(m.param, m.shard)] = m
@@ -262,15 +503,20 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         dx.renames[name] = canonical_name(layout, param, shard)
         dx.mappings[name] = m
         written.setdefault(param, set()).add(shard)
+    _upper_layer_norms(dx, params, written)
     silent = [n for n, action in dropped.items() if action == "skipped"]
     if silent:
-        dx.add("weights-dropped", "error", f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensor(s)",
-               {"skipped": len(silent), "examples": silent[:8], "renamable": len([n for n in silent if n in dx.renames]),
+        groups = summarise(silent)
+        dx.add("weights-dropped", "error",
+               ", ".join(f"`{g}`" for g, _ in groups) + f" will be silently skipped by SGLang {dx.sglang_version}"
+               if len(groups) <= 3 else f"SGLang {dx.sglang_version} silently skips {len(silent)} checkpoint tensors",
+               {"skipped": len(silent), "groups": {g: c for g, c in groups}, "examples": silent[:8],
+                "renamable": len([n for n in silent if n in dx.renames]),
                 "params_left_random": left_random, "loader": layout.label},
-               "Run `eagle3scope fix DRAFT --out NEW --for-sglang V`: it renames the keys this release maps."
+               "Run `eagle3scope fix DRAFT --out NEW`: it renames the keys this release maps."
                if all(n in dx.renames for n in silent) else
-               "Some names have no counterpart in SGLang's draft model (a different architecture?): "
-               + ", ".join(n for n in silent if n not in dx.renames)[:300])
+               "These names have no counterpart in SGLang's draft model (a different architecture?): "
+               + summary_text([n for n in silent if n not in dx.renames]))
     crash = [n for n, action in dropped.items() if action == "crash"]
     if crash:
         dx.add("weights-crash", "error", f"SGLang {dx.sglang_version} raises KeyError on these names at load",
@@ -280,13 +526,57 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         dx.add("weights-dropped", "warning", "The loader logs 'not found in params_dict' and skips these tensors",
                {"names": logged[:8], "count": len(logged)}, "Rename them with `eagle3scope fix`.")
     if dx.unmappable:
-        dx.refusals.append("tensors without a counterpart in the draft model: " + ", ".join(dx.unmappable[:5]))
+        dx.refuse("tensors without a counterpart in the draft model: " + summary_text(dx.unmappable))
     missing = _unwritten(params, written)  # even after fix's renames
     if missing:
         dx.add("weights-unwritten", "error", f"{len(missing)} draft parameter(s) get no checkpoint tensor (random init)",
                {"params": missing[:8], "count": len(missing)},
                "The checkpoint lacks these tensors (or names them in a way fix cannot map); retrain or re-export.")
-        dx.refusals.append("draft parameters have no tensor to load from")
+        dx.refuse("draft parameters have no tensor to load from")
+
+
+def _upper_layer_norms(dx: Diagnosis, params: dict, written: dict[str, set]) -> None:
+    """Layers after the first: SGLang (0.5.12+, llama_eagle3.py LlamaDecoderLayer.forward) normalises
+    their input with ``hidden_norm`` and never uses ``input_layernorm``, while a plain decoder layer
+    (Model-Optimizer's ``layers.N`` for N >= 1) trained its pre-attention norm as ``input_layernorm``.
+    That tensor is the one ``hidden_norm`` must get."""
+    for name, m in list(dx.mappings.items()):
+        if m.action != "param" or not m.param.endswith(".input_layernorm.weight") or ".layers.0." in m.param:
+            continue
+        hidden = m.param.replace(".input_layernorm.", ".hidden_norm.")
+        if hidden in params and hidden not in written:
+            dx.renames[name] = canonical_name(dx.layout, hidden)
+            dx.mappings[name] = Mapping(name, "param", hidden)
+            written[hidden] = {None}
+            written.get(m.param, set()).discard(None)
+            dx.add("weights-unused", "error", f"{name} loads into a norm SGLang never applies",
+                   {"tensor": name, "loaded_into": m.param, "left_random": hidden},
+                   f"`eagle3scope fix` renames it to {dx.renames[name]}, the norm SGLang applies before that "
+                   "layer's attention.")
+
+
+#: Parameters SGLang allocates but never applies: layers after the first use hidden_norm instead.
+UNUSED_PARAM = re.compile(r"\.layers\.[1-9]\d*\.input_layernorm\.weight$")
+
+
+def summarise(names: list[str]) -> list[tuple[str, int]]:
+    """``layers.0.mlp.up_proj.weight`` ... -> ``[("layers.0.*", 10)]``: names grouped by their module prefix."""
+    groups: dict[str, int] = {}
+    for name in names:
+        parts = name.split(".")
+        skip = 1 if parts[0] == "model" and len(parts) > 3 else 0
+        width = skip + (2 if len(parts) > skip + 2 and parts[skip + 1].isdigit() else 1)
+        key = ".".join(parts[:width]) + ".*" if len(parts) > width + 1 else name
+        groups[key] = groups.get(key, 0) + 1
+    return sorted(groups.items(), key=lambda kv: -kv[1])
+
+
+def summary_text(names: list[str], limit: int = 4) -> str:
+    if len(names) <= limit:
+        return ", ".join(names)
+    groups = summarise(names)
+    text = ", ".join(f"{g} ({c})" if c > 1 else g for g, c in groups[:limit])
+    return f"{len(names)} tensors: {text}" + (", ..." if len(groups) > limit else "")
 
 
 def _unwritten(params: dict, written: dict[str, set]) -> list[str]:
@@ -294,7 +584,7 @@ def _unwritten(params: dict, written: dict[str, set]) -> list[str]:
     embed_tokens is replaced by the target's and lm_head is judged by _check_head."""
     missing = []
     for param, shape in params.items():
-        if param in ("model.embed_tokens.weight", "lm_head.weight"):
+        if param in ("model.embed_tokens.weight", "lm_head.weight") or UNUSED_PARAM.search(param):
             continue
         need = set(shape) if isinstance(shape, dict) else {None}
         if not need <= written.get(param, set()):
@@ -326,7 +616,7 @@ def _check_shapes(dx: Diagnosis, params: dict) -> None:
         dx.add("shape-mismatch", "error", f"{len(bad)} tensor(s) have the wrong shape for this config",
                {"tensors": dict(list(bad.items())[:8])}, "The checkpoint and config.json disagree: use the config it was trained with.")
     if fc or bad:
-        dx.refusals.append("tensor shapes disagree with the config")
+        dx.refuse("tensor shapes disagree with the config")
 
 
 def _check_head(dx: Diagnosis, params: dict) -> None:
@@ -342,7 +632,7 @@ def _check_head(dx: Diagnosis, params: dict) -> None:
                    "Export the draft's trained lm_head.weight [draft_vocab_size, hidden_size] with the checkpoint. "
                    "(Setting draft_vocab_size to null makes SGLang use the target's head, right only if the draft "
                    "was trained that way.)")
-            dx.refusals.append("lm_head is missing: there is nothing to restore it from")
+            dx.refuse("lm_head is missing: there is nothing to restore it from")
         else:
             dx.add("lm-head-from-target", "info", "No lm_head and no draft_vocab_size: SGLang uses the target's head",
                    {"draft_vocab_size": None})
@@ -352,24 +642,31 @@ def _check_head(dx: Diagnosis, params: dict) -> None:
     if shape != [rows, hidden]:
         dx.add("lm-head-mismatch", "error", "lm_head has the wrong shape", {"shape": shape, "expected": [rows, hidden],
                "draft_vocab_size": draft_vocab}, "Set draft_vocab_size to the head's row count, or re-export the head.")
-        dx.refusals.append("lm_head shape disagrees with draft_vocab_size")
+        dx.refuse("lm_head shape disagrees with draft_vocab_size")
 
 
-def _check_vocab_map(dx: Diagnosis, target: dict | None) -> None:
+def _vocab_names(dx: Diagnosis) -> tuple[str | None, str | None]:
+    """The d2t and t2d tensors, by the loader's rule (a name containing d2t / t2d)."""
+    names = list(dx.checkpoint.tensors)
+    d2t = next((n for n in names if "d2t" in n), None)
+    t2d = next((n for n in names if "t2d" in n and n != d2t), None)
+    return d2t, t2d
+
+
+def _check_vocab_map(dx: Diagnosis) -> None:
     import numpy as np
 
-    cfg, ckpt = dx.config, dx.checkpoint
+    cfg, ckpt = dx.config or {}, dx.checkpoint
     draft_vocab = cfg.get("draft_vocab_size")
-    target_vocab = (target or {}).get("vocab_size") or cfg.get("vocab_size")
-    d2t_name = next((n for n, m in dx.mappings.items() if m.action == "d2t"), None)
-    t2d_name = next((n for n, m in dx.mappings.items() if m.action == "ignored"), None)
+    target_vocab = (dx.target or {}).get("vocab_size") or cfg.get("vocab_size")
+    d2t_name, t2d_name = _vocab_names(dx)
     if d2t_name is None:
         if draft_vocab and target_vocab and draft_vocab < target_vocab:
             dx.add("d2t-missing", "error", "draft_vocab_size < the target vocabulary, but there is no d2t",
                    {"draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab},
                    "Add the d2t offsets the draft was trained with (target id = i + d2t[i]).")
-            dx.refusals.append("d2t is missing")
-        elif dx.layout.d2t_required:
+            dx.refuse("d2t is missing")
+        elif dx.layout.d2t_required and ckpt.tensors:
             dx.add("d2t-missing", "error", f"SGLang {dx.sglang_version} crashes without d2t", {},
                    "Add d2t = zeros(draft_vocab_size) (identity mapping) or use SGLang 0.4.9+.")
         return
@@ -377,34 +674,40 @@ def _check_vocab_map(dx: Diagnosis, target: dict | None) -> None:
     if info.dtype not in INT_DTYPES or len(info.shape) != 1:
         dx.add("d2t-invalid", "error", "d2t must be a 1-D integer tensor", {"dtype": info.dtype, "shape": list(info.shape)},
                "Re-export d2t as int64 offsets.")
-        dx.refusals.append("d2t is not a 1-D integer tensor")
+        dx.refuse("d2t is not a 1-D integer tensor")
         return
-    d2t = ckpt.load(d2t_name).astype(np.int64)
-    n = d2t.shape[0]
-    ar = np.arange(n, dtype=np.int64)
-    as_offsets = d2t + ar
-    evidence = {"size": int(n), "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
-                "min": int(d2t.min()) if n else None, "max": int(d2t.max()) if n else None}
+    n = info.shape[0]
+    evidence = {"size": int(n), "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab}
     if draft_vocab is not None and n != draft_vocab:
         dx.add("d2t-invalid", "error", "d2t length differs from draft_vocab_size", evidence,
                "Use the d2t that belongs to this draft.")
-        dx.refusals.append("d2t length differs from draft_vocab_size")
+        dx.refuse("d2t length differs from draft_vocab_size")
         return
+    try:
+        d2t = ckpt.load(d2t_name).astype(np.int64)
+        t2d = ckpt.load(t2d_name) if t2d_name is not None else None
+    except (ValueError, OSError) as exc:
+        dx.add("d2t-unchecked", "error", "d2t / t2d were not loaded", {**evidence, "detail": str(exc)[:200]},
+               "A real d2t has one int64 per draft token (a few MB); re-export it.")
+        dx.refuse("d2t could not be checked")
+        return
+    ar = np.arange(n, dtype=np.int64)
+    as_offsets = d2t + ar
+    evidence.update(min=int(d2t.min()) if n else None, max=int(d2t.max()) if n else None)
     t2d_ids = None
-    if t2d_name is not None:
-        t2d = ckpt.load(t2d_name)
+    if t2d is not None:
         evidence["t2d_shape"] = list(t2d.shape)
         evidence["t2d_true"] = int(np.count_nonzero(t2d))
-        if target_vocab and t2d.shape != (target_vocab,):
+        if (target_vocab and t2d.shape != (target_vocab,)) or t2d.ndim != 1:
             dx.add("t2d-invalid", "warning", "t2d is not a mask over the target vocabulary", evidence,
                    "SGLang ignores t2d; re-export it as a bool mask of length target vocab.")
         else:
             t2d_ids = np.nonzero(t2d)[0]
-    out_of_range = int(((as_offsets < 0) | (as_offsets >= target_vocab)).sum()) if target_vocab else 0
+    out_of_range = int(((as_offsets < 0) | (as_offsets >= target_vocab)).sum()) if target_vocab else int((as_offsets < 0).sum())
     injective = len(np.unique(as_offsets)) == n
     consistent = t2d_ids is not None and np.array_equal(t2d_ids, np.sort(as_offsets))
     absolute_by_t2d = t2d_ids is not None and not consistent and np.array_equal(t2d_ids, np.sort(d2t))
-    abs_valid = bool(n) and target_vocab and d2t.min() >= 0 and d2t.max() < target_vocab and len(np.unique(d2t)) == n
+    abs_valid = bool(n) and bool(target_vocab) and d2t.min() >= 0 and d2t.max() < target_vocab and len(np.unique(d2t)) == n
     evidence.update(out_of_range=out_of_range, injective=bool(injective),
                     t2d_consistent=None if t2d_ids is None else bool(consistent))
     if consistent or (t2d_ids is None and not out_of_range and injective):
@@ -420,65 +723,24 @@ def _check_vocab_map(dx: Diagnosis, target: dict | None) -> None:
                "`eagle3scope fix` rewrites it as offsets (d2t - arange), which "
                + ("t2d confirms." if absolute_by_t2d else "is the only reading that stays inside the vocabulary."))
         return
+    if t2d_ids is not None and not out_of_range and injective:
+        dx.add("d2t-mismatch", "error", "d2t and t2d disagree on which target tokens the draft covers", evidence,
+               "One of the two belongs to another draft vocabulary: re-export both from the training run. "
+               "SGLang uses d2t only.")
+        dx.refuse("d2t and t2d disagree")
+        return
     dx.add("d2t-absolute" if out_of_range else "d2t-invalid", "error",
-           "d2t maps draft ids outside the target vocabulary or onto the same target id", evidence,
-           "The table is neither valid offsets nor valid absolute ids; use the d2t exported with this draft.")
-    dx.refusals.append("d2t is inconsistent and cannot be converted unambiguously")
+           "d2t maps draft ids outside the target vocabulary" if out_of_range else "d2t maps two draft ids onto one target id",
+           evidence, "The table is neither valid offsets nor valid absolute ids; use the d2t exported with this draft.")
+    dx.refuse("d2t is inconsistent and cannot be converted unambiguously")
 
 
-def _check_aux_layers(dx: Diagnosis, target: dict | None) -> None:
-    cfg = dx.config
-    eagle = cfg.get("eagle_config")
-    n = (target or {}).get("num_hidden_layers")
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if top is not None and (not eagle or eagle.get("eagle_aux_hidden_state_layer_ids") is None):
-        # 0.5.23 spec_aux_hidden_state.py reads only eagle_config[...] (a bare except falls back to defaults)
-        dx.add("aux-layers-mismatch", "error", "Aux layer ids are at the top level of config.json, where SGLang ignores them",
-               {"top_level_ids": top, "eagle_config": eagle, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
-               "`eagle3scope fix` moves them into eagle_config.eagle_aux_hidden_state_layer_ids.")
-        eagle = {**(eagle or {}), "eagle_aux_hidden_state_layer_ids": list(top)}
-        dx.config = {**{k: v for k, v in cfg.items() if k != "eagle_aux_hidden_state_layer_ids"}, "eagle_config": eagle}
-        dx.config_edits.append(f"eagle_aux_hidden_state_layer_ids {top} moved into eagle_config")
-        cfg = dx.config
-    if not eagle or eagle.get("eagle_aux_hidden_state_layer_ids") is None:
-        dx.add("aux-layers-mismatch", "warning", "No eagle_config.eagle_aux_hidden_state_layer_ids: SGLang uses its default",
-               {"eagle_config": eagle, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
-               "Write the layer ids the draft was trained on into eagle_config (output-of-layer numbering).")
+def _check_target(dx: Diagnosis) -> None:
+    target, cfg = dx.target, dx.config
+    if not target or not cfg:
         return
-    if eagle.get("use_aux_hidden_state") is False:
-        trained_fc = any(m.param == "model.fc.weight" for m in dx.mappings.values())
-        dx.add("aux-capture-off", "error" if trained_fc else "warning",
-               "eagle_config.use_aux_hidden_state is false" + (" but the checkpoint has a trained fc" if trained_fc else ""),
-               {"use_aux_hidden_state": False, "fc_in_checkpoint": trained_fc},
-               "SGLang will capture no aux states and skip fc, so the draft sees features it was not trained on: "
-               "set use_aux_hidden_state to true." if trained_fc else
-               "Without a trained fc the draft may have been trained on the last hidden state only; if it was "
-               "trained on aux states, set use_aux_hidden_state to true.")
-    ids = list(eagle["eagle_aux_hidden_state_layer_ids"])
-    evidence = {"configured": ids, "captured_by_sglang": [i + 1 for i in ids]}
-    if len(set(ids)) != len(ids):
-        dx.add("aux-layers-mismatch", "warning", "Duplicate aux layer ids", evidence, "List each layer once.")
-    if not n:
-        return
-    evidence["num_target_layers"] = n
-    past = [i for i in ids if i + 1 > n - 1 or i < 0]
-    if past:
-        dx.add("aux-layers-out-of-range", "error", "Aux layer ids outside the target (SGLang captures id+1)",
-               {**evidence, "out_of_range": past},
-               f"Ids must lie in 0..{n - 2} in SGLang's output-of-layer numbering (it captures the input of layer id+1).")
-        return
-    if ids == default_capture(n):
-        dx.add("aux-layers-mismatch", "warning", "Ids equal the input-of-layer defaults; SGLang will shift them by one",
-               {**evidence, "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)},
-               f"If the draft was trained with speculators (input-of-layer numbering), write {specforge_defaults(n)}.")
-
-
-def _check_target(dx: Diagnosis, target: dict | None) -> None:
-    if not target:
-        return
-    cfg = dx.config
-    expected_hidden = cfg.get("target_hidden_size") or cfg["hidden_size"]
-    if target.get("hidden_size") and target["hidden_size"] != expected_hidden:
+    expected_hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
+    if target.get("hidden_size") and expected_hidden and target["hidden_size"] != expected_hidden:
         dx.add("hidden-width-mismatch", "error", "The target's hidden size differs from what the draft's fc expects",
                {"target_hidden_size": target["hidden_size"], "draft_expects": expected_hidden},
                "Set target_hidden_size in the draft config, or use the target the draft was trained for.")
@@ -486,3 +748,4 @@ def _check_target(dx: Diagnosis, target: dict | None) -> None:
         dx.add("vocab-mismatch", "error", "The draft's vocab_size differs from the target's",
                {"target_vocab_size": target["vocab_size"], "draft_vocab_size_field": cfg["vocab_size"]},
                "Use the target the draft was trained for (same tokenizer).")
+

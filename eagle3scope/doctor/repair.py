@@ -1,10 +1,14 @@
 """Write a corrected copy of a draft checkpoint: only repairs that are certain, never in place.
 
-What it repairs: key names the chosen SGLang release would silently skip (when exactly one name
-it maps fits, shape checked), an absolute-id ``d2t`` (when t2d or the vocabulary bounds make the
-reading unambiguous) and a speculators-format config. Everything else that the doctor calls an
-error makes it refuse, because a copy that still breaks is worse than none. The copy is written to
-a temporary sibling directory, read back and re-diagnosed, then renamed into place.
+What it repairs: key names the chosen SGLang releases would skip (when exactly one name they map
+fits, shape checked), an absolute-id ``d2t`` (when t2d or the vocabulary bounds make the reading
+unambiguous), a speculators-format config, and aux ids that capture other layers than the draft
+was trained on (translated by the producer's stated convention and the target family's rule).
+One copy serves several releases when it can: names the oldest loader needs (newer ones map
+them too) and ids every release's rule turns into the trained layers. Everything else the doctor
+calls an error makes it refuse, with the next step, because a copy that still breaks is worse
+than none. The copy is written to a temporary sibling directory, read back and re-diagnosed for
+every release, then renamed into place. The config records what fix assumed (``eagle3scope_fix``).
 """
 
 from __future__ import annotations
@@ -18,18 +22,25 @@ from pathlib import Path
 
 from eagle3scope.doctor.checkpoint import (
     INDEX_NAME,
+    NP_DTYPES,
     TensorInfo,
     iter_bytes,
     open_checkpoint,
     read_header,
     write_safetensors,
 )
-from eagle3scope.doctor.diagnose import Diagnosis, diagnose
+from eagle3scope.doctor.diagnose import ASSUMED_TARGET, Diagnosis, diagnose, installed_sglang
+from eagle3scope.doctor.loader_layouts import parse_version
+from eagle3scope.doctor.producers import FIX_KEY
+from eagle3scope.wire.aux_layers import captured_for, family_rule
 
+#: The release lines a copy is made for when none is named and SGLang is not installed here.
+ERAS = ("0.5.10", "0.5.23")
 #: Error findings that the copy repairs (when the diagnosis found a certain repair for them).
-REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "config-speculators-format", "d2t-absolute",
-              "aux-layers-mismatch"}
-_NP_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8"}
+REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "weights-unused", "config-speculators-format",
+              "d2t-absolute", "aux-layers-mismatch", "architecture"}
+#: Findings that mean this release cannot serve the draft at all (not a repair fix could make).
+UNSERVABLE = {"no-eagle3", "multi-layer-draft", "architecture-unsupported", "eagle-config-ignored"}
 
 
 class FixRefused(Exception):
@@ -40,17 +51,32 @@ class FixRefused(Exception):
 class FixResult:
     out: Path
     changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     before: Diagnosis | None = None
-    after: Diagnosis | None = None
+    after: list[Diagnosis] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
 
 
 def _unrepaired(dx: Diagnosis) -> list[str]:
     repairs = {"weights-dropped": not dx.unmappable, "weights-crash": not dx.unmappable,
-               "weights-unwritten": not dx.unmappable, "config-speculators-format": bool(dx.config_edits),
-               "aux-layers-mismatch": bool(dx.config_edits),
+               "weights-unwritten": not dx.unmappable, "weights-unused": True,
+               "config-speculators-format": bool(dx.config_edits), "architecture": bool(dx.config_edits),
+               "aux-layers-mismatch": bool(dx.config_edits) or dx.aux_ids is not None,
                "d2t-absolute": dx.d2t_offsets is not None}
     return [f"{f.id}: {f.title}" for f in dx.findings
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
+
+
+def versions_for(spec: str | None) -> tuple[list[str], bool]:
+    """``--for-sglang`` -> the releases, and whether they were named (False: the default)."""
+    if spec:
+        versions = [v.strip() for v in spec.split(",") if v.strip()]
+        for v in versions:
+            parse_version(v)  # ValueError: a usage error
+        return sorted(set(versions), key=parse_version), True
+    from importlib.util import find_spec
+
+    return ([installed_sglang()] if find_spec("sglang") else list(ERAS)), False
 
 
 def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | None = None,
@@ -60,19 +86,39 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
         raise FixRefused("--out must be outside the source checkpoint")
     if out.exists():
         raise FixRefused(f"{out} already exists; choose a new directory")
-    dx = diagnose(src, sglang_version=sglang_version, target_dir=target_dir)
-    if dx.refusals:
-        raise FixRefused("; ".join(dx.refusals))
-    left = _unrepaired(dx)
-    if left:
-        raise FixRefused("errors fix cannot repair: " + "; ".join(left))
-    result = FixResult(out, before=dx)
+    versions, named = versions_for(sglang_version)
+    diagnoses = [diagnose(src, sglang_version=v, target_dir=target_dir) for v in versions]
+    notes: list[str] = []
+    serving = []
+    for dx in diagnoses:
+        blocked = [f for f in dx.findings if f.id in UNSERVABLE and f.severity == "error"]
+        if blocked and (named or len(diagnoses) == 1):
+            raise FixRefused(f"SGLang {dx.sglang_version}: {blocked[0].title}. Next step: {blocked[0].fix}")
+        if blocked:
+            notes.append(f"not for SGLang {dx.sglang_version}: {blocked[0].title}")
+            continue
+        serving.append(dx)
+    if not serving:
+        raise FixRefused("no SGLang release can serve this draft: " + "; ".join(notes))
+    for dx in serving:
+        if dx.refusals:
+            raise FixRefused(f"SGLang {dx.sglang_version}: " + "; ".join(dx.refusals))
+        left = _unrepaired(dx)
+        if left:
+            raise FixRefused(f"SGLang {dx.sglang_version}: errors fix cannot repair: " + "; ".join(left))
+    base = serving[0]  # the oldest release: the names its loader needs are mapped by the newer ones too
+    config = _config_for_all(serving)
+    result = FixResult(out, before=base, versions=[dx.sglang_version for dx in serving])
+    result.notes = notes + [n for n in base.notes]
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        expected = _write_copy(dx, src, tmp, result.changes)
-        result.after = _verify(dx, tmp, expected, sglang_version=sglang_version, target_dir=target_dir)
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise OSError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        expected = _write_copy(base, config, tmp, result)
+        result.after = [_verify(dx, tmp, expected, target_dir) for dx in serving]
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -80,27 +126,62 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
     return result
 
 
-def _write_copy(dx: Diagnosis, src: Path, tmp: Path, changes: list[str]) -> dict[str, tuple]:
-    """Write the copy into ``tmp``; return name -> (dtype, shape, sha256) of what must be there."""
-    ckpt = dx.checkpoint
-    weight_files = {p.name for p in ckpt.files} | {INDEX_NAME, "config.json"}
-    for entry in src.iterdir():
-        if entry.name in weight_files:
-            continue
-        if entry.is_dir():
-            shutil.copytree(entry, tmp / entry.name, symlinks=True)
+def _config_for_all(serving: list[Diagnosis]) -> dict:
+    """The base diagnosis' SGLang config, with aux ids that capture the trained layers on every
+    release served (and the record of what fix assumed)."""
+    base = serving[0]
+    config = dict(base.config if base.config_edits else base.checkpoint.config)
+    known = base.trained_known and base.trained_capture is not None
+    if known:
+        candidates = [dx.aux_ids for dx in serving]
+        good = [c for c in candidates if all(_captures(dx, c) == base.trained_capture for dx in serving)]
+        if not good:
+            per = "; ".join(f"--for-sglang {dx.sglang_version} (ids {dx.aux_ids})" for dx in serving)
+            raise FixRefused(f"no single id list makes every release capture the trained layers "
+                             f"{base.trained_capture}: make one copy per release: {per}")
+        eagle = dict(config.get("eagle_config") or {})
+        if good[0] is None:
+            eagle.pop("eagle_aux_hidden_state_layer_ids", None)
         else:
-            shutil.copy2(entry, tmp / entry.name)
+            eagle["eagle_aux_hidden_state_layer_ids"] = good[0]
+        if eagle or "eagle_config" in config:
+            config["eagle_config"] = eagle
+    config[FIX_KEY] = {"producer": base.producer.label if base.producer else "unknown",
+                       "trained_capture": base.trained_capture if known else None,
+                       "target_class": base.target_class or ASSUMED_TARGET,
+                       "for_sglang": [dx.sglang_version for dx in serving],
+                       "notes": base.notes}
+    return config
+
+
+def _captures(dx: Diagnosis, ids: list[int] | None) -> list[int] | None:
+    """What this release captures for ``ids`` (None: its default, resolvable with the target's layer count)."""
+    rule = family_rule(dx.target_class or ASSUMED_TARGET, dx.sglang_version)
+    n = (dx.target or {}).get("num_hidden_layers")
+    if rule is None or (ids is None and not n):
+        return None
+    return captured_for(ids, rule, n or 0)
+
+
+def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> dict[str, tuple]:
+    """Write the copy into ``tmp``; return name -> (dtype, shape, sha256) of what must be there."""
+    ckpt, changes = dx.checkpoint, result.changes
+    for entry in ckpt.entries:  # safe regular files only (links out of the directory were refused)
+        shutil.copyfile(entry.resolve(), tmp / entry.name)
+    skipped = sorted(p.name + "/" for p in ckpt.path.iterdir() if p.is_dir() and not p.is_symlink())
+    if skipped:
+        result.notes.append("not copied (directories): " + ", ".join(skipped))
     expected: dict[str, tuple] = {}
     d2t_name = next((n for n, m in dx.mappings.items() if m.action == "d2t"), None)
     for file in ckpt.files:
-        header, _ = read_header(file)
+        header, _ = read_header(file.resolve())
         entries = []
-        for name, info in sorted(((n, i) for n, i in ckpt.tensors.items() if i.file == file), key=lambda x: x[1].start):
+        for name, info in sorted(((n, i) for n, i in ckpt.tensors.items() if i.shard == file.name),
+                                 key=lambda x: x[1].start):
             new = dx.renames.get(name, name)
             source: TensorInfo | bytes = info
             if name == d2t_name and dx.d2t_offsets is not None:
-                source = dx.d2t_offsets.astype(_NP_DTYPES[info.dtype]).tobytes()
+                source = dx.d2t_offsets.astype(NP_DTYPES[info.dtype]).tobytes()
                 changes.append(f"{name}: absolute ids -> offsets (d2t - arange)")
             if new != name:
                 changes.append(f"{name} -> {new}")
@@ -112,7 +193,7 @@ def _write_copy(dx: Diagnosis, src: Path, tmp: Path, changes: list[str]) -> dict
         index["weight_map"] = {dx.renames.get(n, n): f for n, f in ckpt.index["weight_map"].items()}
         (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2))
     changes += [f"config.json: {edit}" for edit in dx.config_edits]
-    (tmp / "config.json").write_text(json.dumps(dx.config if dx.config_edits else ckpt.config, indent=2))
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
     for path in tmp.iterdir():
         if path.is_file():
             with open(path, "rb") as f:
@@ -127,8 +208,8 @@ def _sha(source: TensorInfo | bytes) -> str:
     return h.hexdigest()
 
 
-def _verify(dx: Diagnosis, tmp: Path, expected: dict, **kw) -> Diagnosis:
-    """Read the copy back with safetensors: same tensors, same bytes, and a clean diagnosis."""
+def _verify(dx: Diagnosis, tmp: Path, expected: dict, target_dir) -> Diagnosis:
+    """Read the copy back: same tensors, same bytes, and a clean diagnosis for this release."""
     copy = open_checkpoint(tmp)
     if copy.errors:
         raise FixRefused(f"the written copy does not read back: {copy.errors}")
@@ -136,8 +217,8 @@ def _verify(dx: Diagnosis, tmp: Path, expected: dict, **kw) -> Diagnosis:
     if got != expected:
         wrong = sorted(set(got) ^ set(expected) | {n for n in got if n in expected and got[n] != expected[n]})
         raise FixRefused(f"the written copy differs from what was intended: {wrong[:5]}")
-    after = diagnose(tmp, sglang_version=dx.sglang_version, target_dir=kw.get("target_dir"))
-    errors = [f.id for f in after.findings if f.severity == "error"]
+    after = diagnose(tmp, sglang_version=dx.sglang_version, target_dir=target_dir)
+    errors = [f"{f.id}: {f.title}" for f in after.findings if f.severity == "error"]
     if errors:
-        raise FixRefused(f"the written copy still has errors: {errors}")
+        raise FixRefused(f"the written copy still has errors on SGLang {dx.sglang_version}: {errors}")
     return after

@@ -1,10 +1,13 @@
 """The viewer's ZeroMQ SUB side: one socket listening to every publisher, and what was lost.
 
-Frames from a server are untrusted bytes: a malformed frame or a newer schema major is
-counted (with the last message kept for the viewer) and skipped, never raised, so the frames
-behind it still arrive. Per publisher (``src``) it keeps the loss figures a viewer must show:
-frames lost in transit (gaps in the frame counter ``n``) and frames the shim itself dropped
-(its heartbeat ``dropped`` counter), plus the latest sticky ``hello``/``load`` bodies.
+Frames from a server are untrusted bytes: a malformed or invalid frame (see
+:mod:`eagle3scope.wire.validate`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
+buffered) or a newer schema major is counted per publisher and kind, reported once per publisher
+and kind (:meth:`Subscriber.take_reports`), and skipped, never raised, so the frames behind it
+still arrive. At most :data:`MAX_SOURCES` publishers are tracked; frames from more are refused.
+Per publisher (``src``) it keeps the loss figures a viewer must show
+(:class:`~eagle3scope.wire.loss.FrameLoss`: frames lost in transit and frames the shim itself
+dropped), plus the latest sticky ``hello``/``load``/``config`` bodies.
 """
 
 from __future__ import annotations
@@ -14,69 +17,47 @@ from dataclasses import dataclass, field
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
+from eagle3scope.wire.loss import FrameLoss
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
-#: kinds whose latest body describes the publisher's state (re-published, kept per src)
-STATE_KINDS = ("hello", "load", "config")
+#: kinds whose latest body describes the publisher (re-published periodically, kept per src)
+STICKY_KINDS = ("hello", "load", "config")
+#: publishers one subscriber tracks (one per data-parallel rank; a src beyond this is refused)
+MAX_SOURCES = 256
 
 
 @dataclass(slots=True)
-class SourceStats:
-    """What one publisher sent and what of it was lost."""
+class SourceStats(FrameLoss):
+    """What one publisher sent, what of it was lost (:class:`FrameLoss`), its latest sticky bodies."""
 
-    frames: int = 0
     steps: int = 0
-    lost_in_transit: int = 0
-    shim_dropped: int = 0
-    shim_steps: int = 0
-    hook_failures: int = 0
-    queued: int = 0
-    restarts: int = 0
-    last_n: int = -1
-    last_t: int = 0
     state: dict[str, dict] = field(default_factory=dict)
 
-    @property
-    def lost(self) -> int:
-        """Every step-or-other frame that never reached this viewer, whatever the cause."""
-        return self.lost_in_transit + self.shim_dropped
-
-    def observe(self, frame: Frame) -> None:
-        if frame.n <= self.last_n:
-            self.restarts += 1  # the publisher restarted under the same src: start counting again
-        elif self.last_n >= 0:
-            self.lost_in_transit += frame.n - self.last_n - 1
-        self.last_n = frame.n
-        self.last_t = frame.t
-        self.frames += 1
-        kind, body = frame.kind, frame.body
-        if kind == "step":
+    def observe(self, frame: Frame) -> tuple[str, ...]:
+        notes = FrameLoss.observe(self, frame)
+        if frame.kind == "step":
             self.steps += 1
-        elif kind == "heartbeat":
-            self.shim_dropped = _count(body.get("dropped"), self.shim_dropped)
-            self.shim_steps = _count(body.get("steps"), self.shim_steps)
-            self.hook_failures = _count(body.get("hook_failures"), self.hook_failures)
-            self.queued = _count(body.get("queued"), self.queued)
-        elif kind in STATE_KINDS:
-            self.state[kind] = body
-
-
-def _count(value: object, default: int) -> int:
-    return value if type(value) is int and value >= 0 else default
+        elif frame.kind in STICKY_KINDS:
+            self.state[frame.kind] = frame.body
+        return notes
 
 
 class Subscriber:
     """One SUB socket connected to several publishers (one per data-parallel scheduler)."""
 
-    def __init__(self, endpoints: list[str], *, rcvhwm: int = 200_000) -> None:
+    def __init__(self, endpoints: list[str], *, rcvhwm: int = 200_000,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         self.endpoints = list(endpoints)
+        self.max_frame_bytes = max(1024, min(int(max_frame_bytes), MAX_FRAME_BYTES))
         # The process-wide context: a private one dropped inside a reference cycle (an exception
         # in a click runner, a forgotten viewer) would block the garbage collector in term().
         self._sock = zmq.Context.instance().socket(zmq.SUB)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # larger: the connection is reset
         try:
             for endpoint in self.endpoints:
                 self._sock.connect(endpoint)
@@ -86,6 +67,8 @@ class Subscriber:
         self.sources: dict[str, SourceStats] = {}
         self.bad_frames = 0
         self.last_error: str | None = None
+        self.bad_by: dict[tuple[str | None, str | None], int] = {}  # (src, kind) -> bad frames
+        self._reports: list[tuple[str | None, str | None, str]] = []
 
     def poll_raw(self, timeout_ms: int = 100, max_frames: int = 256) -> list[tuple[bytes, Frame]]:
         """Wait up to ``timeout_ms`` for frames, then drain up to ``max_frames`` (raw bytes kept).
@@ -113,21 +96,48 @@ class Subscriber:
 
     def _accept(self, data: bytes) -> Frame | None:
         try:
-            frame = decode_frame(data)
+            frame = decode_frame(data, max_bytes=self.max_frame_bytes)
         except FrameError as exc:
-            self.bad_frames += 1
-            self.last_error = str(exc)
+            self._bad(exc.src, exc.kind, str(exc))
             return None
         stats = self.sources.get(frame.src)
         if stats is None:
+            if len(self.sources) >= MAX_SOURCES:
+                self._bad(frame.src, frame.kind, f"more than {MAX_SOURCES} publishers: frames from new ones refused")
+                return None
             stats = self.sources[frame.src] = SourceStats()
         stats.observe(frame)
         return frame
+
+    def _bad(self, src: str | None, kind: str | None, error: str) -> None:
+        self.bad_frames += 1
+        self.last_error = error
+        key = (src, kind)
+        if key not in self.bad_by:
+            if len(self.bad_by) >= MAX_SOURCES * 8:  # keys come from untrusted frames: one overflow slot
+                key = (None, None)
+            if key not in self.bad_by:
+                self._reports.append((src, kind, error))
+        self.bad_by[key] = self.bad_by.get(key, 0) + 1
+
+    def take_reports(self) -> list[tuple[str | None, str | None, str]]:
+        """``(src, kind, error)`` for each publisher and kind whose first bad frame arrived since the
+        last call: the viewer reports each once; later ones are only counted in :attr:`bad_by`."""
+        reports, self._reports = self._reports, []
+        return reports
 
     @property
     def lost(self) -> int:
         """Frames lost across all publishers (in transit plus dropped by the shims)."""
         return sum(s.lost for s in self.sources.values())
+
+    def loss(self) -> dict:
+        """The loss figures a recording keeps in its metadata: totals and per publisher."""
+        return {
+            "lost": self.lost, "bad_frames": self.bad_frames,
+            "sources": {src: {"lost_in_transit": s.lost_in_transit, "dropped_by_shim": s.shim_dropped,
+                              "frames": s.frames} for src, s in self.sources.items()},
+        }
 
     def close(self) -> None:
         if self._sock is not None:

@@ -8,10 +8,20 @@ their first frame and *running maxima* of step ``seq`` and time, so a seek is a 
 catalog loaded at open. State frames (hello, load, config, hook per seam, heartbeat) are also
 kept one per row in ``state`` so a seek can rebuild what a viewer knew at any point.
 
+Bounds and accidents: a pending batch is committed at 512 frames, 100 ms or
+:data:`MAX_PENDING_BYTES`; the WAL is checkpointed into the main file at most
+``checkpoint_s`` (default 2 s) after a commit, so a copy made without its ``-wal`` is at most that
+stale; a write error (disk full) is one :class:`StoreError` and leaves every committed batch
+readable. Readers open the file read-only (never checkpointing or otherwise modifying it), bound
+every decompression to :data:`MAX_BATCH_BYTES` whatever the zstd header declares, and validate
+the catalog: a damaged part is reported in :attr:`SessionReader.errors`, never skipped silently.
+
 Tables::
 
     meta(key, value)                   JSON values: store_format, wire_schema, created_ns,
-                                       closed_ns (absent: the recorder died), endpoints, sources
+                                       closed_ns (absent: the recorder died), endpoints, sources,
+                                       loss (absent in files of older recorders: what the
+                                       subscriber lost, see Subscriber.loss)
     batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)
     state(idx, src, kind, key, frame)  key is the hook seam, "" for the other kinds
 """
@@ -32,12 +42,25 @@ import zstandard
 
 from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, FrameError, decode_frame
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
+from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
 
 STORE_FORMAT = 1
-STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
+#: kinds indexed apart from the batches, so a seek can re-send what was known before its target
+SEEK_STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 _DEDUP_KINDS = ("hello", "load", "config", "hook")  # re-sent unchanged: keep a row only on change
 _MAX_BATCH_FRAMES = 1 << 16
-_MAX_BATCH_BYTES = 1 << 30
+#: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
+MAX_PENDING_BYTES = 4 << 20
+#: decompressed size a reader accepts for one batch, whatever its zstd header declares
+MAX_BATCH_BYTES = 64 << 20
+_DECOMPRESS_CHUNK = 1 << 20
+#: seconds between WAL checkpoints while recording
+CHECKPOINT_S = 2.0
+_MAX_STATE_SLOTS = 4096
+#: batch ids looked up past the last one found before a damaged catalog is taken to end
+PROBE_PAST_LAST = 1024
+#: damaged parts a reader lists (one more entry says the listing stopped)
+MAX_ERRORS = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,18 +100,58 @@ def _connect(path: str | Path) -> sqlite3.Connection:
     return con
 
 
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """Open ``path`` for reading only: a reader never checkpoints, truncates or rewrites it.
+
+    A file with a ``-wal`` (live, or its recorder was killed) opens ``mode=ro``, which follows the
+    WAL (SQLite may add a ``-shm`` lock file beside it); where that cannot open (a read-only
+    place without ``-shm``), and for a closed file, ``immutable=1`` reads the main file as it is
+    and creates nothing.
+    """
+    uri = path.resolve().as_uri()
+    last: Exception | None = None
+    # no -wal: the recorder closed the file (or never opened it): read it as is, creating nothing
+    attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("mode=ro&immutable=1",)
+    for flags in attempts:
+        con = sqlite3.connect(f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            con.execute("PRAGMA busy_timeout=5000")
+            # lets SQLite open a truncated file (read-only: nothing can be written through it)
+            con.execute("PRAGMA writable_schema=1")
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return con
+        except sqlite3.DatabaseError as exc:
+            last = exc
+            con.close()
+    raise StoreError(f"{path} is not a readable eagle3scope session: {last}")
+
+
 class SessionWriter:
     """Append frames to a new session file, one committed transaction per batch."""
 
     def __init__(self, path: str | Path, *, batch_frames: int = 512, batch_ms: float = 100.0, level: int = 3,
-                 endpoints: list[str] | None = None) -> None:
+                 endpoints: list[str] | None = None, checkpoint_s: float = CHECKPOINT_S,
+                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self.path = Path(path)
         if self.path.exists() and self.path.stat().st_size > 0:
             raise StoreError(f"{self.path} already exists; choose another --out or remove it")
-        self._con = _connect(self.path)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: every commit survives a killed process
-        self._con.executescript(_SCHEMA)
+        self._con = None
+        try:
+            self._con = _connect(self.path)
+            self._con.execute("PRAGMA journal_mode=WAL")
+            self._con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: every commit survives a killed process
+            self._con.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            if self._con is not None:
+                self._con.close()
+            raise StoreError(f"cannot create {self.path}: {exc}") from None
+        self._checkpoint_s = checkpoint_s
+        self._max_pending_bytes = max(1, max_pending_bytes)
+        self._pending_bytes = 0
+        self._checkpointed = time.monotonic()
+        self._uncheckpointed = False
+        self.failed: str | None = None
+        self.committed_steps = 0
         self._zstd = zstandard.ZstdCompressor(level=level, write_checksum=True)
         self._batch_frames = max(1, min(batch_frames, _MAX_BATCH_FRAMES))
         self._batch_s = batch_ms / 1000.0
@@ -103,15 +166,22 @@ class SessionWriter:
         self._sources_dirty = False
         self.frames = 0
         self.steps = 0
+        #: Verify steps that committed tokens (mode decode, acceptance present): what ``check`` counts.
+        self.decode_steps = 0
         self.batches = 0
         self.bytes = 0
-        self._put_meta(
-            store_format=STORE_FORMAT,
-            wire_schema=[SCHEMA_MAJOR, SCHEMA_MINOR],
-            created_ns=time.time_ns(),
-            endpoints=endpoints or [],
-            sources={},
-        )
+        try:
+            self._put_meta(
+                store_format=STORE_FORMAT,
+                wire_schema=[SCHEMA_MAJOR, SCHEMA_MINOR],
+                created_ns=time.time_ns(),
+                endpoints=endpoints or [],
+                sources={},
+            )
+        except sqlite3.Error as exc:
+            self._con.close()
+            self._con = None
+            raise StoreError(f"cannot write {self.path}: {exc}") from None
 
     def _put_meta(self, **items: object) -> None:
         self._con.executemany(
@@ -126,6 +196,7 @@ class SessionWriter:
             self._t_lo = frame.t
         idx = self.frames
         pending.append(raw)
+        self._pending_bytes += len(raw)
         self.frames += 1
         if frame.t > self._t_hi:
             self._t_hi = frame.t
@@ -133,12 +204,16 @@ class SessionWriter:
         if kind == "step":
             self._n_steps += 1
             self.steps += 1
-            seq = frame.body["seq"]
+            body = frame.body
+            if body.get("mode", "decode") == "decode" and body.get("accepted"):
+                self.decode_steps += 1
+            seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
-        elif kind in STATE_KINDS:
+        elif kind in SEEK_STATE_KINDS:
             self._note_state(idx, raw, frame)
-        if len(pending) >= self._batch_frames or time.monotonic() - self._batch_started >= self._batch_s:
+        if (len(pending) >= self._batch_frames or self._pending_bytes >= self._max_pending_bytes
+                or time.monotonic() - self._batch_started >= self._batch_s):
             self.flush()
 
     def _note_state(self, idx: int, raw: bytes, frame: Frame) -> None:
@@ -153,20 +228,46 @@ class SessionWriter:
             self._sources_dirty = True
 
     def tick(self) -> None:
-        """Commit a partial batch once it is ``batch_ms`` old (call when the input is idle)."""
+        """Commit a partial batch once it is ``batch_ms`` old and checkpoint the WAL once
+        ``checkpoint_s`` passed (call when the input is idle)."""
         if self._pending and time.monotonic() - self._batch_started >= self._batch_s:
             self.flush()
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        """Fold the WAL into the main file (PASSIVE: never waits for readers) on a time bound."""
+        if self._uncheckpointed and time.monotonic() - self._checkpointed >= self._checkpoint_s:
+            try:
+                self._con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:
+                self._fail(exc)
+            self._checkpointed = time.monotonic()
+            self._uncheckpointed = False
+
+    def _fail(self, exc: Exception) -> None:
+        """A write failed (disk full, I/O error): stop writing, keep what is committed."""
+        con = self._con
+        if con is not None and con.in_transaction:
+            try:
+                con.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        self.failed = (f"cannot write {self.path}: {exc}; the {self.committed_steps} steps committed before"
+                       " stay readable")
+        raise StoreError(self.failed) from None
 
     def flush(self) -> None:
         """Compress and commit the pending frames as one batch (one transaction)."""
         if not self._pending:
             return
+        if self.failed:
+            raise StoreError(self.failed)
         n = len(self._pending)
         blob = self._zstd.compress(msgpack.packb(self._pending, use_bin_type=True))
         first_idx = self.frames - n
         con = self._con
-        con.execute("BEGIN")
         try:
+            con.execute("BEGIN")
             con.execute(
                 "INSERT INTO batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -179,25 +280,46 @@ class SessionWriter:
             if self._sources_dirty:
                 self._put_meta(sources=session_sources(self._sources))
             con.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail(exc)
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:
+                con.execute("ROLLBACK")
             raise
         self.batches += 1
         self.bytes += len(blob)
+        self.committed_steps += self._n_steps
         self._pending.clear()
         self._pending_state.clear()
+        self._pending_bytes = 0
         self._n_steps = 0
         self._sources_dirty = False
+        self._uncheckpointed = True
+        self._maybe_checkpoint()
+
+    def note_loss(self, loss: dict) -> None:
+        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata."""
+        self._put_meta(loss=loss)
 
     def close(self) -> None:
-        """Commit what is pending, mark the session complete and fold the WAL into the file."""
-        if self._con is None:
+        """Commit what is pending, mark the session complete and fold the WAL into the file.
+
+        After a write error it only closes the connection (the committed batches stay) and
+        raises nothing: the error was raised once already."""
+        con = self._con
+        if con is None:
             return
-        self.flush()
-        self._put_meta(closed_ns=time.time_ns(), frames=self.frames, steps=self.steps)
-        self._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._con.close()
-        self._con = None
+        try:
+            if not self.failed:
+                self.flush()
+                try:
+                    self._put_meta(closed_ns=time.time_ns(), frames=self.frames, steps=self.steps)
+                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error as exc:
+                    self._fail(exc)
+        finally:
+            self._con = None
+            con.close()
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -227,6 +349,68 @@ def session_sources(latest: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def probe_batch_ids(con: sqlite3.Connection, after: int = -1) -> tuple[dict[int, int | None], int | None]:
+    """Batch ids past ``after`` that a damaged file still shows, with their ``first_idx`` where known.
+
+    Scans of the index and of the table keep the rows they yielded before a damaged page; then
+    ids past the highest one are looked up one by one (the recorder numbers batches 0, 1, 2, ...)
+    until :data:`PROBE_PAST_LAST` in a row are absent. Returns ``(found, beyond)``: ``beyond`` is
+    the last id found when lookups past it failed on damaged pages (later batches may be lost).
+    """
+    found: dict[int, int | None] = {}
+    for query in ("SELECT id, first_idx FROM batches INDEXED BY batches_by_idx WHERE id > ?",
+                  "SELECT id, first_idx FROM batches WHERE id > ? ORDER BY id"):
+        try:
+            for bid, first_idx in con.execute(query, (after,)):
+                if type(bid) is int:
+                    found.setdefault(bid, first_idx if type(first_idx) is int else None)
+        except sqlite3.DatabaseError:
+            pass
+    bid = last = max(found, default=after)
+    damaged = False
+    while bid - last < PROBE_PAST_LAST:
+        bid += 1
+        try:
+            row = con.execute("SELECT first_idx FROM batches WHERE id = ?", (bid,)).fetchone()
+        except sqlite3.DatabaseError:
+            damaged = True
+            continue
+        if row is not None:
+            found[bid] = row[0] if type(row[0]) is int else None
+            last = bid
+    return found, (last if damaged else None)
+
+
+def decompressor() -> zstandard.ZstdDecompressor:
+    return zstandard.ZstdDecompressor(max_window_size=1 << 27)
+
+
+def unpack_blob(zstd: zstandard.ZstdDecompressor, crc: object, blob: object) -> list[bytes]:
+    """The raw frames of one batch row, checked (CRC, zstd checksum, size bound, msgpack shape).
+
+    Raises ValueError naming what is wrong. Decompression stops at :data:`MAX_BATCH_BYTES`
+    whatever the zstd header declares (``decompress(max_output_size=...)`` trusts the header).
+    """
+    if not isinstance(blob, bytes) or zlib.crc32(blob) != crc:
+        raise ValueError("checksum mismatch (damaged bytes)")
+    out = bytearray()
+    try:
+        with zstd.stream_reader(blob, read_across_frames=True) as reader:
+            while chunk := reader.read(_DECOMPRESS_CHUNK):
+                out += chunk
+                if len(out) > MAX_BATCH_BYTES:
+                    raise ValueError(f"decompresses to more than {MAX_BATCH_BYTES} bytes")
+        raws = msgpack.unpackb(bytes(out), raw=False, max_bin_len=MAX_FRAME_BYTES, max_array_len=_MAX_BATCH_FRAMES,
+                               max_str_len=0, max_map_len=0, max_ext_len=0)
+    except ValueError as exc:
+        raise ValueError(f"cannot unpack: {exc}") from None
+    except Exception as exc:  # zstd and msgpack raise a zoo of types on garbage
+        raise ValueError(f"cannot unpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(raws, list) or not all(isinstance(raw, bytes) for raw in raws):
+        raise ValueError("not a list of frames")
+    return raws
+
+
 @dataclass(slots=True, frozen=True)
 class BatchInfo:
     id: int
@@ -249,31 +433,68 @@ class SessionReader:
         self.path = Path(path)
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no such session file")
+        self._con = connect_read_only(self.path)
+        self.errors: list[StoreError] = []
+        self._error_texts: set[str] = set()
+        self.invalid_frames = 0
+        self._invalid_kinds: set[tuple[str | None, str | None]] = set()
         try:
-            self._con = _connect(self.path)
             self._con.execute("PRAGMA query_only=1")
             tables = {name for (name,) in self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not {"meta", "batches", "state"} <= tables:
                 raise StoreError(f"{self.path} is an SQLite file but not an eagle3scope session")
             rows = self._con.execute("SELECT key, value FROM meta").fetchall()
         except sqlite3.DatabaseError as exc:
+            self.close()
             raise StoreError(f"{self.path} is not a readable eagle3scope session: {exc}") from None
-        self.meta = {k: json.loads(v) for k, v in rows}
+        except StoreError:
+            self.close()
+            raise
+        self.meta = self._parse_meta(rows)
         fmt = self.meta.get("store_format")
-        if fmt is None:
-            raise StoreError(f"{self.path} is an SQLite file but not an eagle3scope session")
+        if type(fmt) is not int:
+            self.close()
+            raise StoreError(f"{self.path} is an SQLite file but not an eagle3scope session (no valid store_format)")
         if fmt > STORE_FORMAT:
+            self.close()
             raise StoreError(f"{self.path} uses session format {fmt}; this eagle3scope reads up to {STORE_FORMAT}: upgrade")
-        self._zstd = zstandard.ZstdDecompressor()
-        self.errors: list[StoreError] = []
+        self._zstd = decompressor()
         self.batches: list[BatchInfo] = []
+        self._next_idx = 0
         self._cached: tuple[int, list[Frame]] | None = None
-        self.refresh()
+        try:
+            self.refresh()
+        except StoreError:
+            self.close()
+            raise
+
+    def _parse_meta(self, rows: list) -> dict:
+        """The meta table's JSON values; a damaged one is reported and left out."""
+        meta = {}
+        for key, value in rows:
+            try:
+                if type(key) is not str or type(value) not in (str, bytes):
+                    raise ValueError("not a text key and JSON value")
+                meta[key] = json.loads(value)
+            except (ValueError, RecursionError) as exc:
+                self.note_error(StoreError(f"meta value {str(key)[:40]!r} unreadable: {exc}"))
+        closed = meta.get("closed_ns")
+        if "closed_ns" in meta and type(closed) is not int:
+            self.note_error(StoreError(f"meta value 'closed_ns' is not a time: {str(closed)[:40]!r}"))
+            del meta["closed_ns"]
+        return meta
 
     def note_error(self, error: StoreError) -> None:
-        """Keep ``error`` in :attr:`errors` once, however often the damaged part is met."""
-        if all(str(e) != str(error) for e in self.errors):
+        """Keep ``error`` in :attr:`errors` once, however often the damaged part is met; past
+        :data:`MAX_ERRORS` one last entry says that the listing stopped."""
+        text = str(error)
+        if text in self._error_texts:
+            return
+        self._error_texts.add(text)
+        if len(self.errors) < MAX_ERRORS:
             self.errors.append(error)
+        elif len(self.errors) == MAX_ERRORS:
+            self.errors.append(StoreError(f"more than {MAX_ERRORS} damaged parts; listing stopped"))
 
     # -- catalog --------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -286,29 +507,66 @@ class SessionReader:
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             rows = self._catalog_from_index(after, exc)
-        self.batches.extend(BatchInfo(*row) for row in rows)
+        for row in rows:
+            info = self._checked(row)
+            if info is not None:
+                self.batches.append(info)
         self._idx_keys = [b.first_idx for b in self.batches]
         self._seq_keys = [b.seq_hi for b in self.batches]
         self._t_keys = [b.t_hi for b in self.batches]
 
+    def _checked(self, row: tuple) -> BatchInfo | None:
+        """One catalog row, validated: a row without a usable id or frame count is reported and
+        left out; record indices never go back (an overlap is renumbered, a gap reported) and
+        ``seq_hi``/``t_hi`` stay running maxima, so a tampered value can never send a bisect past
+        good batches."""
+        bid, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi = row
+        where = f"batch {bid}" if type(bid) is int else "a batch"
+        if type(bid) is not int or type(n_frames) is not int or not 1 <= n_frames <= _MAX_BATCH_FRAMES:
+            self.note_error(StoreError(f"{where}: catalog row unusable (id {bid!r}, frames {n_frames!r}); skipped"))
+            return None
+        bad = [name for name, value, lo, hi in (
+            ("n_steps", n_steps, 0, n_frames), ("seq_hi", seq_hi, -1, INT64_MAX),
+            ("t_lo", t_lo, INT64_MIN, INT64_MAX), ("t_hi", t_hi, INT64_MIN, INT64_MAX))
+            if type(value) is not int or not lo <= value <= hi]
+        if type(first_idx) is int and self._next_idx < first_idx <= INT64_MAX:
+            self.note_error(StoreError(f"records {self._next_idx}..{first_idx - 1} are missing from the catalog"))
+            self._next_idx = first_idx
+        elif first_idx != self._next_idx:
+            bad.append("first_idx")
+        prev = self.batches[-1] if self.batches else None
+        if not bad and prev is not None and (seq_hi < prev.seq_hi or t_hi < prev.t_hi):
+            bad.append("running maxima")
+        if bad:
+            self.note_error(StoreError(f"{where}: catalog values {', '.join(bad)} damaged; read from its contents"))
+            n_steps = n_steps if type(n_steps) is int and 0 <= n_steps <= n_frames else 0
+            seq_hi = max(seq_hi if type(seq_hi) is int and -1 <= seq_hi <= INT64_MAX else -1,
+                         prev.seq_hi if prev else -1)
+            t_lo = t_lo if type(t_lo) is int and INT64_MIN <= t_lo <= INT64_MAX else (prev.t_hi if prev else 0)
+            t_hi = max(t_hi if type(t_hi) is int and INT64_MIN <= t_hi <= INT64_MAX else t_lo,
+                       prev.t_hi if prev else t_lo)
+        info = BatchInfo(bid, self._next_idx, n_frames, n_steps, seq_hi, t_lo, t_hi)
+        self._next_idx += n_frames
+        return info
+
     def _catalog_from_index(self, after: int, exc: Exception) -> list[tuple]:
-        """The table's pages are damaged: list batches through the index and probe each row."""
+        """The table's pages are damaged: find batches through the index, what a scan yields before
+        the damage and by probing ids, then read each row on its own."""
         self.note_error(StoreError(f"batch catalog partly unreadable ({exc}); probing batch by batch"))
-        try:
-            ids = self._con.execute(
-                "SELECT id, first_idx FROM batches INDEXED BY batches_by_idx WHERE id > ? ORDER BY first_idx", (after,)
-            ).fetchall()
-        except sqlite3.DatabaseError as exc2:
-            raise StoreError(f"{self.path}: the batch table and its index are both damaged: {exc2}") from None
+        found, beyond = probe_batch_ids(self._con, after)
+        if beyond is not None:
+            self.note_error(StoreError(f"catalog damaged past batch {beyond}: later batches may be lost"))
         rows = []
-        for i, (bid, first_idx) in enumerate(ids):
+        ids = sorted(found)
+        for i, bid in enumerate(ids):
             try:
                 row = self._con.execute(
                     "SELECT id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi FROM batches WHERE id = ?", (bid,)
                 ).fetchone()
             except sqlite3.DatabaseError as err:
-                n = ids[i + 1][1] - first_idx if i + 1 < len(ids) else None
-                self.note_error(CorruptBatchError(bid, first_idx, n, f"its row cannot be read: {err}"))
+                first, nxt = found[bid], found.get(ids[i + 1]) if i + 1 < len(ids) else None
+                n = nxt - first if first is not None and nxt is not None and nxt > first else None
+                self.note_error(CorruptBatchError(bid, first, n, f"its row cannot be read: {err}"))
                 continue
             if row is not None:
                 rows.append(row)
@@ -355,25 +613,30 @@ class SessionReader:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, f"SQLite cannot read its row: {exc}") from None
         if row is None:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "its row is missing")
-        crc, blob = row
-        if not isinstance(blob, bytes) or zlib.crc32(blob) != crc:
-            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "checksum mismatch (damaged bytes)")
         try:
-            packed = self._zstd.decompress(blob, max_output_size=_MAX_BATCH_BYTES)
-            raws = msgpack.unpackb(packed, raw=False, max_bin_len=MAX_FRAME_BYTES, max_array_len=_MAX_BATCH_FRAMES,
-                                   max_str_len=0, max_map_len=0, max_ext_len=0)
-        except Exception as exc:
-            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, f"cannot unpack: {exc}") from None
-        if not isinstance(raws, list) or len(raws) != info.n_frames:
+            raws = unpack_blob(self._zstd, *row)
+        except ValueError as exc:
+            raise CorruptBatchError(info.id, info.first_idx, info.n_frames, str(exc)) from None
+        if len(raws) != info.n_frames:
             raise CorruptBatchError(info.id, info.first_idx, info.n_frames, "frame count does not match the catalog")
         frames = []
         for i, raw in enumerate(raws):
             try:
                 frames.append(decode_frame(raw))
-            except FrameError as exc:
-                raise CorruptBatchError(info.id, info.first_idx, info.n_frames,
-                                        f"record {info.first_idx + i}: {exc}") from None
+            except FrameError as exc:  # one bad frame (an older recorder kept it): drop it, keep the batch
+                self._invalid(info.first_idx + i, exc)
+        steps = sum(1 for f in frames if f.kind == "step")
+        if steps != info.n_steps:
+            self.note_error(StoreError(f"batch {info.id}: holds {steps} steps, its catalog says {info.n_steps}"))
         return frames
+
+    def _invalid(self, idx: int, exc: FrameError) -> None:
+        """Count an invalid recorded frame; report the first one per publisher and kind."""
+        self.invalid_frames += 1
+        key = (exc.src, exc.kind)
+        if key not in self._invalid_kinds and len(self._invalid_kinds) < _MAX_STATE_SLOTS:
+            self._invalid_kinds.add(key)
+            self.note_error(StoreError(f"record {idx} skipped: {exc}"))
 
     def _batch_at(self, idx: int) -> int:
         """Position in :attr:`batches` of the batch holding record ``idx`` (or the next one)."""
@@ -420,7 +683,7 @@ class SessionReader:
     def state_at(self, idx: int) -> list[Frame]:
         """The latest hello/load/config/heartbeat per src and hook per seam recorded before ``idx``."""
         try:
-            slots = self._con.execute("SELECT DISTINCT src, kind, key FROM state").fetchall()
+            slots = self._con.execute("SELECT DISTINCT src, kind, key FROM state LIMIT ?", (_MAX_STATE_SLOTS,)).fetchall()
             rows = []
             for src, kind, key in slots:
                 row = self._con.execute(

@@ -27,6 +27,7 @@ class Feed:
         if self.live:
             self.paused = False
         self.error: str | None = None
+        self.ingest_failures = 0
         self.arrivals: dict[str, float] = {}  # src -> time.monotonic() of its latest frame
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,8 +59,23 @@ class Feed:
             with self.lock:  # released between chunks so a refresh never waits long
                 ingest = self.state.ingest
                 for frame in frames[start : start + self.CHUNK]:
-                    ingest(frame)
+                    try:
+                        ingest(frame)
+                    except Exception as exc:  # a bug must cost one frame, not the feed
+                        self._failed(frame, exc)
                     self.arrivals[frame.src] = now
+
+    def _failed(self, frame: Frame, exc: Exception) -> None:
+        self.ingest_failures += 1
+        if self.ingest_failures == 1:
+            self.state.note(frame.src, "error", f"{frame.kind} frame not ingested: {type(exc).__name__}: {exc}", frame.t)
+
+    def note_errors(self, errors: list[str], level: str = "error", src: str = "file") -> None:
+        """Show read errors (damaged batches, bad frames) in the event log."""
+        if errors:
+            with self.lock:
+                for text in errors:
+                    self.state.note(src, level, text)
 
     def read(self, fn: Callable[[SessionState], object]) -> object:
         """Run ``fn`` on the state while ingest is held off (keep ``fn`` to copying)."""
@@ -79,9 +95,12 @@ class LiveFeed(Feed):
         return "LIVE " + " ".join(self.subscriber.endpoints)
 
     def run(self) -> None:
-        poll = self.subscriber.poll
+        sub = self.subscriber
         while not self._stop.is_set():
-            self.ingest(poll(50))
+            self.ingest(sub.poll(50))
+            for src, kind, error in sub.take_reports():
+                self.note_errors([f"bad {kind or 'frame'} dropped (further ones only counted): {error}"],
+                                 "warning", src or "?")
 
     def stop(self) -> None:
         super().stop()
@@ -93,7 +112,9 @@ class ReplayFeed(Feed):
 
     Pause, step, speed and seek act on the replayer. A seek starts a fresh state (the replayer
     re-sends the hello/load/config recorded before the target) and lands on the target step:
-    the frames up to and including it are ingested before the seek returns.
+    the frames up to and including it are ingested, and the rules evaluated, before the seek
+    returns; a step evaluates them too, where the user stops to look. Played without seeks or
+    steps, the state keeps ``check``'s rule schedule, so both report the same ``first_seq``.
     """
 
     live = False
@@ -103,9 +124,18 @@ class ReplayFeed(Feed):
 
         self.replayer = Replayer(path, speed=speed)
         self._state_factory = state_factory
-        self._control = threading.Lock()  # one of: pull+ingest, seek, step
+        self._replayer_lock = threading.Lock()  # one of: pull+ingest, seek, step
+        self._settled = False  # the last rule pass after the recording's end has run
+        self._errors_shown = 0
         super().__init__(state_factory())
         self.label = f"REPLAY {path}"
+
+    def _show_new_errors(self) -> None:
+        """Damaged parts met since the last call go to the event log; the replay goes on."""
+        errors = self.replayer.errors
+        if len(errors) > self._errors_shown:
+            self.note_errors([f"skipped: {e}" for e in errors[self._errors_shown:]])
+            self._errors_shown = len(errors)
 
     @property
     def paused(self) -> bool:
@@ -125,18 +155,31 @@ class ReplayFeed(Feed):
     def run(self) -> None:
         replayer = self.replayer
         while not self._stop.is_set():
-            with self._control:
+            with self._replayer_lock:
                 frames = replayer.due()
                 self.ingest(frames)
+                self._show_new_errors()
+                self._settle()
             if not frames:
                 wait = replayer.wait_s()
                 self._stop.wait(0.05 if wait is None else min(wait, 0.05))
 
     def step(self) -> None:
         """Pause and deliver the frames up to and including the next step."""
-        with self._control:
+        with self._replayer_lock:
             self.replayer.pause()
             self.ingest(self.replayer.step_one())
+            self._show_new_errors()
+            with self.lock:
+                self.state.evaluate_rules()  # the user stops here to look: judge the state here
+            self._settle()
+
+    def _settle(self) -> None:
+        """At the recording's end, one more rule pass, as ``check`` makes after its last frame."""
+        if self.replayer.finished and not self._settled:
+            self._settled = True
+            with self.lock:
+                self.state.evaluate_rules()
 
     def seek_step(self, seq: int) -> None:
         self._seek(lambda r: r.seek_step(seq))
@@ -147,7 +190,7 @@ class ReplayFeed(Feed):
         self._seek(lambda r: r.seek_time(t0 + int(seconds * 1e9)))
 
     def _seek(self, move: Callable) -> None:
-        with self._control:
+        with self._replayer_lock:
             move(self.replayer)
             frames = self.replayer.step_one()
             with self.lock:
@@ -155,9 +198,16 @@ class ReplayFeed(Feed):
                 for frame in frames:
                     # the recorded state frames and the target step are not consecutive: a frame
                     # counter jump here is the seek, not a loss
-                    for pub in state.publishers.values():
-                        pub.last_n = None
-                    state.ingest(frame)
+                    state.forget_counters()
+                    try:
+                        state.ingest(frame)
+                    except Exception as exc:
+                        self._failed(frame, exc)
+                state.evaluate_rules()  # a seek starts a new state: judge it where it lands
+            self._errors_shown = 0  # a fresh state: list the damage met so far again
+            self._show_new_errors()
+            self._settled = False
+            self._settle()
 
     def position(self) -> dict:
         r = self.replayer
@@ -170,7 +220,7 @@ class ReplayFeed(Feed):
             "speed": r.speed,
             "elapsed_s": ((r.t_ns or t0) - t0) / 1e9,
             "duration_s": (t1 - t0) / 1e9,
-            "finished": r.finished,
+            "finished": r.finished and self._settled,  # and judged, as check judges its last frame
         }
 
     def stop(self) -> None:

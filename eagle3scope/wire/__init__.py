@@ -1,4 +1,6 @@
-"""Wire format shared by the shim (inside SGLang) and the viewer: one schema, one codec."""
+"""The one base both sides stand on: the frame schema and codec (:mod:`schema`), endpoints
+(:mod:`endpoints`), aux-layer id semantics (:mod:`aux_layers`), the control channel's protocol
+(:mod:`control_protocol`) and token file (:mod:`token`). Imports nothing else of the project."""
 
 from eagle3scope.wire.schema import (  # noqa: F401
     KINDS,

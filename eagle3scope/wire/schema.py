@@ -60,6 +60,8 @@ from typing import Any
 
 import msgpack
 
+from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, BodyError, validate_body
+
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
 
@@ -69,7 +71,10 @@ KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
 #: steps feed back the draft's own H-wide state and are legitimately narrow.
 FEATURE_CARRYING_MODES = frozenset({"extend", "draft_extend", "draft_extend_v2", "mixed"})
 
+#: hard ceiling for one frame (``--max-frame-bytes`` cannot go above it; recordings are read up to it)
 MAX_FRAME_BYTES = 8 * 1024 * 1024
+#: what a subscriber accepts unless told otherwise: a step is ~300 B, a load report a few KB
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 _LIMITS = dict(
     max_str_len=1 << 20,
     max_bin_len=1 << 22,
@@ -80,7 +85,15 @@ _LIMITS = dict(
 
 
 class FrameError(ValueError):
-    """The bytes are not a well-formed eagle3scope frame."""
+    """The bytes are not a well-formed eagle3scope frame.
+
+    ``kind`` and ``src`` name the frame when its envelope could be read (None otherwise), so a
+    viewer can report bad frames once per kind per publisher.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None, src: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.src = kind, src
 
 
 class SchemaVersionError(FrameError):
@@ -133,13 +146,13 @@ def unpack_untrusted(data, *, limits: dict = _LIMITS, max_bytes: int = MAX_FRAME
     return obj
 
 
-def decode_frame(data: bytes) -> Frame:
-    """Decode and check one frame from untrusted bytes.
+def decode_frame(data: bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame:
+    """Decode and check one frame from untrusted bytes (envelope and body, see ``validate``).
 
     Raises :class:`FrameError` for anything malformed and :class:`SchemaVersionError` for a newer
     major version. Unknown kinds and newer minor versions decode fine (``Frame.known`` tells).
     """
-    obj = unpack_untrusted(data)
+    obj = unpack_untrusted(data, max_bytes=max_bytes)
     version = obj.get("v")
     if not (isinstance(version, list) and len(version) == 2 and type(version[0]) is int and type(version[1]) is int):
         raise FrameError(f"frame has no valid schema version 'v': {version!r}")
@@ -151,37 +164,16 @@ def decode_frame(data: bytes) -> Frame:
     if major < SCHEMA_MAJOR:
         raise SchemaVersionError(f"frame uses obsolete eagle3scope schema {major}.{minor}: upgrade the shim in the server")
     kind, src, n, t, body = obj.get("k"), obj.get("src"), obj.get("n"), obj.get("t"), obj.get("b")
-    if not isinstance(kind, str) or not kind:
-        raise FrameError(f"frame has no kind 'k': {kind!r}")
-    if not isinstance(src, str):
-        raise FrameError(f"frame has no publisher id 'src': {src!r}")
-    if type(n) is not int or type(t) is not int:
-        raise FrameError("frame counter 'n' and time 't' must be integers")
-    if not isinstance(body, dict):
-        raise FrameError(f"frame body 'b' must be a map, got {type(body).__name__}")
-    if kind == "step":
-        check_step(body)
+    if type(kind) is not str or not kind or len(kind) > MAX_NAME:
+        raise FrameError(f"frame has no kind 'k': {str(kind)[:60]!r}")
+    if type(src) is not str or len(src) > MAX_NAME:
+        raise FrameError(f"frame has no publisher id 'src': {str(src)[:60]!r}", kind=kind)
+    if type(n) is not int or type(t) is not int or not (0 <= n <= INT64_MAX and 0 <= t <= INT64_MAX):
+        raise FrameError("frame counter 'n' and time 't' must be non-negative 64-bit integers", kind=kind, src=src)
+    if type(body) is not dict:
+        raise FrameError(f"frame body 'b' must be a map, got {type(body).__name__}", kind=kind, src=src)
+    try:
+        validate_body(kind, body)
+    except BodyError as exc:
+        raise FrameError(f"invalid {kind} frame: {exc}", kind=kind, src=src) from None
     return Frame(kind, src, n, t, body, minor)
-
-
-_STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
-
-
-def check_step(body: dict) -> None:
-    """Cheap structural check of a step body: the fields every consumer indexes must agree."""
-    seq, bs = body.get("seq"), body.get("bs")
-    if type(seq) is not int or type(bs) is not int or bs < 0:
-        raise FrameError("step needs integer 'seq' and non-negative 'bs'")
-    for key in _STEP_LISTS:
-        value = body.get(key)
-        if not isinstance(value, list) or len(value) != bs:
-            raise FrameError(f"step field {key!r} must be a list of length bs={bs}")
-    for acc, bonus in zip(body["accepted"], body["bonus"]):
-        if type(acc) is not int or acc < 0 or bonus not in (0, 1):
-            raise FrameError("step 'accepted' must be non-negative ints and 'bonus' 0 or 1")
-    passes = body.get("passes", [])
-    if not isinstance(passes, list):
-        raise FrameError("step 'passes' must be a list of maps")
-    for p in passes:  # a plain loop: this runs for every step the viewer ingests
-        if not isinstance(p, dict):
-            raise FrameError("step 'passes' must be a list of maps")

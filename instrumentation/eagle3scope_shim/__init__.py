@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
-__version__ = "0.1.0"
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope_shim import patching
+from eagle3scope_shim.state import ENV_ENDPOINT, STATE, requested_endpoint
+from eagle3scope_shim.version import __version__  # noqa: F401
 
 _set_env: str | None = None
 
@@ -22,15 +25,10 @@ def install(endpoint: str | None = None) -> bool:
     refuses the installed SGLang.
     """
     global _set_env
-    from eagle3scope_shim import patching
-    from eagle3scope_shim.state import ENV_ENDPOINT, requested_endpoint
-
     if endpoint is not None and os.environ.get(ENV_ENDPOINT) != endpoint:
         os.environ[ENV_ENDPOINT] = endpoint
         _set_env = endpoint
     elif requested_endpoint() is None:
-        from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
-
         os.environ[ENV_ENDPOINT] = _set_env = DEFAULT_ENDPOINT
     if not patching.version_ok():
         return False
@@ -41,9 +39,6 @@ def install(endpoint: str | None = None) -> bool:
 def uninstall() -> None:
     """Undo :func:`install`: restore patched functions, stop publishing. Idempotent."""
     global _set_env
-    from eagle3scope_shim import patching
-    from eagle3scope_shim.state import ENV_ENDPOINT, STATE
-
     patching.unpatch_all()
     if _set_env is not None and os.environ.get(ENV_ENDPOINT) == _set_env:
         del os.environ[ENV_ENDPOINT]

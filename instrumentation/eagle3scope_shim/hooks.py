@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import time
 
-from eagle3scope_shim import control, loadreport, seams
+from eagle3scope_shim import aux_channel, loadreport, registry, seams
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
 
 _now = time.perf_counter_ns
@@ -47,11 +47,9 @@ def make_scheduler_init(seam):
         tp_rank, dp_rank = _ranks(args, kwargs)
         if tp_rank != 0:
             return
-        from eagle3scope_shim import patching
-
-        patching.confirm_registered()
+        registry.confirm_registered()
         STATE.start_publisher(endpoint, dp_rank)
-        control.start(args[0], dp_rank)
+        aux_channel.start(args[0], dp_rank)
         loadreport.publish_startup(args[0], tp_rank, dp_rank)
 
     return around(seam, pre, post)
@@ -87,8 +85,8 @@ def make_step(seam):
     def pre(self, *args, **kwargs):
         if STATE.publisher is None:
             return None
-        if STATE.control is not None:
-            STATE.control.apply_pending()  # between steps, on the scheduler's own thread
+        if STATE.aux_channel is not None:
+            STATE.aux_channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
@@ -272,7 +270,7 @@ def make_aux_set_layers(seam):
         STATE.aux_calls.append(
             {"requested": _ids(layer_ids), "captured": _ids(self.model.layers_to_capture), "on": bool(self.capture_aux_hidden_states)}
         )
-        if STATE.publisher is not None and not STATE.control_applying:  # control reports its own
+        if STATE.publisher is not None and not STATE.aux_change_applying:  # control reports its own
             loadreport.publish_config("runtime")
 
     return around(seam, None, post)

@@ -15,7 +15,9 @@ import os
 import socket
 import sys
 
+from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
+from eagle3scope_shim.version import __version__
 
 _NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
 
@@ -253,10 +255,6 @@ def _server_args(sa) -> dict:
 
 
 def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
-    from importlib.metadata import version
-
-    import eagle3scope_shim
-
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     # graph replay or a torch.compile'd model hides the Python of the passes it covers
@@ -266,8 +264,8 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         "host": socket.gethostname(),
         "tp_rank": tp_rank,
         "dp_rank": dp_rank,
-        "sglang_version": version("sglang"),
-        "shim_version": eagle3scope_shim.__version__,
+        "sglang_version": sglang_version(),
+        "shim_version": __version__,
         "worker": STATE.workers[-1][0] if STATE.workers else None,
         "server_args": server_args,
         # Python inside a replayed CUDA graph (or a compiled region) does not run: draft decode steps
@@ -282,7 +280,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
             "passes_draft_extend": not hidden,
             "device_timings": False,
         },
-        "control": None if STATE.control is None else STATE.control.endpoint,
+        "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
     }
 

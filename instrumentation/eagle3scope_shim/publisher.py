@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import ipaddress
 import threading
 import time
 import weakref
@@ -26,40 +25,13 @@ from typing import Any, Callable
 import zmq
 
 from eagle3scope.wire import encode_frame
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.endpoints import resolve_bind_endpoint
 
 #: OS-visible thread names, so per-thread CPU (``top -H``, /proc/<pid>/task/*/comm, py-spy) shows
 #: the shim's share of the scheduler process: the publisher thread, and ZeroMQ's I/O and reaper
 #: threads of the shim's own context as ``3/ZMQbg/IO/0`` (SGLang's contexts name theirs ``ZMQbg/...``).
 PUBLISHER_THREAD_NAME = "e3s-publisher"
 ZMQ_THREAD_PREFIX = 3
-
-_LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
-
-
-def resolve_bind_endpoint(endpoint: str) -> str:
-    """Turn a user endpoint into a bindable one; a bare port (``"5557"``) means loopback.
-
-    Binding beyond loopback happens only when the endpoint names a non-loopback host itself
-    (``tcp://0.0.0.0:5557``, ``tcp://*:5557``): nothing widens it implicitly.
-    """
-    endpoint = endpoint.strip()
-    if not endpoint:
-        return DEFAULT_ENDPOINT
-    if endpoint.isdigit():
-        return f"tcp://127.0.0.1:{endpoint}"
-    if "://" not in endpoint:
-        raise ValueError(f"endpoint {endpoint!r} needs a scheme (tcp:// or ipc://) or is a bare port")
-    scheme, _, rest = endpoint.partition("://")
-    if scheme not in ("tcp", "ipc", "inproc"):
-        raise ValueError(f"endpoint {endpoint!r}: only tcp://, ipc:// and inproc:// are supported")
-    if scheme == "tcp":
-        host, sep, port = rest.rpartition(":")
-        if not sep or not host:
-            raise ValueError(f"endpoint {endpoint!r} needs host:port")
-        if port == "*":
-            return f"tcp://{host}:0"
-    return endpoint
 
 
 def name_os_thread(name: str) -> None:
@@ -70,19 +42,6 @@ def name_os_thread(name: str) -> None:
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
     except Exception:
         pass
-
-
-def is_loopback(endpoint: str) -> bool:
-    """True when ``endpoint`` can only be reached from this machine."""
-    if not endpoint.startswith("tcp://"):
-        return True  # ipc:// and inproc:// are local by construction
-    host = endpoint[6:].rpartition(":")[0].strip("[]")
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Publisher:

@@ -18,6 +18,9 @@ import socket
 import time
 from typing import Any, Callable
 
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, endpoint_for_dp_rank
+from eagle3scope_shim.publisher import Publisher
+
 log = logging.getLogger("eagle3scope")
 
 ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
@@ -26,30 +29,20 @@ ENV_FAULT = "EAGLE3SCOPE_FAULT"  # test support: name of a seam whose hook body 
 ENV_SYNC_GUARD = "EAGLE3SCOPE_SYNC_GUARD"  # test support: fail on host-device syncs in hook bodies
 
 
+if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
+    from eagle3scope_shim.syncguard import SyncGuard
+else:
+    SyncGuard = None
+
+
 def requested_endpoint() -> str | None:
     """The endpoint the user asked for, or None when the shim is off."""
     endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
     if endpoint:
         return endpoint
     if os.environ.get(ENV_ENABLE, "").strip() in ("1", "true", "yes", "on"):
-        from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
-
         return DEFAULT_ENDPOINT
     return None
-
-
-def endpoint_for_dp_rank(endpoint: str, dp_rank: int) -> str:
-    """One publisher per data-parallel rank: tcp port + dp_rank, ipc path suffix ``-dpN``."""
-    if not dp_rank:
-        return endpoint
-    if endpoint.isdigit():
-        return str(int(endpoint) + dp_rank)
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint.rpartition(":")
-        if port.isdigit() and int(port) > 0:
-            return f"{host}:{int(port) + dp_rank}"
-        return endpoint
-    return f"{endpoint}-dp{dp_rank}"
 
 
 class Step:
@@ -89,11 +82,7 @@ class ShimState:
         self.seam_status: dict[str, str] = {}
         self.pending: list[dict] = []  # hook events before the publisher exists
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
-        self.guard = None
-        if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":
-            from eagle3scope_shim.syncguard import SyncGuard
-
-            self.guard = SyncGuard
+        self.guard = SyncGuard
         # load-time facts, gathered in whatever process loads the models
         self.draft_loads: dict[int, dict] = {}  # id(draft model) -> loader record
         self.aux_calls: collections.deque = collections.deque(maxlen=64)  # set_eagle3 calls, latest last
@@ -101,8 +90,8 @@ class ShimState:
         self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None
         self._capture_key = None
-        self.control = None  # eagle3scope_shim.control.Control when the control channel is open
-        self.control_applying = False  # a control change is calling set_eagle3_layers_to_capture
+        self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
+        self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
         self.ring: HostRing | None = None  # host buffers of step snapshots, made at the first copy
         self.ring_capacity = 0  # elements per ring buffer: max running requests x draft tokens
 
@@ -127,8 +116,6 @@ class ShimState:
 
     # -- publisher ----------------------------------------------------------------------------
     def start_publisher(self, endpoint: str, dp_rank: int) -> None:
-        from eagle3scope_shim.publisher import Publisher
-
         self.src = f"{socket.gethostname()}:{os.getpid()}:dp{dp_rank}"
         pub = Publisher(endpoint_for_dp_rank(endpoint, dp_rank), self.src)
         pub.start()

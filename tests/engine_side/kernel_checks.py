@@ -152,6 +152,184 @@ def check_extend_attention_cpu():
             mask_off += n * n
 
 
+# ------------------------------------------- attention conventions pinned to SGLang 0.5.23
+
+
+def _extend_case(gen, prefix_lens, ext_lens, heads=4, kv_heads=2, dim=8, slots=128):
+    """A paged extend batch whose new tokens' KV the backend has already stored in the pool."""
+    k_buf, v_buf = pool(slots, kv_heads, dim, gen)
+    req_to_token = torch.zeros(4, 32, dtype=torch.int32)
+    rows = torch.tensor([3, 1, 0][: len(prefix_lens)])
+    perm = torch.randperm(slots, generator=gen)
+    used = 0
+    for b, (p, e) in enumerate(zip(prefix_lens, ext_lens)):
+        req_to_token[rows[b], : p + e] = perm[used : used + p + e].int()
+        used += p + e
+    total = sum(ext_lens)
+    q = torch.randn(total, heads, dim, generator=gen)
+    k_ext = torch.randn(total, kv_heads, dim, generator=gen)
+    v_ext = torch.randn(total, kv_heads, dim, generator=gen)
+    starts = [sum(ext_lens[:b]) for b in range(len(ext_lens))]
+    for b, (p, e) in enumerate(zip(prefix_lens, ext_lens)):
+        for i in range(e):
+            slot = int(req_to_token[rows[b], p + i])
+            k_buf[slot], v_buf[slot] = k_ext[starts[b] + i], v_ext[starts[b] + i]
+    return dict(q=q, k_ext=k_ext, v_ext=v_ext, k_buf=k_buf, v_buf=v_buf, req_to_token=req_to_token, rows=rows,
+                seq_lens=torch.tensor([p + e for p, e in zip(prefix_lens, ext_lens)]),
+                ext_lens=torch.tensor(ext_lens, dtype=torch.int32), starts=torch.tensor(starts, dtype=torch.int32),
+                prefix_lens=prefix_lens, heads=heads, kv_heads=kv_heads, dim=dim)
+
+
+def _run_extend(c, *, k_scale=1.0, v_scale=1.0, scale=0.25, cap=0.0, window=0, sinks=None, with_new_kv=True):
+    out = torch.empty(c["q"].shape)
+    OPS.extend_attention_cpu(
+        c["q"], c["k_ext"] if with_new_kv else None, c["v_ext"] if with_new_kv else None, out, c["k_buf"], c["v_buf"],
+        k_scale, v_scale, c["req_to_token"], c["rows"], c["seq_lens"], c["ext_lens"], c["starts"],
+        int(c["ext_lens"].max()), scale, cap, False, window, None, sinks, None, True)
+    return out
+
+
+def _expect_extend(c, visible, *, k_scale=1.0, v_scale=1.0, scale=0.25, cap=0.0, sinks=None):
+    """Reference: prefix KV from the pool times its scale, new tokens' KV as given; visible(b, qpos, kpos)."""
+    group = c["heads"] // c["kv_heads"]
+    for b, p in enumerate(c["prefix_lens"]):
+        n, s = int(c["ext_lens"][b]), int(c["starts"][b])
+        slots = [int(x) for x in c["req_to_token"][c["rows"][b], : p + n]]
+        keys = [c["k_buf"][slots[j]] * k_scale if j < p else c["k_ext"][s + j - p] for j in range(p + n)]
+        vals = [c["v_buf"][slots[j]] * v_scale if j < p else c["v_ext"][s + j - p] for j in range(p + n)]
+        for i in range(n):
+            vis = [j for j in range(p + n) if visible(b, p + i, j)]
+            for h in range(c["heads"]):
+                yield (s + i, h), ref_attention_row(c["q"][s + i, h], [keys[j][h // group] for j in vis],
+                                                    [vals[j][h // group] for j in vis], scale, cap,
+                                                    None if sinks is None else sinks[h])
+
+
+def _close_all(out, expected):
+    for (row, h), ref in expected:
+        close(out[row, h], ref.float())
+
+
+def _sglang_window_mask(sliding_window_size, q_len, kv_len, query_offset):
+    """SGLang's own sliding-window rule for a layer's sliding_window_size (torch_native_backend.py)."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    return TorchNativeAttnBackend._make_sliding_window_mask(
+        q_len=q_len, kv_len=kv_len, sliding_window_size=sliding_window_size, device="cpu", query_offset=query_offset)
+
+
+def check_convention_sliding_window():
+    """A layer's sliding_window_size S reaches the kernel as S + 1 (intel_amx_backend.py, decode and extend);
+    the kernel must then show exactly the keys SGLang's torch-native backend shows for S:
+    k <= q and k >= q - S (S = -1: no window)."""
+    import inspect
+
+    from sglang.srt.layers.attention import intel_amx_backend
+
+    assert inspect.getsource(intel_amx_backend).count("layer.sliding_window_size + 1,") == 2
+    gen = torch.Generator().manual_seed(5)
+    c = _extend_case(gen, [3, 0, 6], [4, 2, 4])
+    for layer_window in (-1, 0, 1, 2, 4):
+        out = _run_extend(c, window=layer_window + 1)
+        masks = [_sglang_window_mask(layer_window if layer_window > -1 else 10**6, int(c["ext_lens"][b]),
+                                     int(c["seq_lens"][b]), p) for b, p in enumerate(c["prefix_lens"])]
+        _close_all(out, _expect_extend(c, lambda b, qpos, kpos: bool(masks[b][qpos - c["prefix_lens"][b], kpos])))
+    # decode: the one query sits at the last position
+    heads, kv_heads, dim = 4, 2, 8
+    k_cache, v_cache = pool(32, kv_heads, dim, gen)
+    seq_len = 9
+    req_to_token = torch.arange(32, dtype=torch.int32).view(1, 32)
+    q = torch.randn(1, heads, dim, generator=gen)
+    for layer_window in (0, 2, 5):
+        out = torch.empty(1, heads, dim)
+        OPS.decode_attention_cpu(q, k_cache, v_cache, 1.0, 1.0, out, None, None, torch.tensor([seq_len - 1]),
+                                 torch.zeros(1, heads, 8, dim + 1), req_to_token, torch.tensor([0]),
+                                 torch.tensor([seq_len]), 0.3, 0.0, False, layer_window + 1, None, None)
+        mask = _sglang_window_mask(layer_window, 1, seq_len, seq_len - 1)[0]
+        vis = [j for j in range(seq_len) if mask[j]]
+        assert len(vis) == layer_window + 1
+        for h in range(heads):
+            close(out[0, h], ref_attention_row(q[0, h], [k_cache[j, h // 2] for j in vis],
+                                               [v_cache[j, h // 2] for j in vis], 0.3, 0.0).float())
+
+
+def check_convention_kv_scales():
+    """key_scale / value_scale multiply what is read from the pool (a quantised cache's scales); the
+    extend kernel's own new-token k_extend / v_extend are used as given."""
+    gen = torch.Generator().manual_seed(6)
+    c = _extend_case(gen, [3, 0, 6], [4, 2, 4])
+    causal = lambda b, qpos, kpos: kpos <= qpos  # noqa: E731
+    _close_all(_run_extend(c, k_scale=0.5, v_scale=2.0), _expect_extend(c, causal, k_scale=0.5, v_scale=2.0))
+    heads, kv_heads, dim = 4, 2, 8
+    k_cache, v_cache = pool(32, kv_heads, dim, gen)
+    req_to_token = torch.randperm(32, generator=gen).int().view(1, 32)
+    q = torch.randn(1, heads, dim, generator=gen)
+    out = torch.empty(1, heads, dim)
+    OPS.decode_attention_cpu(q, k_cache, v_cache, 0.5, 3.0, out, None, None, torch.tensor([0]),
+                             torch.zeros(1, heads, 8, dim + 1), req_to_token, torch.tensor([0]), torch.tensor([7]),
+                             0.3, 0.0, False, 0, None, None)
+    slots = [int(s) for s in req_to_token[0, :7]]
+    for h in range(heads):
+        close(out[0, h], ref_attention_row(q[0, h], [k_cache[s, h // 2] * 0.5 for s in slots],
+                                           [v_cache[s, h // 2] * 3.0 for s in slots], 0.3, 0.0).float())
+
+
+def check_convention_extend_reads_new_kv_from_the_pool():
+    """k_extend = v_extend = None (Gemma4's KV-shared layers in intel_amx_backend.py): the new tokens'
+    KV come from the pool, where the sharing layer wrote them; same result as passing them."""
+    gen = torch.Generator().manual_seed(7)
+    c = _extend_case(gen, [3, 0, 6], [4, 2, 4])
+    given, from_pool = _run_extend(c), _run_extend(c, with_new_kv=False)
+    close(from_pool, given, 0)
+    c["k_ext"] = torch.zeros_like(c["k_ext"])  # proves the pool, not k_extend, was read
+    close(_run_extend(c, with_new_kv=False), given, 0)
+
+
+def check_convention_extend_sinks_and_logit_cap():
+    gen = torch.Generator().manual_seed(8)
+    c = _extend_case(gen, [3, 0, 6], [4, 2, 4])
+    causal = lambda b, qpos, kpos: kpos <= qpos  # noqa: E731
+    sinks = torch.randn(c["heads"], generator=gen)
+    for cap, use_sinks in ((5.0, False), (0.0, True), (2.0, True)):
+        s = sinks if use_sinks else None
+        _close_all(_run_extend(c, cap=cap, sinks=s), _expect_extend(c, causal, cap=cap, sinks=s))
+
+
+def check_convention_index_dtypes():
+    """The C++ kernels refuse index tensors of other dtypes (TORCH_CHECK); so must the stand-in."""
+    gen = torch.Generator().manual_seed(9)
+    c = _extend_case(gen, [3], [2])
+    bad = {"req_to_token": c["req_to_token"].short(), "seq_lens": c["seq_lens"].int(), "rows": c["rows"].int(),
+           "ext_lens": c["ext_lens"].long(), "starts": c["starts"].long()}
+    for name, value in bad.items():
+        try:
+            _run_extend({**c, name: value})
+        except RuntimeError as exc:
+            assert str(exc).startswith("extend: expect"), exc
+        else:
+            raise AssertionError(f"extend accepted {name} as {value.dtype}")
+    _run_extend({**c, "req_to_token": c["req_to_token"].long(), "ext_lens": c["ext_lens"].long(),
+                 "starts": c["starts"].long()})  # int64 indices throughout are fine
+    q, out = torch.randn(1, 4, 8), torch.empty(1, 4, 8)
+    k_cache, v_cache = pool(8, 2, 8, gen)
+    good = dict(req_to_token=torch.zeros(1, 8, dtype=torch.int32), rows=torch.tensor([0]), seq_lens=torch.tensor([1]),
+                logits=torch.zeros(1, 4, 8, 9))
+    for name, value in {"req_to_token": good["req_to_token"].float(), "rows": good["rows"].int(),
+                        "seq_lens": good["seq_lens"].int(), "logits": good["logits"].half()}.items():
+        args = {**good, name: value}
+        try:
+            OPS.decode_attention_cpu(q, k_cache, v_cache, 1.0, 1.0, out, None, None, torch.tensor([0]), args["logits"],
+                                     args["req_to_token"], args["rows"], args["seq_lens"], 0.3, 0.0, False, 0, None,
+                                     None)
+        except RuntimeError as exc:
+            assert str(exc).startswith("decode: expect"), exc
+        else:
+            raise AssertionError(f"decode accepted {name} as {value.dtype}")
+
+
+CONVENTIONS = [name[len("check_convention_"):] for name in list(globals()) if name.startswith("check_convention_")]
+
+
 # ---------------------------------------------------------------- kv cache
 
 
@@ -304,7 +482,10 @@ def check_build_tree_kernel_efficient_cpu():
         for mode in (1, 0):
             n = num_draft
             size = bs * n * n if mode == 1 else (sum(seq_lens) + bs * n) * n
-            mask = torch.ones(size, dtype=torch.bool)
+            # random, not SGLang's all-True fill: the op must write every tree cell and leave the
+            # FULL_MASK prefix columns as the caller set them
+            before = torch.rand(size, generator=torch.Generator().manual_seed(topk * 10 + mode)) < 0.5
+            mask = before.clone()
             positions = torch.empty(bs * n, dtype=torch.int64)
             ri = torch.empty(bs, n, dtype=torch.int64)
             rnt = torch.full((bs, n), -1, dtype=torch.int64)
@@ -323,7 +504,7 @@ def check_build_tree_kernel_efficient_cpu():
                 prefix = 0 if mode == 1 else seq_lens[b]
                 for i in range(n):
                     row = mask[offset + i * row_len : offset + (i + 1) * row_len].tolist()
-                    assert all(row[:prefix])
+                    assert row[:prefix] == before[offset + i * row_len : offset + i * row_len + prefix].tolist()
                     assert [j for j in range(n) if row[prefix + j]] == sorted(anc[i])
                 offset += n * row_len
 
@@ -368,6 +549,119 @@ def check_verify_tree_greedy_cpu():
             assert predicts.tolist() == expected_predicts
 
 
+# ---------------------------------------------------------------- sampling verify
+
+
+def tree_sampling_inputs(topk, depth, n, bs, vocab, gen, peaked=False):
+    """A random draft tree per request, its retrive_* arrays, candidates, coins and target probs."""
+    parents_per = [simulate_draft_tree(topk, depth, n)[2] for _ in range(bs)]
+    rnt = torch.full((bs, n), -1, dtype=torch.int64)
+    rns = torch.full((bs, n), -1, dtype=torch.int64)
+    for b, parents in enumerate(parents_per):
+        nt, ns, _, _ = tree_reference(parents, 0)
+        rnt[b], rns[b] = torch.tensor(nt), torch.tensor(ns)
+    logits = torch.randn(bs, n, vocab, generator=gen) * (3.0 if peaked else 1.0)
+    logits[torch.rand(bs, n, vocab, generator=gen) < 0.2] = float("-inf")  # some tokens have no mass
+    return dict(
+        parents=parents_per, retrive_index=torch.arange(bs * n).view(bs, n), retrive_next_token=rnt,
+        retrive_next_sibling=rns, candidates=torch.randint(0, vocab, (bs, n), generator=gen),
+        coins=torch.rand(bs, n, generator=gen), final_coins=torch.rand(bs, generator=gen),
+        target_probs=logits.softmax(-1),
+    )
+
+
+def run_tree_sampling(inp, steps, threshold_single=1.0, threshold_acc=1.0, op=None):
+    bs, n = inp["candidates"].shape
+    out = dict(
+        predicts=torch.full((bs * n,), -9, dtype=torch.int32),
+        accept_index=torch.full((bs, steps), -1, dtype=torch.int32),
+        accept_token_num=torch.empty(bs, dtype=torch.int32),
+        draft_probs=torch.zeros_like(inp["target_probs"]),
+    )
+    (op or sgl_kernel.tree_speculative_sampling_target_only)(
+        predicts=out["predicts"], accept_index=out["accept_index"], accept_token_num=out["accept_token_num"],
+        candidates=inp["candidates"], retrive_index=inp["retrive_index"],
+        retrive_next_token=inp["retrive_next_token"], retrive_next_sibling=inp["retrive_next_sibling"],
+        uniform_samples=inp["coins"], uniform_samples_for_final_sampling=inp["final_coins"],
+        target_probs=inp["target_probs"], draft_probs=out["draft_probs"],
+        threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
+    return out
+
+
+def tree_sampling_reference(inp, b, steps, threshold_single, threshold_acc):
+    """One request, from the parent list: (accepted node path, committed tokens, rejected (node, token))."""
+    parents, n = inp["parents"][b], inp["candidates"].shape[1]
+    cand = inp["candidates"][b].tolist()
+    probs = inp["target_probs"][b].double().tolist()
+    node, coin, path, tokens, rejected = 0, float(inp["coins"][b, 0]), [0], [], []
+    while len(path) < steps:
+        acc, chosen = 0.0, None
+        for kid in [i for i in range(1, n) if parents[i] == node]:
+            q = probs[node][cand[kid]]
+            acc += q
+            if q > 0 and (coin < acc / max(threshold_acc, 1e-9) or q >= threshold_single):
+                chosen = kid
+                break
+            rejected.append((node, cand[kid]))
+        if chosen is None:
+            break
+        node, coin = chosen, float(inp["coins"][b, chosen])
+        path.append(node)
+        tokens.append(cand[node])
+    weights = [0.0 if (node, t) in rejected else p for t, p in enumerate(probs[node])]
+    u, total, sampled = float(inp["final_coins"][b]) * sum(weights), 0.0, None
+    for t, w in enumerate(weights):
+        total += w
+        if w > 0 and total > u:
+            sampled = t
+            break
+    if sampled is None:
+        sampled = max(t for t, w in enumerate(weights) if w > 0)
+    return path, tokens + [sampled], rejected
+
+
+def check_tree_speculative_sampling_target_only():
+    random.seed(5)
+    gen = torch.Generator().manual_seed(5)
+    op_via_registry = OPS.tree_speculative_sampling_target_only
+    for topk, depth, n in ((1, 3, 4), (2, 3, 6), (3, 4, 8)):
+        for thresholds in ((1.0, 1.0), (0.4, 0.7)):
+            for trial in range(20):
+                steps, bs, vocab = depth + 1, 3, 7
+                inp = tree_sampling_inputs(topk, depth, n, bs, vocab, gen, peaked=trial % 2 == 1)
+                out = run_tree_sampling(inp, steps, *thresholds, op=op_via_registry if trial == 0 else None)
+                for b in range(bs):
+                    path, tokens, rejected = tree_sampling_reference(inp, b, steps, *thresholds)
+                    flat = [b * n + i for i in path]
+                    assert out["accept_index"][b].tolist() == flat + [-1] * (steps - len(flat))
+                    assert int(out["accept_token_num"][b]) == len(path) - 1
+                    assert [int(out["predicts"][i]) for i in flat] == tokens, (tokens, out["predicts"])
+                    written = {(i, t) for i, t in (out["draft_probs"][b] != 0).nonzero().tolist()}
+                    assert written == {(i, t) for i, t in rejected if inp["target_probs"][b, i, t] > 0}
+    # With SGLang's coins (uniform), the committed tokens follow the target's distribution whatever
+    # the draft proposes: the first one follows the root's, the one after an accepted draft its node's.
+    for topk, depth, n in ((1, 3, 4), (2, 2, 5)):
+        bs, vocab = 6000, 6
+        inp = tree_sampling_inputs(topk, depth, n, 1, vocab, gen)
+        inp["candidates"] = torch.randperm(vocab, generator=gen)[:n].view(1, n)  # siblings differ, as in EAGLE
+        inp = {k: v.expand(bs, *v.shape[1:]).contiguous() if torch.is_tensor(v) and k not in ("coins", "final_coins")
+               else v for k, v in inp.items()}
+        inp["parents"], inp["retrive_index"] = inp["parents"] * bs, torch.arange(bs * n).view(bs, n)
+        inp["coins"], inp["final_coins"] = torch.rand(bs, n, generator=gen), torch.rand(bs, generator=gen)
+        out = run_tree_sampling(inp, depth + 1)
+        committed = out["predicts"].view(bs, n).long()
+        first = committed[:, 0]
+        tv = 0.5 * (torch.bincount(first, minlength=vocab).double() / bs - inp["target_probs"][0, 0].double()).abs().sum()
+        assert tv < 0.03, f"first committed token: total variation {tv:.3f} from the target"
+        node = int(inp["retrive_next_token"][0, 0])  # the first child: its token accepted, then node's turn
+        took = (out["accept_index"][:, 1] == node) & (out["accept_token_num"] >= 1)
+        if took.sum() > 1000:
+            second = committed[took, node]
+            tv = 0.5 * (torch.bincount(second, minlength=vocab).double() / int(took.sum())
+                        - inp["target_probs"][0, node].double()).abs().sum()
+            assert tv < 0.05, f"token after an accepted draft: total variation {tv:.3f} from the target"
+
+
 def main():
     results = {}
     for name in sorted(sgl_kernel.OPS):
@@ -376,6 +670,12 @@ def main():
             results[name] = "ok"
         except Exception:
             results[name] = traceback.format_exc()
+    for name in CONVENTIONS:
+        try:
+            globals()[f"check_convention_{name}"]()
+            results[f"convention:{name}"] = "ok"
+        except Exception:
+            results[f"convention:{name}"] = traceback.format_exc()
     results["__registered__"] = sorted(n for n in sgl_kernel.OPS if hasattr(OPS, n))
     results["__has_convert_weight_packed__"] = hasattr(OPS, "convert_weight_packed")
     print(json.dumps(results))

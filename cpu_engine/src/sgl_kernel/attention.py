@@ -29,6 +29,19 @@ def _attend(q, k, v, sm_scale, logit_cap, visible, sink):
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
+def _check_index_dtypes(op, req_to_token, seq_lens, req_pool_indices, *same_as_req_to_token):
+    """The C++ kernels' TORCH_CHECKs on index dtypes (sgl-kernel csrc/cpu/decode.cpp, extend.cpp), same messages."""
+    index_dtype = req_to_token.dtype
+    if index_dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"{op}: expect req_to_token to be int32 or int64, got {index_dtype}")
+    if seq_lens.dtype != torch.int64:
+        raise RuntimeError(f"{op}: expect req_lens to be int64, got {seq_lens.dtype}")
+    if req_pool_indices.dtype != torch.int64:
+        raise RuntimeError(f"{op}: expect req_pool_indices to be int64, got {req_pool_indices.dtype}")
+    if any(t.dtype != index_dtype for t in same_as_req_to_token):
+        raise RuntimeError(f"{op}: expect extend_seq_lens and extend_start_loc to have same dtype as req_to_token.")
+
+
 def _window(q_pos, k_pos, sliding_window_size):
     """Causal visibility, limited to the last `sliding_window_size` positions when > 0."""
     visible = k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)
@@ -65,6 +78,9 @@ def decode_attention_cpu(
     """
     if is_cross_attention:
         raise NotImplementedError("sgl_kernel (eagle3scope CPU): cross-attention decode")
+    _check_index_dtypes("decode", req_to_token, seq_lens, req_pool_indices)
+    if attn_logits.dtype != torch.float32:
+        raise RuntimeError(f"decode: expect attn_logits to be float32, got {attn_logits.dtype}")
     if key is not None and value is not None:
         k_cache[loc] = key.view(-1, *k_cache.shape[1:]).to(k_cache.dtype)
         v_cache[loc] = value.view(-1, *v_cache.shape[1:]).to(v_cache.dtype)
@@ -113,6 +129,7 @@ def extend_attention_cpu(
     """
     if is_cross_attention:
         raise NotImplementedError("sgl_kernel (eagle3scope CPU): cross-attention extend")
+    _check_index_dtypes("extend", req_to_token, seq_lens, req_pool_indices, extend_seq_lens, extend_start_loc)
     rows = req_pool_indices.tolist()
     starts = extend_start_loc.tolist()
     ext_lens = extend_seq_lens.tolist()

@@ -1,7 +1,7 @@
-"""The aux-layer panel (key ``c``): presets of the live server, applied through the control channel.
+"""The aux-layer control screen (key ``c``): presets of the live server, applied through the control channel.
 
 The list comes from the shim's ``list`` reply (presets computed by
-:func:`eagle3scope.control.layers.presets`, the same function ``aux cycle`` uses); Enter applies
+:func:`eagle3scope.wire.aux_layers.presets`, the same function ``aux cycle`` uses); Enter applies
 the preset under the cursor, ``i`` asks for a custom id list, ``g`` lets a change recapture the
 server's CUDA graphs (off by default: it pauses serving; the pause is shown). Requests run in worker threads with
 the client's timeout, so a silent server never freezes the UI. Below the presets, one row per
@@ -18,20 +18,18 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from eagle3scope.tui.screens import PromptScreen
+from eagle3scope.analysis.views import segment_rows
+from eagle3scope.control.client import ControlError
+from eagle3scope.tui.screens.prompt import PromptScreen
+from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
 
 def _ids(value) -> str:
     return "default" if value is None else "[" + ", ".join(map(str, value)) + "]"
 
 
-def segment_rows(state) -> list[tuple]:
-    """(layers, captured, origin, steps, mean) per aux-config segment, read under the feed lock."""
-    return [(s.layers, s.captured, s.origin, s.steps, s.mean_accept_length) for s in state.segments]
-
-
 class AuxScreen(ModalScreen):
-    """Presets + segments; needs ``app.control`` (a ControlClient) to apply anything."""
+    """Presets + segments; needs ``app.aux_client`` (a ControlClient) to apply anything."""
 
     DEFAULT_CSS = """
     AuxScreen { align: center middle; }
@@ -83,13 +81,13 @@ class AuxScreen(ModalScreen):
 
     def show_segments(self) -> None:
         rows = self.app.feed.read(segment_rows)
-        best = max((r[4] for r in rows if r[4] is not None), default=None)
+        best = max((r.mean for r in rows if r.mean is not None), default=None)
         table = self.query_one("#aux-segments", DataTable)
         table.clear()
-        for layers, captured, origin, steps, mean in rows:
-            mark = " best" if mean is not None and mean == best and len(rows) > 1 else ""
-            table.add_row(_ids(layers), str(captured or "-"), origin, str(steps),
-                          "-" if mean is None else f"{mean:.3f}{mark}")
+        for r in rows:
+            mark = " best" if r.mean is not None and r.mean == best and len(rows) > 1 else ""
+            table.add_row(_ids(r.layers), str(r.captured or "-"), r.origin, str(r.steps),
+                          "-" if r.mean is None else f"{r.mean:.3f}{mark}")
 
     # -- talking to the server (worker threads) ---------------------------------------------------
     def action_reload(self) -> None:
@@ -98,8 +96,6 @@ class AuxScreen(ModalScreen):
             self.run_worker(self._fetch, thread=True, exclusive=True, group="aux-control")
 
     def _fetch(self) -> None:
-        from eagle3scope.control.client import ControlError
-
         try:
             info = self.client.list()
         except ControlError as exc:
@@ -151,8 +147,6 @@ class AuxScreen(ModalScreen):
             self.status(f"graph recapture {'allowed' if self.recapture else 'not allowed'} for the next change")
 
     def action_custom(self) -> None:
-        from eagle3scope.control.layers import LayerError, parse_ids
-
         def done(value: str | None) -> None:
             if not value:
                 return
@@ -171,8 +165,6 @@ class AuxScreen(ModalScreen):
         self.run_worker(lambda: self._apply(layers, name), thread=True, exclusive=True, group="aux-control")
 
     def _apply(self, layers: list[int], name: str) -> None:
-        from eagle3scope.control.client import ControlError
-
         try:
             reply = self.client.set(layers, recapture=self.recapture, wait_s=120.0 if self.recapture else 2.0)
             info = self.client.list()

@@ -1,15 +1,21 @@
 """The control channel inside SGLang: change the target's aux layers live, between steps.
 
-A ZeroMQ REP socket on loopback (``EAGLE3SCOPE_CONTROL``), guarded by the token in the 0600 file
-named by ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (protocol: :mod:`eagle3scope.control.protocol`). It
-starts only in the scheduler of TP rank 0, after the publisher, and refuses to start (logged)
+A ZeroMQ ROUTER socket on loopback (``EAGLE3SCOPE_CONTROL``), guarded by the token in the 0600
+file named by ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (protocol: :mod:`eagle3scope.wire.control_protocol`).
+It starts only in the scheduler of TP rank 0, after the publisher, and refuses to start (logged)
 when the token file is missing, empty or readable by others, or the endpoint is not loopback.
 
-The REP thread never touches the model: it validates a ``set`` (token, known command, ids within
-the target after the family's +1 rule, as many as the draft's ``fc`` takes) and queues it. The
-scheduler thread applies it in :meth:`Control.apply_pending`, called at the start of the next
-EAGLE worker step, through the target's own ``set_eagle3_layers_to_capture``; the outcome goes
-out as a ``config`` event (origin ``control``, ``request_id``) and back to the waiting requester.
+The channel thread never blocks and never touches the model. Every message gets an answer or is
+dropped, and the thread goes on serving: a message that is not one frame from a REQ socket, not
+msgpack, over 64 KiB (ZeroMQ drops the connection), not signed with the token, stale or replayed
+(``ts``/``nonce``) is refused with the reason; failures before authentication are answered at
+most :data:`FAILURE_RATE`/s (the rest dropped unanswered), so a flood of wrong tokens costs little.
+It validates a ``set`` (known command, ids within the target after the family's +1 rule, as many
+as the draft's ``fc`` takes) and queues it; the requester's reply is parked, not waited for, so
+other clients are served while a ``set`` waits. The scheduler thread applies it in
+:meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
+target's own ``set_eagle3_layers_to_capture``; the outcome goes out as a ``config`` event (origin
+``control``, ``request_id``) and back to the parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
 with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`), tensor
 or pipeline parallelism (other ranks hold their own copy or the last
@@ -22,31 +28,43 @@ import inspect
 import logging
 import os
 import threading
+import time
 import uuid
 from collections import OrderedDict
 
 import zmq
 
-from eagle3scope.control import layers as aux_layers
-from eagle3scope.control.protocol import (
+from eagle3scope.wire import aux_layers
+from eagle3scope.wire.control_protocol import (
     DEFAULT_WAIT_S,
     ENV_CONTROL,
     ENV_TOKEN_FILE,
     MAX_MESSAGE_BYTES,
+    REPLAY_WINDOW_S,
     ProtocolError,
+    authentic,
+    check_freshness,
     check_request,
     pack,
     refusal,
     unpack,
 )
-from eagle3scope.control.token import TokenError, read_token, tokens_equal
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.token import TokenError, read_token
 from eagle3scope_shim import graphs
-from eagle3scope_shim.publisher import is_loopback, resolve_bind_endpoint
-from eagle3scope_shim.state import STATE, endpoint_for_dp_rank
+from eagle3scope_shim.seams import sglang_version
+from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 
 _KEEP_OUTCOMES = 64
+#: answered failures before authentication per second (burst: twice that); the rest are dropped
+FAILURE_RATE = 20.0
+#: nonces remembered (those older than the replay window are forgotten first)
+MAX_NONCES = 65536
+#: requests parked waiting for their ``set`` to apply
+MAX_PARKED = 64
+_POLL_MS = 20
 
 
 class Facts:
@@ -79,8 +97,6 @@ def _defining_class(model) -> type | None:
 
 def gather(scheduler) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker."""
-    from eagle3scope_shim.patching import sglang_version
-
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
@@ -118,7 +134,7 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
     if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
         return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
     if facts.rule is None:
-        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids (sglang-compat.md D5)"
+        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
     for call in STATE.aux_calls:  # what SGLang did at startup must match the rule we apply
         if call["requested"] is not None and call["on"]:
             predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
@@ -136,8 +152,24 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
     return ""
 
 
-class Control:
-    """The REP server thread plus the queue the scheduler thread drains."""
+class _Budget:
+    """Token bucket: ``take()`` is True while the rate allows one more."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.level, self.at = rate, 2 * rate, time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.level = min(2 * self.rate, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if self.level >= 1:
+            self.level -= 1
+            return True
+        return False
+
+
+class AuxChannel:
+    """The ROUTER channel thread plus the queue the scheduler thread drains."""
 
     def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
         self.requested = endpoint
@@ -151,16 +183,22 @@ class Control:
         self._thread: threading.Thread | None = None
         self._sock = None
         self._ctx = None
+        self._nonces: OrderedDict[str, float] = OrderedDict()
+        self._parked: list[tuple[bytes, str, float, dict]] = []  # (peer, request id, deadline, queued reply)
+        self._failures = _Budget(FAILURE_RATE)
         self.refused_tokens = 0
+        self.dropped = 0  # failures left unanswered by the rate limit
         calls = STATE.aux_calls
         self.current = calls[-1]["requested"] if calls else facts.configured
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         self._ctx = zmq.Context()
-        sock = self._ctx.socket(zmq.REP)
+        sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.RCVHWM, 256)
+        sock.setsockopt(zmq.SNDHWM, 256)
         try:
             sock.bind(self.requested)
         except zmq.ZMQError:
@@ -181,39 +219,88 @@ class Control:
         sock = self._sock
         try:
             while not self._stop:
-                if not sock.poll(200):
-                    continue
                 try:
-                    data = sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    continue
-                try:
-                    reply = self.handle(data)
-                except Exception as exc:  # never let a request kill the channel
-                    reply = refusal(f"internal error: {type(exc).__name__}: {exc}")
-                sock.send(pack(reply))
+                    if sock.poll(_POLL_MS):
+                        self._serve_one(sock)
+                    self._answer_parked(sock)
+                except zmq.ZMQError as exc:  # a broken peer must not end the channel
+                    log.debug("eagle3scope: control socket: %s", exc)
         finally:
             sock.close(0)
             self._ctx.term()
 
-    # -- requests (REP thread) ------------------------------------------------------------------
-    def handle(self, data: bytes) -> dict:
+    def _serve_one(self, sock) -> None:
+        """Read one message (at most 3 frames kept, the rest drained) and answer or drop it."""
+        try:
+            parts = [sock.recv(zmq.NOBLOCK)]
+        except zmq.Again:
+            return
+        extra = 0
+        while sock.getsockopt(zmq.RCVMORE):
+            part = sock.recv()
+            if len(parts) < 3:
+                parts.append(part)
+            else:
+                extra += 1
+        peer = parts[0]
+        if len(parts) != 3 or extra or parts[1] != b"":
+            reply = self._unauthenticated("a control request is one frame sent from a REQ socket")
+        else:
+            try:
+                reply = self.handle(parts[2], peer)
+            except Exception as exc:  # never let a request kill the channel
+                reply = refusal(f"internal error: {type(exc).__name__}: {exc}")
+        if reply is not None:
+            self._send(sock, peer, reply)
+
+    def _send(self, sock, peer: bytes, reply: dict) -> None:
+        try:
+            sock.send_multipart([peer, b"", pack(reply)], zmq.NOBLOCK)
+        except zmq.Again:  # the peer does not read its replies: its loss
+            self.dropped += 1
+
+    def _unauthenticated(self, reason: str) -> dict | None:
+        """A refusal for a message that failed before authentication, within the rate limit."""
+        if self._failures.take():
+            return refusal(reason)
+        self.dropped += 1
+        return None
+
+    # -- requests (channel thread) --------------------------------------------------------------
+    def handle(self, data: bytes, peer: bytes = b"") -> dict | None:
+        """The reply to one request; None: no reply now (parked until its ``set`` applies, or
+        dropped by the rate limit)."""
         try:
             req = unpack(data)
         except ProtocolError as exc:
-            return refusal(str(exc))
-        if not tokens_equal(req.get("token"), self._token):
+            return self._unauthenticated(str(exc))
+        if not authentic(req, self._token):
             self.refused_tokens += 1
             if self.refused_tokens in (1, 10) or self.refused_tokens % 1000 == 0:  # no log flood
                 log.warning("eagle3scope: control request with a wrong token refused (%d so far)", self.refused_tokens)
-            return refusal("wrong token: read it from the server's EAGLE3SCOPE_CONTROL_TOKEN_FILE")
+            if "token" in req:
+                return self._unauthenticated("wrong token: this server takes signed requests (nonce, ts, mac);"
+                                             " upgrade eagle3scope on the client side")
+            return self._unauthenticated("wrong token: read it from the server's EAGLE3SCOPE_CONTROL_TOKEN_FILE")
         try:
+            self._fresh(req)
             cmd = check_request(req)
         except ProtocolError as exc:
             return refusal(str(exc))
         if cmd == "list":
             return self.describe()
-        return self._set(req)
+        return self._set(req, peer)
+
+    def _fresh(self, req: dict) -> None:
+        """Accept each nonce once within the replay window (older requests are refused by time)."""
+        now = time.time()
+        nonce = check_freshness(req, now)
+        nonces = self._nonces
+        while nonces and (len(nonces) >= MAX_NONCES or next(iter(nonces.values())) < now - 2 * REPLAY_WINDOW_S):
+            nonces.popitem(last=False)
+        if nonce in nonces:
+            raise ProtocolError("replayed request: this nonce was used before")
+        nonces[nonce] = now
 
     def _capture(self) -> tuple[bool, list[int]]:
         inner = self.facts.inner
@@ -244,7 +331,7 @@ class Control:
                                                                   first_layer=f.first_layer)],
         }
 
-    def _set(self, req: dict) -> dict:
+    def _set(self, req: dict, peer: bytes) -> dict | None:
         f = self.facts
         rid = req.get("id") or uuid.uuid4().hex[:12]
         layers = req.get("layers")
@@ -267,13 +354,28 @@ class Control:
         if superseded is not None:
             self._finish(superseded, refusal(f"superseded by request {rid} before any step ran", id=superseded["id"]),
                          superseded["layers"])
+        queued = {"ok": True, "status": "queued", "id": rid, "layers": entry["layers"], "captured": captured}
         wait = float(req.get("wait_s", DEFAULT_WAIT_S))
-        with self._cond:
-            self._cond.wait_for(lambda: rid in self._outcomes, timeout=wait)
-            outcome = self._outcomes.get(rid)
-        if outcome is not None:
-            return outcome
-        return {"ok": True, "status": "queued", "id": rid, "layers": entry["layers"], "captured": captured}
+        if wait <= 0 or len(self._parked) >= MAX_PARKED:
+            return queued
+        self._parked.append((peer, rid, time.monotonic() + wait, queued))
+        return None
+
+    def _answer_parked(self, sock) -> None:
+        """Reply to parked ``set`` requests whose outcome arrived or whose ``wait_s`` ran out."""
+        if not self._parked:
+            return
+        now, still = time.monotonic(), []
+        for peer, rid, deadline, queued in self._parked:
+            with self._cond:
+                outcome = self._outcomes.get(rid)
+            if outcome is not None:
+                self._send(sock, peer, outcome)
+            elif now >= deadline:
+                self._send(sock, peer, queued)
+            else:
+                still.append((peer, rid, deadline, queued))
+        self._parked = still
 
     # -- applying (scheduler thread) ------------------------------------------------------------
     def apply_pending(self) -> None:
@@ -292,7 +394,7 @@ class Control:
 
     def _apply(self, entry: dict) -> dict:
         f, layers, previous = self.facts, entry["layers"], self.current
-        STATE.control_applying = True
+        STATE.aux_change_applying = True
         try:
             try:
                 f.target.set_eagle3_layers_to_capture(list(layers))
@@ -311,7 +413,7 @@ class Control:
                 except Exception as exc:
                     return self._recapture_failed(entry, previous, exc)
         finally:
-            STATE.control_applying = False
+            STATE.aux_change_applying = False
         self.current = list(layers)
         log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", layers, captured, entry["id"])
         applied = {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
@@ -352,7 +454,7 @@ _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int) -> Control | None:
+def start(scheduler, dp_rank: int) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
@@ -362,7 +464,7 @@ def start(scheduler, dp_rank: int) -> Control | None:
         return None
 
 
-def _start(scheduler, dp_rank: int) -> Control | None:
+def _start(scheduler, dp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -379,13 +481,13 @@ def _start(scheduler, dp_rank: int) -> Control | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    control = Control(endpoint, token, gather(scheduler))
+    channel = AuxChannel(endpoint, token, gather(scheduler))
     try:
-        control.start()
+        channel.start()
     except zmq.ZMQError as exc:
         log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
         return None
-    STATE.control = control
-    blocked = control.facts.why_not
-    log.info("eagle3scope: control channel on %s%s", control.endpoint, f" (changes refused: {blocked})" if blocked else "")
-    return control
+    STATE.aux_channel = channel
+    blocked = channel.facts.why_not
+    log.info("eagle3scope: control channel on %s%s", channel.endpoint, f" (changes refused: {blocked})" if blocked else "")
+    return channel

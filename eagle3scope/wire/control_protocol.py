@@ -1,9 +1,13 @@
-"""The control channel's wire protocol (ZeroMQ REQ/REP, msgpack maps), shared by shim and client.
+"""The control channel's wire protocol (ZeroMQ REQ to ROUTER, msgpack maps), shared by shim and client.
 
 Off unless the server's environment has ``EAGLE3SCOPE_CONTROL`` (a loopback endpoint) and
-``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (a 0600 file, see :mod:`eagle3scope.control.token`).
+``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` (a 0600 file, see :mod:`eagle3scope.wire.token`).
 
-Requests: ``{"token": str, "cmd": str, ...}``; exactly these commands and fields:
+Requests: ``{"cmd": str, ..., "nonce": str, "ts": float, "mac": str}``, one single-frame message
+each. ``mac`` is the HMAC-SHA256 under the token of every other field (:func:`sign`), so the
+token never travels; ``ts`` (Unix time) must lie within :data:`REPLAY_WINDOW_S` of the server's
+clock and ``nonce`` (16..64 characters) is accepted once: a captured request cannot be replayed.
+Exactly these commands and fields:
 
 ``list``
     reply ``{ok, configured, current, captured, capture_on, num_layers, expected, rule, family,
@@ -31,6 +35,11 @@ sequence of ``set`` while watching the step stream.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
+import time
+
 import msgpack
 
 from eagle3scope.wire.schema import unpack_untrusted
@@ -38,8 +47,12 @@ from eagle3scope.wire.schema import unpack_untrusted
 ENV_CONTROL = "EAGLE3SCOPE_CONTROL"
 ENV_TOKEN_FILE = "EAGLE3SCOPE_CONTROL_TOKEN_FILE"
 
-COMMANDS = {"list": frozenset({"token", "cmd"}),
-            "set": frozenset({"token", "cmd", "layers", "id", "wait_s", "recapture"})}
+AUTH_FIELDS = frozenset({"nonce", "ts", "mac"})
+COMMANDS = {"list": frozenset({"cmd"}) | AUTH_FIELDS,
+            "set": frozenset({"cmd", "layers", "id", "wait_s", "recapture"}) | AUTH_FIELDS}
+#: how far a request's ``ts`` may be from the server's clock (seconds, either way)
+REPLAY_WINDOW_S = 60.0
+MIN_NONCE_CHARS, MAX_NONCE_CHARS = 16, 64
 MAX_MESSAGE_BYTES = 64 * 1024
 DEFAULT_WAIT_S = 2.0
 MAX_WAIT_S = 10.0
@@ -63,8 +76,43 @@ def unpack(data: bytes) -> dict:
                             error=ProtocolError)
 
 
+def _mac(message: dict, token: str) -> str:
+    fields = sorted((k, v) for k, v in message.items() if k != "mac")
+    return hmac.new(token.encode("utf-8"), pack({"fields": fields}), hashlib.sha256).hexdigest()
+
+
+def sign(message: dict, token: str, *, now: float | None = None) -> dict:
+    """``message`` with a fresh nonce, the time and the MAC over all of it under ``token``."""
+    signed = {**message, "nonce": secrets.token_hex(16), "ts": time.time() if now is None else now}
+    signed["mac"] = _mac(signed, token)
+    return signed
+
+
+def authentic(req: dict, token: str) -> bool:
+    """Whether ``req`` carries a valid MAC under ``token`` (constant-time; any other type: no)."""
+    mac = req.get("mac")
+    if type(mac) is not str or len(mac) != 64:
+        return False
+    try:
+        expected = _mac(req, token)
+    except (TypeError, ValueError, OverflowError):  # values msgpack cannot pack
+        return False
+    return hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode("ascii"))
+
+
+def check_freshness(req: dict, now: float) -> str:
+    """The nonce of an authentic request whose ``ts`` is within the window; raises ProtocolError."""
+    ts, nonce = req.get("ts"), req.get("nonce")
+    if type(ts) not in (int, float) or not abs(now - ts) <= REPLAY_WINDOW_S:
+        raise ProtocolError(f"request time is not within {REPLAY_WINDOW_S:.0f} s of the server's clock"
+                            " (a replayed request, or clocks apart)")
+    if type(nonce) is not str or not MIN_NONCE_CHARS <= len(nonce) <= MAX_NONCE_CHARS:
+        raise ProtocolError(f"request nonce must be a string of {MIN_NONCE_CHARS}..{MAX_NONCE_CHARS} characters")
+    return nonce
+
+
 def check_request(req: dict) -> str:
-    """The command of a structurally valid request (token not checked); raises ProtocolError."""
+    """The command of a structurally valid request (MAC not checked); raises ProtocolError."""
     cmd = req.get("cmd")
     if cmd not in COMMANDS:
         raise ProtocolError(f"unknown command {cmd!r}; commands are: {', '.join(COMMANDS)}")

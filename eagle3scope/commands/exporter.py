@@ -1,0 +1,54 @@
+"""``eagle3scope exporter``: serve Prometheus metrics for one or more shims (a fleet sidecar).
+
+Subscribes to every ``--connect`` endpoint (one per server or data-parallel rank) and serves
+``/metrics`` on ``--listen`` (loopback unless told otherwise). Stop with Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import sys
+import threading
+
+import click
+
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+
+@click.command(name="exporter", help=__doc__)
+@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@click.option("--listen", default="127.0.0.1:9464", show_default=True, metavar="HOST:PORT",
+              help="Where to serve /metrics (port 0: any free port, printed at start).")
+@click.option("--forget-after", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              metavar="S", help="Drop a publisher's series after S seconds without a frame from it.")
+@click.option("--quiet", is_flag=True, help="Print nothing but errors.")
+def command(endpoints: tuple[str, ...], listen: str, forget_after: float, quiet: bool) -> None:
+    import zmq
+
+    from eagle3scope.exporter.service import Exporter
+
+    endpoints = endpoints or (DEFAULT_ENDPOINT,)
+    try:
+        exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    except (OSError, zmq.ZMQError) as exc:
+        raise click.ClickException(f"cannot start the exporter: {exc}") from None
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    gc.freeze()  # start-up objects leave the GC's view, as in `record`
+    if not quiet:
+        sys.stderr.write(f"exporting {', '.join(endpoints)} on {exporter.url}\n")
+        sys.stderr.flush()
+    try:
+        with exporter:
+            exporter.run(stop)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,84 @@
+"""``eagle3scope gate --connect E --steps N``: a deployment canary for a running server.
+
+Collects N decode steps from the shim(s), then judges them as ``check`` judges a recording: the
+contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail,
+2 cannot subscribe, 3 fewer than N steps arrived within ``--timeout`` (judged on what did arrive,
+but inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
+for ``check`` / ``report`` later.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import click
+
+from eagle3scope.commands.check import conclude, report, threshold_options, thresholds_from
+from eagle3scope.gate import EXIT_UNREADABLE
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+
+@click.command(name="gate", help=__doc__)
+@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Decode steps to collect before judging.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="S", help="Give up after S seconds (exit 3) if fewer steps arrived.")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the collected frames to a session file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (check's, plus 'gate').")
+@threshold_options
+@click.pass_context
+def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout: float, record_path: str | None,
+            as_json: bool, fail_on: str, min_accept_length: float | None, min_per_position: str | None,
+            junit_path: str | None) -> None:
+    import zmq
+
+    from eagle3scope.analysis import SessionState
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.store import SessionWriter, StoreError
+
+    thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
+    endpoints = endpoints or (DEFAULT_ENDPOINT,)
+    try:
+        sub = Subscriber(list(endpoints))
+    except zmq.ZMQError as exc:
+        click.echo(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}", err=True)
+        ctx.exit(EXIT_UNREADABLE)
+    try:
+        writer = SessionWriter(record_path, endpoints=list(endpoints)) if record_path else None
+    except StoreError as exc:
+        sub.close()
+        raise click.ClickException(str(exc)) from None
+    state = SessionState()
+    interrupted = []
+    old = {sig: signal.signal(sig, lambda signum, _f: interrupted.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    try:
+        while state.acceptance.n_steps < steps and not interrupted and time.monotonic() - started < timeout:
+            for raw, frame in sub.poll_raw(100):
+                state.ingest(frame)
+                if writer is not None:
+                    writer.add(raw, frame)
+            if writer is not None:
+                writer.tick()
+    finally:
+        if writer is not None:
+            writer.close()
+        sub.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    state.evaluate_rules()  # the rules ran on ingest's schedule; once more on the last frame, as check does
+    elapsed = time.monotonic() - started
+    got = state.acceptance.n_steps
+    incomplete = None
+    if got < steps:
+        why = "interrupted" if interrupted else f"within {timeout:g} s"
+        incomplete = f"only {got} of {steps} decode steps arrived {why} from {', '.join(endpoints)}"
+    result = report(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
+    conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path,
+             suite=f"eagle3scope gate {' '.join(endpoints)}", elapsed_s=elapsed,
+             properties={"endpoints": " ".join(endpoints), "steps": got, "record": record_path or ""},
+             incomplete=incomplete)

@@ -1,0 +1,1 @@
+"""Prometheus exporter: many shims in, one ``/metrics`` out (``eagle3scope exporter``)."""

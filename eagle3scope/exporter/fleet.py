@@ -1,0 +1,84 @@
+"""What the exporter knows about a fleet: one :class:`SessionState` per publisher.
+
+A state per publisher (not one shared state) keeps the cost of 64 servers at 64 small states, with
+no session-wide aggregate computed twice, and lets a publisher that went away (a restarted server
+comes back under a new ``src``) be forgotten whole, so a long-running sidecar stays bounded.
+
+The numbers come from the analysis layer exactly as ``check`` computes them; this module only adds
+what a time series needs on top: when each publisher was last heard from, and how many times each
+rule went from healthy to violated (``fired``), observed after every ingested batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Callable, Iterable
+
+from eagle3scope.analysis import SessionState, Violation
+from eagle3scope.wire import Frame
+
+#: Per-publisher state sizes: the exporter never draws plots or keeps an event log to show.
+STATE_SIZES = dict(window=512, recent=1, events=16, history=1)
+
+
+class Fleet:
+    """Frames in (from the exporter's loop thread), a consistent snapshot out (from scrapes).
+
+    Every method takes :attr:`lock`; a scrape therefore never sees half of a batch.
+    """
+
+    def __init__(self, *, forget_after_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.states: dict[str, SessionState] = {}
+        self.last_heard: dict[str, float] = {}
+        self.fired: Counter[tuple[str, str, str]] = Counter()  # (src, rule id, severity) -> times it became active
+        self.forgotten = 0
+        self.bad_frames = 0  # frames the subscriber could not decode (set by the exporter's loop)
+        self.lock = threading.Lock()
+        self._active: dict[tuple[str, str], bool] = {}
+        self._forget_after = forget_after_s
+        self._clock = clock
+
+    def ingest(self, frames: Iterable[Frame]) -> None:
+        """Fold one batch in, then note which rules became active."""
+        with self.lock:
+            now = self._clock()
+            touched: set[str] = set()
+            for frame in frames:
+                state = self.states.get(frame.src)
+                if state is None:
+                    state = self.states[frame.src] = SessionState(**STATE_SIZES)
+                state.ingest(frame)
+                touched.add(frame.src)
+            for src in touched:
+                self.last_heard[src] = now
+                self._count_fired(src, self.states[src].violations())
+            self._expire(now)
+
+    def _count_fired(self, src: str, violations: list[Violation]) -> None:
+        for v in violations:
+            key = (src, v.id)
+            if v.active and not self._active.get(key):
+                self.fired[(src, v.id, v.severity)] += 1
+            self._active[key] = v.active
+
+    def expire(self) -> None:
+        """Forget publishers silent for longer than ``forget_after_s`` (the caller holds :attr:`lock`)."""
+        self._expire(self._clock())
+
+    def _expire(self, now: float) -> None:
+        if self._forget_after is None:
+            return
+        for src in [s for s, t in self.last_heard.items() if now - t > self._forget_after]:
+            self.forget(src)
+
+    def forget(self, src: str) -> None:
+        """Drop a publisher and every series about it (the caller holds :attr:`lock`)."""
+        self.states.pop(src, None)
+        self.last_heard.pop(src, None)
+        for key in [k for k in self.fired if k[0] == src]:
+            del self.fired[key]
+        for key in [k for k in self._active if k[0] == src]:
+            del self._active[key]
+        self.forgotten += 1
