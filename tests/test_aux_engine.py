@@ -94,6 +94,7 @@ def test_cycle_applies_every_preset_live_and_profiles_it(demo, served, cycled):
     listed, by = cycled["listed"], cycled["by"]
     assert listed["configured"] == demo["offset"] and listed["current"] == demo["offset"]
     assert listed["captured"] == [i + 1 for i in demo["offset"]] and listed["changeable"], listed
+    assert listed["graphs"]["captured"] is False  # the CPU engine serves eagerly: no recapture ever needed
     assert listed["num_layers"] == demo["n"] and listed["expected"] == 3 and listed["rule"] == "+1"
     assert cycled["errors"] == []  # the workload never saw an error while the layers changed under it
     assert list(by) == ["configured", "configured-1", "configured+1", "custom"]

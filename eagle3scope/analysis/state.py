@@ -290,7 +290,9 @@ class SessionState:
             self.segments.append(
                 ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
             )
-            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')})", frame.t)
+            pause = body.get("pause_ms")
+            paused = "" if pause is None else f"; graphs recaptured, serving paused {pause:.0f} ms"
+            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')}){paused}", frame.t)
         else:
             self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
 

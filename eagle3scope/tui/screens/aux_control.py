@@ -2,7 +2,8 @@
 
 The list comes from the shim's ``list`` reply (presets computed by
 :func:`eagle3scope.wire.aux_layers.presets`, the same function ``aux cycle`` uses); Enter applies
-the preset under the cursor, ``i`` asks for a custom id list. Requests run in worker threads with
+the preset under the cursor, ``i`` asks for a custom id list, ``g`` lets a change recapture the
+server's CUDA graphs (off by default: it pauses serving; the pause is shown). Requests run in worker threads with
 the client's timeout, so a silent server never freezes the UI. Below the presets, one row per
 aux-config segment of the session (mean acceptance length and step count side by side) shows
 which set wins.
@@ -39,6 +40,7 @@ class AuxScreen(ModalScreen):
         Binding("escape,q", "dismiss", "Close"),
         Binding("r", "reload", "Reload"),
         Binding("i", "custom", "Custom ids"),
+        Binding("g", "recapture", "Recapture graphs"),
     ]
 
     def __init__(self, client) -> None:
@@ -46,6 +48,7 @@ class AuxScreen(ModalScreen):
         self.client = client
         self.info: dict | None = None
         self.presets: list[dict] = []
+        self.recapture = False  # changes may recapture the server's CUDA graphs (pausing it)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="aux-dialog", classes="dialog"):
@@ -57,7 +60,8 @@ class AuxScreen(ModalScreen):
             segments = DataTable(id="aux-segments", cursor_type="none")
             segments.add_columns("segment ids", "captured", "origin", "steps", "mean accept length")
             yield segments
-            yield Static("Enter: apply the preset   i: custom ids   r: reload   Esc: close", classes="dialog-hint")
+            yield Static("Enter: apply the preset   i: custom ids   g: allow graph recapture   r: reload   Esc: close",
+                         classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.show_segments()
@@ -103,10 +107,17 @@ class AuxScreen(ModalScreen):
         self.info, self.presets = info, info["presets"]
         text = (f"{info['family']}, {info['num_layers']} layers, rule {info['rule']}, fc takes {info['expected']}; "
                 f"in effect {_ids(info['current'])} -> captures {info['captured']}")
+        graphs = info.get("graphs") or {}
         if not info["changeable"]:
             text += f"\nlive changes refused: {info['why_not']}"
+        elif graphs.get("captured"):
+            last = graphs.get("last_pause_ms")
+            text += ("\nCUDA graphs captured: changes recapture them, pausing serving (g: "
+                     + ("allowed)" if self.recapture else "not allowed yet)")
+                     + ("" if last is None else f"; last recapture paused {last:.0f} ms"))
         self.status(text, "info" if info["changeable"] else "warning")
         table = self.query_one("#aux-presets", DataTable)
+        row = table.cursor_row  # a refresh keeps the cursor where the user left it
         table.clear()
         for p in self.presets:
             if p.get("same_as"):
@@ -116,6 +127,8 @@ class AuxScreen(ModalScreen):
             if p["layers"] == info["current"]:
                 note = ("in effect " + note).strip()
             table.add_row(p["name"], _ids(p["layers"]), str(p["captured"] or "-"), note)
+        if 0 < row < table.row_count:
+            table.move_cursor(row=row)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id != "aux-presets" or not self.presets:
@@ -125,6 +138,13 @@ class AuxScreen(ModalScreen):
             self.status(f"{preset['name']} is unavailable: {preset['reason']}", "warning")
             return
         self.apply(preset["layers"], preset["name"])
+
+    def action_recapture(self) -> None:
+        self.recapture = not self.recapture
+        if self.info is not None:
+            self._show_info(self.info)
+        else:
+            self.status(f"graph recapture {'allowed' if self.recapture else 'not allowed'} for the next change")
 
     def action_custom(self) -> None:
         def done(value: str | None) -> None:
@@ -146,13 +166,15 @@ class AuxScreen(ModalScreen):
 
     def _apply(self, layers: list[int], name: str) -> None:
         try:
-            reply = self.client.set(layers)
+            reply = self.client.set(layers, recapture=self.recapture, wait_s=120.0 if self.recapture else 2.0)
             info = self.client.list()
         except ControlError as exc:
             self.app.call_from_thread(self.status, f"refused: {exc}", "error")
             return
         if reply["status"] == "applied":
             text = f"{name} {_ids(layers)} applied: captures {reply['captured']}; a new segment starts"
+            if reply.get("pause_ms") is not None:
+                text += f"; graphs recaptured, serving paused {reply['pause_ms']:.0f} ms"
         else:
             text = f"{name} {_ids(layers)} queued: applies at the server's next step"
         self.app.call_from_thread(self._show_info, info)
