@@ -252,7 +252,8 @@ def main() -> None:
             n = args.n if bs == 1 else max(1000, args.n // 16)
             ing = best_of(args.repeats, bench_ingest, bs, n)
             print(f"ingest  bs={bs:<2}: decode {per_s(ing['decode_steps_per_s'])}; recv+decode (Subscriber) "
-                  f"{per_s(ing['recv_decode_steps_per_s'])} ({ing['received']}/{n} received)")
+                  f"{per_s(ing['recv_decode_steps_per_s'])} = {ing['recv_decode_steps_per_s'][0] * bs:,.0f} "
+                  f"request-steps/s cpu ({ing['received']}/{n} received)")
         for bs in (1, 64):
             n = args.n * 2 if bs == 1 else max(1000, args.n // 8)
             rec = best_of(args.repeats, bench_record, bs, n, tmp)

@@ -1,15 +1,16 @@
 """Demo models: build time and peak memory, then SGLang's own acceptance length per scenario.
 
-Usage: .venv/bin/python benchmarks/bench_demo_models.py [--fresh] [--prompts 8] [--tokens 64] [--scenario NAME ...]
+Usage: .venv/bin/python benchmarks/bench_demo_models.py [--family llama|deepseek] [--fresh] [--prompts 8]
+[--tokens 64] [--scenario NAME ...]
 --fresh builds into a new temporary cache (the build-time figure); otherwise the cached models
 are used (built first if missing). Then each scenario gets its own real SGLang CPU server
 (float32, num_steps 3, topk 1, 4 draft tokens) and one batch of demo prompts per prompt family
 (code-like, chat-like) and temperature (0: greedy verify; 0.8: SGLang's sampling verify); printed
-per scenario and temperature: mean ``meta_info.spec_accept_length`` overall and per family, the
-summed ``spec_correct_drafts_histogram`` (verify rounds that accepted 0..3 drafts), the
-per-position rates it implies (each position given the one before was accepted, as ``check``
-reports them) and the server start time. The 1-minute load average is printed too: on a shared
-machine it explains the spread of the times.
+per scenario and temperature: mean ``meta_info.spec_accept_length`` overall and per prompt family,
+the summed ``spec_correct_drafts_histogram`` (verify rounds that accepted 0..3 drafts), the
+per-position rates it implies (each given the one before was accepted, as ``check`` reports
+them), server start time and the wall time per speculative round (generate time over the most
+verify rounds). The 1-minute load average is printed too: it explains the spread of the times.
 """
 
 import argparse
@@ -20,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from eagle3scope.demo import language, models
-from eagle3scope.demo.scenarios import SCENARIOS
+from eagle3scope.demo import families, language, models
 from eagle3scope.demo.server import SGLangServer
 
 
@@ -30,30 +30,34 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--family", choices=families.FAMILIES, default="llama")
+    parser.add_argument("--scenario", action="append")
     parser.add_argument("--temperature", type=float, action="append", help="default: 0 and 0.8")
     args = parser.parse_args()
+    scenarios = families.scenarios_of(args.family)
 
     cache = Path(tempfile.mkdtemp(prefix="e3s-bench-")) if args.fresh else None
     t0 = time.monotonic()
-    paths = models.ensure_demo_models(cache, progress=lambda m: print("  " + m, flush=True))
+    paths = families.ensure_models(args.family, cache, progress=lambda m: print("  " + m, flush=True))
     stats = paths.stats()
     print(json.dumps({"models": str(paths.root), "wall_s": round(time.monotonic() - t0, 1), **stats,
                       "loadavg_1m": os.getloadavg()[0]}), flush=True)
 
-    families = {name: models.demo_prompts(args.prompts, seed=7, family=name) for name in language.families()}
+    prompt_sets = {kind: models.demo_prompts(args.prompts, seed=7, family=kind) for kind in language.families()}
     work = Path(tempfile.mkdtemp(prefix="e3s-scenarios-"))
-    for name in args.scenario or list(SCENARIOS):
-        spec = SCENARIOS[name].prepare(paths, work)
+    for name in args.scenario or list(scenarios):
+        spec = scenarios[name].prepare(paths, work)
         server = SGLangServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm,
                               extra_args=spec.extra_args, log_path=work / f"{name}.log")
         with server:
             for temperature in args.temperature or (0.0, 0.8):
-                row = {"scenario": name, "temperature": temperature}
-                every = []
-                for family, prompts in families.items():
+                row, every, wall, rounds = {"scenario": name, "temperature": temperature}, [], 0.0, 0
+                for kind, prompts in prompt_sets.items():
+                    t = time.monotonic()
                     out = server.generate(prompts, max_new_tokens=args.tokens, temperature=temperature)
-                    row[family] = round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in out), 3)
+                    wall += time.monotonic() - t
+                    rounds += max(r["meta_info"]["spec_verify_ct"] for r in out)
+                    row[kind] = round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in out), 3)
                     every += out
                 hist = [sum(col) for col in zip(*(r["meta_info"]["spec_correct_drafts_histogram"] for r in every))]
                 at_least = [sum(hist[i:]) for i in range(len(hist))]
@@ -61,7 +65,9 @@ def main() -> None:
                     accept_length=round(statistics.mean(r["meta_info"]["spec_accept_length"] for r in every), 3),
                     per_position=[round(at_least[i] / at_least[i - 1], 3) if at_least[i - 1] else None
                                   for i in range(1, len(hist))],
-                    correct_drafts_histogram=hist, start_s=round(server.startup_s, 1), loadavg_1m=os.getloadavg()[0])
+                    correct_drafts_histogram=hist, start_s=round(server.startup_s, 1),
+                    round_ms=round(1000 * wall / rounds, 1),
+                    loadavg_1m=os.getloadavg()[0])
                 print(json.dumps(row), flush=True)
 
 

@@ -13,7 +13,10 @@ from conftest import run_engine_python
 pytestmark = pytest.mark.engine
 
 # What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees;
-# the sampling verify once the cpu_engine plugin enables it).
+# the sampling verify once the cpu_engine plugin enables it), and for a DeepseekV3 / Kimi-K2.5 target
+# (MLA, MoE): the same ops, attention in the MLA layouts. Its MoE routing, fused experts, rope and MLA
+# projection kernels (grouped_topk_cpu, fused_experts_cpu, ...) are reached only with AMX-packed weights,
+# i.e. never while convert_weight_packed is absent (traced on a served tiny DeepseekV3).
 CPU_PATH_OPS = [
     "assign_draft_cache_locs_contiguous_cpu",
     "assign_extend_cache_locs_cpu",

@@ -129,18 +129,23 @@ def ensure_demo_models(
 
     Progress lines of the build are passed to ``progress`` as they come.
     """
-    found = cached(cache_dir)
+    return build_in_engine(sys.modules[__name__], cache_dir, progress, python)
+
+
+def build_in_engine(module, cache_dir=None, progress: Progress | None = None, python: Path | str | None = None):
+    """``module.cached(cache)``, else ``python -m module --cache CACHE`` in the engine venv, then that."""
+    found = module.cached(cache_dir)
     if found:
         return found
     cache = Path(cache_dir or cache_root())
-    cmd = [str(python or engine_python()), "-m", "eagle3scope.demo.models", "--cache", str(cache)]
+    cmd = [str(python or engine_python()), "-m", module.__name__, "--cache", str(cache)]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         lines = []
         for line in proc.stdout:
             lines.append(line.rstrip())
             if progress and not line.startswith("{"):
                 progress(line.rstrip())
-    found = cached(cache)
+    found = module.cached(cache)
     if proc.returncode or not found:
         raise RuntimeError(f"building the demo models failed ({proc.returncode}):\n" + "\n".join(lines[-30:]))
     return found
@@ -245,11 +250,12 @@ def _target_config():
     )
 
 
-def _train_target(say: Progress, stats: dict):
+def _train_target(say: Progress, stats: dict, model=None):
+    """Train ``model`` (default: a fresh Llama target) on the demo language."""
     import torch
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM(_target_config())
+    model = model or LlamaForCausalLM(_target_config())
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=TARGET_STEPS, pct_start=0.1)
@@ -419,7 +425,9 @@ def _draft_vocab(target, rng: random.Random):
     return counts.topk(DRAFT_VOCAB).indices.sort().values
 
 
-def _train_draft(target, say: Progress, stats: dict, replays: dict):
+def _train_draft(target, say: Progress, stats: dict, replays: dict | None = None):
+    """Train the draft on the target; with ``replays`` (``_replay_inputs`` per family) it stops at
+    REPLAY_GOAL, without them it trains DRAFT_STEPS steps."""
     import torch
 
     rng = random.Random(SEED + 2)
@@ -466,7 +474,7 @@ def _train_draft(target, say: Progress, stats: dict, replays: dict):
         opt.zero_grad(set_to_none=True)
         if step % 100 == 0 or step == DRAFT_STEPS - 1:
             say(f"  draft step {step}/{DRAFT_STEPS} loss per step " + " ".join(f"{x.item():.2f}" for x in losses))
-        if (step + 1) % REPLAY_EVERY == 0:
+        if replays and (step + 1) % REPLAY_EVERY == 0:
             reached = sum(_replay_acceptance(draft, draft_ids, r)["accept_length"] for r in replays.values())
             if reached / len(replays) >= REPLAY_GOAL:
                 say(f"  draft step {step + 1}: replayed acceptance {reached / len(replays):.2f}, goal reached")

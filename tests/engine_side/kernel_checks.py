@@ -53,6 +53,7 @@ def pool(num_slots, kv_heads, dim, gen):
 
 
 def check_decode_attention_cpu():
+    check_mla_absorbed_decode(torch.Generator().manual_seed(10))
     gen = torch.Generator().manual_seed(0)
     heads, kv_heads, dim, slots = 4, 2, 8, 64
     for cap, use_sink in ((0.0, False), (5.0, False), (0.0, True)):
@@ -91,7 +92,66 @@ def check_decode_attention_cpu():
                 close(out[b, h], ref.float())
 
 
+def mla_pool(num_slots, kv_lora_rank, rope_dim, gen):
+    """SGLang's MLATokenToKVPool layout: one latent "head"; the value buffer is a view of its first columns."""
+    k_buf = torch.randn(num_slots, 1, kv_lora_rank + rope_dim, generator=gen)
+    return k_buf, k_buf[..., :kv_lora_rank]
+
+
+def check_mla_absorbed_decode(gen):
+    """DeepSeek's absorbed MLA decode: latent-wide q over the latent pool (MQA), k/v written at loc."""
+    heads, rank, rope, slots = 4, 16, 8, 40
+    k_buf, v_buf = mla_pool(slots, rank, rope, gen)
+    before = k_buf.clone()
+    seq_lens = torch.tensor([3, 7], dtype=torch.int64)
+    rows = torch.tensor([1, 0])
+    req_to_token = torch.zeros(2, 16, dtype=torch.int32)
+    req_to_token[1, :3] = torch.tensor([5, 9, 2])
+    req_to_token[0, :7] = torch.tensor([11, 12, 30, 31, 4, 6, 20])
+    loc = torch.tensor([2, 20])
+    q = torch.randn(2, heads, rank + rope, generator=gen)
+    latent = torch.randn(2, 1, rank + rope, generator=gen)
+    out = torch.empty(2, heads, rank)
+    OPS.decode_attention_cpu(q, k_buf, v_buf, 1.0, 1.0, out, latent, latent[..., :rank], loc,
+                             torch.zeros(2, heads, 8, rank + 1), req_to_token, rows, seq_lens, 0.2, 0.0, False, 0,
+                             None, None)
+    before[loc] = latent
+    close(k_buf, before, 0)
+    for b in range(2):
+        slot_ids = [int(x) for x in req_to_token[rows[b], : seq_lens[b]]]
+        for h in range(heads):
+            ref = ref_attention_row(q[b, h], [before[x, 0] for x in slot_ids],
+                                    [before[x, 0, :rank] for x in slot_ids], 0.2, 0.0)
+            close(out[b, h], ref.float())
+
+
+def check_mla_prefill_skips_prefix(gen):
+    """DeepSeek's MHA prefill: per-head K/V of the new tokens against a latent pool -> the prefix is skipped."""
+    heads, qk_dim, v_dim, ext_lens = 4, 12, 8, [3, 5]
+    k_buf, v_buf = mla_pool(32, 16, 8, gen)
+    total = sum(ext_lens)
+    q = torch.randn(total, heads, qk_dim, generator=gen)
+    k = torch.randn(total, heads, qk_dim, generator=gen)
+    v = torch.randn(total, heads, v_dim, generator=gen)
+    out = torch.empty(total, heads, v_dim)
+    req_to_token = torch.arange(64, dtype=torch.int32).view(2, 32) % 32
+    # seq_lens claim a cached prefix of 2 tokens: the kernel must not read the (latent) pool for it.
+    OPS.extend_attention_cpu(q, k, v, out, k_buf, v_buf, 1.0, 1.0, req_to_token, torch.tensor([0, 1]),
+                             torch.tensor([e + 2 for e in ext_lens]), torch.tensor(ext_lens, dtype=torch.int32),
+                             torch.tensor([0, ext_lens[0]], dtype=torch.int32), max(ext_lens), 0.3, 0.0, False, 0,
+                             None, None, None, True)
+    start = 0
+    for n in ext_lens:
+        for i in range(n):
+            for h in range(heads):
+                ref = ref_attention_row(q[start + i, h], [k[start + j, h] for j in range(i + 1)],
+                                        [v[start + j, h] for j in range(i + 1)], 0.3, 0.0)
+                close(out[start + i, h], ref.float())
+        start += n
+
+
 def check_extend_attention_cpu():
+    check_mla_prefill_skips_prefix(torch.Generator().manual_seed(11))
     gen = torch.Generator().manual_seed(1)
     heads, kv_heads, dim, slots = 4, 2, 8, 128
     prefix_lens, ext_lens = [3, 0, 6], [4, 2, 4]

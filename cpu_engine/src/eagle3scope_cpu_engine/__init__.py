@@ -43,6 +43,20 @@ def load() -> None:
     logger.info("eagle3scope-cpu-engine: platform has_amx declared (pure-PyTorch sgl_kernel)")
     if os.environ.get("EAGLE3SCOPE_CPU_SAMPLING", "1") != "0":
         _enable_sampling_verify()
+    _no_device_to_wait_for()
+
+
+def _no_device_to_wait_for() -> None:
+    """``torch.cuda.synchronize()`` waits for the GPU; with no GPU there is nothing to wait for.
+
+    SGLang 0.5.23's MLA EAGLE-3 draft (``kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.set_embed``)
+    calls it unconditionally, which a CPU build of torch answers with "Torch not compiled with CUDA
+    enabled" and the scheduler dies. Only applied where CUDA is unavailable.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.cuda.synchronize = lambda device=None: None
 
 
 def _verify_on_cpu_like_a_gpu(original, *args, **kwargs):

@@ -1,0 +1,96 @@
+"""The hand-made mutations an audit found surviving the fast suite (issue 16): each must now fail a test.
+
+Each mutation is one exact text replacement in one module, applied to a scratch copy of this
+checkout; the fast test files named with it run there (``-x``). Prints, per mutation, KILLED (a test
+failed) or SURVIVED, and exits non-zero if any survived. Not in CI (a minute or two).
+
+    .venv/bin/python benchmarks/known_mutations.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/diagnose.py",
+                                    "eagle3scope/store/session.py", "eagle3scope/commands/record.py")
+
+# (what, module, old text, new text, test files)
+MUTATIONS = [
+    ("aux-capture-off: guard for non-EAGLE-3 drafts deleted", RULES,
+     "    if not _is_eagle3_draft(pub):\n        return None\n    algorithm", "    algorithm",
+     ["tests/test_rules_non_eagle3.py"]),
+    ("fc-bypassed: guard for drafts without an EAGLE-3 fc deleted", RULES,
+     "    if pub.load is not None and (fc_in is None or not _is_eagle3_draft(pub)):\n        return None",
+     "    if False:\n        return None", ["tests/test_rules_non_eagle3.py"]),
+    ("fc-bypassed: the no-fc half of the guard deleted", RULES,
+     "(fc_in is None or not _is_eagle3_draft(pub))", "(not _is_eagle3_draft(pub))",
+     ["tests/test_rules_non_eagle3.py"]),
+    ("doctor d2t: out of range >= -> >", DIAGNOSE,
+     "(as_offsets >= target_vocab)", "(as_offsets > target_vocab)", ["tests/test_doctor_d2t.py"]),
+    ("doctor d2t: absolute ids in range < -> <=", DIAGNOSE,
+     "d2t.max() < target_vocab", "d2t.max() <= target_vocab", ["tests/test_doctor_d2t.py"]),
+    ("doctor d2t: t2d-based absolute detection off", DIAGNOSE,
+     "absolute_by_t2d = t2d_ids is not None and", "absolute_by_t2d = False and", ["tests/test_doctor_d2t.py"]),
+    ("store: seek_time bisect_left -> bisect_right", SESSION,
+     "pos = bisect.bisect_left(self._t_keys, t_ns)", "pos = bisect.bisect_right(self._t_keys, t_ns)",
+     ["tests/test_store_boundaries.py"]),
+    ("store: seek_seq bisect_left -> bisect_right", SESSION,
+     "pos = bisect.bisect_left(self._seq_keys, seq)", "pos = bisect.bisect_right(self._seq_keys, seq)",
+     ["tests/test_store_boundaries.py"]),
+    ("record: prints 0 lost frames", RECORD,
+     "_progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,\n"
+     "                  time.monotonic() - started",
+     "_progress(err, writer.steps, writer.frames, len(sub.sources), 0, sub.bad_frames, writer.bytes,\n"
+     "                  time.monotonic() - started", ["tests/test_record_loss.py"]),
+    ("record: loss counts not kept in the session file", RECORD,
+     "writer.note_loss(sub.loss())\n            writer.close()", "writer.close()",
+     ["tests/test_record_loss.py"]),
+]
+
+
+def main() -> int:
+    survived = 0
+    with tempfile.TemporaryDirectory(prefix="known-mutations-") as tmp:
+        work = Path(tmp)
+        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                               capture_output=True).stdout.decode().split("\0")
+        for name in filter(None, names):
+            if (REPO / name).is_file():
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, work / name)
+        env = {**os.environ, "PYTHONPATH": f"{work}:{work / 'instrumentation'}"}
+
+        def pytest(tests):
+            return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                                  cwd=work, capture_output=True, text=True, timeout=600, env=env)
+
+        baseline = pytest(sorted({t for *_, tests in MUTATIONS for t in tests}))
+        if baseline.returncode != 0:
+            print(f"the unmutated tests fail in the scratch copy:\n{baseline.stdout[-3000:]}")
+            return 2
+        for what, module, old, new, tests in MUTATIONS:
+            path = work / module
+            original = path.read_text()
+            if original.count(old) != 1:
+                print(f"STALE     {what}: the text to mutate is not in {module} exactly once")
+                survived += 1
+                continue
+            path.write_text(original.replace(old, new))
+            try:
+                done = pytest(tests)
+            finally:
+                path.write_text(original)
+            killed = done.returncode != 0
+            survived += not killed
+            print(f"{'KILLED' if killed else 'SURVIVED':<9} {what}  ({' '.join(tests)})", flush=True)
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
