@@ -119,7 +119,7 @@ def test_story_names_the_seeds_cause_then_fixes_it(deepseek_models, engine_pytho
     """``demo --story`` headless: the seeds' setup (aux capture off on the Kimi-K2.5 wrapper) is named by its
     rules with evidence, the doctor agrees before serving, its fix passes the doctor, and the fixed draft
     serves with no rule firing and a clearly higher acceptance."""
-    from eagle3scope.demo.story import run_story
+    from eagle3scope.commands.demo_story import run_story
 
     lines: list[str] = []
     out = run_story(deepseek_models, python=engine_python, steps=SCENARIO_STEPS // 2, say=lines.append,
