@@ -4,7 +4,9 @@
 #   SGLANG_VERSION=0.5.23 (default) or 0.5.10; pins in scripts/engine-requirements-$SGLANG_VERSION.txt.
 #   EAGLE3SCOPE_REBUILD=1 deletes the venv first; otherwise a stale venv is brought in line in place,
 #   so that a venv in use by a running server is never missing.
-# Into the venv go: CPU torch (from the machine's wheel dir), sglang --no-deps, the pinned needs,
+#   EAGLE3SCOPE_TORCH_FROM=DIR_OR_URL takes torch from that wheel directory or index (scripts/install-torch.sh;
+#   by default the PyTorch CPU wheel index when reachable, else the package index's torch).
+# Into the venv go: CPU torch, sglang --no-deps, the pinned needs,
 # cpu_engine/ (pure-PyTorch sgl_kernel, AMX platform plugin, torchvision stand-in) and this project,
 # the last two editable.
 set -euo pipefail
@@ -18,7 +20,7 @@ case "$SGLANG_VERSION" in
   0.5.23|0.5.10) TORCH_VERSION=2.13.0 ;;
   *) echo "no recipe for SGLANG_VERSION=$SGLANG_VERSION" >&2; exit 2 ;;
 esac
-want="$(sha256sum "$REQS" "$0" "$ROOT/cpu_engine/pyproject.toml" | sha256sum | cut -c1-16)"
+want="$(sha256sum "$REQS" "$0" "$ROOT/scripts/install-torch.sh" "$ROOT/cpu_engine/pyproject.toml" | sha256sum | cut -c1-16)"
 PY="$VENV/bin/python"
 install_local() {
   "$PY" -m pip install -q --no-deps -e "$ROOT/cpu_engine" -e "$ROOT" >/dev/null
@@ -33,7 +35,11 @@ mkdir -p "$CACHE"
 [ -x "$PY" ] || python3.11 -m venv "$VENV"
 rm -f "$STAMP"
 "$PY" -m pip install -q --upgrade pip==24.3.1
-"$PY" -m pip install -q "torch==$TORCH_VERSION+cpu"
+if "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "torch $TORCH_VERSION already in $VENV" >&2
+else
+  bash "$ROOT/scripts/install-torch.sh" "$PY" "$TORCH_VERSION"
+fi
 "$PY" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
 "$PY" -m pip install -q -r "$REQS"
 install_local

@@ -88,14 +88,28 @@ def tiny_models(engine_python) -> tuple[Path, Path]:
 
 
 
+def built_models(family: str, engine_python):
+    """A demo family's trained models, built once and cached by code hash; skipped when not built,
+    unless the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1) or EAGLE3SCOPE_BUILD_MODELS=1."""
+    from eagle3scope.demo import deepseek, families, models
+
+    module = {"llama": models, "deepseek": deepseek}[family]
+    if module.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip(f"{family} demo models not built (python -m {module.__name__}, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    return families.ensure_models(family, python=engine_python)
+
+
 @pytest.fixture(scope="session")
 def demo_models(engine_python):
-    """The trained demo target + drafts (built once, cached under the cache dir by code hash)."""
-    from eagle3scope.demo import models
+    """The trained Llama demo target + drafts."""
+    return built_models("llama", engine_python)
 
-    if models.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    return models.ensure_demo_models(python=engine_python)
+
+
+@pytest.fixture(scope="session")
+def deepseek_models(engine_python):
+    """The seeds' family: trained DeepseekV3 target (also as Kimi-K2.5) + its drafts."""
+    return built_models("deepseek", engine_python)
 
 
 SCENARIO_STEPS = 120
@@ -103,29 +117,76 @@ SCENARIO_PROMPTS_SEED = 7
 SCENARIO_NEW_TOKENS = 64
 
 
+#: Scenarios whose shared server also feeds the fleet observers (exporter, Prometheus, live gate).
+FLEET_SCENARIOS = ("healthy", "aux-off")
+
+
 @pytest.fixture(scope="session")
-def scenario_result(demo_models, engine_python, tmp_path_factory):
-    """name -> dict(recording, results, outputs): one real server per scenario for the whole session,
-    with the shim publishing. ``recording`` holds SCENARIO_STEPS step events of a steady workload;
-    ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy answers to four
-    fixed prompts, asked once the workload has stopped (so batching cannot change them)."""
+def shared_prometheus(tmp_path_factory):
+    """() -> a real Prometheus server, started on first use (once per session), or the reason there is none."""
+    from fleet_support import PrometheusServer, prometheus_binary
+
+    box: dict = {}
+
+    def get():
+        if not box:
+            binary = prometheus_binary()
+            if binary is None:
+                box["missing"] = "no prometheus on PATH (make prometheus installs Debian's package)"
+            else:
+                try:
+                    box["server"] = PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"))
+                except RuntimeError as exc:
+                    box["missing"] = str(exc)
+        return box.get("server"), box.get("missing")
+
+    yield get
+    if box.get("server") is not None:
+        box["server"].close()
+
+
+@pytest.fixture(scope="session")
+def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus):
+    """(name, family="llama") -> dict(recording, results, outputs[, fleet]): one real server per scenario
+    and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
+    workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
+    answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
+    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/fleet_support.py)."""
+    from contextlib import ExitStack
+
+    from fleet_support import FleetObservers
+
     from eagle3scope.demo.models import demo_prompts
     from eagle3scope.demo.runner import ScenarioRun
 
     root = tmp_path_factory.mktemp("scenario-runs")
-    done: dict[str, dict] = {}
+    done: dict[tuple, dict] = {}
+    models_fixture = {"llama": "demo_models", "deepseek": "deepseek_models"}
 
-    def get(name: str) -> dict:
-        if name not in done:
-            path = root / f"{name}.e3s"
-            with ScenarioRun(name, demo_models, control=False, python=engine_python,
-                             log_path=root / f"{name}.log") as run:
-                run.record(path, SCENARIO_STEPS)
-                run.workload.stop()
-                results = list(run.workload.results)
-                outputs = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),
-                                             max_new_tokens=SCENARIO_NEW_TOKENS)
-            done[name] = {"recording": path, "results": results, "outputs": outputs}
-        return done[name]
+    def get(name: str, family: str = "llama") -> dict:
+        if (family, name) not in done:
+            models = request.getfixturevalue(models_fixture[family])
+            path = root / f"{family}-{name}.e3s"
+            run = ScenarioRun(name, models, control=False, python=engine_python, family=family,
+                              log_path=root / f"{family}-{name}.log")
+            entry: dict = {"recording": path}
+            with ExitStack() as stack:
+                fleet = None
+                if family == "llama" and name in FLEET_SCENARIOS:
+                    prometheus, missing = shared_prometheus()
+                    fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
+                    entry["fleet"] = dict(fleet.result, prometheus=prometheus, prometheus_missing=missing)
+                with run:
+                    if fleet is not None:
+                        fleet.start_gate()
+                    run.record(path, SCENARIO_STEPS)
+                    run.workload.stop()
+                    entry["results"] = list(run.workload.results)
+                    entry["outputs"] = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),
+                                                           max_new_tokens=SCENARIO_NEW_TOKENS)
+            if fleet is not None:
+                entry["fleet"].update(fleet.result)
+            done[family, name] = entry
+        return done[family, name]
 
     return get

@@ -72,7 +72,7 @@ def specforge_config(**overrides) -> dict:
 def speculators_config() -> dict:
     """As speculators' Eagle3SpeculatorConfig serialises (aux ids by layer input: SGLang's + 1)."""
     return {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
+        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
         "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
                                "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]}},
@@ -122,6 +122,7 @@ def speculators_converted_config() -> dict:
     """`speculators convert` (speculators/convert/eagle/eagle3_converter.py, 0.9.0): a LlamaConfig layer
     built from the EAGLE/SpecForge config, eagle_aux_hidden_state_layer_ids left None unless passed."""
     cfg = speculators_config()
+    cfg["architectures"] = ["Eagle3Speculator"]  # the converter's model class
     cfg["eagle_aux_hidden_state_layer_ids"] = None
     cfg["transformer_layer_config"]["pretraining_tp"] = 1
     return cfg
@@ -233,3 +234,22 @@ def deepseek_target(path: Path, layers: int = 61, arch: str = "DeepseekV3ForCaus
     (path / "config.json").write_text(json.dumps({**llama_fields(), "architectures": [arch], "model_type": "deepseek_v3",
                                                   "num_hidden_layers": layers}))
     return path
+
+
+def producer_layout(name: str, root: Path) -> tuple[Path, Path]:
+    """(draft dir, target dir) of one producer's layout."""
+    llama, deepseek = target(root / "llama-target"), deepseek_target(root / "ds-target")
+    upper = {k.replace("layers.", "midlayer."): v for k, v in modelopt_tensors(2).items()}
+    return {
+        "speculators": lambda: (write(root / name, tensors("layers.0."), speculators_config()), llama),
+        "speculators-converted": lambda: (write(root / name, tensors("layers.0."), speculators_converted_config()), llama),
+        "specforge": lambda: (specforge(root / name), llama),
+        "sglang": lambda: (write(root / name, tensors(), sglang_canonical_config()), llama),
+        "specforge-kimi": lambda: (write(root / name, tensors(), specforge_kimi_config()), deepseek),
+        "modelopt": lambda: (write(root / name, modelopt_tensors(), modelopt_config()), llama),
+        "modelopt-kimi": lambda: (write(root / name, modelopt_tensors(), modelopt_config(target_layers=61)), deepseek),
+        "modelopt-2-layers": lambda: (write(root / name, modelopt_tensors(2), modelopt_config(2)), llama),
+        "midlayer-N": lambda: (write(root / name, upper, modelopt_config(2)), llama),
+        "modelopt-mla": lambda: (write(root / name, modelopt_mla_tensors(), modelopt_mla_config()), deepseek),
+        "eagle": lambda: (write(root / name, eagle_authors_tensors(), eagle_authors_config()), llama),
+    }[name]()

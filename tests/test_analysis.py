@@ -11,6 +11,8 @@ from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analys
 
 
 def fired(state: SessionState) -> dict:
+    """The violations as of the state's last frame (a rule pass now, as ``analyse`` ends with)."""
+    state.evaluate_rules()
     return {v.id: v for v in state.violations()}
 
 
@@ -304,5 +306,21 @@ def test_zero_acceptance_is_detected_on_the_step_that_fills_the_window():
     state.ingest(s.frame("load", healthy_load()))
     for seq in range(40):
         state.ingest(s.frame("step", step(seq, s.t, [0, 0])))
-        state.violations()
+        state.evaluate_rules()
     assert fired(state)["zero-acceptance"].first_seq == 31  # 32 steps x 2 requests = 64 request-steps
+
+
+def test_rules_fire_on_ingest_with_the_same_first_seq_as_analyse():
+    """Nobody asks for violations: ingest alone finds the break, logs it once, and at the seq
+    ``check`` (analyse) reports, because both run the rules on ingest's schedule."""
+    off = {"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}}
+    frames = list(session(200, algorithm="EAGLE", accept_p=0.0, step_kw=off))
+    state = SessionState()
+    for frame in frames:
+        state.ingest(frame)
+    found = {(v.id, v.src, v.first_seq) for v in state.violations()}
+    assert {"aux-capture-off", "fc-bypassed", "zero-acceptance"} <= {v[0] for v in found}
+    assert found == {(v.id, v.src, v.first_seq) for v in analyse(frames).violations()}
+    logged = sorted(e.text.split(":")[0] for e in state.events if e.level in ("error", "warning"))
+    assert logged == sorted(v[0] for v in found)  # each violation logged once, when it first fired
+    assert fired(state)["zero-acceptance"].first_seq == state.rules_every - 1  # the first pass after 64 steps

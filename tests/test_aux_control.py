@@ -7,6 +7,7 @@ for i in ids]``); the real engine is exercised in ``test_aux_engine.py``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -17,10 +18,11 @@ import pytest
 
 from eagle3scope.wire import aux_layers as L
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.wire.token import TokenError, create_token_file, read_token, tokens_equal
+from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
+from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import control as shim_control
+from eagle3scope_shim import aux_channel
+from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
 
 
@@ -106,8 +108,9 @@ def test_token_file_created_private_and_read_back(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600
     assert (path.parent.stat().st_mode & 0o777) == 0o700
     token = read_token(path)
-    assert len(token) >= 32 and tokens_equal(token, token) and not tokens_equal(token + "x", token)
-    assert not tokens_equal(None, token) and not tokens_equal(123, token)
+    signed = sign({"cmd": "list"}, token)
+    assert len(token) >= 32 and authentic(signed, token) and not authentic(signed, token + "x")
+    assert not authentic(signed | {"mac": None}, token) and not authentic(signed | {"mac": 123}, token)
     assert read_token(create_token_file(tmp_path / "tokens")) != token  # a fresh one each time
 
 
@@ -160,11 +163,11 @@ def channel(tmp_path):
     target = _Inner(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
-    facts = shim_control.Facts()
+    facts = aux_channel.Facts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token_file = create_token_file(tmp_path)
-    ctl = shim_control.Control(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
     ctl.current = [2, 4, 5]
     recorder = _Recorder()
     old = STATE.publisher
@@ -335,20 +338,20 @@ def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch
     os.chmod(path, 0o640)
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
-    monkeypatch.setattr(STATE, "control", None)
+    monkeypatch.setattr(STATE, "aux_channel", None)
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
-    assert "must be 0600" in caplog.text and STATE.control is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert "must be 0600" in caplog.text and STATE.aux_channel is None
     monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "missing"))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
     monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert shim_control.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "not a loopback endpoint" in caplog.text
 
 
@@ -362,15 +365,27 @@ def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
 
 
 # -- the TUI's aux screen -----------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def aux_screen_app(client, frames, size):
+    """The live app over ``frames`` with the control client, its aux screen (key c) open."""
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.tui.app import ScopeApp
+    from eagle3scope.tui.feed import LiveFeed
+
+    app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
+    app.aux_client = client
+    async with app.run_test(size=size) as pilot:
+        app.feed.ingest(frames)
+        await pilot.press("c")
+        yield app, pilot
+
+
 def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
     from analysis_streams import Stream, healthy_load, hello, step
     from tui_support import run_async, screen_text
 
-    from eagle3scope.live.subscriber import Subscriber
-    from eagle3scope.tui.app import ScopeApp
-    from eagle3scope.tui.aux_screen import AuxScreen
-    from eagle3scope.tui.feed import LiveFeed
+    from eagle3scope.tui.screens import AuxScreen
 
     ctl, target, client, _ = channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
@@ -390,11 +405,7 @@ def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, m
 
     @run_async
     async def run():
-        app = ScopeApp(LiveFeed(Subscriber([f"tcp://127.0.0.1:{free_port()}"])), theme="dark", remember=False)
-        app.control = client
-        async with app.run_test(size=(140, 40)) as pilot:
-            app.feed.ingest(frames)
-            await pilot.press("c")
+        async with aux_screen_app(client, frames, (140, 40)) as (app, pilot):
             assert isinstance(app.screen, AuxScreen)
             table = app.screen.query_one("#aux-presets")
             for _ in range(50):
@@ -506,7 +517,7 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
     monkeypatch.setattr(STATE, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return shim_control.gather(SimpleNamespace(server_args=sa))
+    return aux_channel.gather(SimpleNamespace(server_args=sa))
 
 
 def test_gather_facts_and_blockers(monkeypatch):
@@ -517,10 +528,148 @@ def test_gather_facts_and_blockers(monkeypatch):
     assert (facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured, facts.why_not) == \
         ("LlamaForCausalLM", "+1", 8, 3, [2, 4, 5], "")
     graphs = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=EagerRunner())
-    assert "CUDA graphs" in _gather(monkeypatch, target, runner=graphs).why_not
-    assert "CUDA graphs" in _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda").why_not
+    for facts in (_gather(monkeypatch, target, runner=graphs), _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda")):
+        assert facts.why_not == "" and facts.graphs.captured  # a set is refused unless it asks for a recapture
+        assert "CUDA graphs" in facts.graphs.refusal(recapture=False)
+    assert not _gather(monkeypatch, target, runner=eager).graphs.captured
     assert "tensor parallelism" in _gather(monkeypatch, target, runner=eager, tp=2).why_not
     assert "pipeline" in _gather(monkeypatch, target, runner=eager, pp=2).why_not
     odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
     assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
     assert "unknown model family" in _gather(monkeypatch, _Inner(8), runner=eager).why_not
+
+
+# -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
+class TargetRunner:
+    """Stands in for SGLang's target ModelRunner with a captured verify graph: a capture freezes the
+    layers the target captures at that moment, and replay (serving) uses the frozen set, as a CUDA
+    graph does. ``fail`` makes the next captures raise (e.g. out of memory)."""
+
+    def __init__(self, target, fail: int = 0) -> None:
+        self.target, self.fail, self.captures = target, fail, 0
+        self.prefill_cuda_graph_runner = EagerRunner()
+        self.recapture_decode_cuda_graph()
+
+    def recapture_decode_cuda_graph(self):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("CUDA out of memory during capture")
+        self.decode_cuda_graph_runner = DecodeCudaGraphRunner()
+        self.decode_cuda_graph_runner.replays = list(self.target.model.layers_to_capture)
+        self.captures += 1
+
+
+def _plan(runner, version="0.5.23", device="cuda", adaptive=None):
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=adaptive)
+    return shim_graphs.plan(worker, SimpleNamespace(device=device), version)
+
+
+def test_graph_plan_names_the_blocker_of_each_release_and_setup():
+    target = _Inner(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    assert _plan(TargetRunner(target)).describe() == {"captured": True, "recapture": True, "why_not": "",
+                                                     "last_pause_ms": None}
+    assert "default set" in _plan(TargetRunner(target), version="0.5.10").why_not  # sglang-compat D4
+    no_entry = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=None)
+    assert "no ModelRunner.recapture_decode_cuda_graph" in _plan(no_entry).why_not
+    assert "only on cuda/musa, not on npu" in _plan(TargetRunner(target), device="npu").why_not
+    prefill = TargetRunner(target)
+    prefill.prefill_cuda_graph_runner = DecodeCudaGraphRunner()
+    assert "prefill (piecewise) graphs" in _plan(prefill).why_not
+    assert "adaptive speculative steps" in _plan(TargetRunner(target), adaptive=object()).why_not
+    eager = SimpleNamespace(decode_cuda_graph_runner=EagerRunner(), prefill_cuda_graph_runner=EagerRunner())
+    plan = _plan(eager, device="cpu")
+    assert not plan.captured and plan.refusal(recapture=False) == "" and plan.refusal(recapture=True) == ""
+
+
+@pytest.fixture
+def graph_channel(channel):
+    ctl, target, client, recorder = channel
+    runner = TargetRunner(target)
+    ctl.facts.graphs = _plan(runner)
+    stop = threading.Event()
+
+    def scheduler():
+        while not stop.is_set():
+            ctl.apply_pending()
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=scheduler, name="scheduler")
+    thread.start()
+    try:
+        yield ctl, target, client, recorder, runner
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_with_graphs_a_set_needs_recapture_and_then_replays_the_new_set(graph_channel):
+    ctl, target, client, recorder, runner = graph_channel
+    listed = client.list()
+    assert listed["changeable"] and listed["graphs"]["captured"] and listed["graphs"]["recapture"]
+    with pytest.raises(ControlError, match="pass --recapture"):
+        client.set([1, 3, 4], wait_s=3)
+    assert target.calls == [] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
+    reply = client.set([1, 3, 4], wait_s=3, recapture=True)
+    assert reply["status"] == "applied" and reply["captured"] == [2, 4, 5] and reply["pause_ms"] >= 0
+    assert runner.decode_cuda_graph_runner.replays == [2, 4, 5] and runner.captures == 2
+    kind, body = recorder.events[-1]
+    assert kind == "config" and body["applied"] and body["pause_ms"] == reply["pause_ms"]
+    assert client.list()["graphs"]["last_pause_ms"] == reply["pause_ms"]
+
+
+def test_a_failed_recapture_restores_the_previous_set_and_its_graphs(graph_channel):
+    ctl, target, client, recorder, runner = graph_channel
+    runner.fail = 1
+    with pytest.raises(ControlError, match="recapturing the target's graphs failed .*out of memory.*restored "
+                                           r"\[2, 4, 5\], its graphs recaptured"):
+        client.set([1, 3, 4], wait_s=3, recapture=True)
+    assert target.model.layers_to_capture == [3, 5, 6] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
+    assert client.list()["current"] == [2, 4, 5] and recorder.events[-1][1]["applied"] is False
+
+
+def test_recapture_field_and_its_longer_wait(channel):
+    ctl, target, client, _ = channel
+    base = {"cmd": "set", "layers": [1, 3, 4]}
+    assert "recapture must be true or false" in client.raw(sign(base | {"recapture": 1}, client.token))["error"]
+    assert "wait_s" in client.raw(sign(base | {"wait_s": 60}, client.token))["error"]
+    reply = client.raw(sign(base | {"wait_s": 0, "recapture": True}, client.token))
+    assert reply["status"] == "queued"  # no graphs here: a plain set
+    ctl.apply_pending()
+    assert target.model.layers_to_capture == [2, 4, 5]
+
+
+def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_channel, tmp_path, monkeypatch):
+    pytest.importorskip("textual")
+    from analysis_streams import Stream, healthy_load, hello
+    from tui_support import run_async, screen_text
+
+    ctl, target, client, recorder, runner = graph_channel
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+
+    async def wait_for(app, pilot, text):
+        for _ in range(80):
+            await pilot.pause(0.05)
+            if text in screen_text(app):
+                return
+        raise AssertionError(f"{text!r} not on screen:\n{screen_text(app)}")
+
+    @run_async
+    async def run():
+        async with aux_screen_app(client, frames, (160, 44)) as (app, pilot):
+            await wait_for(app, pilot, "not allowed yet")
+            await pilot.press("down", "down", "enter")  # configured-1, refused without recapture
+            await wait_for(app, pilot, "refused: CUDA graphs were captured")
+            assert runner.captures == 1 and target.calls == []
+            await pilot.press("g", "enter")
+            await wait_for(app, pilot, "graphs recaptured")
+            assert "configured-1 [1, 3, 4] applied" in screen_text(app) and runner.captures == 2
+            app.feed.ingest([s.frame("config", recorder.events[-1][1])])  # the shim's own config event
+            await pilot.press("escape", "4")
+            await wait_for(app, pilot, "recaptured, serving paused")  # in the event log too
+            await pilot.press("q")
+
+    run()
+    assert runner.decode_cuda_graph_runner.replays == [2, 4, 5]

@@ -101,6 +101,26 @@ def test_help_lists_the_backbone_commands():
         assert cli(name, "--help").exit_code == 0
 
 
+def test_decode_steps_stop_where_check_counts_steps(tmp_path, publisher, recorder):
+    """``record --decode-steps N`` (what ``demo --steps N`` uses) leaves exactly N steps for ``check``:
+    prefill frames and verify steps that committed nothing are recorded but not counted."""
+    n = 150
+    out = tmp_path / "decode.e3s"
+    rec = recorder("--connect", publisher.endpoint, "--out", str(out), "--decode-steps", str(n))
+    rec.wait_for("receiving from dp0")
+    for i in range(3 * n):
+        mode = "prefill" if i % 5 == 0 else "decode"
+        body = step_body(i, bs=2, mode=mode)
+        if i % 7 == 0:
+            body.update(accepted=[], bonus=[], accepted_ids=[])
+        publisher.submit("step", body)
+    log = rec.finish()
+    assert rec.proc.returncode == 0, log
+    assert f"stopped ({n} decode steps)" in log
+    result = cli("check", str(out), "--json")
+    assert json.loads(result.output)["summary"]["steps"] == n
+
+
 def test_published_steps_reach_export_exactly(tmp_path, publisher, recorder):
     n = 2000
     out = tmp_path / "e2e.e3s"
@@ -246,7 +266,7 @@ def test_export_reports_damage_and_exits_3(recording, tmp_path):
     with SessionReader(recording) as reader:
         total = reader.count()
     con = sqlite3.connect(recording)
-    blob = con.execute("SELECT blob FROM batches WHERE id = 2").fetchone()[0]
+    blob, first, n = con.execute("SELECT blob, first_idx, n_frames FROM batches WHERE id = 2").fetchone()
     con.close()
     data = bytearray(recording.read_bytes())
     at = data.find(blob[100:160]) + 20
@@ -254,8 +274,8 @@ def test_export_reports_damage_and_exits_3(recording, tmp_path):
     recording.write_bytes(bytes(data))
     result = CliRunner().invoke(main, ["export", str(recording), "--format", "jsonl", "--out", str(tmp_path / "x.jsonl")])
     assert result.exit_code == 3
-    assert "batch 2 (records 256..383) is unreadable" in result.output
-    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == total - 128
+    assert f"batch 2 (records {first}..{first + n - 1}) is unreadable" in result.output
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == total - n
 
 
 def test_viewer_side_needs_no_torch_textual_or_sglang(recording):

@@ -12,7 +12,11 @@ from conftest import run_engine_python
 
 pytestmark = pytest.mark.engine
 
-# What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees).
+# What SGLang 0.5.23's CPU path calls for a dense Llama target + EAGLE-3 draft (top-k 1 and trees;
+# the sampling verify once the cpu_engine plugin enables it), and for a DeepseekV3 / Kimi-K2.5 target
+# (MLA, MoE): the same ops, attention in the MLA layouts. Its MoE routing, fused experts, rope and MLA
+# projection kernels (grouped_topk_cpu, fused_experts_cpu, ...) are reached only with AMX-packed weights,
+# i.e. never while convert_weight_packed is absent (traced on a served tiny DeepseekV3).
 CPU_PATH_OPS = [
     "assign_draft_cache_locs_contiguous_cpu",
     "assign_extend_cache_locs_cpu",
@@ -24,6 +28,7 @@ CPU_PATH_OPS = [
     "extend_attention_cpu",
     "fill_accept_out_cache_loc_cpu",
     "fill_bonus_tokens_cpu",
+    "tree_speculative_sampling_target_only",
     "verify_tree_greedy_cpu",
 ]
 

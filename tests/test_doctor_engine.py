@@ -8,6 +8,7 @@ parameters, shapes, and written / silently skipped tensors.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from conftest import run_engine_python
 from safetensors import safe_open
 
 import draft_checkpoints as dc
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.diagnose import UNUSED_PARAM, diagnose
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
 from eagle3scope.doctor.repair import fix_checkpoint
 
@@ -114,3 +115,73 @@ def test_0_5_10_drops_layers_0_names_as_predicted_and_loads_the_fixed_copy(tmp_p
     fix_checkpoint(draft, tmp_path / "fixed", sglang_version="0.5.10")
     probe = _probe_0510(engine_python_0510, tmp_path / "fixed")
     assert probe["params_not_loaded"] == [] and probe["params_partly_loaded"] == [] and probe["finite"]
+
+
+def test_real_speculators_drafts_are_diagnosed_fixed_and_load_fully(tmp_path, engine_python, engine_python_0510):
+    """Drafts written by the real speculators 0.9.0 (a trained Eagle3DraftModel and an Eagle3Converter
+    output): the doctor's verdict per release, then fix's one copy loads with 0 skipped tensors on
+    SGLang 0.5.23 and 0.5.10 (their own load_weights), with the aux ids SGLang needs."""
+    from eagle3scope.demo.server import cache_dir
+
+    python = cache_dir() / "venv-speculators-0.9.0" / "bin" / "python"
+    if not python.exists():
+        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{python} is missing (scripts/build-speculators-env.sh)")
+        pytest.skip("speculators venv not built (scripts/build-speculators-env.sh)")
+    target = dc.target(tmp_path / "target")
+    jobs = [{"out": str(tmp_path / "trained"), "verifier": str(target), "options": {"hidden": dc.H}},
+            {"out": str(tmp_path / "converted"), "verifier": str(target),
+             "options": {"convert_from": str(dc.specforge(tmp_path / "specforge"))}}]
+    done = run_engine_python(python, "tests/engine_side/speculators_writer.py", json.dumps(jobs), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fixed = {}
+    for name, producer in (("trained", "speculators"), ("converted", "speculators-converted")):
+        draft = tmp_path / name
+        old = diagnose(draft, sglang_version="0.5.10").to_dict()
+        assert old["producer"]["name"] == producer
+        assert old["headline"] == "`layers.0.*` will be silently skipped by SGLang 0.5.10"
+        assert {f["id"] for f in old["findings"] if f["severity"] == "error"} == {"weights-dropped", "config-speculators-format"}
+        new = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+        assert {f["id"] for f in new["findings"] if f["severity"] != "info"} == {"config-speculators-format"}
+        fixed[name] = fix_checkpoint(draft, tmp_path / f"{name}-fixed", target_dir=target).out
+        for version in ("0.5.10", "0.5.23"):
+            assert diagnose(fixed[name], sglang_version=version, target_dir=target).exit_code == 0, (name, version)
+    for name in fixed:  # trained: speculators [2, 4, 5] - 1; converted: no ids = the default [2, 4, 5] - 1
+        config = json.loads((fixed[name] / "config.json").read_text())
+        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4], name
+    done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py", *map(str, fixed.values()), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for line in (ln for ln in done.stdout.splitlines() if ln.startswith("{")):
+        probe = json.loads(line)
+        assert probe["written"] == sorted(probe["params"]) and probe["partly"] == [], probe["draft"]
+    probe = _probe_0510(engine_python_0510, fixed["trained"])
+    assert probe["decoder_module"] == "midlayer" and probe["params_not_loaded"] == [] and probe["finite"]
+
+
+LLAMA_LAYOUTS = ("specforge", "sglang", "specforge-kimi", "modelopt", "modelopt-2-layers", "midlayer-N", "eagle")
+
+
+def test_producer_layouts_load_as_the_doctor_says_on_0_5_23(tmp_path, engine_python):
+    """Every Llama-class producer layout through 0.5.23's own loader: as written, the parameters the
+    doctor calls unwritten are the ones the loader leaves alone; fix's copy writes every parameter."""
+    drafts, predicted = [], {}
+    for name in LLAMA_LAYOUTS:
+        draft, target = dc.producer_layout(name, tmp_path / name)
+        dx = diagnose(draft, sglang_version="0.5.23", target_dir=target)
+        unwritten = {f.evidence["left_random"] for f in dx.findings if f.id == "weights-unused"}
+        unwritten |= {p for f in dx.findings if f.id == "weights-dropped" for p in f.evidence["params_left_random"]}
+        predicted[str(draft)] = unwritten
+        drafts.append(draft)
+        if dx.exit_code:
+            out = tmp_path / name / "fixed"
+            fix_checkpoint(draft, out, sglang_version="0.5.23", target_dir=target)
+            predicted[str(out)] = set()
+            drafts.append(out)
+    done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py", *map(str, drafts), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probes = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(probes) == len(drafts)
+    for probe in probes:
+        left = set(probe["params"]) - set(probe["written"]) - {"model.embed_tokens.weight"}  # the target's
+        left -= {p for p in left if UNUSED_PARAM.search(p)}  # allocated, never applied
+        assert left == predicted[probe["draft"]], probe["draft"]

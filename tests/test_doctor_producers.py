@@ -21,25 +21,6 @@ from eagle3scope.doctor.diagnose import diagnose
 VERSIONS = ("0.5.10", "0.5.23")
 
 
-def build(name: str, root):
-    """(draft dir, target dir) of one producer's layout."""
-    llama, deepseek = dc.target(root / "llama-target"), dc.deepseek_target(root / "ds-target")
-    upper = {k.replace("layers.", "midlayer."): v for k, v in dc.modelopt_tensors(2).items()}
-    return {
-        "speculators": lambda: (dc.write(root / name, dc.tensors("layers.0."), dc.speculators_config()), llama),
-        "speculators-converted": lambda: (dc.write(root / name, dc.tensors("layers.0."), dc.speculators_converted_config()), llama),
-        "specforge": lambda: (dc.specforge(root / name), llama),
-        "sglang": lambda: (dc.write(root / name, dc.tensors(), dc.sglang_canonical_config()), llama),
-        "specforge-kimi": lambda: (dc.write(root / name, dc.tensors(), dc.specforge_kimi_config()), deepseek),
-        "modelopt": lambda: (dc.write(root / name, dc.modelopt_tensors(), dc.modelopt_config()), llama),
-        "modelopt-kimi": lambda: (dc.write(root / name, dc.modelopt_tensors(), dc.modelopt_config(target_layers=61)), deepseek),
-        "modelopt-2-layers": lambda: (dc.write(root / name, dc.modelopt_tensors(2), dc.modelopt_config(2)), llama),
-        "midlayer-N": lambda: (dc.write(root / name, upper, dc.modelopt_config(2)), llama),
-        "modelopt-mla": lambda: (dc.write(root / name, dc.modelopt_mla_tensors(), dc.modelopt_mla_config()), deepseek),
-        "eagle": lambda: (dc.write(root / name, dc.eagle_authors_tensors(), dc.eagle_authors_config()), llama),
-    }[name]()
-
-
 #: producer -> (recognised as, {release: finding ids that are errors}); no warnings anywhere.
 EXPECTED = {
     "speculators": ("speculators", {"0.5.10": {"weights-dropped", "config-speculators-format"},
@@ -64,7 +45,7 @@ EXPECTED = {
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("producer", sorted(EXPECTED))
 def test_verdicts(tmp_path, producer, version, with_target):
-    draft, target = build(producer, tmp_path)
+    draft, target = dc.producer_layout(producer, tmp_path)
     report = diagnose(draft, sglang_version=version, target_dir=target if with_target else None).to_dict()
     name, errors = EXPECTED[producer]
     assert report["producer"]["name"] == name
@@ -81,7 +62,7 @@ FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", 
 @pytest.mark.parametrize("with_target", [False, True], ids=["no-target", "target"])
 @pytest.mark.parametrize("producer", FIXABLE)
 def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_target):
-    draft, target = build(producer, tmp_path)
+    draft, target = dc.producer_layout(producer, tmp_path)
     args = ["--target", str(target)] if with_target else []
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), *args])
     assert result.exit_code == 0, result.output
@@ -97,7 +78,7 @@ def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_targ
 
 def test_seeds_case_first_line_and_a_copy_clean_on_both_releases(tmp_path):
     """speculators' layers.0.* draft for an old release: the first line names the silent skip."""
-    draft, target = build("speculators", tmp_path)
+    draft, target = dc.producer_layout("speculators", tmp_path)
     out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", "0.5.10"]).output
     assert out.splitlines()[0] == "`layers.0.*` will be silently skipped by SGLang 0.5.10"
     assert max(map(len, out.splitlines())) <= WIDTH
@@ -138,13 +119,13 @@ def test_trained_layers_no_release_pair_can_share_refuse_with_per_release_step(t
 
 
 def test_embeddings_id_needs_the_newer_release(tmp_path):
-    """speculators' id 0 is the input of layer 0: 0.5.23 captures it (configured -1), 0.5.10 cannot."""
+    """speculators' id 0 is the input of layer 0: 0.5.22+ capture it (configured -1), 0.5.10 cannot."""
     cfg = dc.speculators_config()
     cfg["eagle_aux_hidden_state_layer_ids"] = [0, 4, 5]
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), cfg)
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "old"), "--for-sglang", "0.5.10"])
     said = " ".join(result.output.split())
-    assert result.exit_code == 2 and "use SGLang 0.5.23+" in said and "retrain with ids >= 1" in said
+    assert result.exit_code == 2 and "use SGLang 0.5.22+" in said and "retrain with ids >= 1" in said
     result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "new"), "--for-sglang", "0.5.23"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "new" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 3, 4]
@@ -161,6 +142,7 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     assert result.exit_code == 0 and "does not implement speculators' norm_before_residual" in result.output
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
+    assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
 
 
 def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):
@@ -209,3 +191,58 @@ def test_every_text_line_fits_80_columns(tmp_path):
     for version in VERSIONS:
         out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", version]).output
         assert max(map(len, out.splitlines())) <= WIDTH, out
+
+
+# -- the capture rules (wire/aux_layers), against the engines' own set_eagle3_layers_to_capture ------
+
+RULE_CASES = [[1, 29, 57], [2, 30, 58], [0, 4, 5], [1, 3, 60], [3, 31, 61], [-1, 3, 4]]
+RULE_CLASSES = (("llama.py", "LlamaForCausalLM"), ("qwen3.py", "Qwen3ForCausalLM"),
+                ("deepseek_v2.py", "DeepseekV2ForCausalLM"), ("gpt_oss.py", "GptOssForCausalLM"))
+
+
+def _engine_method(version: str, file: str, cls: str):
+    """``cls.set_eagle3_layers_to_capture`` compiled from the engine venv's source, alone (no torch)."""
+    import ast
+    import os
+    from pathlib import Path
+    from typing import List, Optional
+
+    src = Path.home() / f".cache/eagle3scope/venv-sglang-{version}/lib/python3.11/site-packages/sglang/srt/models/{file}"
+    if not src.is_file():
+        if os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{src} is missing")
+        pytest.skip(f"SGLang {version} engine env not built")
+    tree = ast.parse(src.read_text())
+    node = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
+                if isinstance(f, ast.FunctionDef) and f.name == "set_eagle3_layers_to_capture")
+    namespace = {"Optional": Optional, "List": List}
+    exec(compile(ast.Module([node], []), str(src), "exec"), namespace)
+    return namespace["set_eagle3_layers_to_capture"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("file,cls", RULE_CLASSES)
+def test_family_rules_match_the_engine_source(version, file, cls):
+    from types import SimpleNamespace
+
+    from eagle3scope.wire.aux_layers import captured_for, family_rule
+
+    method = _engine_method(version, file, cls)
+    n = 61
+    for ids in [None, *RULE_CASES]:
+        fake = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True), config=SimpleNamespace(num_hidden_layers=n),
+                               model=SimpleNamespace(), capture_aux_hidden_states=False)
+        method(fake, ids)
+        assert fake.model.layers_to_capture == captured_for(ids, family_rule(cls, version), n), (cls, version, ids)
+
+
+def test_capture_problems_by_release():
+    from eagle3scope.wire.aux_layers import capture_problem, ids_for
+
+    assert capture_problem([0, 4, 5], 8, "LlamaForCausalLM", "0.5.10").startswith("SGLang 0.5.10 cannot capture")
+    assert capture_problem([0, 4, 5], 8, "LlamaForCausalLM", "0.5.22") is None
+    assert "not checked" in capture_problem([0, 4, 5], 8, "DeepseekV3ForCausalLM", "0.5.23")
+    assert capture_problem([2, 4, 8], 8, "GptOssForCausalLM", "0.5.23") is None  # the final state
+    assert "past the target" in capture_problem([2, 4, 8], 8, "GptOssForCausalLM", "0.5.16")
+    assert "past the target" in capture_problem([2, 4, 8], 8, "LlamaForCausalLM", "0.5.23")
+    assert ids_for([2, 4, 8], "+1-unless-final", 8) == [2, 4, 8] and ids_for([2, 4, 7], "+1-unless-final", 8) == [1, 3, 6]

@@ -108,19 +108,23 @@ def test_parse_floors_skips_empty_positions():
 
 
 class Publisher:
-    """A real PUB socket replaying a synthetic session in a thread, slowly enough to be subscribed to."""
+    """A real PUB socket replaying a synthetic session in a thread once a subscriber has connected."""
 
     def __init__(self, frames, *, delay_s: float = 0.0005) -> None:
         self.endpoint = fresh_ipc_endpoint()
         self.sock = zmq.Context.instance().socket(zmq.PUB)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(self.endpoint)
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_ACCEPTED)
         self.frames, self.delay = frames, delay_s
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        time.sleep(1.0)  # let the gate's SUB connect
+        # the stream's hello and load are sent once: wait until the gate's SUB has connected
+        if self.monitor.poll(60_000):
+            self.monitor.recv_multipart()
+        time.sleep(0.3)  # the subscription travels after the connection
         for f in self.frames:
             if self.stop.is_set():
                 return
@@ -134,6 +138,8 @@ class Publisher:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(10)
+        self.sock.disable_monitor()
+        self.monitor.close(0)
         self.sock.close(0)
 
 
@@ -174,4 +180,4 @@ def test_gate_times_out_inconclusive_with_exit_3(tmp_path):
     assert time.monotonic() - started < 20
     assert "only 0 of 10 decode steps" in done.stderr
     cases = junit_cases(tmp_path / "g.xml")
-    assert "collected" in failed(cases)
+    assert "complete" in failed(cases)

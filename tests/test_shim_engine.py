@@ -80,8 +80,8 @@ def models(engine_python, tiny_models, tmp_path_factory):
 
 
 
-def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3"):
-    """Run the prompts (greedy) with the shim publishing; return (frames, responses)."""
+def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperatures=(0.0,)):
+    """Run the prompts at each temperature (greedy first) with the shim publishing; return (frames, responses)."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = fresh_ipc_endpoint()
@@ -90,15 +90,17 @@ def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3"):
         with SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}) as srv:
             frames += sub.poll(timeout_ms=200)
 
-            def ask(prompt):
-                body = {"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}}
-                return srv.post("/generate", body)
+            def ask(request):
+                prompt, temperature = request
+                params = {"max_new_tokens": MAX_NEW, "temperature": temperature, "ignore_eos": True}
+                return srv.post("/generate", {"text": prompt, "sampling_params": params})
 
+            requests = [(p, t) for t in temperatures for p in PROMPTS]
             if concurrent:
                 with ThreadPoolExecutor(len(PROMPTS)) as pool:
-                    responses = list(pool.map(ask, PROMPTS))
+                    responses = list(pool.map(ask, requests))
             else:
-                responses = [ask(p) for p in PROMPTS]
+                responses = [ask(r) for r in requests]
             quiet_since = time.monotonic()
             while time.monotonic() - quiet_since < 1.5:
                 new = sub.poll(timeout_ms=200)
@@ -139,7 +141,9 @@ def _check_agreement(frames, responses):
 
 @pytest.fixture(scope="module")
 def healthy(models):
-    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"})
+    """Greedy requests, then the same prompts at temperature 0.8 (SGLang's sampling verify, which the
+    cpu_engine plugin enables on CPU)."""
+    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"}, temperatures=(0.0, 0.8))
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +180,17 @@ def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
     frames, responses = healthy
     # the sync guard was on: any item/tolist/blocking copy in a hook body would be a failed hook
     assert [b for b in _kind(frames, "hook") if b["status"] == "failed"] == []
-    _check_agreement(frames, responses)
+    _check_agreement(frames, responses)  # greedy and sampled requests alike
+
+
+def test_sampled_requests_take_the_sampling_verify_path(healthy):
+    _, responses = healthy
+    greedy, sampled = responses[: len(PROMPTS)], responses[len(PROMPTS) :]
+    # Greedy verify would commit the argmax and repeat the greedy answers; sampling verify draws
+    # from the target's distribution (a random tiny target's is flat), and drafts still get accepted.
+    assert sum(g["output_ids"] != s["output_ids"] for g, s in zip(greedy, sampled)) >= len(PROMPTS) - 1
+    assert all(len(s["output_ids"]) == MAX_NEW for s in sampled)
+    assert all(s["meta_info"]["spec_verify_ct"] > 0 for s in sampled)
 
 
 def test_broken_draft_facts_and_simulated_acceptance_agree(broken):

@@ -17,7 +17,7 @@ import json, logging, os, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="LOG %(message)s")
 os.environ.pop("EAGLE3SCOPE_ENDPOINT", None)
 import eagle3scope_shim
-from eagle3scope_shim import patching, plugin
+from eagle3scope_shim import plugin, seams
 from eagle3scope_shim.state import STATE
 
 out = {}
@@ -40,7 +40,7 @@ out["restored"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is origina
 out["restored_lazy"] = not hasattr(le3.LlamaModel.forward, "__wrapped__")
 out["env_after"] = os.environ.get("EAGLE3SCOPE_ENDPOINT")
 eagle3scope_shim.uninstall()
-patching.sglang_version = lambda: "1.0.0"
+seams.sglang_version = lambda: "1.0.0"
 out["refused"] = eagle3scope_shim.install("tcp://127.0.0.1:5999") is False
 out["refused_unpatched"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is original
 print("RESULT " + json.dumps(out))

@@ -8,7 +8,7 @@ import pytest
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
-from eagle3scope_shim.state import STATE, Step, around
+from eagle3scope_shim.state import STATE, HostRing, Step, around
 
 
 class Host(list):
@@ -115,3 +115,170 @@ def test_requested_endpoint(monkeypatch):
     assert state.requested_endpoint() == "tcp://127.0.0.1:5557"
     monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "tcp://127.0.0.1:6000")
     assert state.requested_endpoint() == "tcp://127.0.0.1:6000"
+
+
+# -- the ring of reusable host buffers: one slot and one event per step ---------------------------
+class FakeEvent:
+    """Stands in for ``torch.cuda.Event``: ``record`` queues it, ``complete`` is the device catching up."""
+
+    def __init__(self):
+        self.done, self.records, self.waits = True, 0, 0
+
+    def record(self):
+        self.done, self.records = False, self.records + 1
+
+    def query(self):
+        return self.done
+
+    def complete(self):
+        self.done = True
+
+    def synchronize(self):  # the publisher thread's wait; never called on the hot path
+        self.waits += 1
+        self.done = True
+
+
+def _round(ring):
+    """What one published step does with the ring: take a slot, record its event after the copies."""
+    slot = ring.acquire()
+    if slot is not None:
+        HostRing.record(slot)
+    return slot
+
+
+def test_ring_wraps_around_and_reuses_the_same_buffers():
+    ring = HostRing(3, FakeEvent, capacity=256)
+    seen = []
+    for i in range(10):
+        slot = _round(ring)
+        slot.buffers.setdefault("draft", object())  # allocated once per slot, then reused
+        seen.append((slot.index, slot.buffers["draft"]))
+        slot.event.complete()
+        HostRing.release(slot)
+    assert [i for i, _ in seen] == [0, 1, 2] * 3 + [0]
+    assert all(buf is seen[i % 3][1] for i, (_, buf) in enumerate(seen))
+    assert ring.acquired == 10 and ring.dropped == 0
+    assert all(s.event.waits == 0 for s in ring.slots)  # acquire only queries
+
+
+def test_a_slot_whose_event_is_pending_is_not_reused_and_the_step_is_dropped():
+    ring = HostRing(2, FakeEvent)
+    first = _round(ring)
+    HostRing.release(first)  # the reader let go, but the device copies are still in flight
+    second = _round(ring)
+    HostRing.release(second)
+    second.event.complete()
+    assert ring.acquire() is None and ring.acquire() is None  # ring wrapped onto the pending slot
+    assert ring.dropped == 2 and ring.acquired == 2
+    first.event.complete()
+    assert ring.acquire() is first  # the same slot once its copies are done; no slot skipped
+    assert ring.acquire() is second
+
+
+def test_a_slot_its_reader_still_holds_is_not_reused_even_when_its_copies_are_done():
+    ring = HostRing(1, None)  # CPU: no event, copies are done when copy_ returns
+    slot = _round(ring)
+    assert slot.event is None and not slot.recorded
+    assert [ring.acquire() for _ in range(3)] == [None, None, None]
+    HostRing.release(slot)
+    assert ring.acquire() is slot and ring.dropped == 3
+
+
+class PublisherStub:
+    def __init__(self, accept=True):
+        self.accept, self.submitted, self.dropped = accept, [], []
+
+    def submit(self, kind, payload, finalize=None):
+        if self.accept:
+            self.submitted.append((kind, payload, finalize))
+        return self.accept
+
+    def drop(self, kind):
+        self.dropped.append(kind)
+
+
+class Mode:
+    def is_extend(self):
+        return False
+
+
+class Batch:
+    forward_mode = Mode()
+    reqs = ()
+
+
+@pytest.fixture
+def shim(clean_state, monkeypatch):
+    monkeypatch.setattr(STATE, "step", None)
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setattr(STATE, "workers", [])
+    monkeypatch.setattr(STATE, "seq", 0)
+    return clean_state
+
+
+def test_a_step_without_a_free_slot_is_counted_as_dropped_not_published(shim, monkeypatch):
+    ring = HostRing(1, FakeEvent)
+    held = ring.acquire()  # the publisher has not finished with the only slot
+    monkeypatch.setattr(STATE, "ring", ring)
+    monkeypatch.setattr(STATE, "publisher", PublisherStub())
+    step_hook, verify_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["verify_v2"]("u.verify")
+
+    class Untouched:  # a device tensor the hook must not copy: there is no slot for it
+        device = type("Device", (), {"type": "cuda"})()
+
+        def __getattr__(self, name):
+            pytest.fail(f"snapshotted without a free slot ({name})")
+
+    result = type("R", (), {"accept_lens": Untouched(), "next_token_ids": Untouched()})()
+    step_hook(lambda self, b: verify_hook(lambda s, b: result, None, b), None, Batch())
+    assert STATE.publisher.dropped == ["step"] and STATE.publisher.submitted == []
+    assert ring.dropped == 1 and shim.disabled == set()  # dropped, not a failure
+    HostRing.release(held)
+
+
+def test_the_publisher_releases_the_slot_after_waiting_for_its_event(shim):
+    ring = HostRing(1, FakeEvent)
+    step = Step()
+    step.slot = _round(ring)
+    step.verify = ("v1", [1], Host([10, 11]))
+    body = hooks.finalize_step((1, 0, ["r"], step, None))
+    assert body["accepted_ids"] == [[10, 11]] and step.slot.event.waits == 1
+    assert ring.acquire() is step.slot  # free again
+
+
+def test_a_step_the_publisher_queue_refuses_gives_its_slot_back(shim, monkeypatch):
+    ring = HostRing(1, FakeEvent)
+    monkeypatch.setattr(STATE, "ring", ring)
+    monkeypatch.setattr(STATE, "publisher", PublisherStub(accept=False))
+
+    def round_(self, batch):
+        STATE.step.slot = ring.acquire()  # as snap does at the first copy
+        STATE.step.verify = ("v1", [0], Host([3]))
+
+    hooks.FACTORIES["step"]("u.step")(round_, None, Batch())
+    assert ring.slots[0].busy is False and ring.slots[0].recorded
+
+
+def test_the_publisher_is_woken_per_full_batch_not_per_event(tmp_path):
+    """Signalling the publisher thread on every step cost the scheduler's thread ~3 % (py-spy):
+    a submit wakes it only when ``wake_batch`` events wait; otherwise it polls."""
+    import time
+
+    from eagle3scope_shim.publisher import Publisher
+
+    pub = Publisher(f"ipc://{tmp_path}/pub", "t", flush_interval_s=0.05, wake_batch=8, heartbeat_interval_s=60)
+    wakes = []
+    set_event = pub._wake.set
+    pub._wake.set = lambda: (wakes.append(len(pub._ring)), set_event())
+    pub.start()
+    try:
+        for i in range(64):
+            pub.submit("hook", {"seam": f"s{i}", "status": "ok", "detail": ""})
+            time.sleep(0.001)
+        deadline = time.monotonic() + 5
+        while pub.queued and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pub.queued == 0 and pub.dropped == 0
+        assert wakes == [8] * len(wakes) and len(wakes) <= 64 // 8, wakes  # only full batches wake it
+    finally:
+        pub.close()

@@ -26,7 +26,7 @@ from eagle3scope.tui import themes  # noqa: E402
 from eagle3scope.tui.app import SPEEDS, ScopeApp, parse_seek  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed, ReplayFeed  # noqa: E402
 from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScreen  # noqa: E402
-from eagle3scope.tui.widgets import Timeline  # noqa: E402
+from eagle3scope.tui.panels import Timeline  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -381,3 +381,25 @@ async def test_draft_panel_decodes_with_the_targets_tokenizer(tmp_path):
         assert proposed.plain.split() == ["the", "cat", "sat"] and committed.plain.split() == ["the", "on"]
         rejected = [proposed.plain[span.start : span.end] for span in proposed.spans if "reverse" in str(span.style)]
         assert rejected == ["cat"]  # position 2 (the first rejected) is the highlighted one
+
+
+@run_async
+async def test_history_plot_marks_where_an_aux_config_segment_starts(tmp_path):
+    """A live aux-layer change starts a new segment; the acceptance history shows where (┊)."""
+    from eagle3scope.wire import Frame, decode_frame, encode_frame
+
+    frames = [decode_frame(raw) for raw in session_frames(300, src="dp0", bs=2, seed=7)]
+    at = next(i for i, f in enumerate(frames) if f.kind == "step" and f.body["seq"] == 150)
+    config = {"layers": [1, 14, 28], "captured": [2, 15, 29], "applied": True, "reason": "", "origin": "control",
+              "request_id": "r1"}
+    frames.insert(at, Frame("config", "dp0", 0, frames[at].t, config))
+    raws = [encode_frame(f.kind, f.body, src=f.src, n=n, t=f.t) for n, f in enumerate(frames)]
+    app = paused_app(write_recording(tmp_path / "segments.e3s", raws), speed=64.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await play_to_end(app, pilot)
+        plot = app.query_one("#acc-history")
+        assert len(plot.marks) == 1 and 0 < plot.marks[0] < len(plot.points)
+        decode_steps = [f for f in frames if f.kind == "step"]
+        assert plot.marks[0] == len(plot.points) - sum(1 for f in decode_steps if f.body["seq"] >= 150)
+        assert any(role == "segment" for row in plot.rows(plot.size.width, plot.size.height) for _, role in row)
+        assert "┊" in screen_text(app)

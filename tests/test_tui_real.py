@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("textual")
 
 from tui_support import (  # noqa: E402
-    cumulative_mean, paused_app, play_to_end, recorded_frames, run_async, screen_text, steps_of,
+    PANEL_KEYS, cumulative_mean, paused_app, play_to_end, recorded_frames, replay_with_panel, run_async, screen_text,
+    steps_of,
 )
 
 from eagle3scope.tui.screens import ViolationScreen  # noqa: E402
@@ -46,3 +47,23 @@ async def test_aux_off_recording_names_the_break_with_a_fix(scenario_result):
         assert f"{first.severity.upper()}  {first.id}" in shown and first.title in shown
         assert "Why it matters" in shown and first.fix[:40] in shown.replace("\n", " ")
         assert f"first seen at step {first.first_seq}" in shown
+
+
+def test_aux_off_recording_fires_the_same_rules_whatever_panel_and_as_check(scenario_result):
+    """The real break is found with any panel on screen, at the first_seq ``check`` reports."""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner
+
+    from eagle3scope.cli import main
+
+    recording = scenario_result("aux-off")["recording"]
+    seen = {name: asyncio.run(replay_with_panel(recording, key)) for name, key in PANEL_KEYS.items()}
+    violations, events = seen["overview"]
+    assert {"aux-capture-off", "fc-bypassed"} & {v[0] for v in violations}, violations
+    for name, other in seen.items():
+        assert other == (violations, events), name
+    result = CliRunner().invoke(main, ["check", str(recording), "--json"])
+    checked = {(v["id"], v["src"], v["severity"], v["first_seq"], v["active"]) for v in json.loads(result.output)["violations"]}
+    assert set(violations) == checked

@@ -82,3 +82,22 @@ async def play_to_end(app, pilot) -> str:
     app.refresh_view(force=True)
     await pilot.pause()
     return screen_text(app)
+
+
+#: The main panels and the key that shows each.
+PANEL_KEYS = {"overview": "1", "aux": "2", "draft": "3", "events": "4"}
+
+
+def rules_and_events(state) -> tuple[list, list]:
+    """What fired (id, src, severity, first_seq, active) and the event log, as the state holds them."""
+    return ([(v.id, v.src, v.severity, v.first_seq, v.active) for v in state.violations()],
+            [(e.t_ns, e.src, e.level, e.text) for e in state.events])
+
+
+async def replay_with_panel(recording, key: str, size=(120, 40)) -> tuple[list, list]:
+    """Replay ``recording`` to its end with the panel of ``key`` on screen the whole time."""
+    app = paused_app(recording, speed=64.0)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press(key)
+        await play_to_end(app, pilot)
+        return app.feed.read(rules_and_events)

@@ -1,5 +1,6 @@
-"""Statistics and contract rules over the event stream; shared by the TUI, ``check`` and tests."""
+"""The session state, its statistics and contract rules, and the views the panels draw; shared by
+the TUI, ``check``, ``gate``, the exporter and tests."""
 
-from eagle3scope.analysis.rules import RULE_IDS, RULES, Rule, Violation  # noqa: F401
+from eagle3scope.analysis.rules import CONTRACT_RULES, RULE_IDS, Rule, Violation  # noqa: F401
 from eagle3scope.analysis.state import ConfigSegment, Event, PassStats, PublisherView, SessionState, analyse  # noqa: F401
 from eagle3scope.analysis.stats import AcceptanceStats, Tally  # noqa: F401

@@ -306,7 +306,7 @@ def hook_failed(pub: PublisherView) -> dict | None:
     # hello re-sends every seam's status (a viewer may have missed the hook frames); hook frames are newer
     statuses = {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
     bad = {seam: status for seam, status in statuses.items() if status in ("failed", "missing")}
-    failures = (pub.heartbeat or {}).get("hook_failures") or 0
+    failures = pub.loss.hook_failures
     if not bad and not failures:
         return None
     return {"seams": bad, "hook_failures": failures,
@@ -314,10 +314,10 @@ def hook_failed(pub: PublisherView) -> dict | None:
 
 
 def frames_lost(pub: PublisherView) -> dict | None:
-    dropped = (pub.heartbeat or {}).get("dropped") or 0
-    if not (pub.gaps or dropped):
+    loss = pub.loss
+    if not loss.lost:
         return None
-    return {"lost_in_transit": pub.gaps, "dropped_by_shim": dropped, "frames_received": pub.frames}
+    return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.shim_dropped, "frames_received": loss.frames}
 
 
 def _fc_trained(pub: PublisherView) -> bool | None:
@@ -339,7 +339,7 @@ def _aux_severity(evidence: dict) -> str:
     return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
 
 
-RULES: tuple[Rule, ...] = (
+CONTRACT_RULES: tuple[Rule, ...] = (
     Rule(
         "aux-capture-off", _opted_out_severity, "EAGLE-3 draft, but the target captures no aux hidden states",
         aux_capture_off,
@@ -434,7 +434,7 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-RULE_IDS = tuple(r.id for r in RULES)
+RULE_IDS = tuple(r.id for r in CONTRACT_RULES)
 
 
 def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Violation | None:

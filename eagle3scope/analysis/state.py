@@ -2,8 +2,10 @@
 
 :class:`SessionState` folds a stream of :class:`~eagle3scope.wire.Frame` objects (live or from a
 recording) into per-publisher views, acceptance statistics, draft-pass counters, aux-config
-segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering, no
-rule evaluation); ``violations()`` evaluates the contract rules on demand.
+segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering). It
+also evaluates the contract rules on one schedule, after every non-step frame and every
+``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
+violations at the same ``first_seq`` whatever is on screen; ``violations()`` only reads them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from eagle3scope.analysis.rules import RULES, SEVERITY_ORDER, Violation, evaluate
+from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import Frame
+from eagle3scope.wire.aux_layers import family_rule
+from eagle3scope.wire.loss import FrameLoss
+
+#: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
+#: seq of its own reports a ``first_seq`` at most this many steps late.
+RULES_EVERY = 64
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ class ConfigSegment:
     captured: list | None = None
     tally: Tally = field(default_factory=Tally)
     k: int = 0
+    start_step: int | None = None  # the session's decode-step count where it starts (plot marks)
 
     @property
     def steps(self) -> int:
@@ -87,13 +96,10 @@ class PublisherView:
     src: str
     hello: dict | None = None
     load: dict | None = None
-    heartbeat: dict | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}
     configs: list = field(default_factory=list)  # config bodies, in order
-    gaps: int = 0  # frames lost in transit (holes in the frame counter)
-    last_n: int | None = None
+    loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
-    frames: int = 0
     last_seq: int | None = None
     acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
     passes: dict = field(default_factory=dict)  # mode -> PassStats
@@ -112,6 +118,12 @@ class PublisherView:
         return (self.hello or {}).get("server_args") or {}
 
     @property
+    def aux_rule(self) -> str | None:
+        """How this target's family turns configured aux ids into captured layers (None: unknown family)."""
+        target = (self.load or {}).get("target_class")
+        return family_rule(str(target), (self.hello or {}).get("sglang_version")) if target else None
+
+    @property
     def num_steps(self) -> int | None:
         value = self.server_args.get("num_steps")
         return value if type(value) is int and value > 0 else None
@@ -125,7 +137,8 @@ class SessionState:
     keeping a reference. Per-publisher figures are on ``publishers[src]``.
     """
 
-    def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096) -> None:
+    def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096,
+                 rules_every: int = RULES_EVERY) -> None:
         self.publishers: dict[str, PublisherView] = {}
         self.acceptance = AcceptanceStats(window, history)
         self.passes: dict[str, PassStats] = {}
@@ -137,6 +150,8 @@ class SessionState:
         self.unknown_frames = 0
         self._window = window
         self._history = history
+        self.rules_every = rules_every
+        self._steps_since_rules = 0
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
         self._forked = False
@@ -148,18 +163,18 @@ class SessionState:
         pub = self.publishers.get(frame.src)
         if pub is None:
             pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
-        last_n = pub.last_n
-        if last_n is not None and frame.n != last_n + 1:
-            self._counter_jump(pub, frame, last_n)
-        pub.last_n = frame.n
+        for text in pub.loss.observe(frame):
+            self.note(frame.src, "warning", text, frame.t)
         pub.last_seen_t = frame.t
-        pub.frames += 1
         kind = frame.kind
         if kind == "step":
             self._step(pub, frame.body, frame.t)
-        elif kind == "heartbeat":
-            self._heartbeat(pub, frame)
-        elif kind == "hello":
+            self._steps_since_rules += 1
+            if self._steps_since_rules >= self.rules_every:
+                self._steps_since_rules = 0
+                self.evaluate_rules()
+            return
+        if kind == "hello":
             self._hello(pub, frame)
         elif kind == "load":
             if pub.load is None:
@@ -169,16 +184,9 @@ class SessionState:
             self._config(pub, frame)
         elif kind == "hook":
             self._hook(pub, frame)
-        else:
+        elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
             self.unknown_frames += 1
-
-    def _counter_jump(self, pub: PublisherView, frame: Frame, last_n: int) -> None:
-        if frame.n > last_n + 1:
-            lost = frame.n - last_n - 1
-            pub.gaps += lost
-            self.note(pub.src, "warning", f"{lost} frame(s) lost in transit (frame {last_n} -> {frame.n})", frame.t)
-        else:
-            self.note(pub.src, "warning", f"frame counter went back ({last_n} -> {frame.n}): publisher restarted?", frame.t)
+        self.evaluate_rules()
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
@@ -247,6 +255,8 @@ class SessionState:
         segment = self.segments[-1]
         if segment.start_seq is None:
             segment.start_seq = seq
+        if segment.start_step is None:
+            segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus))
 
@@ -259,15 +269,6 @@ class SessionState:
         elif not self._forked:
             self._forked = True
             self.acceptance, self.passes = copy.deepcopy(self._solo.acceptance), copy.deepcopy(self._solo.passes)
-
-    def _heartbeat(self, pub: PublisherView, frame: Frame) -> None:
-        prev = pub.heartbeat or {}
-        body = frame.body
-        for key, label in (("dropped", "frame(s) dropped by the shim"), ("hook_failures", "hook failure(s)")):
-            grew = (body.get(key) or 0) - (prev.get(key) or 0)
-            if grew > 0:
-                self.note(pub.src, "warning", f"{grew} new {label} (total {body.get(key)})", frame.t)
-        pub.heartbeat = body
 
     def _hello(self, pub: PublisherView, frame: Frame) -> None:
         if pub.hello is None or pub.hello.get("pid") != frame.body.get("pid"):
@@ -289,7 +290,9 @@ class SessionState:
             self.segments.append(
                 ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
             )
-            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')})", frame.t)
+            pause = body.get("pause_ms")
+            paused = "" if pause is None else f"; graphs recaptured, serving paused {pause:.0f} ms"
+            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')}){paused}", frame.t)
         else:
             self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
 
@@ -303,7 +306,7 @@ class SessionState:
     def forget_counters(self) -> None:
         """Accept the next frame of every publisher without a gap check (after a replay seek)."""
         for pub in self.publishers.values():
-            pub.last_n = None
+            pub.loss.resync()
 
     def note(self, src: str, level: str, text: str, t_ns: int | None = None) -> None:
         """Add a line to the event log (also used by readers for schema errors)."""
@@ -311,16 +314,16 @@ class SessionState:
 
     # -- rules ------------------------------------------------------------------------------
 
-    def violations(self) -> list[Violation]:
-        """Evaluate every rule for every publisher.
+    def evaluate_rules(self) -> None:
+        """Evaluate every rule for every publisher now (``ingest`` does it on its schedule).
 
         A violation that fired once stays listed (with the ``first_seq`` at which it was first
         seen) even when its condition no longer holds: ``active`` tells whether it still does.
         A silent break that healed itself is still worth knowing about, and ``check`` must
-        report it even if the recording ends healthy.
+        report it even if the recording ends healthy. A first firing adds an event-log line.
         """
         for pub in self.publishers.values():
-            for rule in RULES:
+            for rule in CONTRACT_RULES:
                 key = (rule.id, pub.src)
                 previous = self._fired.get(key)
                 current = evaluate(rule, pub, previous)
@@ -328,23 +331,18 @@ class SessionState:
                     self._fired[key] = current
                     if previous is None:
                         self.note(pub.src, current.severity, f"{current.id}: {current.title}", pub.last_seen_t)
+
+    def violations(self) -> list[Violation]:
+        """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
 
 
-def analyse(frames: Iterable[Frame], *, every: int = 64, state: SessionState | None = None) -> SessionState:
-    """Fold ``frames`` into a state, evaluating the rules after every non-step frame and every
-    ``every`` steps, so that a break that heals before the end is still listed, with a
-    ``first_seq`` at most ``every`` steps late for rules without their own first-seen seq."""
-    state = state or SessionState()
-    since = 0
+def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionState:
+    """Fold ``frames`` into a state (rules on ingest's schedule, ``every`` steps apart) and
+    evaluate the rules once more at the end, so the state says how the stream ended."""
+    state = SessionState(rules_every=every)
+    ingest = state.ingest
     for frame in frames:
-        state.ingest(frame)
-        if frame.kind != "step":
-            state.violations()
-            continue
-        since += 1
-        if since >= every:
-            since = 0
-            state.violations()
-    state.violations()
+        ingest(frame)
+    state.evaluate_rules()
     return state

@@ -68,6 +68,10 @@ def list_cmd(control, token_file, as_json, timeout) -> None:
                f"captured: {reply['captured']} ({'on' if reply['capture_on'] else 'OFF'})")
     if not reply["changeable"]:
         click.echo(f"live changes refused: {reply['why_not']}")
+    elif (reply.get("graphs") or {}).get("captured"):
+        last = reply["graphs"].get("last_pause_ms")
+        click.echo("CUDA graphs captured: changes need --recapture (serving pauses while the target's graphs are "
+                   "captured again)" + ("" if last is None else f"; last recapture paused {last:.0f} ms"))
     if reply.get("pending"):
         click.echo(f"pending request: {reply['pending']} (applies at the next step)")
     click.echo("presets:")
@@ -80,11 +84,22 @@ def list_cmd(control, token_file, as_json, timeout) -> None:
                    f"{b['mean_accept_length']:.3f} over {b['steps']} steps")
 
 
+_RECAPTURE_HELP = ("Where the server replays CUDA graphs, recapture them with the new set between two steps "
+                   "(serving pauses for the capture; the pause is reported). Without it such a server refuses.")
+
+
+def _paused(reply: dict) -> str:
+    pause = reply.get("pause_ms")
+    return "" if pause is None else f"; graphs recaptured, serving paused {pause:.0f} ms"
+
+
 @command.command(name="set")
 @click.argument("ids")
-@click.option("--wait", "wait_s", default=2.0, show_default=True, help="Seconds the server waits for a step to apply it.")
+@click.option("--wait", "wait_s", default=None, type=float,
+              help="Seconds the server waits for a step to apply it (default 2; 120 with --recapture).")
+@click.option("--recapture", is_flag=True, help=_RECAPTURE_HELP)
 @_channel_options
-def set_cmd(ids, wait_s, control, token_file, as_json, timeout) -> None:
+def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> None:
     """Apply IDS such as 1,3,4 (the draft config's numbering) at the server's next step."""
     from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
@@ -92,11 +107,13 @@ def set_cmd(ids, wait_s, control, token_file, as_json, timeout) -> None:
         layers = parse_ids(ids)
     except LayerError as exc:
         raise click.BadParameter(str(exc), param_hint="IDS") from None
-    reply = _call(lambda: _client(control, token_file, timeout).set(layers, wait_s=wait_s))
+    if wait_s is None:
+        wait_s = 120.0 if recapture else 2.0
+    reply = _call(lambda: _client(control, token_file, timeout).set(layers, wait_s=wait_s, recapture=recapture))
     if as_json:
         click.echo(json.dumps(reply))
     elif reply["status"] == "applied":
-        click.echo(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}")
+        click.echo(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}{_paused(reply)}")
     else:
         click.echo(f"queued {_ids(reply['layers'])} (request {reply['id']}): no step ran yet; it applies at the next "
                    "step and a config event reports it")
@@ -113,8 +130,10 @@ def set_cmd(ids, wait_s, control, token_file, as_json, timeout) -> None:
 @click.option("--keep", type=click.Choice(["restore", "best"]), default="restore", show_default=True,
               help="What stays applied afterwards: the ids in effect before, or the best preset.")
 @click.option("--no-save", is_flag=True, help="Do not record the results in the draft's profile.")
+@click.option("--recapture", is_flag=True, help=_RECAPTURE_HELP + " Each preset then pauses serving once.")
 @_channel_options
-def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, control, token_file, as_json, timeout) -> None:
+def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, recapture, control, token_file, as_json,
+              timeout) -> None:
     """Apply each preset in turn and print its mean acceptance length from the live step stream."""
     from eagle3scope.control import profiles
     from eagle3scope.control.cycle import CycleError, best, run_cycle, wait_for_stream
@@ -126,6 +145,9 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, co
     info = _call(client.list)
     if not info["changeable"]:
         raise click.ClickException(f"this server refuses live changes: {info['why_not']}")
+    if (info.get("graphs") or {}).get("captured") and not recapture:
+        raise click.ClickException("this server replays CUDA graphs captured with the current aux set: pass "
+                                   "--recapture to recapture them for each preset (serving pauses each time)")
     try:
         custom_ids = parse_ids(custom) if custom else None
     except LayerError as exc:
@@ -143,8 +165,9 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, co
 
     def progress(m):
         mean = "-" if m.mean_accept_length is None else f"{m.mean_accept_length:.3f}"
+        paused = "" if m.pause_ms is None else f"  (paused {m.pause_ms:.0f} ms)"
         say(f"  {m.preset:<20} {_ids(m.layers):<14} steps {m.steps:>4}  mean accept length {mean:>6}  "
-            f"{m.status if m.status != 'measured' else ''} {m.note}".rstrip())
+            f"{m.status if m.status != 'measured' else ''} {m.note}".rstrip() + paused)
 
     restore = info["current"] if info["current"] is not None else ids_for(info["captured"], info["rule"])
     results: list = []
@@ -152,7 +175,8 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, co
         try:
             wait_for_stream(sub)
             say(f"cycling {len(chosen)} presets ({f'{steps} steps' if steps else f'{seconds}s'} each, settle {settle}):")
-            results = run_cycle(client, sub, chosen, steps=steps, seconds=seconds, settle=settle, progress=progress)
+            results = run_cycle(client, sub, chosen, steps=steps, seconds=seconds, settle=settle, progress=progress,
+                                recapture=recapture)
         except CycleError as exc:
             raise click.ClickException(str(exc)) from None
         finally:
@@ -160,7 +184,7 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, co
             final = top.layers if keep == "best" and top is not None else restore
             try:
                 if final is not None:
-                    client.set(final, wait_s=5.0)
+                    client.set(final, wait_s=120.0 if recapture else 5.0, recapture=recapture)
             except ControlError as exc:
                 say(f"warning: could not leave {_ids(final)} applied: {exc}")
     top = best(results)

@@ -14,19 +14,10 @@ import time
 
 import click
 
-from eagle3scope.analysis import SessionState, Violation, analyse
-from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, judge, \
-    parse_floors, verdict
+from eagle3scope.analysis import analyse
+from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
+    check_result, judge, parse_floors, verdict
 from eagle3scope.gate.junit import write_junit
-
-
-def report(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
-    """The ``--json`` object: summary plus every violation that fired."""
-    summary = state.acceptance.summary()
-    summary["publishers"] = sorted(state.publishers)
-    summary["frames"] = state.frames
-    summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
-    return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 
 def _fmt(value: object) -> str:
@@ -68,9 +59,9 @@ def render_text(result: dict) -> str:
 def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from eagle3scope.analysis import RULES
+    from eagle3scope.analysis import CONTRACT_RULES
 
-    for rule in RULES:
+    for rule in CONTRACT_RULES:
         severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
         click.echo(f"{rule.id:26} {severity:14} {rule.title}")
     ctx.exit(0)
@@ -103,20 +94,22 @@ def thresholds_from(fail_on: str, min_accept_length: float | None, min_per_posit
 
 def conclude(ctx: click.Context, result: dict, thresholds: Thresholds, *, as_json: bool, junit_path: str | None,
              suite: str, elapsed_s: float, properties: dict, incomplete: str | None = None) -> None:
-    """Judge, print, write JUnit, exit: the shared tail of ``check`` and ``gate``."""
+    """Judge, print, write JUnit, exit: the shared tail of ``check`` and ``gate``.
+
+    A failed check exits 1 even on incomplete evidence (what was seen is already wrong); only when
+    nothing failed does ``incomplete`` (too few steps, damaged file parts) exit 3.
+    """
     checks = judge(result, thresholds)
-    judged_passed = verdict(checks)["passed"]
+    failed = not all(c.passed for c in checks)
     if incomplete:
-        checks.append(Check("run", "collected", False, incomplete))
+        checks.append(Check("run", "complete", False, incomplete))
     result["gate"] = verdict(checks)
     click.echo(json.dumps(result) if as_json else render_text(result))
     if incomplete and not as_json:
         click.echo(f"INCOMPLETE: {incomplete}", err=True)
     if junit_path:
         write_junit(junit_path, checks, suite=suite, elapsed_s=elapsed_s, properties=properties)
-    if not judged_passed:
-        ctx.exit(EXIT_FAIL)
-    ctx.exit(EXIT_INCOMPLETE if incomplete else EXIT_PASS)
+    ctx.exit(EXIT_FAIL if failed else EXIT_INCOMPLETE if incomplete else EXIT_PASS)
 
 
 @click.command(help=__doc__)
@@ -141,7 +134,7 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
         state = analyse(frame for _, frame in reader.frames())
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
-    result = report(state, state.violations(), errors, complete)
+    result = check_result(state, state.violations(), errors, complete)
     damaged = f"{len(errors)} damaged part(s) of the recording were skipped" if errors else None
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
              elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)

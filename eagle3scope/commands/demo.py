@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from eagle3scope.demo import scenarios
+from eagle3scope.demo import families
 from eagle3scope.demo.server import ServerError, cache_dir, engine_python
 
 REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -39,61 +39,90 @@ def ensure_engine_env() -> Path:
     return python
 
 
-def ensure_models(python: Path):
-    """The demo models' paths, built once with the engine venv's torch (progress shown)."""
-    from eagle3scope.demo.models import ensure_demo_models
-
-    _say("preparing demo models (cached after the first run; the first build trains for a few minutes)")
+def ensure_models(python: Path, family: str = "llama"):
+    """The family's demo models' paths, built once with the engine venv's torch (progress shown)."""
+    _say(f"preparing {family} demo models (cached after the first run; the first build trains for a few minutes)")
     try:
-        return ensure_demo_models(cache_dir(), progress=_say, python=python)
+        return families.ensure_models(family, cache_dir(), progress=_say, python=python)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
 
 
+def _all_scenarios() -> list[str]:
+    return sorted({name for family in families.FAMILIES for name in families.scenarios_of(family)})
+
+
 @click.command(name="demo")
-@click.option("--scenario", type=click.Choice(sorted(scenarios.SCENARIOS)), default="healthy", show_default=True,
-              help="Which real failure to reproduce through the real engine.")
+@click.option("--family", type=click.Choice(families.FAMILIES), default="llama", show_default=True,
+              help="Model family: the Llama demo, or the seeds' DeepseekV3 / Kimi-K2.5 family (MLA + MoE).")
+@click.option("--scenario", type=click.Choice(_all_scenarios()), default="healthy", show_default=True,
+              help="Which real failure to reproduce through the real engine (the family's own list).")
 @click.option("--headless", is_flag=True, help="No screen: record events to --record instead.")
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
-              help="With --headless: stop after this many step events.")
+              help="With --headless: stop after this many decode steps. A step is one verify pass of the "
+                   "running batch that commits tokens (what `check` reports as steps); prefills are not counted.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="With --headless: session file to write (required there).")
 @click.option("--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Requests in flight.")
+@click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
+              help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
+                   "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
 @click.option("--control/--no-control", default=True, show_default=True,
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
 @click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
 @click.option("--prepare-only", is_flag=True, help="Build the engine env and demo models, then exit.")
-def command(scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int, control: bool,
-            theme: str | None, prepare_only: bool) -> None:
+@click.option("--story", is_flag=True,
+              help="The seeds' investigation on their model family (DeepseekV3 as Kimi-K2.5): the broken setup served, "
+                   "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
+def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
+            temperatures: tuple[float, ...], control: bool, theme: str | None, prepare_only: bool,
+            story: bool) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
-    if headless and not record_path:
+    if story:
+        family = "deepseek"
+    elif headless and not record_path:
         raise click.UsageError("--headless needs --record FILE")
+    offered = families.scenarios_of(family)
+    if scenario not in offered:
+        raise click.UsageError(f"the {family} family has no scenario {scenario!r}; it has: {', '.join(sorted(offered))}")
     python = ensure_engine_env()
-    models = ensure_models(python)
+    models = ensure_models(python, family)
     if prepare_only:
         _say(f"ready: engine {python}, models {models.root}")
         return
+    if story:
+        from eagle3scope.commands.demo_story import run_story
+
+        try:
+            run_story(models, python=python, screen=not headless, steps=steps if headless else 60, say=_say,
+                      workdir=cache_dir() / "story" / str(os.getpid()))
+        except (ServerError, RuntimeError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            _say("interrupted; everything stopped")
+        return
     from eagle3scope.demo.runner import ScenarioRun
 
-    _say(f"scenario {scenario}: {scenarios.SCENARIOS[scenario].summary}")
-    run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python,
-                      log_path=cache_dir() / "logs" / f"demo-{scenario}-{os.getpid()}.log")
+    _say(f"{family} scenario {scenario}: {offered[scenario].summary}")
+    run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
+                      log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
+                      temperatures=temperatures or None)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:
             _say(f"server up in {run.server.startup_s:.0f} s at {run.server.url}; shim publishing on {run.endpoint}")
             if headless:
                 run.record(record_path, steps)
-                _say(f"recorded {steps} steps to {record_path}")
+                _say(f"recorded {steps} decode steps to {record_path}")
             else:
                 from eagle3scope.tui.app import run_watch
 
                 client = None
-                if run.control:
+                if run.control_endpoint:
                     from eagle3scope.control.client import ControlClient
 
-                    client = ControlClient.from_options(run.control, str(run.token_file))
-                run_watch([run.endpoint], theme=theme, control=client)
+                    client = ControlClient.from_options(run.control_endpoint, str(run.token_file))
+                run_watch([run.endpoint], theme=theme, aux_client=client)
     except (ServerError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -35,8 +35,10 @@ def what_to_do(report: dict) -> list[str]:
     fixable = report["fixable"]
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     if errors and not report["refusals"]:
-        steps.append(f"eagle3scope fix {report['draft']} --out NEW_DIR: repairs all of it (renames, config, "
-                     "d2t), then checks the copy")
+        parts = (["key renames"] if fixable["renames"] else []) + (["config"] if fixable["config_edits"] else []) \
+            + (["d2t"] if fixable["d2t_to_offsets"] else [])
+        steps.append(f"eagle3scope fix {report['draft']} --out NEW_DIR: repairs all of it ({', '.join(parts)}), "
+                     "then checks the copy")
     elif report["refusals"]:
         steps += [f"{f['fix']}" for f in errors if f["fix"] and "eagle3scope fix" not in f["fix"]][:3]
         if any(fixable.values()):

@@ -1,9 +1,9 @@
 """``eagle3scope gate --connect E --steps N``: a deployment canary for a running server.
 
 Collects N decode steps from the shim(s), then judges them as ``check`` judges a recording: the
-contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail,
-2 cannot subscribe, 3 fewer than N steps arrived within ``--timeout`` (judged on what did arrive,
-but inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
+contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail
+(also when fewer steps arrived: what was seen is already wrong), 2 cannot subscribe, 3 nothing
+failed but fewer than N steps arrived within ``--timeout`` (inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
 for ``check`` / ``report`` later.
 """
 
@@ -14,8 +14,8 @@ import time
 
 import click
 
-from eagle3scope.commands.check import conclude, report, threshold_options, thresholds_from
-from eagle3scope.gate import EXIT_UNREADABLE
+from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
+from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 
 
@@ -62,7 +62,6 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
                 state.ingest(frame)
                 if writer is not None:
                     writer.add(raw, frame)
-            state.violations()
             if writer is not None:
                 writer.tick()
     finally:
@@ -71,13 +70,14 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
         sub.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    state.evaluate_rules()  # the rules ran on ingest's schedule; once more on the last frame, as check does
     elapsed = time.monotonic() - started
     got = state.acceptance.n_steps
     incomplete = None
     if got < steps:
         why = "interrupted" if interrupted else f"within {timeout:g} s"
         incomplete = f"only {got} of {steps} decode steps arrived {why} from {', '.join(endpoints)}"
-    result = report(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
+    result = check_result(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path,
              suite=f"eagle3scope gate {' '.join(endpoints)}", elapsed_s=elapsed,
              properties={"endpoints": " ".join(endpoints), "steps": got, "record": record_path or ""},

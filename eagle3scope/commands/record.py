@@ -33,15 +33,18 @@ def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, n
               help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Session file to create.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after S seconds.")
-@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None, help="Stop after N step frames.")
+@click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,
+              help="Stop after N step frames (prefills included).")
+@click.option("--decode-steps", "max_decode_steps", type=click.IntRange(min=1), default=None,
+              help="Stop after N decode steps: verify steps that committed tokens, what `check` counts.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @click.option("--max-frame-bytes", type=click.IntRange(1024, MAX_FRAME_BYTES), default=DEFAULT_MAX_FRAME_BYTES,
               show_default=True, help="Larger frames are refused before they are buffered.")
 def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, max_steps: int | None,
-            quiet: bool, max_frame_bytes: int) -> None:
+            max_decode_steps: int | None, quiet: bool, max_frame_bytes: int) -> None:
     """Record a live server's events to a session file (headless).
 
-    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration or --steps.
+    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration, --steps or --decode-steps.
     """
     import zmq
 
@@ -89,6 +92,9 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
                 writer.add(raw, frame)
                 if max_steps is not None and writer.steps >= max_steps:
                     stop["why"] = f"{max_steps} steps"
+                    break
+                if max_decode_steps is not None and writer.decode_steps >= max_decode_steps:
+                    stop["why"] = f"{max_decode_steps} decode steps"
                     break
             writer.tick()
             now = time.monotonic()

@@ -1,6 +1,7 @@
 """``eagle3scope replay``: play a session file in the TUI, or headless as text or JSON lines.
 
-Both go through :class:`eagle3scope.store.replayer.Replayer`, the engine the TUI also uses, so a
+Exit status 3 when damaged parts of the file were skipped (listed on stderr). Both go through
+:class:`eagle3scope.store.replayer.Replayer`, the engine the TUI also uses, so a
 headless run paces, seeks and rebuilds state exactly as the screen would. Without the viewer
 extra (Textual) the command falls back to headless and says so.
 """
@@ -148,3 +149,5 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     if not replayer.reader.complete:
         click.echo("note: the recorder did not close this file (killed or still running); showing what was committed",
                    err=True)
+    if with_errors:
+        sys.exit(3)  # like export and check: damaged parts were skipped

@@ -46,7 +46,7 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
             client = ControlClient.from_options(control, token_file)
         except (ControlError, TokenError) as exc:
             raise click.ClickException(str(exc)) from None
-    status = run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, control=client,
+    status = run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, aux_client=client,
                        max_frame_bytes=max_frame_bytes)
     if status:
         raise SystemExit(status)

@@ -90,7 +90,10 @@ class ControlClient:
     def list(self) -> dict:
         return self.request("list")
 
-    def set(self, layers: list[int], *, request_id: str | None = None, wait_s: float = DEFAULT_WAIT_S) -> dict:
-        """Ask for ``layers``; the reply's ``status`` is "applied" or "queued" (server idle)."""
+    def set(self, layers: list[int], *, request_id: str | None = None, wait_s: float = DEFAULT_WAIT_S,
+            recapture: bool = False) -> dict:
+        """Ask for ``layers``; the reply's ``status`` is "applied" or "queued" (server idle). With
+        ``recapture`` the server recaptures its CUDA graphs for the new set (reply ``pause_ms``)."""
+        fields = {"recapture": True} if recapture else {}  # servers before the field refuse it
         return self.request("set", layers=list(layers), id=request_id or uuid.uuid4().hex[:12], wait_s=wait_s,
-                            timeout_s=max(self.timeout_s, wait_s + 3.0))
+                            timeout_s=max(self.timeout_s, wait_s + 3.0), **fields)

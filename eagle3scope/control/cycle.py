@@ -32,6 +32,7 @@ class Measurement:
     mean_accept_length: float | None = None
     status: str = "measured"  # "measured" | "refused" | "no-steps" | "unavailable"
     note: str = ""
+    pause_ms: float | None = None  # serving paused this long to recapture the target's graphs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,7 +52,7 @@ def wait_for_stream(sub: Subscriber, timeout_s: float = 6.0) -> None:
 
 
 def measure_preset(client: ControlClient, sub: Subscriber, preset: Preset, *, steps: int | None, seconds: float | None,
-                   settle: int = 2, idle_s: float = 20.0) -> Measurement:
+                   settle: int = 2, idle_s: float = 20.0, recapture: bool = False) -> Measurement:
     """Apply ``preset`` and measure it (see the module docstring)."""
     m = Measurement(preset.name, preset.label, preset.layers, preset.captured)
     if not preset.available:
@@ -59,11 +60,11 @@ def measure_preset(client: ControlClient, sub: Subscriber, preset: Preset, *, st
         return m
     rid = f"cycle-{preset.name}-{uuid.uuid4().hex[:6]}"
     try:
-        client.set(preset.layers, request_id=rid, wait_s=5.0)
+        client.set(preset.layers, request_id=rid, wait_s=5.0, recapture=recapture)
     except ControlError as exc:
         m.status, m.note = "refused", str(exc)
         return m
-    src = _await_config(sub, rid, idle_s)
+    src, m.pause_ms = _await_config(sub, rid, idle_s + (300.0 if recapture else 0.0))
     if src is None:
         m.status, m.note = "no-steps", f"the change was not applied within {idle_s:.0f}s: is the server getting requests?"
         return m
@@ -93,21 +94,22 @@ def measure_preset(client: ControlClient, sub: Subscriber, preset: Preset, *, st
     return m
 
 
-def _await_config(sub: Subscriber, rid: str, timeout_s: float) -> str | None:
-    """The publisher that reported applying request ``rid`` (None: not within ``timeout_s``)."""
+def _await_config(sub: Subscriber, rid: str, timeout_s: float) -> tuple[str | None, float | None]:
+    """The publisher that reported applying request ``rid`` (None: not within ``timeout_s``) and
+    the serving pause its graph recapture cost (None: none)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for frame in sub.poll(timeout_ms=100):
             if frame.kind == "config" and frame.body.get("request_id") == rid:
                 if not frame.body.get("applied"):
                     raise CycleError(f"the server refused request {rid}: {frame.body.get('reason')}")
-                return frame.src
-    return None
+                return frame.src, frame.body.get("pause_ms")
+    return None, None
 
 
 def run_cycle(client: ControlClient, sub: Subscriber, presets: list[Preset], *, steps: int | None = 40,
               seconds: float | None = None, settle: int = 2, idle_s: float = 20.0,
-              progress: Callable[[Measurement], None] | None = None) -> list[Measurement]:
+              progress: Callable[[Measurement], None] | None = None, recapture: bool = False) -> list[Measurement]:
     """Measure every preset that captures a layer set not measured yet (duplicates are listed
     with ``note`` naming the preset they equal, and reuse its figures)."""
     results: list[Measurement] = []
@@ -119,7 +121,8 @@ def run_cycle(client: ControlClient, sub: Subscriber, presets: list[Preset], *, 
             m = Measurement(preset.name, preset.label, preset.layers, preset.captured, first.steps, first.request_steps,
                             first.mean_accept_length, first.status, f"same layers as {first.preset}")
         else:
-            m = measure_preset(client, sub, preset, steps=steps, seconds=seconds, settle=settle, idle_s=idle_s)
+            m = measure_preset(client, sub, preset, steps=steps, seconds=seconds, settle=settle, idle_s=idle_s,
+                               recapture=recapture)
             if m.status == "measured":
                 by_capture[key] = m
         results.append(m)

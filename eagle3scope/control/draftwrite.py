@@ -73,7 +73,7 @@ def write_aux_ids(draft_dir: str | Path, ids: list[int], *, out: str | Path | No
     old = eagle.get(KEY)
     eagle[KEY] = list(ids)
     config["eagle_config"] = eagle
-    if KEY in config:  # SGLang 0.5.23 has a second reader of a top-level copy (sglang-compat.md D13)
+    if KEY in config:  # SGLang 0.5.23 has a second reader of a top-level copy
         config[KEY] = list(ids)
         notes.append(f"also updated the top-level {KEY}")
     text = json.dumps(config, indent=2) + "\n"

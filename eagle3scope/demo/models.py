@@ -121,18 +121,23 @@ def ensure_demo_models(
 
     Progress lines of the build are passed to ``progress`` as they come.
     """
-    found = cached(cache_dir)
+    return build_in_engine(sys.modules[__name__], cache_dir, progress, python)
+
+
+def build_in_engine(module, cache_dir=None, progress: Progress | None = None, python: Path | str | None = None):
+    """``module.cached(cache)``, else ``python -m module --cache CACHE`` in the engine venv, then that."""
+    found = module.cached(cache_dir)
     if found:
         return found
     cache = Path(cache_dir or cache_root())
-    cmd = [str(python or engine_python()), "-m", "eagle3scope.demo.models", "--cache", str(cache)]
+    cmd = [str(python or engine_python()), "-m", module.__name__, "--cache", str(cache)]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         lines = []
         for line in proc.stdout:
             lines.append(line.rstrip())
             if progress and not line.startswith("{"):
                 progress(line.rstrip())
-    found = cached(cache)
+    found = module.cached(cache)
     if proc.returncode or not found:
         raise RuntimeError(f"building the demo models failed ({proc.returncode}):\n" + "\n".join(lines[-30:]))
     return found
@@ -275,11 +280,12 @@ def _target_config():
     )
 
 
-def _train_target(say: Progress, stats: dict):
+def _train_target(say: Progress, stats: dict, model=None):
+    """Train ``model`` (default: a fresh Llama target) on the demo language."""
     import torch
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM(_target_config())
+    model = model or LlamaForCausalLM(_target_config())
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=TARGET_STEPS, pct_start=0.1)

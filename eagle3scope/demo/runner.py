@@ -4,6 +4,7 @@ and a steady workload driving it. The ``demo`` command and the real-engine tests
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -11,36 +12,45 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from eagle3scope.demo import scenarios
+from eagle3scope.demo.families import scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+
+#: The demo's traffic, as production mixes it: greedy and sampled requests alternate.
+DEMO_TEMPERATURES = (0.0, 0.8)
 
 
 class ScenarioRun:
     """Context manager: ``with ScenarioRun("aux-off", models) as run: run.record(path, steps=200)``.
 
-    ``run.endpoint`` is the shim's event endpoint, ``run.control`` / ``run.token_file`` the aux
+    ``run.endpoint`` is the shim's event endpoint, ``run.control_endpoint`` / ``run.token_file`` the aux
     control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
-    ``meta_info`` for comparison with the shim's events.
+    ``meta_info`` for comparison with the shim's events. ``temperatures`` are cycled through by
+    the workload's requests (default DEMO_TEMPERATURES).
     """
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
-                 python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None):
-        self.scenario = scenarios.SCENARIOS[name]
+                 python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
+                 temperatures: tuple[float, ...] | None = None, family: str = "llama",
+                 draft_dir: str | Path | None = None):
+        self.scenario = scenarios_of(family)[name]
         self.models = models
-        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{name}-{os.getpid()}")
+        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
+        if draft_dir is not None:  # the scenario's target and arguments with another draft (a repaired copy)
+            self.spec = dataclasses.replace(self.spec, draft_dir=Path(draft_dir))
         self.endpoint = fresh_ipc_endpoint("events")
         env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
-        self.control = self.token_file = None
+        self.control_endpoint = self.token_file = None
         if control:
             from eagle3scope.wire.token import create_token_file
 
             self.token_file = create_token_file()
-            self.control = fresh_ipc_endpoint("control")
-            env.update(EAGLE3SCOPE_CONTROL=self.control, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
+            self.control_endpoint = fresh_ipc_endpoint("control")
+            env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
                                    extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
+        self.temperatures = temperatures
         self.workload = None
         self._stack = ExitStack()
 
@@ -51,7 +61,8 @@ class ScenarioRun:
         try:
             self._stack.enter_context(self.server)
             self.workload = self._stack.enter_context(
-                Workload(self.server, demo_prompts(16), concurrency=self.concurrency, max_new_tokens=self.max_new_tokens))
+                Workload(self.server, demo_prompts(16), concurrency=self.concurrency, max_new_tokens=self.max_new_tokens,
+                         temperatures=self.temperatures or DEMO_TEMPERATURES))
         except BaseException:
             self.close()
             raise
@@ -67,10 +78,11 @@ class ScenarioRun:
             self.token_file = None
 
     def record(self, out: str | Path, steps: int, timeout_s: float | None = None) -> None:
-        """Record ``steps`` step events with the ``record`` command in a child process (its own signals)."""
-        timeout_s = timeout_s or max(120.0, steps * 0.5)
+        """Record until ``steps`` decode steps (what ``check`` counts as steps) with the ``record``
+        command in a child process (its own signals)."""
+        timeout_s = timeout_s or max(120.0, steps * 0.6)
         cmd = [sys.executable, "-m", "eagle3scope", "record", "--connect", self.endpoint, "--out", str(out),
-               "--steps", str(steps), "--duration", str(timeout_s), "--quiet"]
+               "--decode-steps", str(steps), "--duration", str(timeout_s), "--quiet"]
         child = subprocess.Popen(cmd)
         try:
             code = child.wait(timeout_s + 30)

@@ -48,6 +48,7 @@ class Scenario:
     algorithm: str = "EAGLE3"
     extra_args: tuple[str, ...] = field(default=())
     source: str = "draft"  # which ModelPaths draft directory to start from
+    target: str = "target"  # which ModelPaths target directory to serve
 
     def prepare(self, models: "ModelPaths", out_dir: Path | str) -> ServerSpec:
         """Write this scenario's draft under ``out_dir/<name>`` (healthy ones are served as built)."""
@@ -65,7 +66,7 @@ class Scenario:
             if self.weights_edit:
                 self.weights_edit(tensors)
             write_safetensors(draft / "model.safetensors", tensors)
-        return ServerSpec(models.target, draft, self.algorithm, tuple(self.extra_args))
+        return ServerSpec(Path(getattr(models, self.target)), draft, self.algorithm, tuple(self.extra_args))
 
 
 def read_safetensors(path: Path) -> Tensors:

@@ -25,7 +25,7 @@ from eagle3scope.wire.endpoints import free_port
 
 ENGINE_SGLANG_VERSION = "0.5.23"
 
-# What SGLang needs to serve on a CPU without AMX (shared/reference/sglang-on-cpu.md).
+# What SGLang needs to serve on a CPU without AMX (cpu_engine/ and README "The real engine on a CPU").
 # One OpenMP thread: the tiny models gain nothing from more, and on a loaded 2-core
 # machine spinning OpenMP workers made an EAGLE-3 request 5-10x slower (BENCHMARKS.md).
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1",

@@ -29,7 +29,7 @@ TARGET_SHAPE = dict(
     vocab_size=1024,
 )
 # SGLang captures configured aux id `i` at the output of target layer i; on a
-# 4-layer target the ids must stay <= 2 (see shared/reference/sglang-on-cpu.md).
+# 4-layer target the ids must stay <= 2 (eagle3scope.wire.aux_layers: the +1 rule).
 DEFAULT_AUX_LAYER_IDS = (0, 1, 2)
 
 

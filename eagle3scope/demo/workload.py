@@ -1,8 +1,10 @@
 """A steady stream of requests against a running server, so the demo always has steps to show.
 
-Each worker thread sends one greedy ``/generate`` at a time; ``concurrency`` workers make the
-scheduler batch. Results (SGLang's ``meta_info`` per request) are kept, bounded, so tests can
-compare the shim's events with what SGLang itself reports.
+Each worker thread sends one ``/generate`` at a time; ``concurrency`` workers make the scheduler
+batch. Requests cycle through the prompts and through ``temperatures`` (greedy only unless told;
+temperature > 0 takes SGLang's sampling verify). Results (SGLang's ``meta_info`` per request, with
+the temperature asked) are kept, bounded, so tests can compare the shim's events with what SGLang
+itself reports.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from eagle3scope.demo.server import SGLangServer, ServerError
 
 class Workload:
     def __init__(self, server: SGLangServer, prompts: Sequence[str], *, concurrency: int = 2,
-                 max_new_tokens: int = 64, keep: int = 4096) -> None:
-        if not prompts:
-            raise ValueError("the workload needs at least one prompt")
+                 max_new_tokens: int = 64, keep: int = 4096,
+                 temperatures: Sequence[float] = (0.0,)) -> None:
+        if not prompts or not temperatures:
+            raise ValueError("the workload needs at least one prompt and one temperature")
         self.server = server
         self.prompts = list(prompts)
         self.concurrency = concurrency
         self.max_new_tokens = max_new_tokens
+        self.temperatures = list(temperatures)
         self.results: deque[dict] = deque(maxlen=keep)
         self.errors: deque[str] = deque(maxlen=16)
         self._stop = threading.Event()
@@ -41,9 +45,15 @@ class Workload:
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                prompt = self.prompts[next(self._next) % len(self.prompts)]
+                i = next(self._next)
+            prompt = self.prompts[i % len(self.prompts)]
+            # The temperature cycle is offset once per round of prompts, so that every prompt is
+            # asked at every temperature.
+            temperature = self.temperatures[(i + i // len(self.prompts)) % len(self.temperatures)]
             try:
-                self.results.extend(self.server.generate(prompt, max_new_tokens=self.max_new_tokens, timeout=120))
+                out = self.server.generate(prompt, max_new_tokens=self.max_new_tokens, temperature=temperature,
+                                           timeout=120)
+                self.results.extend({**r, "temperature": temperature} for r in out)
             except ServerError as exc:
                 self.errors.append(str(exc).splitlines()[0])
                 if self.server.proc is None or self.server.proc.poll() is not None:

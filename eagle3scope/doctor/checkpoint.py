@@ -125,12 +125,21 @@ def read_header(path: Path) -> tuple[dict, int]:
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     data_size = size - 8 - n
+    spans = []
     for name, entry in header.items():
         if name == "__metadata__":
             if not (entry is None or isinstance(entry, dict)):
                 raise ValueError("__metadata__ is not an object")
             continue
         _check_entry(name, entry, data_size)
+        spans.append(tuple(entry["data_offsets"]))
+    end = 0  # as the safetensors library requires: the tensors tile the data exactly
+    for start, stop in sorted(spans):
+        if start != end:
+            raise ValueError(f"tensor data overlaps or leaves a gap at byte {min(start, end)}")
+        end = stop
+    if end != data_size:
+        raise ValueError(f"{data_size - end} bytes after the last tensor (truncated or damaged file)")
     return header, 8 + n
 
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.wire.aux_layers import captured_for, default_capture, family_rule, ids_for
+from eagle3scope.doctor.aux_check import ASSUMED_TARGET, check_aux_layers, int_list
 from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint, read_json
 from eagle3scope.doctor.loader_layouts import (
     LoaderLayout,
@@ -27,17 +27,11 @@ from eagle3scope.doctor.loader_layouts import (
     num_aux,
     parse_version,
 )
-from eagle3scope.doctor.producers import FIX_KEY, Producer, recognise, training_capture
+from eagle3scope.doctor.producers import FIX_KEY, Producer, recognise
 
 DEFAULT_SGLANG = "0.5.23"
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
 MLA_DRAFT_CLASS = "Eagle3DeepseekV2ForCausalLM"
-#: Target class assumed when neither --target nor the draft names one (the +1 families).
-ASSUMED_TARGET = "LlamaForCausalLM"
-#: First release known to capture the input of layer 0 (the embeddings): 0.5.10's LlamaModel adds
-#: ``hidden_states + residual`` with residual None there and crashes; 0.5.23 captures it.
-#: Releases in between were not checked, so they are treated like 0.5.10.
-EMBEDDINGS_CAPTURE_FROM = "0.5.23"
 #: Order of importance of error findings, for the headline and the listing.
 PRIORITY = ("no-eagle3", "architecture-unsupported", "weights-dropped", "weights-crash", "aux-capture-off",
             "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
@@ -141,10 +135,6 @@ def _pos_int(v: object) -> bool:
     return type(v) is int and 0 < v < 1 << 40
 
 
-def _ids(v: object) -> bool:
-    return isinstance(v, list) and len(v) <= 64 and all(type(i) is int and -1 << 20 < i < 1 << 20 for i in v)
-
-
 #: Fields SGLang's draft model reads, with their type; a field of another type is a finding and is
 #: left out of every check that would read it.
 FIELD_TYPES: dict[str, tuple] = {
@@ -165,13 +155,13 @@ FIELD_TYPES: dict[str, tuple] = {
     "model_type": (lambda v: isinstance(v, str), "a string"),
     "rms_norm_eps": (lambda v: type(v) in (int, float) and 0 < v < 1, "a small positive number"),
     "eagle_config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or _ids(v), "a list of integers or null"),
+    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or int_list(v), "a list of integers or null"),
     "norm_before_fc": (lambda v: isinstance(v, bool), "true or false"),
     "fc_norm": (lambda v: isinstance(v, bool), "true or false"),
     "norm_output": (lambda v: isinstance(v, bool), "true or false"),
 }
 EAGLE_FIELD_TYPES: dict[str, tuple] = {
-    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or _ids(v), "a list of integers or null"),
+    "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or int_list(v), "a list of integers or null"),
     "use_aux_hidden_state": (lambda v: isinstance(v, bool), "true or false"),
     "norm_before_fc": (lambda v: isinstance(v, bool), "true or false"),
 }
@@ -239,7 +229,7 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
     if params is not None:
         for check in (_check_names, _check_shapes, _check_head):
             _guarded(dx, check, params)
-    for check in (_check_vocab_map, _check_aux_layers, _check_target):
+    for check in (_check_vocab_map, check_aux_layers, _check_target):
         _guarded(dx, check)
     return dx
 
@@ -315,7 +305,10 @@ def _recognise(dx: Diagnosis) -> None:
     dx.assumptions += dx.producer.assumptions
     record = (ckpt.config or {}).get(FIX_KEY)
     if isinstance(record, dict):
-        dx.notes += [n for n in record.get("notes") or [] if isinstance(n, str)]
+        for note in [n for n in record.get("notes") or [] if isinstance(n, str)][:8]:
+            dx.notes.append(note)
+            dx.add("producer-flag-ignored", "warning", "fix recorded a training flag SGLang does not apply",
+                   {"note": note[:300]}, "Expect lower acceptance than in training, or retrain without the flag.")
         if dx.target_class is None and isinstance(record.get("target_class"), str):
             dx.target_class = record["target_class"]
             dx.assumptions.append(f"target class {dx.target_class}, as recorded by fix (pass --target to check "
@@ -336,10 +329,6 @@ def _verifier_class(config: dict | None) -> str | None:
     verifier = spec.get("verifier") if isinstance(spec, dict) else None
     archs = verifier.get("architectures") if isinstance(verifier, dict) else None
     return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-
-
-def _target_rule(dx: Diagnosis) -> str | None:
-    return family_rule(dx.target_class or ASSUMED_TARGET, dx.sglang_version)
 
 
 def _check_config(dx: Diagnosis) -> None:
@@ -747,168 +736,6 @@ def _check_vocab_map(dx: Diagnosis) -> None:
            "d2t maps draft ids outside the target vocabulary" if out_of_range else "d2t maps two draft ids onto one target id",
            evidence, "The table is neither valid offsets nor valid absolute ids; use the d2t exported with this draft.")
     dx.refuse("d2t is inconsistent and cannot be converted unambiguously")
-
-
-# -- aux layer ids -----------------------------------------------------------------------------
-
-
-def _raw_ids(dx: Diagnosis) -> tuple[list[int] | None, str | None]:
-    """The ids as the producer wrote them, and where; ``(None, None)`` when there are none."""
-    raw = dx.checkpoint.config or {}
-    if dx.producer.name.startswith("speculators"):
-        ids = raw.get("eagle_aux_hidden_state_layer_ids")
-        return (ids if _ids(ids) else None), "eagle_aux_hidden_state_layer_ids"
-    eagle = (dx.config or {}).get("eagle_config") or {}
-    return eagle.get("eagle_aux_hidden_state_layer_ids"), "eagle_config.eagle_aux_hidden_state_layer_ids"
-
-
-def _recorded(dx: Diagnosis) -> list[int] | None:
-    rec = (dx.checkpoint.config or {}).get(FIX_KEY)
-    cap = rec.get("trained_capture") if isinstance(rec, dict) else None
-    return cap if _ids(cap) else None
-
-
-def _check_aux_layers(dx: Diagnosis) -> None:
-    cfg = dx.config
-    if cfg is None:
-        return
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else None
-    n = (dx.target or {}).get("num_hidden_layers")
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if top is not None and (not eagle or eagle.get("eagle_aux_hidden_state_layer_ids") is None) \
-            and not dx.producer.name.startswith("speculators"):
-        # 0.5.23 spec_aux_hidden_state.py reads only eagle_config[...] (a bare except falls back to defaults)
-        dx.add("aux-layers-mismatch", "error", "Aux layer ids are at the top level of config.json, where SGLang ignores them",
-               {"top_level_ids": top, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
-               "`eagle3scope fix` moves them into eagle_config.eagle_aux_hidden_state_layer_ids.")
-        eagle = {**(eagle or {}), "eagle_aux_hidden_state_layer_ids": list(top)}
-        dx.config = cfg = {**{k: v for k, v in cfg.items() if k != "eagle_aux_hidden_state_layer_ids"}, "eagle_config": eagle}
-        dx.config_edits.append(f"eagle_aux_hidden_state_layer_ids {top} moved into eagle_config")
-    if eagle and eagle.get("use_aux_hidden_state") is False:
-        trained_fc = any(m.param == "model.fc.weight" for m in dx.mappings.values())
-        dx.add("aux-capture-off", "error" if trained_fc else "warning",
-               "eagle_config.use_aux_hidden_state is false" + (" but the checkpoint has a trained fc" if trained_fc else ""),
-               {"use_aux_hidden_state": False, "fc_in_checkpoint": trained_fc},
-               "SGLang will capture no aux states and skip fc, so the draft sees features it was not trained on: "
-               "set use_aux_hidden_state to true." if trained_fc else
-               "Without a trained fc the draft may have been trained on the last hidden state only; if it was "
-               "trained on aux states, set use_aux_hidden_state to true.")
-    rule = _target_rule(dx)
-    if rule is None:
-        dx.add("aux-family-unknown", "info", f"{dx.target_class}: unknown family, cannot predict the captured layers",
-               {"target_class": dx.target_class},
-               "eagle3scope does not know how this target turns aux ids into layers; check the server's capture "
-               "with `eagle3scope watch` (aux panel).")
-        return
-    configured = None if dx.producer.name.startswith("speculators") else \
-        (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
-    raw, where = _raw_ids(dx)
-    if raw == []:
-        dx.add("aux-layers-empty", "error", f"{where} is an empty list: SGLang captures no layer",
-               {where: []}, "List the layers the draft was trained on (as many as fc takes), or remove the key to "
-                             "use SGLang's default.")
-    if raw is not None and len(set(raw)) != len(raw):
-        dx.add("aux-layers-mismatch", "warning", "Duplicate aux layer ids", {where: raw}, "List each layer once.")
-    served = None
-    if configured is not None and configured != []:
-        served = captured_for(configured, rule, n or 0)
-    elif configured is None and n:
-        served = default_capture(n)
-    trained, known = training_capture(dx.producer, raw if raw != [] else None, n, served, _recorded(dx))
-    dx.trained_capture, dx.trained_known = trained, known
-    evidence = {where: raw, "rule": f"{dx.target_class or ASSUMED_TARGET}: {rule}", "num_target_layers": n,
-                "captured_by_sglang": served if configured is not None or n else "SGLang's default [2, n//2, n-3]",
-                "trained_on": trained if trained is not None else "the default [2, n//2, n-3]" if known else "unknown"}
-    _translate_ids(dx, rule, trained, known, configured, served)
-    if n and served is not None:
-        bad = [c for c in served if not 0 <= c <= n - 1]
-        if bad:
-            ids_bad = [i for i, c in zip(configured or [], served) if c in bad]
-            dx.add("aux-layers-out-of-range", "error", "Aux layer ids capture layers the target does not have",
-                   {**evidence, "out_of_range": ids_bad, "captured_out_of_range": bad},
-                   f"SGLang captures the input of each layer listed in captured_by_sglang; the target has layers "
-                   f"0..{n - 1}, so the scheduler would crash on the first request.")
-            return
-    if 0 in (served or []) and parse_version(dx.sglang_version) < parse_version(EMBEDDINGS_CAPTURE_FROM):
-        dx.add("aux-layers-out-of-range", "error", f"SGLang {dx.sglang_version} cannot capture the input of layer 0",
-               evidence, f"0.5.10 adds a missing residual there and crashes: use SGLang {EMBEDDINGS_CAPTURE_FROM} "
-                         "or newer, or retrain with ids >= 1.")
-        return
-    if dx.producer.name.startswith("speculators"):
-        return  # the config is rewritten by fix; _translate_ids reported what it will write
-    if known and trained is not None and served is not None and trained != served:
-        dx.add("aux-layers-mismatch", "error",
-               f"SGLang {dx.sglang_version} captures layers {served}, the draft was trained on {trained}",
-               evidence, ("`eagle3scope fix` writes ids " + json.dumps(dx.aux_ids) + " (captures " + json.dumps(trained)
-                          + ")") if dx.aux_ids is not None else dx.aux_ids_reason)
-        return
-    if known and (trained is None) != (served is None):
-        dx.add("aux-layers-unchecked", "info", "Without --target the default layers cannot be resolved",
-               evidence, "Pass --target TARGET_DIR to compare the captured layers with the trained ones.")
-        return
-    eras = {family_rule(dx.target_class or ASSUMED_TARGET, v) for v in ("0.5.10", "0.5.23")}
-    if not known and n and configured == default_capture(n) and eras == {"+1"}:
-        dx.add("aux-layers-mismatch", "warning", "Ids equal the input-of-layer defaults; SGLang will shift them by one",
-               {**evidence, "input_of_layer_defaults": default_capture(n),
-                "output_of_layer_defaults": [i - 1 for i in default_capture(n)]},
-               f"These are speculators'/vLLM's defaults in input-of-layer numbering (sglang PR 25454): if the draft "
-               f"was trained with them, write {[i - 1 for i in default_capture(n)]}.")
-        return
-    _era_note(dx, configured, rule, n, known, evidence)
-
-
-def _translate_ids(dx: Diagnosis, rule: str, trained: list[int] | None, known: bool, configured, served) -> None:
-    """The ids fix writes for this release: the ones whose capture equals the trained layers."""
-    speculators = dx.producer.name.startswith("speculators")
-    n = (dx.target or {}).get("num_hidden_layers")
-    if not known or (not speculators and served == trained):
-        dx.aux_ids = configured if configured != [] else None
-        return
-    if trained is None or (not speculators and n and trained == default_capture(n)):  # SGLang's default: no ids needed
-        dx.aux_ids = None
-        if not speculators and configured is not None:
-            eagle = {k: v for k, v in (dx.config.get("eagle_config") or {}).items()
-                     if k != "eagle_aux_hidden_state_layer_ids"}
-            dx.config = {**dx.config, "eagle_config": eagle}
-            dx.config_edits.append(f"aux ids {configured} removed: SGLang's default capture is the trained one")
-        return
-    if 0 in trained and parse_version(dx.sglang_version) < parse_version(EMBEDDINGS_CAPTURE_FROM):
-        dx.aux_ids_reason = (f"the draft was trained on the input of layer 0 (the embeddings), which SGLang "
-                             f"{dx.sglang_version} cannot capture: use SGLang {EMBEDDINGS_CAPTURE_FROM}+, or retrain "
-                             "with ids >= 1")
-        dx.refuse(dx.aux_ids_reason)
-        return
-    ids = ids_for(trained, rule)
-    if ids is None:
-        dx.aux_ids_reason = (f"no ids make the {rule} rule capture {trained} on SGLang {dx.sglang_version}; "
-                             "serve with a release whose rule can, or retrain on other layers")
-        dx.refuse(dx.aux_ids_reason)
-        return
-    dx.aux_ids = ids
-    if dx.producer.name.startswith("speculators"):
-        eagle = dict(dx.config.get("eagle_config") or {})
-        eagle["eagle_aux_hidden_state_layer_ids"] = ids
-        dx.config = {**dx.config, "eagle_config": eagle}
-        dx.config_edits.append(f"aux ids: speculators {trained} (input-of-layer) -> SGLang {ids} "
-                               f"({dx.target_class or ASSUMED_TARGET}: {rule})")
-    elif ids != configured:
-        eagle = dict(dx.config.get("eagle_config") or {})
-        eagle["eagle_aux_hidden_state_layer_ids"] = ids
-        dx.config = {**dx.config, "eagle_config": eagle}
-        dx.config_edits.append(f"aux ids {configured} -> {ids} (capture {trained}, as trained)")
-
-
-def _era_note(dx: Diagnosis, configured, rule: str, n: int | None, known: bool, evidence: dict) -> None:
-    """Where the rule's answer for these ids differs between releases, say what each one captures."""
-    if known or configured in (None, []):
-        return
-    others = {v: family_rule(dx.target_class or ASSUMED_TARGET, v) for v in ("0.5.10", "0.5.23")}
-    captures = {v: captured_for(configured, r, n or 0) for v, r in others.items() if r}
-    if len({tuple(c) for c in captures.values()}) > 1:
-        dx.add("aux-layers-era", "info", "These ids capture different layers on older and newer releases",
-               {**evidence, "captured_by_release": captures},
-               f"Trained through SGLang's own capture ({dx.producer.label}): right on releases whose rule matches "
-               "the training run's. If it trained on another release line, serve with that one.")
 
 
 def _check_target(dx: Diagnosis) -> None:

@@ -2,8 +2,8 @@
 
 The one place that knows the per-release loader behaviour; ``doctor`` and ``fix`` only ask it.
 0.5.23 is modelled line by line on ``sglang/srt/models/llama_eagle3.py`` (``__init__`` and
-``load_weights``); older ranges follow /work/shared/reference/sglang-compat.md (section A column 4
-and surprises D6-D8). A release newer than the last range is assumed to behave like it.
+``load_weights``); older ranges follow the same file in each release's wheel (the ranges in
+:data:`LAYOUTS` name them). A release newer than the last range is assumed to behave like it.
 """
 
 from __future__ import annotations

@@ -105,24 +105,34 @@ def recognise(config: dict | None, names: list[str], pickles: list[str]) -> Prod
 
 
 def _speculators(cfg: dict) -> Producer:
+    """speculators names the model class it saved: ``Eagle3DraftModel`` is a trained draft
+    (models/eagle3/core.py, 0.3.0+), ``Eagle3Speculator`` a `speculators convert` output
+    (convert/eagle/eagle3_legacy_model.py, 0.3.0+; in 0.2 the only class, trained or converted)."""
     version = _text(cfg.get("speculators_version"))
-    layer = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
+    archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     ids = cfg.get("eagle_aux_hidden_state_layer_ids")
     signs = ["speculators_model_type" if "speculators_model_type" in cfg else "transformer_layer_config"]
-    if version:
-        signs.append(f"speculators_version {version}")
+    signs += [f"speculators_version {version}"] if version else []
+    signs += [f"architectures {archs}"] if archs else []
+    label = f"speculators{' ' + version if version else ''}"
     base = ("ids are input-of-layer (speculators extracts hidden states with vLLM, whose aux layer i is the "
             "state entering layer i; speculators/models/utils.py resolve_target_layer_ids)")
-    if ids is None and layer.get("model_type", "llama") == "llama":
-        return Producer("speculators-converted", f"speculators{' ' + version if version else ''} (converted, "
-                        "probably: `speculators convert` leaves the aux ids unset)", "input-of-layer",
-                        signs + ["no eagle_aux_hidden_state_layer_ids"],
-                        [base, "no ids: the draft was trained on the verifier default [2, n//2, n-3], which is "
-                               "SGLang's default capture too"], version)
-    return Producer("speculators", f"speculators{' ' + version if version else ''}", "input-of-layer", signs,
-                    [base, "if this draft was trained on ids in output-of-layer numbering (copied from a SpecForge "
-                           "or Model-Optimizer config), every aux layer is one too deep: write those ids minus 1"],
-                    version)
+    default = ("no ids: the draft was trained on the verifier default [2, n//2, n-3] (vLLM's), which is SGLang's "
+               "default capture too")
+    try:
+        old = version is not None and tuple(int(x) for x in version.split(".")[:2]) < (0, 3)
+    except ValueError:
+        old = False
+    if "Eagle3Speculator" in archs and not old:
+        return Producer("speculators-converted", f"{label} (`speculators convert` output)", "input-of-layer", signs,
+                        [base + "; for a converted draft they are the ids given to `speculators convert`, which "
+                                "must be in that numbering too (ids copied from the EAGLE/SpecForge config are "
+                                "output-of-layer: one too deep)", default if ids is None else
+                         "ids as given to the converter"], version)
+    return Producer("speculators", label, "input-of-layer", signs,
+                    [base, default if ids is None else
+                     "if this draft was trained on ids in output-of-layer numbering (copied from a SpecForge or "
+                     "Model-Optimizer config), every aux layer is one too deep: write those ids minus 1"], version)
 
 
 def training_capture(producer: Producer, ids: list[int] | None, num_layers: int | None,

@@ -20,7 +20,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.doctor.checkpoint import (
     INDEX_NAME,
     NP_DTYPES,
@@ -33,6 +32,7 @@ from eagle3scope.doctor.checkpoint import (
 from eagle3scope.doctor.diagnose import ASSUMED_TARGET, Diagnosis, diagnose, installed_sglang
 from eagle3scope.doctor.loader_layouts import parse_version
 from eagle3scope.doctor.producers import FIX_KEY
+from eagle3scope.wire.aux_layers import captured_for, family_rule
 
 #: The release lines a copy is made for when none is named and SGLang is not installed here.
 ERAS = ("0.5.10", "0.5.23")
@@ -65,6 +65,13 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
                "d2t-absolute": dx.d2t_offsets is not None}
     return [f"{f.id}: {f.title}" for f in dx.findings
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
+
+
+def _next_steps(dx: Diagnosis) -> str:
+    """The doctor's own fix hints for the errors fix leaves (the most important first)."""
+    steps = [f.fix for f in dx.ordered() if f.severity == "error" and f.fix and "eagle3scope fix" not in f.fix]
+    steps = list(dict.fromkeys(steps))[:2]
+    return (". Next: " + " Then: ".join(steps)) if steps else ""
 
 
 def versions_for(spec: str | None) -> tuple[list[str], bool]:
@@ -102,10 +109,10 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
         raise FixRefused("no SGLang release can serve this draft: " + "; ".join(notes))
     for dx in serving:
         if dx.refusals:
-            raise FixRefused(f"SGLang {dx.sglang_version}: " + "; ".join(dx.refusals))
+            raise FixRefused(f"SGLang {dx.sglang_version}: " + "; ".join(dx.refusals) + _next_steps(dx))
         left = _unrepaired(dx)
         if left:
-            raise FixRefused(f"SGLang {dx.sglang_version}: errors fix cannot repair: " + "; ".join(left))
+            raise FixRefused(f"SGLang {dx.sglang_version}: errors fix cannot repair: " + "; ".join(left) + _next_steps(dx))
     base = serving[0]  # the oldest release: the names its loader needs are mapped by the newer ones too
     config = _config_for_all(serving)
     result = FixResult(out, before=base, versions=[dx.sglang_version for dx in serving])

@@ -47,8 +47,8 @@ def _ids(layers) -> str:
 
 def _loss(pub: PublisherView) -> tuple[int, int, int, int]:
     """(frames received, lost in transit, dropped by the shim, hook failures) of one publisher."""
-    beat = pub.heartbeat or {}
-    return pub.frames, pub.gaps, beat.get("dropped") or 0, beat.get("hook_failures") or 0
+    loss = pub.loss
+    return loss.frames, loss.lost_in_transit, loss.shim_dropped, loss.hook_failures
 
 
 def _hook_statuses(pub: PublisherView) -> dict[str, str]:

@@ -11,10 +11,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from eagle3scope.analysis import SessionState, Violation
 from eagle3scope.analysis.rules import RULE_IDS, SEVERITY_ORDER
 
 #: Exit statuses of ``check`` and ``gate`` (README, "CI gate").
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+def check_result(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
+    """The ``--json`` object: summary plus every violation that fired."""
+    summary = state.acceptance.summary()
+    summary["publishers"] = sorted(state.publishers)
+    summary["frames"] = state.frames
+    summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
+    return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ Frames from a server are untrusted bytes: a malformed or invalid frame (see
 :mod:`eagle3scope.wire.validate`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
 buffered) or a newer schema major is counted per publisher and kind, reported once per publisher
 and kind (:meth:`Subscriber.take_reports`), and skipped, never raised, so the frames behind it
-still arrive. At most :data:`MAX_SOURCES` publishers are tracked; frames from more are refused. Per publisher (``src``) it keeps the loss figures a viewer must show:
-frames lost in transit (gaps in the frame counter ``n``) and frames the shim itself dropped
-(its heartbeat ``dropped`` counter), plus the latest sticky ``hello``/``load`` bodies.
+still arrive. At most :data:`MAX_SOURCES` publishers are tracked; frames from more are refused.
+Per publisher (``src``) it keeps the loss figures a viewer must show
+(:class:`~eagle3scope.wire.loss.FrameLoss`: frames lost in transit and frames the shim itself
+dropped), plus the latest sticky ``hello``/``load``/``config`` bodies.
 """
 
 from __future__ import annotations
@@ -16,57 +17,29 @@ from dataclasses import dataclass, field
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
+from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
-#: kinds whose latest body describes the publisher's state (re-published, kept per src)
-STATE_KINDS = ("hello", "load", "config")
+#: kinds whose latest body describes the publisher (re-published periodically, kept per src)
+STICKY_KINDS = ("hello", "load", "config")
 #: publishers one subscriber tracks (one per data-parallel rank; a src beyond this is refused)
 MAX_SOURCES = 256
 
 
 @dataclass(slots=True)
-class SourceStats:
-    """What one publisher sent and what of it was lost."""
+class SourceStats(FrameLoss):
+    """What one publisher sent, what of it was lost (:class:`FrameLoss`), its latest sticky bodies."""
 
-    frames: int = 0
     steps: int = 0
-    lost_in_transit: int = 0
-    shim_dropped: int = 0
-    shim_steps: int = 0
-    hook_failures: int = 0
-    queued: int = 0
-    restarts: int = 0
-    last_n: int = -1
-    last_t: int = 0
     state: dict[str, dict] = field(default_factory=dict)
 
-    @property
-    def lost(self) -> int:
-        """Every step-or-other frame that never reached this viewer, whatever the cause."""
-        return self.lost_in_transit + self.shim_dropped
-
-    def observe(self, frame: Frame) -> None:
-        if frame.n <= self.last_n:
-            self.restarts += 1  # the publisher restarted under the same src: start counting again
-        elif self.last_n >= 0:
-            self.lost_in_transit += frame.n - self.last_n - 1
-        self.last_n = frame.n
-        self.last_t = frame.t
-        self.frames += 1
-        kind, body = frame.kind, frame.body
-        if kind == "step":
+    def observe(self, frame: Frame) -> tuple[str, ...]:
+        notes = FrameLoss.observe(self, frame)
+        if frame.kind == "step":
             self.steps += 1
-        elif kind == "heartbeat":
-            self.shim_dropped = _count(body.get("dropped"), self.shim_dropped)
-            self.shim_steps = _count(body.get("steps"), self.shim_steps)
-            self.hook_failures = _count(body.get("hook_failures"), self.hook_failures)
-            self.queued = _count(body.get("queued"), self.queued)
-        elif kind in STATE_KINDS:
-            self.state[kind] = body
-
-
-def _count(value: object, default: int) -> int:
-    return value if type(value) is int and value >= 0 else default
+        elif frame.kind in STICKY_KINDS:
+            self.state[frame.kind] = frame.body
+        return notes
 
 
 class Subscriber:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3scope.store.session import (
+    PROBE_PAST_LAST,
     SessionWriter,
     StoreError,
     connect_read_only,
@@ -64,7 +65,7 @@ def salvage(src: str | Path, out: str | Path) -> SalvageReport:
         report.damaged_past = beyond
         zstd = decompressor()
         with SessionWriter(out, endpoints=_endpoints(con)) as writer:
-            for bid in range(max(found, default=-1) + 1):  # ids are 0, 1, 2, ...: a hole is a lost batch
+            for bid in _ids_with_holes(sorted(found), report):
                 try:
                     row = con.execute("SELECT crc, blob FROM batches WHERE id = ?", (bid,)).fetchone()
                     if row is None:
@@ -86,6 +87,21 @@ def salvage(src: str | Path, out: str | Path) -> SalvageReport:
     finally:
         con.close()
     return report
+
+
+def _ids_with_holes(ids: list[int], report: SalvageReport) -> list[int]:
+    """The recorder numbers batches 0, 1, 2, ...: every id up to the last one found, so a missing
+    row counts as a lost batch, except across a jump wider than the probe range (a damaged id)."""
+    out, expected = [], 0
+    for bid in ids:
+        if bid < 0:
+            report.batches_lost.append((bid, "negative batch id"))
+            continue
+        if bid - expected <= PROBE_PAST_LAST:  # wider: a damaged id, not that many lost batches
+            out.extend(range(expected, bid))
+        out.append(bid)
+        expected = bid + 1
+    return out
 
 
 def _endpoints(con: sqlite3.Connection) -> list[str]:

@@ -45,7 +45,8 @@ from eagle3scope.wire.schema import MAX_FRAME_BYTES
 from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
 
 STORE_FORMAT = 1
-STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
+#: kinds indexed apart from the batches, so a seek can re-send what was known before its target
+SEEK_STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 _DEDUP_KINDS = ("hello", "load", "config", "hook")  # re-sent unchanged: keep a row only on change
 _MAX_BATCH_FRAMES = 1 << 16
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
@@ -102,12 +103,16 @@ def _connect(path: str | Path) -> sqlite3.Connection:
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """Open ``path`` for reading only: a reader never checkpoints, truncates or rewrites it.
 
-    ``mode=ro`` still follows a live recording through its WAL; where that cannot open (a
-    read-only directory without ``-shm``), ``immutable=1`` reads the main file as it is.
+    A file with a ``-wal`` (live, or its recorder was killed) opens ``mode=ro``, which follows the
+    WAL (SQLite may add a ``-shm`` lock file beside it); where that cannot open (a read-only
+    place without ``-shm``), and for a closed file, ``immutable=1`` reads the main file as it is
+    and creates nothing.
     """
     uri = path.resolve().as_uri()
     last: Exception | None = None
-    for flags in ("mode=ro", "mode=ro&immutable=1"):
+    # no -wal: the recorder closed the file (or never opened it): read it as is, creating nothing
+    attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("mode=ro&immutable=1",)
+    for flags in attempts:
         con = sqlite3.connect(f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False)
         try:
             con.execute("PRAGMA busy_timeout=5000")
@@ -161,6 +166,8 @@ class SessionWriter:
         self._sources_dirty = False
         self.frames = 0
         self.steps = 0
+        #: Verify steps that committed tokens (mode decode, acceptance present): what ``check`` counts.
+        self.decode_steps = 0
         self.batches = 0
         self.bytes = 0
         try:
@@ -197,10 +204,13 @@ class SessionWriter:
         if kind == "step":
             self._n_steps += 1
             self.steps += 1
-            seq = frame.body["seq"]
+            body = frame.body
+            if body.get("mode", "decode") == "decode" and body.get("accepted"):
+                self.decode_steps += 1
+            seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
-        elif kind in STATE_KINDS:
+        elif kind in SEEK_STATE_KINDS:
             self._note_state(idx, raw, frame)
         if (len(pending) >= self._batch_frames or self._pending_bytes >= self._max_pending_bytes
                 or time.monotonic() - self._batch_started >= self._batch_s):

@@ -1,8 +1,9 @@
 """The eagle3scope TUI: one Textual app for a live server and for a recording.
 
-A :class:`~eagle3scope.tui.feed.Feed` thread folds frames into the session state; the app copies
-what the visible panels need on a throttled timer (``refresh_hz``, 8 by default) and only then
-draws. So a burst of 10,000 steps/s costs the terminal eight small redraws a second, and ingest
+A :class:`~eagle3scope.tui.feed.Feed` thread folds frames into the session state (which runs the
+contract rules itself); the app copies the views the visible panels need
+(:mod:`eagle3scope.analysis.views`) on a throttled timer (``refresh_hz``, 8 by default) and only
+then sets them on the panels, which draw. So a burst of 10,000 steps/s costs the terminal eight small redraws a second, and ingest
 never waits for a slow SSH link.
 """
 
@@ -11,18 +12,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from textual import on, work
+from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import ContentSwitcher, DataTable, Footer
+from textual.widgets import ContentSwitcher, Footer
 
+from eagle3scope.analysis import views
 from eagle3scope.tui.feed import Feed
-from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
+from eagle3scope.tui.panels import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
+from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
-from eagle3scope.tui.widgets import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
 
 PANELS = ("overview", "aux", "draft", "events")
 PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
@@ -38,7 +40,7 @@ class ScopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "eagle3scope"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    control = None  # a ControlClient when `watch --control` names the server's control channel
+    aux_client = None  # a ControlClient when `watch --control` names the server's control channel
     # description: the footer's word; tooltip: the help screen's sentence
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Leave eagle3scope"),
@@ -116,8 +118,7 @@ class ScopeApp(App):
 
     def on_resize(self) -> None:
         if hasattr(self, "w"):  # violations wrap by terminal height, which their own size may not show
-            panel = self.w[ViolationsPanel]
-            self.call_after_refresh(lambda: panel.show(panel.violations, force=True))
+            self.call_after_refresh(self.w[ViolationsPanel].invalidate)
 
     def on_unmount(self) -> None:
         self.feed.stop()
@@ -139,15 +140,15 @@ class ScopeApp(App):
         rid_filter = self.rid_filter
 
         def capture(state):
-            snap = {"frames": state.frames, "pubs": PublisherBar.capture(state), "events": EventLog.capture(state)}
+            snap = {"frames": state.frames, "pubs": views.publisher_rows(state), "events": views.events(state)}
             if force or state.frames != self._frames_shown:
                 if panel == "overview":
-                    snap["acc"] = AcceptancePanel.capture(state)
-                    snap["viol"] = ViolationsPanel.capture(state)
+                    snap["acc"] = views.acceptance_view(state)
+                    snap["viol"] = views.violations(state)
                 elif panel == "aux":
-                    snap["aux"] = AuxPanel.capture(state)
+                    snap["aux"] = views.aux_view(state)
                 elif panel == "draft":
-                    snap["draft"] = DraftPanel.capture(state, rid_filter)
+                    snap["draft"] = views.draft_rows(state, rid_filter)
             return snap
 
         snap = feed.read(capture)
@@ -162,14 +163,16 @@ class ScopeApp(App):
         self.w[PublisherBar].rows = tuple(snap["pubs"])
         self._maybe_load_decoder(snap["pubs"])
         if "acc" in snap:
-            self.w[AcceptancePanel].snap = snap["acc"]
-            self.w[ViolationsPanel].show(snap["viol"], force=force)
+            self.w[AcceptancePanel].view = snap["acc"]
+            self.w[ViolationsPanel].violations = tuple(snap["viol"])
+            if force:
+                self.w[ViolationsPanel].invalidate()
         if "aux" in snap:
-            self.w[AuxPanel].show(snap["aux"])
+            self.w[AuxPanel].view = snap["aux"]
         if "draft" in snap:
-            self.w[DraftPanel].show(snap["draft"])
-        self.w[EventLog].show(snap["events"])
-        self.recent_events.show(snap["events"])
+            self.w[DraftPanel].rows = tuple(snap["draft"])
+        self.w[EventLog].events = snap["events"]
+        self.recent_events.events = snap["events"]
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.refresh_ms = elapsed_ms if self.refresh_ms is None else 0.8 * self.refresh_ms + 0.2 * elapsed_ms
         self._show_timeline(snap["frames"])
@@ -196,10 +199,7 @@ class ScopeApp(App):
             self.call_from_thread(self._set_decoder, decoder)
 
     def _set_decoder(self, decoder) -> None:
-        panel = self.w[DraftPanel]
-        panel.decoder = decoder
-        panel._shown = ()
-        self.refresh_view(force=True)
+        self.w[DraftPanel].decoder = decoder
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -239,19 +239,16 @@ class ScopeApp(App):
         def done(value: str | None) -> None:
             if value is not None:
                 self.rid_filter = value.strip() or None
-                self.w[DraftPanel]._shown = ()
+                self.w[DraftPanel].invalidate()
                 self.action_panel("draft")
 
         self.push_screen(PromptScreen("Show only requests whose id contains (empty: all):", "request id", self.rid_filter or ""), done)
 
     def action_load_report(self) -> None:
-        pubs = self.feed.read(lambda s: [(src, p.hello, p.load) for src, p in s.publishers.items()])
-        self.push_screen(LoadReportScreen(pubs))
+        self.push_screen(LoadReportScreen(self.feed.read(views.load_reports)))
 
     def action_aux_control(self) -> None:
-        from eagle3scope.tui.aux_screen import AuxScreen
-
-        self.push_screen(AuxScreen(self.control))
+        self.push_screen(AuxScreen(self.aux_client))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_help()))
@@ -269,12 +266,8 @@ class ScopeApp(App):
         rows.append(("↑ ↓ pgup pgdn", "Move", "In tables and logs"))
         return rows
 
-    @on(DataTable.RowSelected, "#violations-table")
-    def open_violation(self, event: DataTable.RowSelected) -> None:
-        violations = self.w[ViolationsPanel].violations
-        index = int(event.row_key.value)
-        if 0 <= index < len(violations):
-            self.push_screen(ViolationScreen(violations[index]))
+    def on_violations_panel_selected(self, event: ViolationsPanel.Selected) -> None:
+        self.push_screen(ViolationScreen(event.violation))
 
     # -- replay keys ------------------------------------------------------------------------
 
@@ -334,11 +327,11 @@ class ScopeApp(App):
         self.theme = f"e3s-{theme_file.name}"
         if remember and self._remember:
             remember_theme(theme_file.name)
-        if self.is_running:
-            self.w[DraftPanel]._shown = ()  # its rows carry the old theme's colours
+        if self.is_running:  # drawn rows carry the old theme's colours
+            self.call_after_refresh(self.w[DraftPanel].invalidate)
             self.call_after_refresh(self.refresh_view, True)
             for log in self.main.query(EventLog):
-                self.call_after_refresh(log.redraw)
+                self.call_after_refresh(log.invalidate)
 
     def action_cycle_theme(self) -> None:
         names = sorted(available_themes())
@@ -370,15 +363,15 @@ def parse_seek(target: str) -> tuple[str, float]:
     raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
 
 
-def run_watch(endpoints: list[str], theme: str | None = None, control=None,
+def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
               max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
-    """Open the TUI on one or more live publishers (``control``: a ControlClient for key ``c``);
+    """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``);
     returns the app's exit status (non-zero after a crash)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
     app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)), theme=theme)
-    app.control = control
+    app.aux_client = aux_client
     app.run()
     return app.return_code or 0
 

@@ -112,7 +112,9 @@ class ReplayFeed(Feed):
 
     Pause, step, speed and seek act on the replayer. A seek starts a fresh state (the replayer
     re-sends the hello/load/config recorded before the target) and lands on the target step:
-    the frames up to and including it are ingested before the seek returns.
+    the frames up to and including it are ingested, and the rules evaluated, before the seek
+    returns; a step evaluates them too, where the user stops to look. Played without seeks or
+    steps, the state keeps ``check``'s rule schedule, so both report the same ``first_seq``.
     """
 
     live = False
@@ -122,7 +124,8 @@ class ReplayFeed(Feed):
 
         self.replayer = Replayer(path, speed=speed)
         self._state_factory = state_factory
-        self._control = threading.Lock()  # one of: pull+ingest, seek, step
+        self._replayer_lock = threading.Lock()  # one of: pull+ingest, seek, step
+        self._settled = False  # the last rule pass after the recording's end has run
         self._errors_shown = 0
         super().__init__(state_factory())
         self.label = f"REPLAY {path}"
@@ -152,20 +155,31 @@ class ReplayFeed(Feed):
     def run(self) -> None:
         replayer = self.replayer
         while not self._stop.is_set():
-            with self._control:
+            with self._replayer_lock:
                 frames = replayer.due()
                 self.ingest(frames)
                 self._show_new_errors()
+                self._settle()
             if not frames:
                 wait = replayer.wait_s()
                 self._stop.wait(0.05 if wait is None else min(wait, 0.05))
 
     def step(self) -> None:
         """Pause and deliver the frames up to and including the next step."""
-        with self._control:
+        with self._replayer_lock:
             self.replayer.pause()
             self.ingest(self.replayer.step_one())
             self._show_new_errors()
+            with self.lock:
+                self.state.evaluate_rules()  # the user stops here to look: judge the state here
+            self._settle()
+
+    def _settle(self) -> None:
+        """At the recording's end, one more rule pass, as ``check`` makes after its last frame."""
+        if self.replayer.finished and not self._settled:
+            self._settled = True
+            with self.lock:
+                self.state.evaluate_rules()
 
     def seek_step(self, seq: int) -> None:
         self._seek(lambda r: r.seek_step(seq))
@@ -176,7 +190,7 @@ class ReplayFeed(Feed):
         self._seek(lambda r: r.seek_time(t0 + int(seconds * 1e9)))
 
     def _seek(self, move: Callable) -> None:
-        with self._control:
+        with self._replayer_lock:
             move(self.replayer)
             frames = self.replayer.step_one()
             with self.lock:
@@ -184,14 +198,16 @@ class ReplayFeed(Feed):
                 for frame in frames:
                     # the recorded state frames and the target step are not consecutive: a frame
                     # counter jump here is the seek, not a loss
-                    for pub in state.publishers.values():
-                        pub.last_n = None
+                    state.forget_counters()
                     try:
                         state.ingest(frame)
                     except Exception as exc:
                         self._failed(frame, exc)
+                state.evaluate_rules()  # a seek starts a new state: judge it where it lands
             self._errors_shown = 0  # a fresh state: list the damage met so far again
             self._show_new_errors()
+            self._settled = False
+            self._settle()
 
     def position(self) -> dict:
         r = self.replayer
@@ -204,7 +220,7 @@ class ReplayFeed(Feed):
             "speed": r.speed,
             "elapsed_s": ((r.t_ns or t0) - t0) / 1e9,
             "duration_s": (t1 - t0) / 1e9,
-            "finished": r.finished,
+            "finished": r.finished and self._settled,  # and judged, as check judges its last frame
         }
 
     def stop(self) -> None:

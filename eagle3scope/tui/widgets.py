@@ -20,6 +20,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, RichLog, Static
 
 from eagle3scope.analysis.state import SessionState
+from eagle3scope.wire.aux_layers import RULE_SUMMARY
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -447,11 +448,8 @@ class ViolationsPanel(Vertical):
             table.move_cursor(row=min(row, len(violations) - 1))
         self.query_one("#violations-none").display = not violations
         table.display = bool(violations)
-        focused = self.screen.focused
-        if violations and (focused is None or not focused.display) and self.app.screen is self.screen:
-            # the table was hidden when the screen picked a focus (none, or a panel the switcher has
-            # hidden since): Enter must work at once
-            table.focus()
+        if violations and self.screen.focused is None and self.app.screen is self.screen:
+            table.focus()  # the table was hidden when the screen picked a focus: Enter must work at once
         errors = sum(1 for v in violations if v.active and v.severity == "error")
         self.border_title = f"Violations {len(violations)}" + (f" ({errors} errors)" if errors else "")
 
@@ -462,7 +460,7 @@ class ViolationsPanel(Vertical):
 @dataclass
 class AuxSnap:
     passes: dict = field(default_factory=dict)  # mode -> (calls, {width: n}, fc applied, fc skipped)
-    publishers: list = field(default_factory=list)  # (src, load, capture)
+    publishers: list = field(default_factory=list)  # (src, load, capture, family's aux id rule)
     segments: list = field(default_factory=list)
 
 
@@ -477,7 +475,7 @@ class AuxPanel(VerticalScroll):
     def capture(state: SessionState) -> AuxSnap:
         return AuxSnap(
             passes={m: (p.calls, dict(p.widths), p.fc_applied, p.fc_skipped) for m, p in state.passes.items()},
-            publishers=[(src, pub.load, pub.capture) for src, pub in state.publishers.items()],
+            publishers=[(src, pub.load, pub.capture, pub.aux_rule) for src, pub in state.publishers.items()],
             segments=[(s.layers, s.origin, s.steps, s.mean_accept_length) for s in state.segments],
         )
 
@@ -503,7 +501,7 @@ class AuxPanel(VerticalScroll):
         grid = Table.grid(padding=(0, 4))
         for _ in range(per_row):
             grid.add_column()
-        summaries = [Group(Text(f"\n{src}", style="bold"), _load_summary(load, capture, bad, ok, muted)) for src, load, capture in snap.publishers]
+        summaries = [Group(Text(f"\n{src}", style="bold"), _load_summary(load, capture, rule, bad, ok, muted)) for src, load, capture, rule in snap.publishers]
         for i in range(0, len(summaries), per_row):
             grid.add_row(*summaries[i : i + per_row])
         parts.append(grid)
@@ -518,7 +516,7 @@ class AuxPanel(VerticalScroll):
         self.query_one("#aux-body", Static).update(Group(*parts))
 
 
-def _load_summary(load: dict | None, capture: dict | None, bad, ok, muted) -> Table:
+def _load_summary(load: dict | None, capture: dict | None, rule: str | None, bad, ok, muted) -> Table:
     table = Table(show_header=False, box=None, padding=(0, 1))
     table.add_column(style=muted)
     table.add_column()
@@ -536,6 +534,7 @@ def _load_summary(load: dict | None, capture: dict | None, bad, ok, muted) -> Ta
     table.add_row("captured (load)", Text(str(captured), style=None if not match else ok))
     table.add_row("captured (live)", Text(f"{live} capture {'on' if (capture or {}).get('on') else 'off'}" if capture else "–", style=bad if capture and not capture.get("on") else None))
     table.add_row("use_aux / rule", f"{aux.get('use_aux')} / {aux.get('offset_rule')}")
+    table.add_row("family id rule", Text(f"{rule}: {RULE_SUMMARY[rule]}" if rule else "unknown family", style=None if rule else muted))
     d2t = load.get("d2t")
     if d2t:
         flags = []

@@ -9,9 +9,18 @@ SGLang captures the *input* of layer ``c`` (the output of layer ``c - 1``) for e
     ``c = id + 1`` (Llama, Qwen, most families); the release's *default* list ``[2, n//2, n-3]``
     is used as captured indices as is (no ``+1``).
 ``"+1-if-first-1"``
-    DeepseekV2 / GLM4-MoE-lite / Kimi-K2.5 from 0.5.13: ``+1`` only when the first id is 1.
+    DeepseekV2/V3 / GLM4-MoE-lite / Kimi-K2 / Kimi-K2.5 from 0.5.13: ``+1`` only when the first id
+    is 1 (0.5.23 deepseek_v2.py:3470); up to 0.5.12 a plain ``+1`` (0.5.10 deepseek_v2.py:2307).
+``"+1-unless-final"``
+    GPT-OSS from 0.5.17: ids whose largest is ``n`` (the final hidden state) are captured as given,
+    others get ``+1`` (0.5.23 gpt_oss.py:1349); up to 0.5.16 a plain ``+1``.
 ``"none"``
     ids are captured indices.
+
+Which captured indices a release can produce at all: the input of layer 0 (the embeddings) only
+from 0.5.22 in llama.py's LlamaModel (0.5.10-0.5.21 add a residual that is still None there and
+crash, 0.5.10 llama.py:388; 0.5.22 captures through the layer boundary); other families are not
+checked. The final hidden state (index ``n``) only for GPT-OSS from 0.5.17.
 
 A captured index past the last layer never matches, fewer states reach the draft's ``fc`` and the
 scheduler dies on the first request; duplicates do the same. SGLang concatenates the captured
@@ -24,6 +33,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+
+#: Each family rule in a few words, for screens.
+RULE_SUMMARY = {"+1": "captures id + 1", "+1-if-first-1": "as given; id + 1 only when the first id is 1",
+                "none": "as given"}
 
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
@@ -38,22 +51,45 @@ _PLUS_ONE = (
 )
 _DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration")
 #: Wrappers that forward the call to ``self.language_model`` (the rule is the inner model's).
-DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration")
+DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "KimiK25ForConditionalGeneration")
+
+
+def capture_owner(model):
+    """The model that holds the aux capture state (``capture_aux_hidden_states``, ``.model.layers_to_capture``)
+    and the text config: ``model`` itself, or the language model a delegating wrapper forwards to."""
+    while type(model).__name__ in DELEGATES and getattr(model, "language_model", None) is not None:
+        model = model.language_model
+    return model
 
 
 class LayerError(ValueError):
     """A layer list SGLang cannot capture safely; the message says why."""
 
 
+#: Classes built on llama.py's LlamaModel (their capture loop is the one checked for layer 0).
+_LLAMA_MODEL = ("LlamaForCausalLM", "Phi3ForCausalLM", "MistralForCausalLM", "InternLM3ForCausalLM")
+
+
+def _release(sglang_version: str | None) -> tuple[int, int, int] | None:
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", sglang_version or "")
+    return tuple(map(int, m.groups())) if m else None  # type: ignore[return-value]
+
+
+def _before(sglang_version: str | None, first: tuple[int, int, int]) -> bool:
+    """True when the release is known and older than ``first`` (an unknown release counts as newest)."""
+    release = _release(sglang_version)
+    return release is not None and release < first
+
+
 def family_rule(class_name: str, sglang_version: str | None = None) -> str | None:
-    """The rule for a target class, or None when its family is unknown to eagle3scope."""
+    """The rule for a target class in a release (None: the newest), or None when its family is
+    unknown to eagle3scope ("unknown family: cannot predict" is the honest answer)."""
+    if class_name == "GptOssForCausalLM":
+        return "+1" if _before(sglang_version, (0, 5, 17)) else "+1-unless-final"
     if class_name in _PLUS_ONE:
         return "+1"
     if class_name in _DEEPSEEK:
-        m = re.match(r"(\d+)\.(\d+)\.(\d+)", sglang_version or "")
-        if m and tuple(map(int, m.groups())) < (0, 5, 13):
-            return "+1"
-        return "+1-if-first-1"
+        return "+1" if _before(sglang_version, (0, 5, 13)) else "+1-if-first-1"
     return None
 
 
@@ -61,6 +97,8 @@ def captured_for(ids: list[int] | None, rule: str, num_layers: int) -> list[int]
     """The captured layer indices SGLang derives from configured ``ids`` (None = its default)."""
     if ids is None:
         return default_capture(num_layers)
+    if rule == "+1-unless-final":
+        return list(ids) if ids and max(ids) == num_layers else [i + 1 for i in ids]
     if rule == "+1" or (rule == "+1-if-first-1" and ids and ids[0] == 1):
         return [i + 1 for i in ids]
     if rule in ("none", "+1-if-first-1"):
@@ -68,13 +106,41 @@ def captured_for(ids: list[int] | None, rule: str, num_layers: int) -> list[int]
     raise LayerError(f"unknown id rule {rule!r}")
 
 
-def ids_for(captured: list[int], rule: str) -> list[int] | None:
+def ids_for(captured: list[int], rule: str, num_layers: int | None = None) -> list[int] | None:
     """Configured ids that make SGLang capture ``captured`` (None when no ids can)."""
-    if rule == "+1":
+    if rule == "+1-unless-final" and captured and num_layers is not None and max(captured) == num_layers:
+        return list(captured)
+    if rule in ("+1", "+1-unless-final"):
         return [c - 1 for c in captured]
     if rule == "none" or (rule == "+1-if-first-1" and captured and captured[0] != 1):
         return list(captured)
     return None  # "+1-if-first-1" cannot start a capture at layer 1
+
+
+def capture_problem(captured: list[int], num_layers: int | None, class_name: str | None,
+                    sglang_version: str | None) -> str | None:
+    """Why this release cannot capture these indices (None: it can, as far as eagle3scope knows).
+
+    Index ``c`` is the input of layer ``c``: ``0..n-1`` exist, ``0`` (the embeddings) needs a release
+    whose capture loop handles the missing residual, ``n`` (the final state) a family that captures it.
+    """
+    if any(c < 0 for c in captured):
+        return f"negative captured index in {captured}: SGLang never matches it"
+    if num_layers is not None:
+        final_ok = class_name == "GptOssForCausalLM" and not _before(sglang_version, (0, 5, 17))
+        past = [c for c in captured if c > num_layers or (c == num_layers and not final_ok)]
+        if past:
+            return (f"captured index {past[0]} is past the target's layers 0..{num_layers - 1}: the scheduler "
+                    "would crash on the first request")
+    if 0 in captured:
+        if class_name in _LLAMA_MODEL and not _before(sglang_version, (0, 5, 22)):
+            return None
+        if class_name in _LLAMA_MODEL or _before(sglang_version, (0, 5, 22)):
+            return (f"SGLang {sglang_version} cannot capture the input of layer 0 (the embeddings): it adds a "
+                    "residual that is still None there and crashes; use SGLang 0.5.22+, or retrain with ids >= 1")
+        return (f"capturing the input of layer 0 (the embeddings) is not checked for {class_name}: llama.py "
+                "handles it from 0.5.22, older releases crash")
+    return None
 
 
 def default_capture(num_layers: int) -> list[int]:

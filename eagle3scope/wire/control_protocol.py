@@ -23,6 +23,11 @@ Exactly these commands and fields:
     "queued", id, layers, captured}`` when no step ran within ``wait_s`` (the server is idle; the
     change applies at the next step and a ``config`` event with ``request_id`` reports it; a newer
     ``set`` supersedes a queued one, reported as a refused ``config``), or ``{ok: false, error}``.
+    Optional ``recapture: true``: where the target replays captured CUDA graphs (``list`` →
+    ``graphs: {captured, recapture, why_not, last_pause_ms}``) a set is refused unless it asks to
+    recapture them; then the scheduler recaptures the target's graphs right after the change,
+    serving pauses meanwhile, and the applied reply and the ``config`` event carry ``pause_ms``
+    (None when nothing was recaptured). ``wait_s`` may then be up to ``MAX_RECAPTURE_WAIT_S``.
 
 Every refusal is ``{ok: false, error: reason}`` and changes nothing. ``cycle`` is client-side: a
 sequence of ``set`` while watching the step stream.
@@ -43,13 +48,15 @@ ENV_CONTROL = "EAGLE3SCOPE_CONTROL"
 ENV_TOKEN_FILE = "EAGLE3SCOPE_CONTROL_TOKEN_FILE"
 
 AUTH_FIELDS = frozenset({"nonce", "ts", "mac"})
-COMMANDS = {"list": frozenset({"cmd"}) | AUTH_FIELDS, "set": frozenset({"cmd", "layers", "id", "wait_s"}) | AUTH_FIELDS}
+COMMANDS = {"list": frozenset({"cmd"}) | AUTH_FIELDS,
+            "set": frozenset({"cmd", "layers", "id", "wait_s", "recapture"}) | AUTH_FIELDS}
 #: how far a request's ``ts`` may be from the server's clock (seconds, either way)
 REPLAY_WINDOW_S = 60.0
 MIN_NONCE_CHARS, MAX_NONCE_CHARS = 16, 64
 MAX_MESSAGE_BYTES = 64 * 1024
 DEFAULT_WAIT_S = 2.0
 MAX_WAIT_S = 10.0
+MAX_RECAPTURE_WAIT_S = 300.0  # a graph capture takes seconds, minutes under torch.compile
 MAX_ID_CHARS = 64
 
 _LIMITS = dict(max_str_len=4096, max_bin_len=0, max_array_len=4096, max_map_len=64, max_ext_len=0)
@@ -115,9 +122,12 @@ def check_request(req: dict) -> str:
     rid = req.get("id")
     if rid is not None and not (isinstance(rid, str) and 0 < len(rid) <= MAX_ID_CHARS and rid.isprintable()):
         raise ProtocolError(f"request id must be a printable string of 1..{MAX_ID_CHARS} characters")
-    wait = req.get("wait_s", DEFAULT_WAIT_S)
-    if type(wait) not in (int, float) or not 0 <= wait <= MAX_WAIT_S:
-        raise ProtocolError(f"wait_s must be a number in 0..{MAX_WAIT_S}")
+    recapture = req.get("recapture", False)
+    if type(recapture) is not bool:
+        raise ProtocolError("recapture must be true or false")
+    wait, most = req.get("wait_s", DEFAULT_WAIT_S), MAX_RECAPTURE_WAIT_S if recapture else MAX_WAIT_S
+    if type(wait) not in (int, float) or not 0 <= wait <= most:
+        raise ProtocolError(f"wait_s must be a number in 0..{most}")
     return cmd
 
 

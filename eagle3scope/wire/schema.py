@@ -44,7 +44,8 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     only: its draft_ids/accepted_ids are empty and accepted/bonus 0. SGLang may run one more
     decode round for a request that already finished; its tokens are discarded by SGLang.
 ``config`` (aux-layer configuration changed or refused)
-    layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id.
+    layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id, and
+    pause_ms only when the change recaptured the target's CUDA graphs (the serving pause).
 ``heartbeat``
     steps, dropped (frames the shim dropped before sending), hook_failures, queued.
 ``hook``

@@ -2,12 +2,11 @@
 
 ``eagle3scope launch --control`` creates it; the shim reads it at startup and refuses to open the
 channel when the file is missing, empty or readable by anyone else; the client reads it the same
-way. Comparison is constant-time.
+way. Requests are signed with it (:func:`eagle3scope.wire.control_protocol.sign`), never sent.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import stat
@@ -57,10 +56,3 @@ def create_token_file(directory: str | os.PathLike | None = None) -> Path:
     with os.fdopen(fd, "w", encoding="ascii") as fh:
         fh.write(secrets.token_urlsafe(32) + "\n")
     return path
-
-
-def tokens_equal(given, expected: str) -> bool:
-    """Constant-time comparison; anything but a string is a mismatch."""
-    if not isinstance(given, str):
-        return False
-    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))

@@ -12,6 +12,7 @@ Anything else raises :class:`~eagle3scope.wire.schema.FrameError`: the frame is 
 from __future__ import annotations
 
 import math
+import reprlib
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: token ids (draft and target vocabularies) and widths fit in 31 bits
@@ -34,9 +35,12 @@ class BodyError(ValueError):
     """A body field has the wrong type or an absurd value (the message names it)."""
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 60  # a hostile value is shown, never rendered whole
+
+
 def _fail(path: str, what: str, value: object) -> None:
-    shown = repr(value)
-    raise BodyError(f"{path}: {what}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
+    raise BodyError(f"{path}: {what}, got {_SHORT.repr(value)}")
 
 
 def check_plain(value: object, path: str = "b", depth: int = 0) -> None:
@@ -104,14 +108,13 @@ def _scalar(value, path):
     check_plain(value, path)
 
 
-def _ints(lo: int = INT64_MIN, hi: int = INT64_MAX, max_len: int = MAX_DRAFT_TOKENS, nullable: bool = False):
+def _ints(lo: int, hi: int, max_len: int):
+    """A list of at most ``max_len`` ints in [lo, hi], or null."""
     def check(value, path):
         if value is None:
-            if nullable:
-                return
-            _fail(path, "must be a list of integers", value)
+            return
         if type(value) is not list or len(value) > max_len:
-            _fail(path, f"must be a list of at most {max_len} integers", value)
+            _fail(path, f"must be a list of at most {max_len} integers or null", value)
         for x in value:
             if type(x) is not int or not lo <= x <= hi:
                 _fail(path, f"items must be integers in [{lo}, {hi}]", x)
@@ -155,7 +158,7 @@ def _check_fields(body: dict, fields: dict, path: str, values=None) -> None:
 _COUNT = _int()
 _NAME = _str()
 _TEXT = _str(MAX_TEXT)
-_LAYERS = _ints(-1, 1 << 20, 4096, nullable=True)
+_LAYERS = _ints(-1, 1 << 20, 4096)
 
 HELLO = {
     "pid": _int(), "host": _NAME, "tp_rank": _int(0, 1 << 20), "dp_rank": _int(0, 1 << 20),
@@ -178,7 +181,7 @@ LOAD = {
     "d2t": _map({"present": _bool, "size": _COUNT, "min": _int(INT64_MIN), "max": _int(INT64_MIN),
                  "target_min": _int(INT64_MIN), "target_max": _int(INT64_MIN), "out_of_range": _COUNT,
                  "injective": _bool, "t2d_consistent": _bool, "looks_absolute": _bool}),
-    "lm_head": _map({"source": _NAME, "shape": _ints(0, MAX_TOKEN_ID, 8, nullable=True)}),
+    "lm_head": _map({"source": _NAME, "shape": _ints(0, MAX_TOKEN_ID, 8)}),
     "embed_tokens": _map({"source": _NAME}),
 }
 
@@ -188,6 +191,7 @@ HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queue
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
 _PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}
+_PASS_KEYS = frozenset(_PASS)
 _CAPTURE = _map({"on": _bool, "layers": _LAYERS})
 _STEP_TIMES = ("draft_ms", "verify_ms", "extend_ms")
 _STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
@@ -212,7 +216,7 @@ def _check_pass(p: object, path: str) -> None:
             or (mode is not None and (type(mode) is not str or len(mode) > MAX_NAME)):
         _check_fields(p, _PASS, path)  # names the field
         _fail(path, "'n' must be an integer >= 1", n)
-    if len(p) > 4:
+    if not p.keys() <= _PASS_KEYS:
         _check_fields(p, _PASS, path)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
-
-__version__ = "0.1.0"
+from eagle3scope_shim import patching
+from eagle3scope_shim.state import ENV_ENDPOINT, STATE, requested_endpoint
+from eagle3scope_shim.version import __version__  # noqa: F401
 
 _set_env: str | None = None
 
@@ -24,9 +25,6 @@ def install(endpoint: str | None = None) -> bool:
     refuses the installed SGLang.
     """
     global _set_env
-    from eagle3scope_shim import patching
-    from eagle3scope_shim.state import ENV_ENDPOINT, requested_endpoint
-
     if endpoint is not None and os.environ.get(ENV_ENDPOINT) != endpoint:
         os.environ[ENV_ENDPOINT] = endpoint
         _set_env = endpoint
@@ -41,9 +39,6 @@ def install(endpoint: str | None = None) -> bool:
 def uninstall() -> None:
     """Undo :func:`install`: restore patched functions, stop publishing. Idempotent."""
     global _set_env
-    from eagle3scope_shim import patching
-    from eagle3scope_shim.state import ENV_ENDPOINT, STATE
-
     patching.unpatch_all()
     if _set_env is not None and os.environ.get(ENV_ENDPOINT) == _set_env:
         del os.environ[ENV_ENDPOINT]

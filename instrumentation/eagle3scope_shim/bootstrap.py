@@ -14,6 +14,9 @@ import os
 import sys
 import sysconfig
 
+from eagle3scope_shim import patching
+from eagle3scope_shim.state import requested_endpoint
+
 PTH_NAME = "eagle3scope_shim.pth"
 PTH_LINE = (
     "import os; (os.environ.get('EAGLE3SCOPE_ENDPOINT') or os.environ.get('EAGLE3SCOPE')) "
@@ -23,9 +26,6 @@ PTH_LINE = (
 
 def activate() -> None:
     try:
-        from eagle3scope_shim import patching
-        from eagle3scope_shim.state import requested_endpoint
-
         if requested_endpoint() is None or patching.has_hook_registry() or not patching.version_ok():
             return
         patching.patch_all()

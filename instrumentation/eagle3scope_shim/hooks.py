@@ -3,7 +3,8 @@
 Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`state.around`, so it fails
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`state.snap` copies of
-device tensors; the publisher thread does every ``tolist`` in :func:`finalize_step`.
+device tensors into the step's :class:`state.HostRing` slot; the publisher thread does every
+``tolist`` in :func:`finalize_step` and hands the slot back.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import inspect
 import time
 
-from eagle3scope_shim import control, loadreport, seams
-from eagle3scope_shim.state import STATE, Rewrite, Step, around, record_event, requested_endpoint, snap
+from eagle3scope_shim import aux_channel, loadreport, registry, seams
+from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
 
 _now = time.perf_counter_ns
 
@@ -46,19 +47,27 @@ def make_scheduler_init(seam):
         tp_rank, dp_rank = _ranks(args, kwargs)
         if tp_rank != 0:
             return
-        from eagle3scope_shim import patching
-
-        patching.confirm_registered()
+        registry.confirm_registered()
         STATE.start_publisher(endpoint, dp_rank)
-        control.start(args[0], dp_rank)
+        aux_channel.start(args[0], dp_rank)
         loadreport.publish_startup(args[0], tp_rank, dp_rank)
 
     return around(seam, pre, post)
 
 
+def _size_ring(worker) -> None:
+    """Ring buffers hold one step's largest snapshot: max running requests x draft tokens."""
+    runner = worker.target_worker.model_runner
+    sa = getattr(worker, "server_args", None) or getattr(runner, "server_args", None)
+    max_bs = getattr(runner, "max_running_requests", None) or getattr(sa, "max_running_requests", None) or 0
+    tokens = getattr(worker, "speculative_num_draft_tokens", None) or getattr(sa, "speculative_num_draft_tokens", None) or 0
+    STATE.ring_capacity = int(max_bs) * int(tokens)
+
+
 def make_worker_init_v2(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v2", self, self.target_worker.model_runner.model, self.draft_worker.draft_runner.model))
+        _size_ring(self)
 
     return around(seam, None, post)
 
@@ -66,6 +75,7 @@ def make_worker_init_v2(seam):
 def make_worker_init_v1(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
+        _size_ring(self)
 
     return around(seam, None, post)
 
@@ -75,9 +85,12 @@ def make_step(seam):
     def pre(self, *args, **kwargs):
         if STATE.publisher is None:
             return None
-        if STATE.control is not None:
-            STATE.control.apply_pending()  # between steps, on the scheduler's own thread
+        if STATE.aux_channel is not None:
+            STATE.aux_channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
+        stale = STATE.step
+        if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
+            HostRing.release(stale.slot)
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
         STATE.step = step
@@ -87,26 +100,24 @@ def make_step(seam):
         if step is None:
             return
         STATE.step = None
+        slot, pub = step.slot, STATE.publisher
+        if step.dropped:
+            pub.drop("step")
+            return
         if not step.prefill and step.verify is None:
+            if slot is not None:
+                HostRing.release(slot)
             return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = [req.rid for req in batch.reqs]
         STATE.seq += 1
-        step.event = record_event(step.device)
-        STATE.publisher.submit(
-            "step",
-            (STATE.seq, time.time_ns(), rids, step, loadreport.capture_now()),
-            finalize_step,
-        )
+        if slot is not None:
+            HostRing.record(slot)
+        if not pub.submit("step", (STATE.seq, time.time_ns(), rids, step, loadreport.capture_now()), finalize_step):
+            if slot is not None:
+                HostRing.release(slot)
 
     return around(seam, pre, post, hot=True)
-
-
-def _keep(step: Step, tensor):
-    """Snapshot ``tensor`` for this step; remember its device so the step records one event."""
-    if tensor is not None and tensor.device.type != "cpu":
-        step.device = tensor.device.type
-    return snap(tensor)
 
 
 def _timed(seam, slot: str, observe=None):
@@ -128,12 +139,12 @@ def _timed(seam, slot: str, observe=None):
 
 def _observe_draft(step, result):
     verify_input = result[0] if isinstance(result, tuple) else result
-    step.draft = _keep(step, verify_input.draft_token)
+    step.draft = snap(step, "draft", verify_input.draft_token)
 
 
 def _observe_verify_v2(step, result):
     """v2 ``accept_lens`` INCLUDES the bonus token; ``next_token_ids`` is strided per request."""
-    step.verify = ("v2", _keep(step, result.accept_lens), _keep(step, result.next_token_ids))
+    step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
 
 
 def _observe_verify_v1(step, result):
@@ -141,7 +152,7 @@ def _observe_verify_v1(step, result):
     out = result[1]
     counts = next(getattr(out, f) for f in seams.V1_COUNT_FIELDS if hasattr(out, f))
     tokens = next(getattr(out, f) for f in seams.V1_TOKEN_FIELDS if hasattr(out, f))
-    step.verify = ("v1", list(counts), _keep(step, tokens))
+    step.verify = ("v1", list(counts), snap(step, "ids", tokens))
 
 
 def make_draft(seam):
@@ -177,10 +188,19 @@ def make_draft_forward(seam):
 
 
 def finalize_step(payload) -> dict:
-    """Publisher thread: wait for the copies, then build the ``step`` body."""
-    seq, t_ns, rids, step, capture = payload
-    if step.event is not None:
-        step.event.synchronize()
+    """Publisher thread: wait for the step's copies, build the ``step`` body, release the slot."""
+    slot = payload[3].slot
+    if slot is None:
+        return _step_body(*payload)
+    try:
+        if slot.recorded:
+            slot.event.synchronize()
+        return _step_body(*payload)
+    finally:
+        HostRing.release(slot)
+
+
+def _step_body(seq, t_ns, rids, step, capture) -> dict:
     bs = len(rids)
     draft_ids: list = [[] for _ in range(bs)]
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
@@ -250,7 +270,7 @@ def make_aux_set_layers(seam):
         STATE.aux_calls.append(
             {"requested": _ids(layer_ids), "captured": _ids(self.model.layers_to_capture), "on": bool(self.capture_aux_hidden_states)}
         )
-        if STATE.publisher is not None and not STATE.control_applying:  # control reports its own
+        if STATE.publisher is not None and not STATE.aux_change_applying:  # control reports its own
             loadreport.publish_config("runtime")
 
     return around(seam, None, post)

@@ -15,7 +15,10 @@ import os
 import socket
 import sys
 
+from eagle3scope.wire.aux_layers import capture_owner
+from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
+from eagle3scope_shim.version import __version__
 
 _NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
 
@@ -151,7 +154,7 @@ def capture_now():
     """The target's aux capture as it stands (host attributes only); same dict while unchanged."""
     if not STATE.workers:
         return None
-    target = STATE.workers[-1][2]
+    target = capture_owner(STATE.workers[-1][2])
     key = (bool(getattr(target, "capture_aux_hidden_states", False)), tuple(getattr(getattr(target, "model", None), "layers_to_capture", ()) or ()))
     if key != STATE._capture_key:
         STATE._capture_key = key
@@ -184,7 +187,8 @@ def _source(param, target_param, written: bool) -> str:
 
 
 def load_body(kind: str, worker, target, draft) -> dict:
-    cfg, tcfg = draft.config, target.config
+    text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
+    cfg, tcfg = draft.config, text_model.config
     watch = STATE.draft_loads.get(id(draft))
     written = watch.written if watch is not None else set()
     eagle_cfg = _eagle_config(cfg)
@@ -195,8 +199,8 @@ def load_body(kind: str, worker, target, draft) -> dict:
     fc = getattr(inner, "fc", None)
     fc_w = getattr(fc, "weight", None)
     lm_head, embed = getattr(draft, "lm_head", None), getattr(inner, "embed_tokens", None)
-    target_lm = getattr(getattr(target, "lm_head", None), "weight", None)
-    target_embed = getattr(getattr(getattr(target, "model", None), "embed_tokens", None), "weight", None)
+    target_lm = getattr(getattr(text_model, "lm_head", None), "weight", None)
+    target_embed = getattr(getattr(getattr(text_model, "model", None), "embed_tokens", None), "weight", None)
     if lm_head is not None and lm_head is embed:
         lm_source = "tied"
     elif lm_head is not None:
@@ -253,10 +257,6 @@ def _server_args(sa) -> dict:
 
 
 def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
-    from importlib.metadata import version
-
-    import eagle3scope_shim
-
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     # graph replay or a torch.compile'd model hides the Python of the passes it covers
@@ -266,8 +266,8 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         "host": socket.gethostname(),
         "tp_rank": tp_rank,
         "dp_rank": dp_rank,
-        "sglang_version": version("sglang"),
-        "shim_version": eagle3scope_shim.__version__,
+        "sglang_version": sglang_version(),
+        "shim_version": __version__,
         "worker": STATE.workers[-1][0] if STATE.workers else None,
         "server_args": server_args,
         # Python inside a replayed CUDA graph (or a compiled region) does not run: draft decode steps
@@ -282,7 +282,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
             "passes_draft_extend": not hidden,
             "device_timings": False,
         },
-        "control": None if STATE.control is None else STATE.control.endpoint,
+        "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
     }
 

@@ -16,29 +16,18 @@ import logging
 import re
 import sys
 
-from eagle3scope_shim import hooks, seams
+from eagle3scope_shim import hooks, registry, seams
 from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 
-_TARGETS: dict[str, str] = {}  # seam name -> dotted target in use
 _OWN: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original) for uninstall
 _PENDING: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hook)]
-_registered = False
-
-
-def sglang_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
 
 
 def version_ok() -> bool:
     """The version guard: refuse, with a clear log line, a SGLang the shim was not built for."""
-    ver = sglang_version()
+    ver = seams.sglang_version()
     match = re.match(r"(\d+)\.(\d+)", ver or "")
     if match is None or (int(match[1]), int(match[2])) not in seams.SUPPORTED_MAJORS:
         log.warning(
@@ -62,7 +51,7 @@ def plan() -> list[tuple[str, str, object]]:
                 alternatives = [seams.dotted(t) for t in seam.targets]
                 STATE.report(seam.name, "missing", f"adapter {adapter.name}: none of {alternatives} in this release")
                 continue
-            _TARGETS[seam.name] = seams.dotted(target)
+            registry.targets[seam.name] = seams.dotted(target)
             out.append((seam.name, target, hooks.FACTORIES[seam.hook](seam.name)))
     return out
 
@@ -78,35 +67,20 @@ def own_active() -> bool:
 
 def register_with_hook_registry() -> None:
     """Hand every present seam to SGLang's HookRegistry (it patches when plugins are applied)."""
-    global _registered
-    if _registered or own_active():
+    if registry.registered() or own_active():
         return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType  # the plugin runs inside SGLang
 
     for name, target, hook in plan():
         HookRegistry.register(seams.dotted(target), hook, HookType.AROUND)
         STATE.seam_status[name] = "attached"
-    _registered = True
-
-
-def confirm_registered() -> None:
-    """After SGLang applied the hooks, report any target it could not patch as ``failed``."""
-    if not _registered:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
-    patched = getattr(HookRegistry, "_patched", None)
-    if patched is None:
-        return
-    for name, target in _TARGETS.items():
-        if STATE.seam_status.get(name) == "attached" and target not in patched:
-            STATE.report(name, "failed", f"SGLang's HookRegistry did not patch {target}")
+    registry.mark_registered()
 
 
 # -- the own patcher -----------------------------------------------------------------------------
 def patch_all() -> None:
     """Patch every present seam now or when its module is imported. Idempotent."""
-    if _registered or own_active():
+    if registry.registered() or own_active():
         return
     for name, target, hook in plan():
         _PENDING.setdefault(target[0], []).append((name, target, hook))

@@ -3,9 +3,14 @@
 Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
 ``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
 publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
-tensors), encodes the frame and sends it with ``NOBLOCK``. A full ring counts a drop instead of
-growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that
-starts late or restarts learns them. Heartbeats carry the counters so drops reach the viewer.
+tensors), encodes the frame and sends it with ``NOBLOCK``. The thread drains the ring every
+``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken per event:
+signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
+3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
+(BENCHMARKS.md). Polling costs an idle server four wake-ups a second; a step reaches viewers within
+``flush_interval_s``. A full ring counts a drop instead of growing or waiting. ``hello``/``load``
+bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
+Heartbeats carry the counters so drops reach the viewer.
 """
 
 from __future__ import annotations
@@ -21,6 +26,22 @@ import zmq
 
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import resolve_bind_endpoint
+
+#: OS-visible thread names, so per-thread CPU (``top -H``, /proc/<pid>/task/*/comm, py-spy) shows
+#: the shim's share of the scheduler process: the publisher thread, and ZeroMQ's I/O and reaper
+#: threads of the shim's own context as ``3/ZMQbg/IO/0`` (SGLang's contexts name theirs ``ZMQbg/...``).
+PUBLISHER_THREAD_NAME = "e3s-publisher"
+ZMQ_THREAD_PREFIX = 3
+
+
+def name_os_thread(name: str) -> None:
+    """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``, 15 bytes); best effort."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+    except Exception:
+        pass
 
 
 class Publisher:
@@ -40,6 +61,8 @@ class Publisher:
         hwm: int = 10000,
         sticky_interval_s: float = 2.0,
         heartbeat_interval_s: float = 1.0,
+        flush_interval_s: float = 0.25,
+        wake_batch: int = 16,
     ) -> None:
         self._requested = resolve_bind_endpoint(endpoint)
         self.src = src
@@ -47,9 +70,10 @@ class Publisher:
         self._hwm = int(hwm)
         self._sticky_interval = float(sticky_interval_s)
         self._heartbeat_interval = float(heartbeat_interval_s)
+        self._flush_interval = float(flush_interval_s)
+        self._wake_batch = max(1, int(wake_batch))
         self._ring: collections.deque = collections.deque()
         self._wake = threading.Event()
-        self._idle = False
         self._stop = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -90,6 +114,10 @@ class Publisher:
         if self._thread is not None or self._closed:
             return
         self._ctx = zmq.Context()
+        try:
+            self._ctx.set(zmq.THREAD_NAME_PREFIX, ZMQ_THREAD_PREFIX)
+        except (AttributeError, zmq.ZMQError):
+            pass  # libzmq < 4.3: unnamed I/O threads
         sock = self._ctx.socket(zmq.PUB)
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.LINGER, 0)
@@ -102,7 +130,7 @@ class Publisher:
             raise
         self._sock = sock
         self._bound = sock.getsockopt_string(zmq.LAST_ENDPOINT) or self._requested
-        self._thread = threading.Thread(target=self._run, name="eagle3scope-publisher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=PUBLISHER_THREAD_NAME, daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
         atexit.register(lambda: (p := ref()) is not None and p.close(0.2))
@@ -121,27 +149,34 @@ class Publisher:
         thread.join(timeout=self._linger_s + 1.0)
 
     # -- hot path -----------------------------------------------------------------------------
-    def submit(self, kind: str, payload: Any, finalize: Callable[[Any], dict | None] | None = None) -> None:
-        """Queue one event; O(1), never blocks, never raises. ``finalize(payload)`` runs later."""
+    def submit(self, kind: str, payload: Any, finalize: Callable[[Any], dict | None] | None = None) -> bool:
+        """Queue one event; O(1), never blocks, never raises. ``finalize(payload)`` runs later.
+        False when the event was dropped (``finalize`` will then never see ``payload``)."""
         try:
             if kind == "step":
                 self.steps += 1
             ring = self._ring
             if self._stop or len(ring) >= self._queue_size:
                 self._ring_dropped += 1
-                return
+                return False
             ring.append((kind, payload, finalize, time.time_ns()))
-            if self._idle:
+            if len(ring) == self._wake_batch:
                 self._wake.set()
+            return True
         except Exception:
-            pass
+            return False
+
+    def drop(self, kind: str) -> None:
+        """Count an event the caller could not even snapshot (e.g. no free host buffer)."""
+        if kind == "step":
+            self.steps += 1
+        self._ring_dropped += 1
 
     def set_sticky(self, kind: str, body: dict) -> None:
         """Send ``body`` as ``kind`` now and again every ``sticky_interval_s`` (hello, load)."""
         self._sticky[kind] = body
         self._sticky_dirty = True
-        if self._idle:
-            self._wake.set()
+        self._wake.set()
 
     # -- publisher thread ---------------------------------------------------------------------
     def _send(self, kind: str, body: dict, t: int | None = None) -> None:
@@ -198,6 +233,7 @@ class Publisher:
         self._send(kind, body, t)
 
     def _run(self) -> None:
+        name_os_thread(PUBLISHER_THREAD_NAME)
         ring = self._ring
         next_sticky = next_beat = 0.0
         try:
@@ -215,11 +251,10 @@ class Publisher:
                     for _ in range(min(len(ring), 256)):
                         self._process(ring.popleft())
                     continue
-                self._idle = True
-                if not ring and not self._sticky_dirty and not self._stop:
-                    self._wake.wait(max(0.0, min(next_sticky, next_beat) - time.monotonic()))
+                # poll: a submit wakes this thread only when a batch is full (see the module docstring)
+                if not self._sticky_dirty and not self._stop:
+                    self._wake.wait(min(self._flush_interval, max(0.0, min(next_sticky, next_beat) - time.monotonic())))
                 self._wake.clear()
-                self._idle = False
             deadline = time.monotonic() + self._linger_s
             while ring and time.monotonic() < deadline:
                 self._process(ring.popleft())

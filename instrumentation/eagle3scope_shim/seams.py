@@ -15,9 +15,10 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Iterable
 
-#: The releases surveyed in ../shared/reference/sglang-compat.md (table A).
+#: The releases whose wheels tests/test_compat_static.py checks this table against.
 COMPAT_RELEASES = (
     "0.4.4", "0.4.4.post2", "0.4.6.post5", "0.4.8", "0.4.10.post2", "0.5.1", "0.5.3", "0.5.5",
     "0.5.6", "0.5.8", "0.5.10", "0.5.12", "0.5.14", "0.5.16", "0.5.18", "0.5.20", "0.5.23",
@@ -32,7 +33,16 @@ _EW2 = "sglang.srt.speculative.eagle_worker_v2"
 _LE3 = "sglang.srt.models.llama_eagle3"
 _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
+_DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
+
+
+def sglang_version() -> str | None:
+    """The installed SGLang's version (package metadata: no SGLang import), None when absent."""
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,10 @@ ADAPTERS: tuple[Adapter, ...] = (
     )),
     Adapter("llama_set_eagle3", "aux", (
         _s("aux.llama_set_layers", "aux_set_layers", (_LLAMA, "LlamaForCausalLM.set_eagle3_layers_to_capture")),
+    )),
+    # DeepseekV2/V3 and Kimi-K2.5 (which delegates to its DeepseekV3 language model), from 0.5.5.
+    Adapter("deepseek_set_eagle3", "aux", (
+        _s("aux.deepseek_set_layers", "aux_set_layers", (_DSV2, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture")),
     )),
 )
 

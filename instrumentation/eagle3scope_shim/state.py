@@ -4,8 +4,9 @@ the facts gathered at load time, and the fail-closed wrapper every hook runs in.
 A hook body that raises is disabled for the rest of the process, reported once (a ``hook`` event
 with status ``failed`` and one log line) and the wrapped SGLang function's own result is returned
 unchanged. SGLang's own exceptions pass through untouched. Nothing here blocks or syncs: device
-tensors are copied ``non_blocking`` into pinned host buffers behind a recorded event, and the
-publisher thread turns them into lists later (see :func:`snap` and :class:`Step`).
+tensors are copied ``non_blocking`` into a :class:`HostRing` slot's reusable (pinned) host buffers,
+the slot's one event is recorded after the step's copies, and the publisher thread turns them into
+lists later and hands the slot back (see :func:`snap` and :class:`Step`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from typing import Any, Callable
 
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, endpoint_for_dp_rank
+from eagle3scope_shim.publisher import Publisher
 
 log = logging.getLogger("eagle3scope")
 
@@ -25,6 +27,12 @@ ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
 ENV_ENABLE = "EAGLE3SCOPE"
 ENV_FAULT = "EAGLE3SCOPE_FAULT"  # test support: name of a seam whose hook body raises
 ENV_SYNC_GUARD = "EAGLE3SCOPE_SYNC_GUARD"  # test support: fail on host-device syncs in hook bodies
+
+
+if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
+    from eagle3scope_shim.syncguard import SyncGuard
+else:
+    SyncGuard = None
 
 
 def requested_endpoint() -> str | None:
@@ -40,7 +48,8 @@ def requested_endpoint() -> str | None:
 class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
-    __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "event", "prefill")
+    __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "prefill", "slot",
+                 "dropped")
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter_ns()
@@ -50,7 +59,8 @@ class Step:
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.device = "cpu"
         self.prefill = False
-        self.event = None
+        self.slot: RingSlot | None = None  # host buffers of this step's snapshots, taken on first use
+        self.dropped = False  # every ring slot was busy: the step is counted as dropped, not published
 
     def add_pass(self, mode: str, width: int, fc: bool) -> None:
         passes = self.passes
@@ -72,11 +82,7 @@ class ShimState:
         self.seam_status: dict[str, str] = {}
         self.pending: list[dict] = []  # hook events before the publisher exists
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
-        self.guard = None
-        if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":
-            from eagle3scope_shim.syncguard import SyncGuard
-
-            self.guard = SyncGuard
+        self.guard = SyncGuard
         # load-time facts, gathered in whatever process loads the models
         self.draft_loads: dict[int, dict] = {}  # id(draft model) -> loader record
         self.aux_calls: collections.deque = collections.deque(maxlen=64)  # set_eagle3 calls, latest last
@@ -84,8 +90,10 @@ class ShimState:
         self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None
         self._capture_key = None
-        self.control = None  # eagle3scope_shim.control.Control when the control channel is open
-        self.control_applying = False  # a control change is calling set_eagle3_layers_to_capture
+        self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
+        self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
+        self.ring: HostRing | None = None  # host buffers of step snapshots, made at the first copy
+        self.ring_capacity = 0  # elements per ring buffer: max running requests x draft tokens
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
@@ -108,8 +116,6 @@ class ShimState:
 
     # -- publisher ----------------------------------------------------------------------------
     def start_publisher(self, endpoint: str, dp_rank: int) -> None:
-        from eagle3scope_shim.publisher import Publisher
-
         self.src = f"{socket.gethostname()}:{os.getpid()}:dp{dp_rank}"
         pub = Publisher(endpoint_for_dp_rank(endpoint, dp_rank), self.src)
         pub.start()
@@ -193,31 +199,106 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     return hook
 
 
-def snap(tensor):
-    """A host copy of ``tensor`` taken without a sync: a clone on CPU, else a non-blocking copy
-    into pinned memory (torch's caching host allocator reuses those blocks). Pair with
-    :func:`record_event` so the publisher thread waits before reading it."""
+class RingSlot:
+    """One step's host buffers (by field name) and the event recorded after its copies."""
+
+    __slots__ = ("index", "buffers", "event", "busy", "recorded")
+
+    def __init__(self, index: int, event) -> None:
+        self.index = index
+        self.buffers: dict[str, Any] = {}
+        self.event = event  # None on CPU: host copies are complete when ``copy_`` returns
+        self.busy = False  # handed out, not yet released by its reader
+        self.recorded = False  # the event was recorded at least once
+
+
+class HostRing:
+    """A fixed ring of reusable host-buffer slots, one slot per published step.
+
+    Slots are handed out in order. The next slot is reusable only when its reader released it and
+    its event completed, which is checked with ``event.query()``: the hot path never waits. A busy
+    slot means the step is not snapshotted and counts in ``dropped``. Buffers are allocated once
+    per slot and field (sized from the speculative config, grown only if a batch exceeds it), so a
+    round costs neither a host allocation nor a new event.
+    """
+
+    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0) -> None:
+        self.slots = [RingSlot(i, new_event() if new_event is not None else None) for i in range(max(1, size))]
+        self.capacity = max(0, int(capacity))  # elements per buffer: max batch x draft tokens
+        self._next = 0
+        self.acquired = 0
+        self.dropped = 0
+
+    def acquire(self) -> RingSlot | None:
+        slot = self.slots[self._next]
+        if slot.busy or (slot.recorded and not slot.event.query()):
+            self.dropped += 1
+            return None
+        slot.busy = True
+        self._next = (self._next + 1) % len(self.slots)
+        self.acquired += 1
+        return slot
+
+    @staticmethod
+    def record(slot: RingSlot) -> None:
+        """Record the slot's event after the copies queued so far on the current stream."""
+        if slot.event is not None:
+            slot.event.record()
+            slot.recorded = True
+
+    @staticmethod
+    def release(slot: RingSlot) -> None:
+        slot.busy = False
+
+
+#: Ring slots, clamped so the ring's host memory stays under :data:`RING_BYTES`.
+RING_SLOTS = (8, 64)
+RING_BYTES = 16 << 20
+
+
+def ring_for(device_type: str, capacity: int) -> HostRing:
+    """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (three
+    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids)."""
+    import torch
+
+    low, high = RING_SLOTS
+    size = max(low, min(high, RING_BYTES // max(1, 3 * 8 * capacity)))
+    new_event = getattr(getattr(torch, device_type, None), "Event", None)
+    if new_event is None:
+        raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
+    return HostRing(size, new_event, capacity)
+
+
+def snap(step: Step, name: str, tensor):
+    """A host copy of ``tensor`` taken without a sync. CPU tensors are cloned (cheaper than a
+    slice-and-copy into a held buffer, and done when ``clone`` returns). Device tensors go
+    ``non_blocking`` into the step's ring slot: pinned buffers reused across steps, read by the
+    publisher thread only after the slot's one event, which the step hook records after all the
+    step's copies. None when the ring had no free slot: the step is then marked dropped."""
     if tensor is None:
         return None
     if tensor.device.type == "cpu":
         return tensor.clone()
-    import torch
-
-    buf = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=tensor.device.type == "cuda")
-    buf.copy_(tensor, non_blocking=True)
-    return buf
-
-
-def record_event(device_type: str):
-    """An event after the copies queued so far on the current stream (None on CPU)."""
-    if device_type == "cpu":
+    if step.dropped:
         return None
-    import torch
+    slot = step.slot
+    if slot is None:
+        ring = STATE.ring
+        if ring is None:
+            ring = STATE.ring = ring_for(tensor.device.type, STATE.ring_capacity)
+        slot = step.slot = ring.acquire()
+        if slot is None:
+            step.dropped = True
+            return None
+    n = tensor.numel()
+    held = slot.buffers.get(name)  # (buffer, numel of the cached view, view)
+    if held is None or held[0].dtype != tensor.dtype or held[0].numel() < n:
+        import torch
 
-    module = getattr(torch, device_type, None)
-    event_cls = getattr(module, "Event", None)
-    if event_cls is None:
-        return None
-    event = event_cls()
-    event.record()
-    return event
+        buf = torch.empty(max(n, STATE.ring.capacity), dtype=tensor.dtype, pin_memory=tensor.device.type == "cuda")
+        held = slot.buffers[name] = (buf, n, buf[:n])
+    elif held[1] != n:
+        held = slot.buffers[name] = (held[0], n, held[0][:n])
+    view = held[2]
+    view.copy_(tensor if tensor.dim() == 1 else tensor.reshape(-1), non_blocking=True)
+    return view

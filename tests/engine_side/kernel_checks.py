@@ -53,6 +53,7 @@ def pool(num_slots, kv_heads, dim, gen):
 
 
 def check_decode_attention_cpu():
+    check_mla_absorbed_decode(torch.Generator().manual_seed(10))
     gen = torch.Generator().manual_seed(0)
     heads, kv_heads, dim, slots = 4, 2, 8, 64
     for cap, use_sink in ((0.0, False), (5.0, False), (0.0, True)):
@@ -91,7 +92,66 @@ def check_decode_attention_cpu():
                 close(out[b, h], ref.float())
 
 
+def mla_pool(num_slots, kv_lora_rank, rope_dim, gen):
+    """SGLang's MLATokenToKVPool layout: one latent "head"; the value buffer is a view of its first columns."""
+    k_buf = torch.randn(num_slots, 1, kv_lora_rank + rope_dim, generator=gen)
+    return k_buf, k_buf[..., :kv_lora_rank]
+
+
+def check_mla_absorbed_decode(gen):
+    """DeepSeek's absorbed MLA decode: latent-wide q over the latent pool (MQA), k/v written at loc."""
+    heads, rank, rope, slots = 4, 16, 8, 40
+    k_buf, v_buf = mla_pool(slots, rank, rope, gen)
+    before = k_buf.clone()
+    seq_lens = torch.tensor([3, 7], dtype=torch.int64)
+    rows = torch.tensor([1, 0])
+    req_to_token = torch.zeros(2, 16, dtype=torch.int32)
+    req_to_token[1, :3] = torch.tensor([5, 9, 2])
+    req_to_token[0, :7] = torch.tensor([11, 12, 30, 31, 4, 6, 20])
+    loc = torch.tensor([2, 20])
+    q = torch.randn(2, heads, rank + rope, generator=gen)
+    latent = torch.randn(2, 1, rank + rope, generator=gen)
+    out = torch.empty(2, heads, rank)
+    OPS.decode_attention_cpu(q, k_buf, v_buf, 1.0, 1.0, out, latent, latent[..., :rank], loc,
+                             torch.zeros(2, heads, 8, rank + 1), req_to_token, rows, seq_lens, 0.2, 0.0, False, 0,
+                             None, None)
+    before[loc] = latent
+    close(k_buf, before, 0)
+    for b in range(2):
+        slot_ids = [int(x) for x in req_to_token[rows[b], : seq_lens[b]]]
+        for h in range(heads):
+            ref = ref_attention_row(q[b, h], [before[x, 0] for x in slot_ids],
+                                    [before[x, 0, :rank] for x in slot_ids], 0.2, 0.0)
+            close(out[b, h], ref.float())
+
+
+def check_mla_prefill_skips_prefix(gen):
+    """DeepSeek's MHA prefill: per-head K/V of the new tokens against a latent pool -> the prefix is skipped."""
+    heads, qk_dim, v_dim, ext_lens = 4, 12, 8, [3, 5]
+    k_buf, v_buf = mla_pool(32, 16, 8, gen)
+    total = sum(ext_lens)
+    q = torch.randn(total, heads, qk_dim, generator=gen)
+    k = torch.randn(total, heads, qk_dim, generator=gen)
+    v = torch.randn(total, heads, v_dim, generator=gen)
+    out = torch.empty(total, heads, v_dim)
+    req_to_token = torch.arange(64, dtype=torch.int32).view(2, 32) % 32
+    # seq_lens claim a cached prefix of 2 tokens: the kernel must not read the (latent) pool for it.
+    OPS.extend_attention_cpu(q, k, v, out, k_buf, v_buf, 1.0, 1.0, req_to_token, torch.tensor([0, 1]),
+                             torch.tensor([e + 2 for e in ext_lens]), torch.tensor(ext_lens, dtype=torch.int32),
+                             torch.tensor([0, ext_lens[0]], dtype=torch.int32), max(ext_lens), 0.3, 0.0, False, 0,
+                             None, None, None, True)
+    start = 0
+    for n in ext_lens:
+        for i in range(n):
+            for h in range(heads):
+                ref = ref_attention_row(q[start + i, h], [k[start + j, h] for j in range(i + 1)],
+                                        [v[start + j, h] for j in range(i + 1)], 0.3, 0.0)
+                close(out[start + i, h], ref.float())
+        start += n
+
+
 def check_extend_attention_cpu():
+    check_mla_prefill_skips_prefix(torch.Generator().manual_seed(11))
     gen = torch.Generator().manual_seed(1)
     heads, kv_heads, dim, slots = 4, 2, 8, 128
     prefix_lens, ext_lens = [3, 0, 6], [4, 2, 4]
@@ -547,6 +607,119 @@ def check_verify_tree_greedy_cpu():
                 for i in path:
                     expected_predicts[b * n + i] = int(target[b, i])
             assert predicts.tolist() == expected_predicts
+
+
+# ---------------------------------------------------------------- sampling verify
+
+
+def tree_sampling_inputs(topk, depth, n, bs, vocab, gen, peaked=False):
+    """A random draft tree per request, its retrive_* arrays, candidates, coins and target probs."""
+    parents_per = [simulate_draft_tree(topk, depth, n)[2] for _ in range(bs)]
+    rnt = torch.full((bs, n), -1, dtype=torch.int64)
+    rns = torch.full((bs, n), -1, dtype=torch.int64)
+    for b, parents in enumerate(parents_per):
+        nt, ns, _, _ = tree_reference(parents, 0)
+        rnt[b], rns[b] = torch.tensor(nt), torch.tensor(ns)
+    logits = torch.randn(bs, n, vocab, generator=gen) * (3.0 if peaked else 1.0)
+    logits[torch.rand(bs, n, vocab, generator=gen) < 0.2] = float("-inf")  # some tokens have no mass
+    return dict(
+        parents=parents_per, retrive_index=torch.arange(bs * n).view(bs, n), retrive_next_token=rnt,
+        retrive_next_sibling=rns, candidates=torch.randint(0, vocab, (bs, n), generator=gen),
+        coins=torch.rand(bs, n, generator=gen), final_coins=torch.rand(bs, generator=gen),
+        target_probs=logits.softmax(-1),
+    )
+
+
+def run_tree_sampling(inp, steps, threshold_single=1.0, threshold_acc=1.0, op=None):
+    bs, n = inp["candidates"].shape
+    out = dict(
+        predicts=torch.full((bs * n,), -9, dtype=torch.int32),
+        accept_index=torch.full((bs, steps), -1, dtype=torch.int32),
+        accept_token_num=torch.empty(bs, dtype=torch.int32),
+        draft_probs=torch.zeros_like(inp["target_probs"]),
+    )
+    (op or sgl_kernel.tree_speculative_sampling_target_only)(
+        predicts=out["predicts"], accept_index=out["accept_index"], accept_token_num=out["accept_token_num"],
+        candidates=inp["candidates"], retrive_index=inp["retrive_index"],
+        retrive_next_token=inp["retrive_next_token"], retrive_next_sibling=inp["retrive_next_sibling"],
+        uniform_samples=inp["coins"], uniform_samples_for_final_sampling=inp["final_coins"],
+        target_probs=inp["target_probs"], draft_probs=out["draft_probs"],
+        threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
+    return out
+
+
+def tree_sampling_reference(inp, b, steps, threshold_single, threshold_acc):
+    """One request, from the parent list: (accepted node path, committed tokens, rejected (node, token))."""
+    parents, n = inp["parents"][b], inp["candidates"].shape[1]
+    cand = inp["candidates"][b].tolist()
+    probs = inp["target_probs"][b].double().tolist()
+    node, coin, path, tokens, rejected = 0, float(inp["coins"][b, 0]), [0], [], []
+    while len(path) < steps:
+        acc, chosen = 0.0, None
+        for kid in [i for i in range(1, n) if parents[i] == node]:
+            q = probs[node][cand[kid]]
+            acc += q
+            if q > 0 and (coin < acc / max(threshold_acc, 1e-9) or q >= threshold_single):
+                chosen = kid
+                break
+            rejected.append((node, cand[kid]))
+        if chosen is None:
+            break
+        node, coin = chosen, float(inp["coins"][b, chosen])
+        path.append(node)
+        tokens.append(cand[node])
+    weights = [0.0 if (node, t) in rejected else p for t, p in enumerate(probs[node])]
+    u, total, sampled = float(inp["final_coins"][b]) * sum(weights), 0.0, None
+    for t, w in enumerate(weights):
+        total += w
+        if w > 0 and total > u:
+            sampled = t
+            break
+    if sampled is None:
+        sampled = max(t for t, w in enumerate(weights) if w > 0)
+    return path, tokens + [sampled], rejected
+
+
+def check_tree_speculative_sampling_target_only():
+    random.seed(5)
+    gen = torch.Generator().manual_seed(5)
+    op_via_registry = OPS.tree_speculative_sampling_target_only
+    for topk, depth, n in ((1, 3, 4), (2, 3, 6), (3, 4, 8)):
+        for thresholds in ((1.0, 1.0), (0.4, 0.7)):
+            for trial in range(20):
+                steps, bs, vocab = depth + 1, 3, 7
+                inp = tree_sampling_inputs(topk, depth, n, bs, vocab, gen, peaked=trial % 2 == 1)
+                out = run_tree_sampling(inp, steps, *thresholds, op=op_via_registry if trial == 0 else None)
+                for b in range(bs):
+                    path, tokens, rejected = tree_sampling_reference(inp, b, steps, *thresholds)
+                    flat = [b * n + i for i in path]
+                    assert out["accept_index"][b].tolist() == flat + [-1] * (steps - len(flat))
+                    assert int(out["accept_token_num"][b]) == len(path) - 1
+                    assert [int(out["predicts"][i]) for i in flat] == tokens, (tokens, out["predicts"])
+                    written = {(i, t) for i, t in (out["draft_probs"][b] != 0).nonzero().tolist()}
+                    assert written == {(i, t) for i, t in rejected if inp["target_probs"][b, i, t] > 0}
+    # With SGLang's coins (uniform), the committed tokens follow the target's distribution whatever
+    # the draft proposes: the first one follows the root's, the one after an accepted draft its node's.
+    for topk, depth, n in ((1, 3, 4), (2, 2, 5)):
+        bs, vocab = 6000, 6
+        inp = tree_sampling_inputs(topk, depth, n, 1, vocab, gen)
+        inp["candidates"] = torch.randperm(vocab, generator=gen)[:n].view(1, n)  # siblings differ, as in EAGLE
+        inp = {k: v.expand(bs, *v.shape[1:]).contiguous() if torch.is_tensor(v) and k not in ("coins", "final_coins")
+               else v for k, v in inp.items()}
+        inp["parents"], inp["retrive_index"] = inp["parents"] * bs, torch.arange(bs * n).view(bs, n)
+        inp["coins"], inp["final_coins"] = torch.rand(bs, n, generator=gen), torch.rand(bs, generator=gen)
+        out = run_tree_sampling(inp, depth + 1)
+        committed = out["predicts"].view(bs, n).long()
+        first = committed[:, 0]
+        tv = 0.5 * (torch.bincount(first, minlength=vocab).double() / bs - inp["target_probs"][0, 0].double()).abs().sum()
+        assert tv < 0.03, f"first committed token: total variation {tv:.3f} from the target"
+        node = int(inp["retrive_next_token"][0, 0])  # the first child: its token accepted, then node's turn
+        took = (out["accept_index"][:, 1] == node) & (out["accept_token_num"] >= 1)
+        if took.sum() > 1000:
+            second = committed[took, node]
+            tv = 0.5 * (torch.bincount(second, minlength=vocab).double() / int(took.sum())
+                        - inp["target_probs"][0, node].double()).abs().sum()
+            assert tv < 0.05, f"token after an accepted draft: total variation {tv:.3f} from the target"
 
 
 def main():

@@ -1,12 +1,13 @@
 """Write an EAGLE-3 draft with the real ``speculators`` package (run with the speculators venv's python).
 
-``python tests/engine_side/speculators_writer.py OUT_DIR VERIFIER_DIR OPTIONS_JSON``: builds the
-config the way ``Eagle3DraftModel.from_training_args`` does (``resolve_target_layer_ids`` against
+``python tests/engine_side/speculators_writer.py JOBS_JSON``, a list of ``{"out", "verifier",
+"options"}``: each job builds the config the way ``Eagle3DraftModel.from_training_args`` does (``resolve_target_layer_ids`` against
 the verifier's config, ``VerifierConfig.from_pretrained``), a tiny decoder layer of the requested
 ``model_type``, loads a d2t/t2d pair and saves with speculators' own ``save_pretrained``. Options:
 ``layer_ids`` (None = speculators' default), ``model_type`` ("llama" | "qwen3"),
 ``norm_before_residual``, ``norm_before_fc``, ``fc_norm``, ``norm_output``, ``hidden``,
-``draft_vocab``.
+``draft_vocab``; ``convert_from`` (a SpecForge/EAGLE-layout directory) runs speculators' own
+``Eagle3Converter`` on it instead. One JSON line per job on stdout.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import sys
 import warnings
 
 
-def main(out: str, verifier: str, options: dict) -> None:
+def convert(out: str, verifier: str, source: str) -> None:
+    from speculators.convert.eagle.eagle3_converter import Eagle3Converter
+
+    Eagle3Converter().convert(source, out, base_model=verifier, validate=False)
+    print(json.dumps({"out": out, "config": json.load(open(f"{out}/config.json"))}), flush=True)
+
+
+def write(out: str, verifier: str, options: dict) -> None:
     import torch
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3SpeculatorConfig
@@ -58,8 +66,12 @@ def main(out: str, verifier: str, options: dict) -> None:
     t2d[ids] = True
     model.load_vocab_mappings(t2d, ids - torch.arange(draft_vocab))
     model.save_pretrained(out)
-    print(json.dumps({"layer_ids": layer_ids, "config": json.load(open(f"{out}/config.json"))}))
+    print(json.dumps({"out": out, "config": json.load(open(f"{out}/config.json"))}), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+    for job in json.loads(sys.argv[1]):
+        if "convert_from" in job["options"]:
+            convert(job["out"], job["verifier"], job["options"]["convert_from"])
+        else:
+            write(job["out"], job["verifier"], job["options"])

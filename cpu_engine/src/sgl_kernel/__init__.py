@@ -18,6 +18,7 @@ import torch
 
 from sgl_kernel.attention import decode_attention_cpu, extend_attention_cpu
 from sgl_kernel.kvcache import copy_all_layer_kv_cache_cpu
+from sgl_kernel.sampling import tree_speculative_sampling_target_only
 from sgl_kernel.speculative import (
     assign_draft_cache_locs_contiguous_cpu,
     assign_extend_cache_locs_cpu,
@@ -88,6 +89,13 @@ _SCHEMAS = {
         "verify_tree_greedy_cpu(Tensor(a!) predicts, Tensor(b!) accept_index, "
         "Tensor(c!) accept_token_num, Tensor candidates, Tensor retrive_index, "
         "Tensor retrive_next_token, Tensor retrive_next_sibling, Tensor target_predict) -> ()"
+    ),
+    tree_speculative_sampling_target_only: (
+        "tree_speculative_sampling_target_only(Tensor(a!) predicts, Tensor(b!) accept_index, "
+        "Tensor(c!) accept_token_num, Tensor candidates, Tensor retrive_index, "
+        "Tensor retrive_next_token, Tensor retrive_next_sibling, Tensor uniform_samples, "
+        "Tensor uniform_samples_for_final_sampling, Tensor target_probs, Tensor(d!) draft_probs, "
+        "float threshold_single=1.0, float threshold_acc=1.0, bool deterministic=True) -> ()"
     ),
 }
 

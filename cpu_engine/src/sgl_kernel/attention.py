@@ -7,6 +7,15 @@ dtype, as the C++ kernels do. ``attn_logits`` is the C++ kernels' split-K
 scratch buffer; nothing reads it afterwards, so it is left alone here.
 Cross-attention (encoder-decoder) is not a path a Llama target or an EAGLE-3
 draft takes and is refused loudly.
+
+MLA (DeepseekV2/V3, Kimi-K2) reaches both ops with a latent pool: one "head"
+of width ``kv_lora_rank + rope_dim`` in ``k_buffer`` and its first
+``kv_lora_rank`` columns as ``v_buffer``. The absorbed path (decode, verify,
+draft-extend) passes latent-wide q/k/v with one KV head, which is ordinary
+MQA over that pool. The prefill path (DeepSeek's ``forward_normal``) passes
+per-head K/V for the new tokens only; there the pool's head count differs
+from ``k_extend``'s and the C++ kernel skips the prefix (``is_prefix_skipped``
+in sgl-kernel's extend.cpp), attending among the new tokens alone.
 """
 
 import torch
@@ -82,8 +91,8 @@ def decode_attention_cpu(
     if attn_logits.dtype != torch.float32:
         raise RuntimeError(f"decode: expect attn_logits to be float32, got {attn_logits.dtype}")
     if key is not None and value is not None:
-        k_cache[loc] = key.view(-1, *k_cache.shape[1:]).to(k_cache.dtype)
-        v_cache[loc] = value.view(-1, *v_cache.shape[1:]).to(v_cache.dtype)
+        k_cache[loc] = key.reshape(-1, *k_cache.shape[1:]).to(k_cache.dtype)
+        v_cache[loc] = value.reshape(-1, *v_cache.shape[1:]).to(v_cache.dtype)
     rows = req_pool_indices.tolist()
     for b, seq_len in enumerate(seq_lens.tolist()):
         slots = req_to_token[rows[b], :seq_len].long()
@@ -123,7 +132,8 @@ def extend_attention_cpu(
 
     Keys are the prefix (seq_len - extend_len slots from req_to_token) followed
     by the new tokens' k_extend/v_extend (read back from the pool when those are
-    None). Visibility among the new tokens is causal, or the request's
+    None); when the pool has another head count than k_extend (MLA prefill,
+    see the module docstring) the prefix is skipped. Visibility among the new tokens is causal, or the request's
     extend_len x extend_len block of the QLEN_ONLY `tree_mask` when given (the
     prefix stays fully visible), or everything when is_causal is False.
     """
@@ -133,12 +143,17 @@ def extend_attention_cpu(
     rows = req_pool_indices.tolist()
     starts = extend_start_loc.tolist()
     ext_lens = extend_seq_lens.tolist()
+    prefix_skipped = k_extend is not None and k_buffer.shape[1] != k_extend.shape[1]
     mask_off = 0
     for b, seq_len in enumerate(seq_lens.tolist()):
         n, s = ext_lens[b], starts[b]
+        if prefix_skipped:
+            seq_len = n
         prefix = seq_len - n
         slots = req_to_token[rows[b], :seq_len].long()
-        if k_extend is not None and v_extend is not None:
+        if prefix_skipped:
+            k, v = k_extend[s : s + n].float(), v_extend[s : s + n].float()
+        elif k_extend is not None and v_extend is not None:
             k = torch.cat([k_buffer[slots[:prefix]].float() * key_scale, k_extend[s : s + n].float()])
             v = torch.cat([v_buffer[slots[:prefix]].float() * value_scale, v_extend[s : s + n].float()])
         else:

@@ -1,8 +1,9 @@
-"""The aux-layer panel (key ``c``): presets of the live server, applied through the control channel.
+"""The aux-layer control screen (key ``c``): presets of the live server, applied through the control channel.
 
 The list comes from the shim's ``list`` reply (presets computed by
 :func:`eagle3scope.wire.aux_layers.presets`, the same function ``aux cycle`` uses); Enter applies
-the preset under the cursor, ``i`` asks for a custom id list. Requests run in worker threads with
+the preset under the cursor, ``i`` asks for a custom id list, ``g`` lets a change recapture the
+server's CUDA graphs (off by default: it pauses serving; the pause is shown). Requests run in worker threads with
 the client's timeout, so a silent server never freezes the UI. Below the presets, one row per
 aux-config segment of the session (mean acceptance length and step count side by side) shows
 which set wins.
@@ -17,20 +18,18 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from eagle3scope.tui.screens import PromptScreen
+from eagle3scope.analysis.views import segment_rows
+from eagle3scope.control.client import ControlError
+from eagle3scope.tui.screens.prompt import PromptScreen
+from eagle3scope.wire.aux_layers import LayerError, parse_ids
 
 
 def _ids(value) -> str:
     return "default" if value is None else "[" + ", ".join(map(str, value)) + "]"
 
 
-def segment_rows(state) -> list[tuple]:
-    """(layers, captured, origin, steps, mean) per aux-config segment, read under the feed lock."""
-    return [(s.layers, s.captured, s.origin, s.steps, s.mean_accept_length) for s in state.segments]
-
-
 class AuxScreen(ModalScreen):
-    """Presets + segments; needs ``app.control`` (a ControlClient) to apply anything."""
+    """Presets + segments; needs ``app.aux_client`` (a ControlClient) to apply anything."""
 
     DEFAULT_CSS = """
     AuxScreen { align: center middle; }
@@ -41,6 +40,7 @@ class AuxScreen(ModalScreen):
         Binding("escape,q", "dismiss", "Close"),
         Binding("r", "reload", "Reload"),
         Binding("i", "custom", "Custom ids"),
+        Binding("g", "recapture", "Recapture graphs"),
     ]
 
     def __init__(self, client) -> None:
@@ -48,6 +48,7 @@ class AuxScreen(ModalScreen):
         self.client = client
         self.info: dict | None = None
         self.presets: list[dict] = []
+        self.recapture = False  # changes may recapture the server's CUDA graphs (pausing it)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="aux-dialog", classes="dialog"):
@@ -59,7 +60,8 @@ class AuxScreen(ModalScreen):
             segments = DataTable(id="aux-segments", cursor_type="none")
             segments.add_columns("segment ids", "captured", "origin", "steps", "mean accept length")
             yield segments
-            yield Static("Enter: apply the preset   i: custom ids   r: reload   Esc: close", classes="dialog-hint")
+            yield Static("Enter: apply the preset   i: custom ids   g: allow graph recapture   r: reload   Esc: close",
+                         classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.show_segments()
@@ -79,13 +81,13 @@ class AuxScreen(ModalScreen):
 
     def show_segments(self) -> None:
         rows = self.app.feed.read(segment_rows)
-        best = max((r[4] for r in rows if r[4] is not None), default=None)
+        best = max((r.mean for r in rows if r.mean is not None), default=None)
         table = self.query_one("#aux-segments", DataTable)
         table.clear()
-        for layers, captured, origin, steps, mean in rows:
-            mark = " best" if mean is not None and mean == best and len(rows) > 1 else ""
-            table.add_row(_ids(layers), str(captured or "-"), origin, str(steps),
-                          "-" if mean is None else f"{mean:.3f}{mark}")
+        for r in rows:
+            mark = " best" if r.mean is not None and r.mean == best and len(rows) > 1 else ""
+            table.add_row(_ids(r.layers), str(r.captured or "-"), r.origin, str(r.steps),
+                          "-" if r.mean is None else f"{r.mean:.3f}{mark}")
 
     # -- talking to the server (worker threads) ---------------------------------------------------
     def action_reload(self) -> None:
@@ -94,8 +96,6 @@ class AuxScreen(ModalScreen):
             self.run_worker(self._fetch, thread=True, exclusive=True, group="aux-control")
 
     def _fetch(self) -> None:
-        from eagle3scope.control.client import ControlError
-
         try:
             info = self.client.list()
         except ControlError as exc:
@@ -107,10 +107,17 @@ class AuxScreen(ModalScreen):
         self.info, self.presets = info, info["presets"]
         text = (f"{info['family']}, {info['num_layers']} layers, rule {info['rule']}, fc takes {info['expected']}; "
                 f"in effect {_ids(info['current'])} -> captures {info['captured']}")
+        graphs = info.get("graphs") or {}
         if not info["changeable"]:
             text += f"\nlive changes refused: {info['why_not']}"
+        elif graphs.get("captured"):
+            last = graphs.get("last_pause_ms")
+            text += ("\nCUDA graphs captured: changes recapture them, pausing serving (g: "
+                     + ("allowed)" if self.recapture else "not allowed yet)")
+                     + ("" if last is None else f"; last recapture paused {last:.0f} ms"))
         self.status(text, "info" if info["changeable"] else "warning")
         table = self.query_one("#aux-presets", DataTable)
+        row = table.cursor_row  # a refresh keeps the cursor where the user left it
         table.clear()
         for p in self.presets:
             if p.get("same_as"):
@@ -120,6 +127,8 @@ class AuxScreen(ModalScreen):
             if p["layers"] == info["current"]:
                 note = ("in effect " + note).strip()
             table.add_row(p["name"], _ids(p["layers"]), str(p["captured"] or "-"), note)
+        if 0 < row < table.row_count:
+            table.move_cursor(row=row)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id != "aux-presets" or not self.presets:
@@ -130,9 +139,14 @@ class AuxScreen(ModalScreen):
             return
         self.apply(preset["layers"], preset["name"])
 
-    def action_custom(self) -> None:
-        from eagle3scope.wire.aux_layers import LayerError, parse_ids
+    def action_recapture(self) -> None:
+        self.recapture = not self.recapture
+        if self.info is not None:
+            self._show_info(self.info)
+        else:
+            self.status(f"graph recapture {'allowed' if self.recapture else 'not allowed'} for the next change")
 
+    def action_custom(self) -> None:
         def done(value: str | None) -> None:
             if not value:
                 return
@@ -151,16 +165,16 @@ class AuxScreen(ModalScreen):
         self.run_worker(lambda: self._apply(layers, name), thread=True, exclusive=True, group="aux-control")
 
     def _apply(self, layers: list[int], name: str) -> None:
-        from eagle3scope.control.client import ControlError
-
         try:
-            reply = self.client.set(layers)
+            reply = self.client.set(layers, recapture=self.recapture, wait_s=120.0 if self.recapture else 2.0)
             info = self.client.list()
         except ControlError as exc:
             self.app.call_from_thread(self.status, f"refused: {exc}", "error")
             return
         if reply["status"] == "applied":
             text = f"{name} {_ids(layers)} applied: captures {reply['captured']}; a new segment starts"
+            if reply.get("pause_ms") is not None:
+                text += f"; graphs recaptured, serving paused {reply['pause_ms']:.0f} ms"
         else:
             text = f"{name} {_ids(layers)} queued: applies at the server's next step"
         self.app.call_from_thread(self._show_info, info)

@@ -13,11 +13,12 @@ most :data:`FAILURE_RATE`/s (the rest dropped unanswered), so a flood of wrong t
 It validates a ``set`` (known command, ids within the target after the family's +1 rule, as many
 as the draft's ``fc`` takes) and queues it; the requester's reply is parked, not waited for, so
 other clients are served while a ``set`` waits. The scheduler thread applies it in
-:meth:`Control.apply_pending`, called at the start of the next EAGLE worker step, through the
+:meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
 target's own ``set_eagle3_layers_to_capture``; the outcome goes out as a ``config`` event (origin
 ``control``, ``request_id``) and back to the parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
-with the old set, tensor or pipeline parallelism (other ranks hold their own copy or the last
+with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`), tensor
+or pipeline parallelism (other ranks hold their own copy or the last
 layers), a release whose method takes no ids, an unknown model family, capture switched off.
 """
 
@@ -50,13 +51,12 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
+from eagle3scope_shim import graphs
+from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 
-#: Model-runner attributes that hold captured CUDA graphs in some release.
-_GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", "prefill_cuda_graph_runner",
-                "piecewise_cuda_graph_runner")
 _KEEP_OUTCOMES = 64
 #: answered failures before authentication per second (burst: twice that); the rest are dropped
 FAILURE_RATE = 20.0
@@ -81,6 +81,7 @@ class Facts:
         self.draft_path: str | None = None
         self.first_layer = 0
         self.why_not = ""  # non-empty: every set is refused with this reason
+        self.graphs = graphs.GraphPlan(False)  # the target's captured graphs, and whether they can be recaptured
 
 
 def _ids(value):
@@ -96,8 +97,6 @@ def _defining_class(model) -> type | None:
 
 def gather(scheduler) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker."""
-    from eagle3scope_shim.patching import sglang_version
-
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
@@ -105,10 +104,8 @@ def gather(scheduler) -> Facts:
         facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
         return facts
     kind, worker, target, draft = STATE.workers[-1]
-    facts.target = inner = target
-    while type(inner).__name__ in aux_layers.DELEGATES and hasattr(inner, "language_model"):
-        inner = inner.language_model
-    facts.inner = inner
+    facts.target = target
+    facts.inner = inner = aux_layers.capture_owner(target)
     cfg = getattr(inner, "config", None)
     cfg = getattr(cfg, "text_config", None) or cfg
     facts.num_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
@@ -125,6 +122,7 @@ def gather(scheduler) -> Facts:
     facts.family = cls.__name__ if cls is not None else type(inner).__name__
     facts.rule = aux_layers.family_rule(facts.family, sglang_version())
     facts.why_not = _blocker(facts, sa, worker, cls)
+    facts.graphs = graphs.plan(worker, sa, sglang_version())
     return facts
 
 
@@ -134,7 +132,7 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
     if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
         return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
     if facts.rule is None:
-        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids (sglang-compat.md D5)"
+        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
     for call in STATE.aux_calls:  # what SGLang did at startup must match the rule we apply
         if call["requested"] is not None and call["on"]:
             predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
@@ -149,20 +147,7 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
                 "this channel does not reach")
     if tp > 1:
         return f"tensor parallelism (tp_size {tp}): each rank holds its own capture list and only rank 0 is reachable"
-    if _graphs_captured(getattr(getattr(worker, "target_worker", None), "model_runner", None), sa):
-        return ("CUDA graphs were captured with the current aux set and replay ignores a new one; write the ids "
-                "with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live")
     return ""
-
-
-def _graphs_captured(runner, sa) -> bool:
-    """Whether the target runner replays captured graphs. 0.5.23 points its decode/prefill runner
-    attributes at an ``EagerRunner`` when graphs are off, older releases leave them None."""
-    runners = [getattr(runner, a) for a in _GRAPH_ATTRS if hasattr(runner, a)]
-    if runners:
-        return any(r is not None and "graph" in type(r).__name__.lower() for r in runners)
-    device = str(getattr(sa, "device", "") or "")
-    return device not in ("", "cpu") and not getattr(sa, "disable_cuda_graph", False)
 
 
 class _Budget:
@@ -181,7 +166,7 @@ class _Budget:
         return False
 
 
-class Control:
+class AuxChannel:
     """The ROUTER channel thread plus the queue the scheduler thread drains."""
 
     def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
@@ -324,6 +309,7 @@ class Control:
         f = self.facts
         on, captured = self._capture()
         pending = self._pending
+        why_not = f.why_not or ("" if on else _CAPTURE_OFF) or f.graphs.refusal(recapture=True)
         return {
             "ok": True,
             "configured": f.configured,
@@ -335,9 +321,10 @@ class Control:
             "rule": f.rule,
             "family": f.family,
             "draft_path": f.draft_path,
-            "changeable": not f.why_not and on,
-            "why_not": f.why_not or ("" if on else _CAPTURE_OFF),
+            "changeable": not why_not,  # with graphs captured: only by a set that asks to recapture them
+            "why_not": why_not,
             "pending": None if pending is None else pending["id"],
+            "graphs": f.graphs.describe(),
             "presets": [p.to_dict() for p in aux_layers.presets(f.num_layers, f.expected, f.rule, f.configured,
                                                                   first_layer=f.first_layer)],
         }
@@ -346,7 +333,7 @@ class Control:
         f = self.facts
         rid = req.get("id") or uuid.uuid4().hex[:12]
         layers = req.get("layers")
-        reason = f.why_not or ("" if self._capture()[0] else _CAPTURE_OFF)
+        reason = f.why_not or ("" if self._capture()[0] else _CAPTURE_OFF) or f.graphs.refusal(bool(req.get("recapture")))
         captured = None
         if not reason:
             try:
@@ -357,7 +344,8 @@ class Control:
         if reason:
             self._publish(layers if isinstance(layers, list) else None, None, False, reason, rid)
             return refusal(reason, id=rid)
-        entry = {"id": rid, "layers": list(layers), "captured": captured}
+        entry = {"id": rid, "layers": list(layers), "captured": captured,
+                 "recapture": bool(req.get("recapture")) and f.graphs.captured}
         with self._cond:
             self._outcomes.pop(rid, None)  # a reused request id must wait for its own outcome
             superseded, self._pending = self._pending, entry
@@ -404,7 +392,7 @@ class Control:
 
     def _apply(self, entry: dict) -> dict:
         f, layers, previous = self.facts, entry["layers"], self.current
-        STATE.control_applying = True
+        STATE.aux_change_applying = True
         try:
             try:
                 f.target.set_eagle3_layers_to_capture(list(layers))
@@ -416,33 +404,55 @@ class Control:
                 f.target.set_eagle3_layers_to_capture(previous)
                 return refusal(f"SGLang captured {captured} (on={on}) for {layers}, expected {entry['captured']}; "
                                f"restored {previous}", id=entry["id"])
+            pause_ms = None
+            if entry["recapture"]:
+                try:
+                    pause_ms = f.graphs.recapture()
+                except Exception as exc:
+                    return self._recapture_failed(entry, previous, exc)
         finally:
-            STATE.control_applying = False
+            STATE.aux_change_applying = False
         self.current = list(layers)
         log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", layers, captured, entry["id"])
-        return {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
+        applied = {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
+        return applied if pause_ms is None else {**applied, "pause_ms": pause_ms}
+
+    def _recapture_failed(self, entry: dict, previous, exc: Exception) -> dict:
+        """Put the previous set back and try to recapture its graphs; the refusal says how it ended."""
+        self.facts.target.set_eagle3_layers_to_capture(previous)
+        try:
+            self.facts.graphs.recapture()
+            state = "its graphs recaptured"
+        except Exception as again:
+            state = f"its graphs not recaptured either ({type(again).__name__}: {again}): SGLang serves eagerly"
+        return refusal(f"recapturing the target's graphs failed ({type(exc).__name__}: {exc}); restored {previous}, "
+                       f"{state}", id=entry["id"])
 
     def _finish(self, entry: dict, outcome: dict, layers) -> None:
         applied = bool(outcome.get("ok"))
-        self._publish(layers, outcome.get("captured"), applied, outcome.get("error", ""), entry["id"])
+        self._publish(layers, outcome.get("captured"), applied, outcome.get("error", ""), entry["id"],
+                      outcome.get("pause_ms"))
         with self._cond:
             self._outcomes[entry["id"]] = outcome
             while len(self._outcomes) > _KEEP_OUTCOMES:
                 self._outcomes.popitem(last=False)
             self._cond.notify_all()
 
-    def _publish(self, layers, captured, applied: bool, reason: str, rid: str) -> None:
+    def _publish(self, layers, captured, applied: bool, reason: str, rid: str, pause_ms=None) -> None:
         pub = STATE.publisher
         if pub is not None:
-            pub.submit("config", {"layers": layers, "captured": captured, "applied": applied, "reason": reason,
-                                  "origin": "control", "request_id": rid})
+            body = {"layers": layers, "captured": captured, "applied": applied, "reason": reason, "origin": "control",
+                    "request_id": rid}
+            if pause_ms is not None:  # the target's graphs were recaptured: serving paused this long
+                body["pause_ms"] = pause_ms
+            pub.submit("config", body)
 
 
 _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is false); switching capture on "
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int) -> Control | None:
+def start(scheduler, dp_rank: int) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
@@ -452,7 +462,7 @@ def start(scheduler, dp_rank: int) -> Control | None:
         return None
 
 
-def _start(scheduler, dp_rank: int) -> Control | None:
+def _start(scheduler, dp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -469,13 +479,13 @@ def _start(scheduler, dp_rank: int) -> Control | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    control = Control(endpoint, token, gather(scheduler))
+    channel = AuxChannel(endpoint, token, gather(scheduler))
     try:
-        control.start()
+        channel.start()
     except zmq.ZMQError as exc:
         log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
         return None
-    STATE.control = control
-    blocked = control.facts.why_not
-    log.info("eagle3scope: control channel on %s%s", control.endpoint, f" (changes refused: {blocked})" if blocked else "")
-    return control
+    STATE.aux_channel = channel
+    blocked = channel.facts.why_not
+    log.info("eagle3scope: control channel on %s%s", channel.endpoint, f" (changes refused: {blocked})" if blocked else "")
+    return channel

@@ -1,0 +1,277 @@
+"""What each panel shows, as plain rows: state in, views out, no wire bodies past this module.
+
+Every function here runs under the feed's lock (the TUI calls them from its throttled refresh),
+so it only reads and copies: no rendering, no rule evaluation (the state runs the rules on
+ingest). Panels draw these views and never open a frame body; ``tones`` (``"ok"``, ``"bad"``,
+``"muted"``, or None) name the meaning of a value, and the theme decides its colour.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+
+from eagle3scope.analysis.rules import Violation
+from eagle3scope.analysis.state import Event, SessionState
+
+
+# -- header ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PublisherRow:
+    src: str
+    version: str | None
+    algorithm: str | None
+    worker: str | None
+    steps: object
+    topk: object
+    draft_tokens: object
+    cuda_graph: object
+    tp_rank: object
+    dp_rank: object
+    steps_per_s: float | None
+    dropped: int  # by the shim (its heartbeat)
+    gaps: int  # lost in transit (holes in the frame counter)
+    hook_failures: int
+    hooks_ok: int
+    hooks_total: int
+    has_hello: bool
+    model_path: str | None = None
+    state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
+
+
+def publisher_rows(state: SessionState) -> list[PublisherRow]:
+    rows = []
+    for src, pub in state.publishers.items():
+        hello = pub.hello or {}
+        args = pub.server_args
+        hooks = list(pub.hooks.values())
+        rows.append(PublisherRow(
+            src=src,
+            version=hello.get("sglang_version"),
+            algorithm=args.get("algorithm"),
+            worker=hello.get("worker"),
+            steps=args.get("num_steps"),
+            topk=args.get("topk"),
+            draft_tokens=args.get("num_draft_tokens"),
+            cuda_graph=args.get("cuda_graph"),
+            tp_rank=hello.get("tp_rank"),
+            dp_rank=hello.get("dp_rank"),
+            steps_per_s=pub.acceptance.steps_per_s,
+            dropped=pub.loss.shim_dropped,
+            gaps=pub.loss.lost_in_transit,
+            hook_failures=pub.loss.hook_failures,
+            hooks_ok=sum(1 for h in hooks if h.get("status") == "attached"),
+            hooks_total=len(hooks),
+            has_hello=pub.hello is not None,
+            model_path=args.get("model_path"),
+        ))
+    return rows
+
+
+# -- acceptance --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentRow:
+    """Acceptance while one aux-layer configuration was in effect."""
+
+    layers: list | None
+    captured: list | None
+    origin: str
+    steps: int
+    mean: float | None
+    start_seq: int | None
+
+
+def segment_rows(state: SessionState) -> list[SegmentRow]:
+    return [SegmentRow(s.layers, s.captured, s.origin, s.steps, s.mean_accept_length, s.start_seq) for s in state.segments]
+
+
+@dataclass
+class AcceptanceView:
+    mean: float | None = None
+    cumulative: float | None = None
+    k: int = 0
+    draft_tokens: object = None
+    steps: int = 0
+    request_steps: int = 0
+    steps_per_s: float | None = None
+    tokens_per_s: float | None = None
+    per_position: list = field(default_factory=list)
+    histogram: list = field(default_factory=list)
+    history: list = field(default_factory=list)  # rolling mean per decode step, oldest first
+    marks: list = field(default_factory=list)  # indexes into history where a later aux segment starts
+    segments: list = field(default_factory=list)  # SegmentRow
+
+
+def acceptance_view(state: SessionState) -> AcceptanceView:
+    acc = state.acceptance
+    history = acc.history
+    first_step = acc.n_steps - len(history)  # the session step of history[0]
+    marks = [s.start_step - first_step for s in state.segments[1:]
+             if s.start_step is not None and 0 <= s.start_step - first_step < len(history)]
+    return AcceptanceView(
+        mean=acc.mean_accept_length,
+        cumulative=acc.cumulative_mean_accept_length,
+        k=acc.k,
+        draft_tokens=next((p.server_args.get("num_draft_tokens") for p in state.publishers.values() if p.server_args), None),
+        steps=acc.n_steps,
+        request_steps=acc.total.n,
+        steps_per_s=acc.steps_per_s,
+        tokens_per_s=acc.accepted_tokens_per_s,
+        per_position=acc.per_position,
+        histogram=acc.histogram,
+        history=[h[2] for h in history],
+        marks=marks,
+        segments=segment_rows(state),
+    )
+
+
+# -- violations and events ---------------------------------------------------------------------
+
+
+def violations(state: SessionState) -> list[Violation]:
+    """Copies: the state updates its violations in place on the next rule pass."""
+    return [copy.copy(v) for v in state.violations()]
+
+
+def events(state: SessionState) -> list[Event]:
+    return list(state.events)
+
+
+# -- hidden states and aux ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassRow:
+    """Draft forwards of one forward mode: widths entering the draft, fc applied or skipped."""
+
+    mode: str
+    calls: int
+    widths: tuple  # ((width, count), ...)
+    fc_applied: int
+    fc_skipped: int
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of a publisher's load summary."""
+
+    label: str
+    text: str
+    tone: str | None = None  # "ok" | "bad" | "muted" | None
+
+
+@dataclass
+class AuxView:
+    passes: list = field(default_factory=list)  # PassRow, by mode
+    publishers: list = field(default_factory=list)  # (src, [Fact])
+    segments: list = field(default_factory=list)  # SegmentRow
+
+
+def aux_view(state: SessionState) -> AuxView:
+    return AuxView(
+        passes=[PassRow(m, p.calls, tuple(sorted(p.widths.items(), key=lambda kv: str(kv[0]))), p.fc_applied, p.fc_skipped)
+                for m, p in sorted(state.passes.items())],
+        publishers=[(src, load_summary(pub.load, pub.capture)) for src, pub in state.publishers.items()],
+        segments=segment_rows(state),
+    )
+
+
+def load_summary(load: dict | None, capture: dict | None) -> list[Fact]:
+    """The load report's facts that decide whether the draft can work, each with its tone."""
+    if not load:
+        return [Fact("load report", "not received yet", "muted")]
+    aux = load.get("aux") or {}
+    fc = load.get("fc")
+    live = (capture or {}).get("layers")
+    captured = aux.get("captured")
+    facts = [
+        Fact("draft / target", f"{load.get('draft_class')} / {load.get('target_class')}"),
+        Fact("fc", f"{fc.get('in')} → {fc.get('out')}") if fc else Fact("fc", "none", "bad"),
+        Fact("configured aux ids", str(aux.get("configured"))),
+        Fact("captured (load)", str(captured), "ok" if captured is not None and aux.get("configured") is not None else None),
+        Fact("captured (live)", f"{live} capture {'on' if (capture or {}).get('on') else 'off'}" if capture else "–",
+             "bad" if capture and not capture.get("on") else None),
+        Fact("use_aux / rule", f"{aux.get('use_aux')} / {aux.get('offset_rule')}"),
+    ]
+    d2t = load.get("d2t")
+    if d2t:
+        flags = []
+        if d2t.get("out_of_range"):
+            flags.append(f"{d2t['out_of_range']} out of range")
+        if d2t.get("injective") is False:
+            flags.append("not injective")
+        if d2t.get("looks_absolute"):
+            flags.append("looks absolute")
+        if d2t.get("t2d_consistent") is False:
+            flags.append("t2d inconsistent")
+        facts.append(Fact("d2t", f"size {d2t.get('size')} → target [{d2t.get('target_min')}, {d2t.get('target_max')}] "
+                          + ("; ".join(flags) or "ok"), "bad" if flags else "ok"))
+    else:
+        facts.append(Fact("d2t", "absent (draft vocab = target vocab?)", "muted"))
+    head = load.get("lm_head") or {}
+    facts.append(Fact("lm_head", f"{head.get('source')} {head.get('shape')}", "bad" if head.get("source") == "init" else None))
+    facts.append(Fact("embed_tokens", str((load.get("embed_tokens") or {}).get("source"))))
+    weights = load.get("weights") or {}
+    skipped, unwritten = weights.get("skipped") or [], weights.get("unwritten") or []
+    named = f": {', '.join(map(str, (skipped + unwritten)[:4]))}" if skipped or unwritten else ""
+    facts.append(Fact("weights", f"{len(weights.get('consumed') or [])} consumed, {len(skipped)} skipped, "
+                      f"{len(unwritten)} never written{named}", "bad" if skipped or unwritten else "ok"))
+    return facts
+
+
+# -- draft vs target ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftRow:
+    """One request in one step: what the draft proposed and what the target committed."""
+
+    seq: int
+    src: str
+    rid: str
+    proposed: list  # draft token ids
+    accepted: int
+    bonus: int
+    committed: list  # token ids the step committed (accepted drafts + bonus)
+    mode: str
+
+
+def draft_rows(state: SessionState, rid_filter: str | None, limit: int = 60) -> list[DraftRow]:
+    """The newest ``limit`` request-steps, newest first, of requests whose id contains ``rid_filter``."""
+    rows = []
+    for src, body in reversed(state.recent):
+        for i, rid in enumerate(body["rids"]):
+            if rid_filter and rid_filter not in str(rid):
+                continue
+            rows.append(DraftRow(body["seq"], src, str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i],
+                                 body["accepted_ids"][i], body.get("mode", "decode")))
+            if len(rows) >= limit:
+                return rows
+    return rows
+
+
+# -- load report -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """A publisher's hello and load report, every field as sent (values as JSON text)."""
+
+    src: str
+    hello: tuple | None  # ((key, text), ...) or None when not received
+    load: tuple | None
+
+
+def load_reports(state: SessionState) -> list[LoadReport]:
+    return [LoadReport(src, _as_sent(pub.hello), _as_sent(pub.load)) for src, pub in state.publishers.items()]
+
+
+def _as_sent(body: dict | None) -> tuple | None:
+    if not body:
+        return None
+    return tuple((key, json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)) for key, value in body.items())

@@ -1,0 +1,27 @@
+"""``eagle3scope report FILE --format markdown|html``: a report to paste into an issue or open offline.
+
+Markdown goes to ``FILE.report.md`` with its plots as PNG files in ``FILE.report-plots/``; HTML to
+one self-contained ``FILE.report.html`` (plots inline as SVG, no script, no network). ``--out``
+picks another path. Exit status 2 when the file cannot be read as a session.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command(name="report", help=__doc__)
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default="html", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Where to write the report.")
+@click.pass_context
+def command(ctx: click.Context, file: str, fmt: str, out: str | None) -> None:
+    from eagle3scope.report import write_report
+    from eagle3scope.store import StoreError
+
+    try:
+        path = write_report(file, fmt, out)
+    except StoreError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    click.echo(str(path))

@@ -1,0 +1,33 @@
+"""Demo model families: which scenarios each offers and how its models are built (cached).
+
+``llama`` is the Llama demo (``models.py``); ``deepseek`` the seeds' family (``deepseek.py``: a
+DeepseekV3 target with MLA + MoE, also served as Kimi-K2.5). Pure Python, like the modules it names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle3scope.demo.scenarios import SCENARIOS, Scenario
+
+FAMILIES = ("llama", "deepseek")
+
+
+def scenarios_of(family: str) -> dict[str, Scenario]:
+    """The family's scenarios by name."""
+    if family == "deepseek":
+        from eagle3scope.demo.deepseek import SCENARIOS as DEEPSEEK
+
+        return DEEPSEEK
+    if family != "llama":
+        raise KeyError(f"unknown demo family {family!r}; known: {', '.join(FAMILIES)}")
+    return SCENARIOS
+
+
+def ensure_models(family: str, cache_dir: Path | str | None = None, progress=None, python: Path | str | None = None):
+    """The family's built models (a ``ModelPaths``), building them once in the engine venv."""
+    if family == "deepseek":
+        from eagle3scope.demo.deepseek import ensure_models as ensure
+    else:
+        from eagle3scope.demo.models import ensure_demo_models as ensure
+    return ensure(cache_dir, progress=progress, python=python)

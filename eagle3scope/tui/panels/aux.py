@@ -1,0 +1,70 @@
+"""Hidden states and aux layers: what enters the draft (width per forward mode, fc applied or
+skipped), each publisher's load summary, and acceptance per aux-layer configuration."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from eagle3scope.analysis.views import AuxView
+from eagle3scope.tui.panels.drawing import fmt
+
+
+class AuxPanel(VerticalScroll):
+    """What enters the draft (width per forward mode, fc applied or skipped) and which layers feed it."""
+
+    COMPONENT_CLASSES = {"aux--bad", "aux--ok", "aux--muted"}
+    BORDER_TITLE = "Hidden states & aux layers"
+    view: reactive[AuxView | None] = reactive(None, always_update=True, init=False)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="aux-body")
+
+    def on_resize(self) -> None:
+        self.watch_view(self.view)
+
+    def watch_view(self, view: AuxView | None) -> None:
+        if view is None:
+            return
+        tones = {tone: self.get_component_rich_style(f"aux--{tone}") for tone in ("bad", "ok", "muted")}
+        bad, muted = tones["bad"], tones["muted"]
+        passes = Table(title="draft forwards per mode", title_justify="left", expand=False, box=None, padding=(0, 1))
+        for col in ("mode", "calls", "widths entering the draft", "fc applied", "fc skipped"):
+            passes.add_column(col, justify="left" if col in ("mode", "widths entering the draft") else "right")
+        for p in view.passes:
+            width_text = ", ".join(f"{w}×{n:,}" for w, n in p.widths)
+            skipped = Text(f"{p.fc_skipped:,}", style=bad if p.fc_skipped and p.fc_applied == 0 else None)
+            passes.add_row(p.mode, f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
+        parts: list = [passes if view.passes else Text("no draft forwards seen yet", style=muted)]
+        # publishers side by side when the panel has room for more than one summary (~70 columns each)
+        per_row = max(1, min(len(view.publishers), self.size.width // 70))
+        grid = Table.grid(padding=(0, 4))
+        for _ in range(per_row):
+            grid.add_column()
+        summaries = [Group(Text(f"\n{src}", style="bold"), _facts_table(facts, tones)) for src, facts in view.publishers]
+        for i in range(0, len(summaries), per_row):
+            grid.add_row(*summaries[i : i + per_row])
+        parts.append(grid)
+        if view.segments:
+            parts.append(Text())
+            seg = Table(title="aux-layer configurations (segments)", title_justify="left", box=None, padding=(0, 1))
+            for col in ("layers", "origin", "steps", "mean accept"):
+                seg.add_column(col)
+            for s in view.segments:
+                seg.add_row(str(s.layers), s.origin, f"{s.steps:,}", fmt(s.mean))
+            parts.append(seg)
+        self.query_one("#aux-body", Static).update(Group(*parts))
+
+
+def _facts_table(facts: list, tones: dict) -> Table:
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column(style=tones["muted"])
+    table.add_column()
+    for fact in facts:
+        table.add_row(fact.label, Text(fact.text, style=tones.get(fact.tone)) if fact.tone else fact.text)
+    return table

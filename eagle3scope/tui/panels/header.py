@@ -1,0 +1,98 @@
+"""The header: one line per publisher (identity, configuration, rates, losses) and the timeline."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from eagle3scope.analysis.views import PublisherRow
+from eagle3scope.tui.panels.drawing import fmt
+
+
+class PublisherBar(Widget):
+    """One line per publisher: identity, configuration, rates and losses."""
+
+    COMPONENT_CLASSES = {"pub--ok", "pub--warn", "pub--bad", "pub--muted"}
+    rows: reactive[tuple] = reactive(tuple, layout=True)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return max(1, len(self.rows))
+
+    def render(self) -> Text:
+        styles = tuple(self.get_component_rich_style(f"pub--{n}") for n in ("ok", "warn", "bad", "muted"))
+        if not self.rows:
+            return Text("waiting for a publisher…", style=styles[3])
+        lines = []
+        for r in self.rows:
+            line = self._line(r, False, *styles)  # the long form where it fits, else the short one
+            if line.cell_len > self.size.width:
+                line = self._line(r, True, *styles)
+            line.truncate(self.size.width, overflow="ellipsis")
+            lines.append(line)
+        return Text("\n").join(lines)
+
+    @staticmethod
+    def _line(r: PublisherRow, narrow: bool, ok, warn, bad, muted) -> Text:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        state_style = ok if r.state in ("live", "replay") else warn
+        line.append("● ", style=state_style)
+        line.append(r.src if not narrow else r.src[:12], style="bold")
+        if r.state not in ("live", "replay"):
+            line.append(f" {r.state}", style=warn)
+        if not r.has_hello:
+            line.append(" (no hello yet)", style=warn)
+        else:
+            line.append(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}")
+            line.append(f" {r.algorithm or '?'}")
+            if r.worker and not narrow:
+                line.append(f" {r.worker}")
+            line.append(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}")
+            graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
+            line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
+            if not narrow:
+                line.append(f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
+        line.append(" │ ", style=muted)
+        line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
+        lost = r.dropped + r.gaps
+        line.append(" │ ", style=muted)
+        line.append(f"drop {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
+        line.append(" │ ", style=muted)
+        line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
+        if r.hooks_total and not narrow:
+            line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
+        return line
+
+
+class Timeline(Widget):
+    """Where the screen is in the stream: live/paused, or replay position, speed and time."""
+
+    COMPONENT_CLASSES = {"timeline--done", "timeline--todo", "timeline--paused", "timeline--muted"}
+    info: reactive[dict] = reactive(dict)
+
+    def render(self) -> Text:
+        i = self.info
+        done, todo, paused, muted = (self.get_component_rich_style(f"timeline--{n}") for n in ("done", "todo", "paused", "muted"))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        # "‖", not "⏸": emoji fonts draw that one two cells wide and shift the line
+        text.append("‖ PAUSED " if i.get("paused") else "▶ ", style=paused if i.get("paused") else None)
+        if i.get("filter"):
+            text.append(f"[filter {i['filter']}] ", style=paused)
+        if i.get("error"):
+            text.append(f"ingest stopped: {i['error']} ", style=paused)
+        if not i.get("replay"):
+            text.append(i.get("label", "LIVE"), style="bold")
+            text.append(f"  {i.get('frames', 0):,} frames", style=muted)
+            if i.get("refresh_ms") is not None:  # live only: replay screens stay clock-free
+                text.append(f"  refresh {i['refresh_ms']:.1f} ms", style=muted)
+            return text
+        pos, total = i.get("index", 0), i.get("total", 0)
+        text.append(f"REPLAY {i.get('speed', 1):g}× ", style="bold")
+        text.append(f"step {i.get('seq') if i.get('seq') is not None else '–'}  ")
+        text.append(f"{pos:,}/{total:,}  +{i.get('elapsed_s', 0.0):.1f}s/{i.get('duration_s', 0.0):.1f}s ", style=muted)
+        width = max(0, self.size.width - text.cell_len - 1)
+        if width >= 8 and total:
+            filled = round(width * min(1.0, pos / total))
+            text.append("━" * filled, style=done)
+            text.append("─" * (width - filled), style=todo)
+        return text

@@ -1,0 +1,116 @@
+"""The target's captured graphs and an aux-layer change: the adapter of the graph seam family.
+
+A captured CUDA graph replays the aux layers it was captured with (sglang-compat D3/D4): after
+``set_eagle3_layers_to_capture`` only eager passes see the new set. So a live change on a server
+with graphs either recaptures the target's graphs between two steps, through SGLang's own entry
+(``ModelRunner.recapture_decode_cuda_graph``, which SGLang's weight update calls between steps,
+and whose capture resets its index buffers so it never writes through a live batch), or is
+refused with the reason. Recapturing pauses serving for the capture time, so it happens only when
+the request asks for it (``aux set --recapture``); the pause is measured and reported.
+
+Per release, from the sources (sglang-compat.md; 0.5.10 and 0.5.23 read for this module):
+
+- up to 0.5.10 the graph runner itself resets the aux layers to the model default before every
+  capture (0.5.10 cuda_graph_runner.py:643-653), so a recapture would replay the default set;
+- 0.5.11 on captures the set in effect; 0.5.23 offers ``recapture_decode_cuda_graph`` (target
+  verify graphs); the entry is looked up, not assumed, so a release without it is refused;
+- CPU graphs (``--enable-torch-compile`` on CPU) cannot exist with speculative decoding: 0.5.23's
+  ``CPUGraphRunner`` asserts ``spec_algorithm.is_none()`` (cpu_graph_runner.py), so a CPU server
+  never needs a recapture;
+- refused where one recapture is not enough: prefill graphs (piecewise) captured too, or
+  adaptive speculative steps (one target graph runner per step count, only one of them active).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+log = logging.getLogger("eagle3scope")
+
+#: Model-runner attributes that hold captured graphs in some release.
+GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", "prefill_cuda_graph_runner",
+               "piecewise_cuda_graph_runner")
+#: First release whose graph capture keeps the aux layers in effect (sglang-compat D4, table C).
+KEEPS_AUX_SET = (0, 5, 11)
+RECAPTURE_ENTRY = "recapture_decode_cuda_graph"
+DEVICES = ("cuda", "musa")  # where SGLang's own weight update recaptures
+HINT = "write the ids with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live"
+
+
+def _is_graph(runner) -> bool:
+    return runner is not None and "graph" in type(runner).__name__.lower()
+
+
+class GraphPlan:
+    """Whether the target replays captured graphs, and how (or why not) they can be recaptured."""
+
+    def __init__(self, captured: bool, runner=None, why_not: str = "") -> None:
+        self.captured = captured
+        self.runner = runner  # the target's ModelRunner, when a recapture is possible
+        self.why_not = why_not  # non-empty: a recapture is not possible, and why
+        self.last_pause_ms: float | None = None
+
+    def describe(self) -> dict:
+        return {"captured": self.captured, "recapture": self.captured and not self.why_not,
+                "why_not": self.why_not if self.captured else "", "last_pause_ms": self.last_pause_ms}
+
+    def refusal(self, recapture: bool) -> str:
+        """Why a change must be refused now ("" when it may go ahead)."""
+        if not self.captured:
+            return ""
+        if not recapture:
+            return ("CUDA graphs were captured with the current aux set and replay ignores a new one; "
+                    + ("pass --recapture to recapture them with the new set (serving pauses for the capture), or "
+                       if not self.why_not else "") + HINT)
+        return f"cannot recapture the target's graphs: {self.why_not}; {HINT}" if self.why_not else ""
+
+    def recapture(self) -> float:
+        """Recapture the target's graphs with the aux set now in effect; the pause in ms. Runs on
+        the scheduler thread between two steps; raises what SGLang raises."""
+        t0 = time.perf_counter()
+        getattr(self.runner, RECAPTURE_ENTRY)()
+        self.last_pause_ms = round((time.perf_counter() - t0) * 1000, 1)
+        log.info("eagle3scope: target graphs recaptured in %.1f ms", self.last_pause_ms)
+        return self.last_pause_ms
+
+
+def plan(worker, server_args, version: str | None) -> GraphPlan:
+    """The graph facts of this process's target (``worker`` = the EAGLE worker, ``version`` =
+    SGLang's, e.g. "0.5.23")."""
+    runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
+    held = [getattr(runner, a) for a in GRAPH_ATTRS if hasattr(runner, a)]
+    device = str(getattr(server_args, "device", "") or "")
+    if held:  # 0.5.23 points its runners at an EagerRunner when graphs are off, older releases leave None
+        captured = any(_is_graph(r) for r in held)
+    else:
+        captured = device not in ("", "cpu") and not getattr(server_args, "disable_cuda_graph", False)
+    if not captured:
+        return GraphPlan(False)
+    return GraphPlan(True, runner, _why_not(runner, worker, device, version))
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return tuple(int(x) for x in match.groups()) if match else None
+
+
+def _why_not(runner, worker, device: str, version: str | None) -> str:
+    release = version or "this release"
+    parsed = _release(version)
+    if parsed is not None and parsed < KEEPS_AUX_SET:
+        return (f"SGLang {release} resets the aux layers to the model default before every graph capture "
+                "(sglang-compat D4), so a recapture would replay the default set, not the requested one")
+    if not callable(getattr(runner, RECAPTURE_ENTRY, None)):
+        return f"SGLang {release} has no ModelRunner.{RECAPTURE_ENTRY} to recapture the target's graphs with"
+    if device not in DEVICES:
+        return f"SGLang {release} recaptures graphs only on {'/'.join(DEVICES)}, not on {device or 'this device'}"
+    if _is_graph(getattr(runner, "prefill_cuda_graph_runner", None)) or _is_graph(
+            getattr(runner, "piecewise_cuda_graph_runner", None)):
+        return (f"the target also holds prefill (piecewise) graphs captured with the old set, and SGLang {release} "
+                "recaptures only its decode/verify graphs between steps")
+    if getattr(worker, "adaptive_controller", None) is not None:
+        return ("adaptive speculative steps keep one target graph runner per step count; recapturing the active "
+                "one would leave the others on the old set")
+    return ""

@@ -1,0 +1,71 @@
+"""Import contracts that hold by construction: the pyproject's import-linter contracts (the shim
+imports only ``eagle3scope.wire``, ``wire`` nothing else of the project, the viewer's layers, no
+cycles), and a shim whose modules each import alone, with their own imports at module top."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIM = ROOT / "instrumentation" / "eagle3scope_shim"
+SHIM_MODULES = sorted(p.stem for p in SHIM.glob("*.py") if p.stem != "__init__")
+#: What a hook body may import late: the host's own packages, loaded by SGLang long before a hook
+#: runs, but never by the shim at import (the .pth bootstrap imports it at interpreter start).
+LATE_IMPORTS = ("torch", "sglang")
+
+
+def test_import_contracts_hold(capsys):
+    from importlinter.cli import lint_imports
+
+    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert report.count(" KEPT") == 5, report
+
+
+def test_shim_forbids_every_viewer_package():
+    """The forbidden list names every package beside wire, so a new one cannot slip past it."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    shim = next(c for c in config["contracts"] if c["source_modules"] == ["eagle3scope_shim"])
+    packages = {f"eagle3scope.{p.stem if p.suffix else p.name}" for p in (ROOT / "eagle3scope").iterdir()
+                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))}
+    assert set(shim["forbidden_modules"]) == packages - {"eagle3scope.wire"}
+
+
+@pytest.mark.parametrize("module", ["eagle3scope_shim", *(f"eagle3scope_shim.{m}" for m in SHIM_MODULES)])
+def test_each_shim_module_imports_alone(module, request):
+    """A fresh interpreter imports the module on its own (no cycle needs another one loaded first)
+    and loads neither torch nor SGLang doing so."""
+    python = sys.executable
+    if module.endswith(".syncguard") and importlib.util.find_spec("torch") is None:
+        python = str(request.getfixturevalue("engine_python"))  # the guard is a TorchFunctionMode: torch's venv
+    code = f"import {module}, sys; print(sorted(m for m in {LATE_IMPORTS!r} if m in sys.modules))"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'instrumentation'}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = done.stdout.strip()
+    assert loaded == ("['torch']" if module.endswith(".syncguard") else "[]"), loaded
+
+
+@pytest.mark.parametrize("module", SHIM_MODULES + ["__init__"])
+def test_shim_imports_its_own_modules_at_module_top(module):
+    """Inside functions only the host's packages are imported (late, see LATE_IMPORTS)."""
+    tree = ast.parse((SHIM / f"{module}.py").read_text())
+    late = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    late += [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    late.append(node.module or "")
+    assert [m for m in late if m.split(".")[0] not in LATE_IMPORTS] == []

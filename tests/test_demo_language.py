@@ -1,0 +1,47 @@
+"""The demo language (eagle3scope/demo/language.py): two prompt families, deterministic, no short
+greedy loops, and a corpus generator other demo targets can reuse. Pure Python, no engine."""
+
+from __future__ import annotations
+
+import random
+
+from eagle3scope.demo import language
+
+
+def shortest_period(seq: list) -> int:
+    """The smallest p with seq[i] == seq[i + p] throughout (len(seq) when the text does not repeat)."""
+    return next(p for p in range(1, len(seq) + 1) if all(seq[i] == seq[i + p] for i in range(len(seq) - p)))
+
+
+def test_prompts_are_deterministic_and_alternate_families():
+    assert language.prompts(4, seed=1) == language.prompts(4, seed=1) != language.prompts(4, seed=2)
+    assert [language.family_of(p) for p in language.prompts(4, seed=7)] == ["code", "chat", "code", "chat"]
+    assert {language.family_of(p) for p in language.prompts(5, family="chat")} == {"chat"}
+    assert language.family_of("not demo words") is None
+
+
+def test_families_are_disjoint_and_greedy_rule_following_never_loops_short():
+    fams = language.families()
+    code, chat = fams["code"], fams["chat"]
+    assert not set(code.word_ids) & set(chat.word_ids)
+    assert max(code.word_ids + chat.word_ids) < 1024 // 2  # a d2t read as absolute ids stays in range
+    assert code.noise < chat.noise and len(code.word_ids) < len(chat.word_ids)
+    for fam in fams.values():
+        # follow the rule from any pair: the walk ends in a cycle of at least MIN_CYCLE words
+        assert language._shortest_cycle([list(row) for row in fam.table]) >= language.MIN_CYCLE
+        assert shortest_period(fam.walk(random.Random(0), 200, clean_from=2)[-60:]) >= language.MIN_CYCLE
+
+
+def test_shortest_cycle_finds_a_planted_loop():
+    table = [[(a + b) % 5 for b in range(5)] for a in range(5)]  # Fibonacci mod 5: cycle 20 from (0, 1)
+    table[0][0] = 0  # and (0, 0) -> (0, 0): a loop of one
+    assert language._shortest_cycle(table) == 1
+
+
+def test_corpus_is_reusable_for_other_targets():
+    texts = language.corpus(6, 20, 3, vocab_size=4096, clean_from=[2] * 6)
+    assert texts == language.corpus(6, 20, 3, vocab_size=4096, clean_from=[2] * 6)
+    assert all(len(t) == 20 for t in texts)
+    mix = [language.family_of(" ".join(language.vocabulary(4096)[i][1:] for i in t), 4096) for t in texts]
+    assert mix == list(language.TRAINING_MIX) * 2
+    assert len(language.vocabulary(4096)) == 4096

@@ -1,0 +1,205 @@
+"""The exporter over real sockets with synthetic publishers: what it serves equals ``check``'s analysis,
+labels stay bounded, publishers are held until their hello and forgotten when silent.
+
+Scraped over HTTP and parsed with prometheus-client's own text parser. The real engine and a real
+Prometheus server are in test_fleet_engine.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from analysis_streams import H, session
+from eagle3scope.analysis import analyse
+from eagle3scope.exporter.fleet import Fleet
+from eagle3scope.exporter.metrics import PUBLISHER_LABELS
+from eagle3scope.exporter.service import Exporter, parse_listen
+from eagle3scope.wire import Frame, encode_frame
+from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+
+BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,
+                                                         "capture": {"on": False, "layers": None}})
+
+
+def renamed(frames: list[Frame], src: str) -> list[Frame]:
+    return [Frame(f.kind, src, f.n, f.t, f.body) for f in frames]
+
+
+def scrape(url: str) -> dict[str, list]:
+    """metric family name -> samples (prometheus-client's parser; names without _total)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return {fam.name: fam.samples for fam in text_string_to_metric_families(text)}
+
+
+def by(samples, name: str, **match) -> dict:
+    """{labels-minus-publisher-labels: value} for the samples named ``name`` matching ``match``."""
+    out = {}
+    for s in samples:
+        if s.name == name and all(s.labels.get(k) == v for k, v in match.items()):
+            out[tuple(sorted((k, v) for k, v in s.labels.items() if k not in PUBLISHER_LABELS))] = s.value
+    return out
+
+
+def feed(streams: dict[str, list[Frame]], **kw) -> tuple[Exporter, dict]:
+    """Publish each stream on its own PUB socket into one exporter; return it and a scrape."""
+    endpoints = {src: fresh_ipc_endpoint() for src in streams}
+    socks = {}
+    for src, ep in endpoints.items():
+        socks[src] = zmq.Context.instance().socket(zmq.PUB)
+        socks[src].setsockopt(zmq.LINGER, 0)
+        socks[src].setsockopt(zmq.SNDHWM, 0)
+        socks[src].bind(ep)
+    exporter = Exporter(list(endpoints.values()), "127.0.0.1:0", **kw)
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # slow joiner: let every SUB connection come up first
+            exporter.poll_once()
+        for src, frames in streams.items():
+            for f in frames:
+                socks[src].send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+        expected = sum(len(frames) for frames in streams.values())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            exporter.poll_once()
+            with exporter.fleet.lock:
+                got = sum(s.frames for s in exporter.fleet.states.values())
+            if got >= expected:
+                break
+        return exporter, scrape(exporter.url)
+    except BaseException:
+        exporter.close()
+        raise
+    finally:
+        for sock in socks.values():
+            sock.close(0)
+
+
+def test_served_values_are_checks_analysis_per_publisher():
+    streams = {"host-a:1:dp0": renamed(session(600, bs=2, accept_p=0.7), "host-a:1:dp0"),
+               "host-b:2:dp0": renamed(session(300, **BROKEN), "host-b:2:dp0")}
+    exporter, fams = feed(streams)
+    exporter.close()
+    for src, frames in streams.items():
+        state = analyse(frames)
+        pub, summary = state.publishers[src], state.acceptance.summary()
+        mine = dict(publisher=src)
+        assert by(fams["eagle3scope_steps"], "eagle3scope_steps_total", **mine) == {(): summary["steps"]}
+        assert by(fams["eagle3scope_request_steps"], "eagle3scope_request_steps_total", **mine) == {
+            (): summary["request_steps"]}
+        accepted = by(fams["eagle3scope_draft_accepted"], "eagle3scope_draft_accepted_total", **mine)
+        reached = by(fams["eagle3scope_draft_reached"], "eagle3scope_draft_reached_total", **mine)
+        for i, rate in enumerate(summary["per_position"], start=1):
+            key = (("position", str(i)),)
+            if rate is None:
+                assert reached[key] == 0
+            else:
+                assert accepted[key] / reached[key] == pytest.approx(rate)
+        hist = fams["eagle3scope_accept_length"]
+        count = by(hist, "eagle3scope_accept_length_count", **mine)[()]
+        total = by(hist, "eagle3scope_accept_length_sum", **mine)[()]
+        assert total / count == pytest.approx(summary["mean_accept_length"])
+        buckets = by(hist, "eagle3scope_accept_length_bucket", **mine)
+        for j in range(len(summary["histogram"])):  # le = accepted drafts + 1
+            assert buckets[(("le", str(j + 1)),)] == sum(summary["histogram"][: j + 1])
+        violations = {dict(k)["rule"]: v for k, v in
+                      by(fams["eagle3scope_violation_active"], "eagle3scope_violation_active", **mine).items()}
+        assert violations == {v.id: 1.0 for v in state.violations()}
+        skipped = by(fams["eagle3scope_draft_forwards"], "eagle3scope_draft_forwards_total", fc="skipped", **mine)
+        assert sum(skipped.values()) == sum(p.fc_skipped for p in pub.passes.values())
+        info = by(fams["eagle3scope_publisher_info"], "eagle3scope_publisher_info", **mine)
+        assert len(info) == 1 and dict(next(iter(info)))["algorithm"] == pub.server_args["algorithm"]
+    broken = dict(publisher="host-b:2:dp0")
+    fired = by(fams["eagle3scope_violations_fired"], "eagle3scope_violations_fired_total", **broken)
+    assert {dict(k)["rule"] for k in fired} >= {"aux-capture-off", "fc-bypassed", "zero-acceptance"}
+    assert by(fams["eagle3scope_aux_capture_on"], "eagle3scope_aux_capture_on", **broken) == {(): 0.0}
+    assert by(fams["eagle3scope_violation_active"], "eagle3scope_violation_active", publisher="host-a:1:dp0") == {}
+    assert by(fams["eagle3scope_exporter_publishers"], "eagle3scope_exporter_publishers") == {(): 2.0}
+
+
+def test_labels_are_bounded_and_never_per_request():
+    exporter, fams = feed({"h:1:dp0": session(400, bs=4, accept_p=0.6)})
+    exporter.close()
+    allowed = set(PUBLISHER_LABELS) | {"position", "le", "mode", "fc", "rule", "severity", "seam", "status", "cause",
+                                       "configured", "captured", "draft", "algorithm", "num_steps", "topk",
+                                       "num_draft_tokens", "worker", "shim_version", "host"}
+    series = [s for samples in fams.values() for s in samples]
+    assert all(set(s.labels) <= allowed for s in series), {k for s in series for k in s.labels} - allowed
+    assert not any("req-" in v for s in series for v in s.labels.values())
+    assert len(series) < 120  # one publisher: tens of series, whatever the number of requests
+
+
+def test_a_publisher_is_held_until_its_hello_and_counted_in_full_then():
+    frames = session(200, accept_p=0.7)
+    hello = next(f for f in frames if f.kind == "hello")
+    rest = [f for f in frames if f.kind != "hello"]
+    fleet = Fleet()
+    fleet.ingest(rest)
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    collector = FleetCollector(fleet)
+    names = {s.name for fam in collector.collect() for s in fam.samples}
+    assert "eagle3scope_steps_total" not in names  # no labels to give it yet
+    fleet.ingest([Frame(hello.kind, hello.src, rest[-1].n + 1, rest[-1].t, hello.body)])
+    steps = [s.value for fam in collector.collect() for s in fam.samples if s.name == "eagle3scope_steps_total"]
+    assert steps == [200]
+
+
+def test_silent_publishers_are_forgotten():
+    now = [0.0]
+    fleet = Fleet(forget_after_s=60, clock=lambda: now[0])
+    fleet.ingest(renamed(session(50), "a"))
+    now[0] = 30.0
+    fleet.ingest(renamed(session(50), "b"))
+    now[0] = 70.0
+    with fleet.lock:
+        fleet.expire()
+    assert set(fleet.states) == {"b"} and fleet.forgotten == 1
+    assert all(key[0] == "b" for key in fleet.fired)
+
+
+def test_fired_counts_each_time_a_rule_becomes_violated_again():
+    healthy = session(100, accept_p=0.7)
+    fleet = Fleet()
+    fleet.ingest(healthy)
+    n, t = healthy[-1].n, healthy[-1].t
+    hook = lambda status, i: Frame("hook", "r0", n + i, t + i, {"seam": "verify", "status": status, "detail": "x"})  # noqa: E731
+    fleet.ingest([hook("failed", 1)])
+    fleet.ingest([hook("attached", 2)])
+    fleet.ingest([hook("failed", 3)])
+    assert fleet.fired[("r0", "hook-failed", "warning")] == 2
+
+
+@pytest.mark.parametrize("text, expected", [("127.0.0.1:9464", ("127.0.0.1", 9464)), ("9464", ("127.0.0.1", 9464)),
+                                            ("[::1]:0", ("::1", 0)), (":8000", ("127.0.0.1", 8000))])
+def test_listen_addresses(text, expected):
+    assert parse_listen(text) == expected
+
+
+def test_listen_rejects_garbage():
+    with pytest.raises(ValueError):
+        parse_listen("127.0.0.1:http")
+
+
+def test_the_command_serves_on_loopback_and_stops_on_sigterm():
+    endpoint = fresh_ipc_endpoint()
+    proc = subprocess.Popen([sys.executable, "-m", "eagle3scope", "exporter", "--connect", endpoint,
+                             "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "http://127.0.0.1:" in line, line
+        url = line.split(" on ", 1)[1].strip()
+        fams = scrape(url)
+        assert by(fams["eagle3scope_exporter_publishers"], "eagle3scope_exporter_publishers") == {(): 0.0}
+        assert "eagle3scope_exporter_process_resident_memory_bytes" in fams
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+        proc.stderr.close()

@@ -1,0 +1,78 @@
+"""One rule schedule for every consumer: the state runs the contract rules as frames arrive, so
+what fires, and at which ``first_seq``, does not depend on the panel on screen or on the command
+(``check``, ``replay``, ``watch``) that reads the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import zmq
+from click.testing import CliRunner
+
+pytest.importorskip("textual")
+
+from synthetic import session_frames  # noqa: E402
+from tui_support import PANEL_KEYS, recorded_frames, replay_with_panel, rules_and_events, write_recording  # noqa: E402
+
+from eagle3scope.cli import main  # noqa: E402
+from eagle3scope.live.subscriber import Subscriber  # noqa: E402
+from eagle3scope.tui.feed import LiveFeed  # noqa: E402
+from eagle3scope.wire import encode_frame  # noqa: E402
+
+BREAKS = {"aux-capture-off", "fc-bypassed"}
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """A healthy publisher beside one with aux capture off (both end on a heartbeat)."""
+    path = tmp_path_factory.mktemp("walk") / "aux-off.e3s"
+    return write_recording(path, session_frames(600, src="dp0", bs=2, seed=3), session_frames(300, src="dp1", aux_off=True, seed=4))
+
+
+def test_every_panel_sees_the_same_rules_fire(recording):
+    """The bug this guards: rules ran only while the overview was drawn, so with the event log
+    (panel 4) on screen no rule fired and the log said nothing."""
+    seen = {name: asyncio.run(replay_with_panel(recording, key)) for name, key in PANEL_KEYS.items()}
+    violations, events = seen["overview"]
+    assert BREAKS <= {v[0] for v in violations}
+    for name, other in seen.items():
+        assert other == (violations, events), name
+    logged = [text.split(":")[0] for _, src, level, text in events if src == "dp1" and level == "error"]
+    assert sorted(logged) == sorted(v[0] for v in violations if v[1] == "dp1")  # each once, when it fired
+
+
+def live_state(recording, frames):
+    """Send the recorded frames, in order, through a real PUB socket to a live feed."""
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.XPUB)  # XPUB: the subscription arrives as a message, so nothing is sent too early
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    feed = LiveFeed(Subscriber([f"tcp://127.0.0.1:{port}"]))
+    feed.start()
+    try:
+        assert pub.poll(5000) and pub.recv()[:1] == b"\x01"
+        for f in frames:
+            pub.send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+        deadline = time.monotonic() + 60
+        while feed.read(lambda s: s.frames) < len(frames) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return feed.read(rules_and_events)
+    finally:
+        feed.stop()
+        pub.close(0)
+
+
+def test_check_watch_and_replay_report_the_same_first_seq(recording):
+    frames = recorded_frames(recording)
+    result = CliRunner().invoke(main, ["check", str(recording), "--json"])
+    assert result.exit_code == 1, result.output
+    checked = {(v["id"], v["src"], v["severity"], v["first_seq"], v["active"]) for v in json.loads(result.output)["violations"]}
+    assert BREAKS <= {v[0] for v in checked}
+    replayed, _ = asyncio.run(replay_with_panel(recording, PANEL_KEYS["events"]))
+    watched, _ = live_state(recording, frames)
+    assert set(replayed) == checked
+    assert set(watched) == checked
