@@ -186,11 +186,10 @@ def test_doctor_preflight_agrees_with_the_engine(deepseek_models):
 @pytest.mark.parametrize("version, rule", [("0.5.23", "+1-if-first-1"), ("0.5.12", "+1")])
 def test_aux_panel_names_the_family_rule(version, rule):
     """The aux panel says how this target's family maps ids (SGLang's DeepseekV2 rule changed at 0.5.13)."""
-    from rich.console import Console
     from synthetic import encode_frame, hello_body, load_body
 
     from eagle3scope.analysis.state import SessionState
-    from eagle3scope.tui.widgets import AuxPanel, _load_summary
+    from eagle3scope.analysis.views import aux_view
     from eagle3scope.wire import decode_frame
     from eagle3scope.wire.aux_layers import RULE_SUMMARY
 
@@ -198,8 +197,6 @@ def test_aux_panel_names_the_family_rule(version, rule):
     state.ingest(decode_frame(encode_frame("hello", hello_body(sglang_version=version), src="dp0", n=0, t=1)))
     state.ingest(decode_frame(encode_frame("load", load_body(target_class="KimiK25ForConditionalGeneration"),
                                            src="dp0", n=1, t=2)))
-    ((_, load, capture, shown),) = AuxPanel.capture(state).publishers
-    assert shown == rule
-    console = Console(width=160, record=True)
-    console.print(_load_summary(load, capture, shown, "red", "green", "dim"))
-    assert f"{rule}: {RULE_SUMMARY[rule]}" in console.export_text()
+    assert state.publishers["dp0"].aux_rule == rule
+    ((_, facts),) = aux_view(state).publishers
+    assert [f.text for f in facts if f.label == "family id rule"] == [f"{rule}: {RULE_SUMMARY[rule]}"]
