@@ -84,6 +84,23 @@ def test_plugin_declares_amx_only_for_the_cpu_engine(engine_python, env, declare
     assert kernels_packed == "False"
 
 
+GPU_SYNC_PROBE = """
+import torch
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print(torch.cuda.is_available(), torch.cuda.synchronize())
+"""
+
+
+def test_plugin_makes_gpu_sync_a_no_op_without_a_gpu(engine_python):
+    # SGLang 0.5.23's MLA EAGLE-3 draft (kimi_k25_eagle3 set_embed) calls torch.cuda.synchronize() on any device.
+    done = run_engine_python(engine_python, "-c", GPU_SYNC_PROBE, env={"SGLANG_USE_CPU_ENGINE": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["False", "None"]
+    without = run_engine_python(engine_python, "-c", GPU_SYNC_PROBE, env={"SGLANG_USE_CPU_ENGINE": "0"}, timeout=300)
+    assert without.returncode != 0 and "not compiled with CUDA" in without.stderr
+
+
 def test_torchvision_standin_imports_like_transformers_needs_and_refuses_use(engine_python):
     probe = (
         "import transformers.image_utils\n"
