@@ -55,6 +55,13 @@ def test_attention_convention(kernel_results, name):
     assert kernel_results.get(f"convention:{name}") == "ok", kernel_results.get(f"convention:{name}", "not checked")
 
 
+@pytest.mark.parametrize("name", ["top_k_renorm_prob", "top_p_renorm_prob"])
+def test_sampling_renorm_matches_flashinfer_semantics(kernel_results, name):
+    """Sampled verify of a batch mixing greedy (top-k 1) and sampled requests renormalises by top-k /
+    top-p; SGLang's CPU platform has no kernel for either, the cpu_engine plugin fills the slot."""
+    assert kernel_results.get(f"renorm:{name}") == "ok", kernel_results.get(f"renorm:{name}", "not checked")
+
+
 def test_ops_registered_for_both_call_paths_and_amx_packing_absent(kernel_results):
     # SGLang calls some ops as torch.ops.sgl_kernel.X and others as sgl_kernel.X.
     assert kernel_results["__registered__"] == sorted(CPU_PATH_OPS)
