@@ -774,24 +774,15 @@ def check_renorm_top_p_renorm_prob():
 
 def main():
     results = {}
-    for name in sorted(sgl_kernel.OPS):
-        try:
-            globals()[f"check_{name}"]()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    for name in CONVENTIONS:
-        try:
-            globals()[f"check_convention_{name}"]()
-            results[f"convention:{name}"] = "ok"
-        except Exception:
-            results[f"convention:{name}"] = traceback.format_exc()
-    for name in RENORMS:
-        try:
-            globals()[f"check_renorm_{name}"]()
-            results[f"renorm:{name}"] = "ok"
-        except Exception:
-            results[f"renorm:{name}"] = traceback.format_exc()
+    groups = (("", "check_", sorted(sgl_kernel.OPS)), ("convention:", "check_convention_", CONVENTIONS),
+              ("renorm:", "check_renorm_", RENORMS))
+    for key_prefix, check_prefix, names in groups:
+        for name in names:
+            try:
+                globals()[f"{check_prefix}{name}"]()
+                results[f"{key_prefix}{name}"] = "ok"
+            except Exception:
+                results[f"{key_prefix}{name}"] = traceback.format_exc()
     results["__registered__"] = sorted(n for n in sgl_kernel.OPS if hasattr(OPS, n))
     results["__has_convert_weight_packed__"] = hasattr(OPS, "convert_weight_packed")
     print(json.dumps(results))
