@@ -39,6 +39,7 @@ prometheus:
 
 models: venv engine-env
 	$(VENV)/bin/eagle3scope demo --prepare-only
+	$(VENV)/bin/eagle3scope demo --family deepseek --prepare-only
 
 demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)

@@ -42,7 +42,7 @@ class Target:
 
 MODULES: dict[str, Target] = {
     "analysis-rules": Target("eagle3scope/analysis/rules.py",
-                             ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py")),
+                             ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py")),
     "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py",
                                ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
     "store-index-seek": Target(
@@ -57,7 +57,15 @@ MODULES: dict[str, Target] = {
 }
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
-EQUIVALENT: dict[str, list[tuple[str, str]]] = {}
+_SQL_CASE = "SQL keywords are case-insensitive"
+EQUIVALENT: dict[str, list[tuple[str, str]]] = {
+    "store-index-seek": [
+        ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
+        ('" order by idx desc limit 1",', _SQL_CASE),
+        ('con.execute("begin")', _SQL_CASE),
+        ('con.executemany("insert into state(idx, src, kind, key, frame) values (?, ?, ?, ?, ?)",', _SQL_CASE),
+    ],
+}
 
 
 @dataclass

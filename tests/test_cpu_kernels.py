@@ -55,6 +55,13 @@ def test_attention_convention(kernel_results, name):
     assert kernel_results.get(f"convention:{name}") == "ok", kernel_results.get(f"convention:{name}", "not checked")
 
 
+@pytest.mark.parametrize("name", ["top_k_renorm_prob", "top_p_renorm_prob"])
+def test_sampling_renorm_matches_flashinfer_semantics(kernel_results, name):
+    """Sampled verify of a batch mixing greedy (top-k 1) and sampled requests renormalises by top-k /
+    top-p; SGLang's CPU platform has no kernel for either, the cpu_engine plugin fills the slot."""
+    assert kernel_results.get(f"renorm:{name}") == "ok", kernel_results.get(f"renorm:{name}", "not checked")
+
+
 def test_ops_registered_for_both_call_paths_and_amx_packing_absent(kernel_results):
     # SGLang calls some ops as torch.ops.sgl_kernel.X and others as sgl_kernel.X.
     assert kernel_results["__registered__"] == sorted(CPU_PATH_OPS)
@@ -82,6 +89,23 @@ def test_plugin_declares_amx_only_for_the_cpu_engine(engine_python, env, declare
     has_amx, kernels_packed = done.stdout.split()[-2:]
     assert has_amx == declared
     assert kernels_packed == "False"
+
+
+GPU_SYNC_PROBE = """
+import torch
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print(torch.cuda.is_available(), torch.cuda.synchronize())
+"""
+
+
+def test_plugin_makes_gpu_sync_a_no_op_without_a_gpu(engine_python):
+    # SGLang 0.5.23's MLA EAGLE-3 draft (kimi_k25_eagle3 set_embed) calls torch.cuda.synchronize() on any device.
+    done = run_engine_python(engine_python, "-c", GPU_SYNC_PROBE, env={"SGLANG_USE_CPU_ENGINE": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["False", "None"]
+    without = run_engine_python(engine_python, "-c", GPU_SYNC_PROBE, env={"SGLANG_USE_CPU_ENGINE": "0"}, timeout=300)
+    assert without.returncode != 0 and "not compiled with CUDA" in without.stderr
 
 
 def test_torchvision_standin_imports_like_transformers_needs_and_refuses_use(engine_python):

@@ -76,3 +76,20 @@ def test_check_watch_and_replay_report_the_same_first_seq(recording):
     watched, _ = live_state(recording, frames)
     assert set(replayed) == checked
     assert set(watched) == checked
+
+
+def test_a_slow_server_break_fires_within_a_quarter_second_of_stream_time():
+    """At 10 steps/s with no heartbeat, 64 steps would be 6.4 s: the stream-time bound fires the rules
+    after 250 ms of frame time instead, on frame contents alone (so every consumer agrees)."""
+    from eagle3scope.analysis import SessionState
+    from eagle3scope.wire import decode_frame
+
+    state = SessionState()
+    steps = 0
+    for data in session_frames(20, aux_off=True, step_ns=100_000_000, heartbeat_every=0):
+        frame = decode_frame(data)
+        state.ingest(frame)
+        steps += frame.kind == "step"
+        if BREAKS <= {v.id for v in state.violations()}:
+            break
+    assert steps == 3  # t0 + 300 ms: the first step a quarter second past the load frame's pass

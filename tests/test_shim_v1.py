@@ -64,7 +64,7 @@ def test_silent_drop_of_layers_0_names_is_reported(bootstrapped, tiny_models):
     _, draft = tiny_models  # speculators naming: layers.0.*
     result = _probe(bootstrapped, draft)
     assert result["decoder_module"] == "midlayer"
-    assert result["adapters"] == ["llama_eagle3", "llama_set_eagle3", "scheduler", "v1", "v2"]
+    assert result["adapters"] == ["deepseek_set_eagle3", "llama_eagle3", "llama_set_eagle3", "scheduler", "v1", "v2"]
     assert result["seams"]["llama_eagle3.load"] == "attached" and result["seams"]["llama_eagle3.forward"] == "attached"
     assert result["skipped"] and all(name.startswith("layers.0.") for name in result["skipped"])
     assert "layers.0.self_attn.q_proj.weight" in result["skipped"]

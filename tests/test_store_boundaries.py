@@ -49,3 +49,32 @@ def test_seek_seq_to_each_batch_edge(recorded):
             for seq in (info.seq_hi - 1, info.seq_hi, info.seq_hi + 1):
                 assert reader.seek_seq(seq) == first_step_at_or_after(frames, seq), (info, seq)
 
+
+
+def test_a_seek_skips_a_damaged_batch_and_finds_the_frame_after_it(tmp_path):
+    import sqlite3
+
+    raws = list(session_frames(600, bs=1, heartbeat_every=0))
+    frames = [decode_frame(r) for r in raws]
+    path = tmp_path / "damaged.e3s"
+    with SessionWriter(path, batch_frames=100) as writer:
+        for raw, frame in zip(raws, frames):
+            writer.add(raw, frame)
+    with SessionReader(path) as reader:
+        second, third = reader.batches[1], reader.batches[2]
+    con = sqlite3.connect(path)
+    con.execute("UPDATE batches SET blob = ? WHERE id = ?", (b"not zstd", second.id))
+    con.commit()
+    con.close()
+    with SessionReader(path) as reader:
+        t = frames[second.first_idx + 10].t  # inside the damaged batch: the next readable frame is in the third
+        assert reader.seek_time(t) == third.first_idx and reader.errors
+
+
+def test_a_pending_batch_is_committed_once_its_bytes_reach_the_cap(tmp_path):
+    raws = list(session_frames(50, bs=1, heartbeat_every=0))
+    cap = sum(len(r) for r in raws[:10])
+    with SessionWriter(tmp_path / "s.e3s", batch_frames=10_000, max_pending_bytes=cap) as writer:
+        for raw in raws:
+            writer.add(raw, decode_frame(raw))
+        assert writer.batches >= len(raws) // 11  # committed by size, long before 10,000 frames

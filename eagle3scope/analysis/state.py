@@ -25,6 +25,9 @@ from eagle3scope.wire.loss import FrameLoss
 #: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
 #: seq of its own reports a ``first_seq`` at most this many steps late.
 RULES_EVERY = 64
+#: ... or this much stream time (frame ``t``), so a slow server's break shows within a second, and
+#: every consumer of the same frames still evaluates at the same frames.
+RULES_EVERY_NS = 250_000_000
 
 
 @dataclass(slots=True)
@@ -152,6 +155,7 @@ class SessionState:
         self._history = history
         self.rules_every = rules_every
         self._steps_since_rules = 0
+        self._rules_t = 0  # frame t of the last rule pass on ingest
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
         self._forked = False
@@ -170,8 +174,9 @@ class SessionState:
         if kind == "step":
             self._step(pub, frame.body, frame.t)
             self._steps_since_rules += 1
-            if self._steps_since_rules >= self.rules_every:
+            if self._steps_since_rules >= self.rules_every or frame.t - self._rules_t >= RULES_EVERY_NS:
                 self._steps_since_rules = 0
+                self._rules_t = frame.t
                 self.evaluate_rules()
             return
         if kind == "hello":
@@ -186,6 +191,7 @@ class SessionState:
             self._hook(pub, frame)
         elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
             self.unknown_frames += 1
+        self._rules_t = frame.t
         self.evaluate_rules()
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:

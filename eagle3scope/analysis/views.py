@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from eagle3scope.analysis.rules import Violation
 from eagle3scope.analysis.state import Event, SessionState
+from eagle3scope.wire.aux_layers import RULE_SUMMARY
 
 
 # -- header ------------------------------------------------------------------------------------
@@ -176,13 +177,14 @@ def aux_view(state: SessionState) -> AuxView:
     return AuxView(
         passes=[PassRow(m, p.calls, tuple(sorted(p.widths.items(), key=lambda kv: str(kv[0]))), p.fc_applied, p.fc_skipped)
                 for m, p in sorted(state.passes.items())],
-        publishers=[(src, load_summary(pub.load, pub.capture)) for src, pub in state.publishers.items()],
+        publishers=[(src, load_summary(pub.load, pub.capture, pub.aux_rule)) for src, pub in state.publishers.items()],
         segments=segment_rows(state),
     )
 
 
-def load_summary(load: dict | None, capture: dict | None) -> list[Fact]:
-    """The load report's facts that decide whether the draft can work, each with its tone."""
+def load_summary(load: dict | None, capture: dict | None, rule: str | None = None) -> list[Fact]:
+    """The load report's facts that decide whether the draft can work, each with its tone;
+    ``rule`` is the target family's aux id rule (:func:`~eagle3scope.wire.aux_layers.family_rule`)."""
     if not load:
         return [Fact("load report", "not received yet", "muted")]
     aux = load.get("aux") or {}
@@ -197,6 +199,7 @@ def load_summary(load: dict | None, capture: dict | None) -> list[Fact]:
         Fact("captured (live)", f"{live} capture {'on' if (capture or {}).get('on') else 'off'}" if capture else "–",
              "bad" if capture and not capture.get("on") else None),
         Fact("use_aux / rule", f"{aux.get('use_aux')} / {aux.get('offset_rule')}"),
+        Fact("family id rule", f"{rule}: {RULE_SUMMARY[rule]}") if rule else Fact("family id rule", "unknown family", "muted"),
     ]
     d2t = load.get("d2t")
     if d2t:

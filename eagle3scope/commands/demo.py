@@ -91,7 +91,7 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
         _say(f"ready: engine {python}, models {models.root}")
         return
     if story:
-        from eagle3scope.demo.story import run_story
+        from eagle3scope.commands.demo_story import run_story
 
         try:
             run_story(models, python=python, screen=not headless, steps=steps if headless else 60, say=_say,

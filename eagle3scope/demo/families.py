@@ -11,6 +11,10 @@ from pathlib import Path
 from eagle3scope.demo.scenarios import SCENARIOS, Scenario
 
 FAMILIES = ("llama", "deepseek")
+#: Workload temperatures where a family cannot take the demo's default mix. DeepseekV3 requests
+#: reach SGLang 0.5.23's top-k renormalisation in the sampling verify (``eagle_utils.eagle_sample``),
+#: whose kernel is None on CPU (no stand-in yet): the scheduler dies on the first sampled round.
+TEMPERATURES = {"deepseek": (0.0,)}
 
 
 def scenarios_of(family: str) -> dict[str, Scenario]:

@@ -12,7 +12,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from eagle3scope.demo.families import scenarios_of
+from eagle3scope.demo.families import TEMPERATURES, scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
@@ -50,7 +50,7 @@ class ScenarioRun:
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
                                    extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
-        self.temperatures = temperatures
+        self.temperatures = temperatures or TEMPERATURES.get(family)
         self.workload = None
         self._stack = ExitStack()
 

@@ -298,8 +298,15 @@ class SessionWriter:
         self._maybe_checkpoint()
 
     def note_loss(self, loss: dict) -> None:
-        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata."""
-        self._put_meta(loss=loss)
+        """Keep the recorder's latest loss figures (frames that never reached it) in the metadata.
+
+        A write error here is the recorder's write error (one StoreError); after one, nothing is written."""
+        if self.failed or self._con is None:
+            return
+        try:
+            self._put_meta(loss=loss)
+        except sqlite3.Error as exc:
+            self._fail(exc)
 
     def close(self) -> None:
         """Commit what is pending, mark the session complete and fold the WAL into the file.

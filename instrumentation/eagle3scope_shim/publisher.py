@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import threading
 import time
 import weakref
@@ -37,8 +38,6 @@ ZMQ_THREAD_PREFIX = 3
 def name_os_thread(name: str) -> None:
     """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``, 15 bytes); best effort."""
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
     except Exception:
         pass

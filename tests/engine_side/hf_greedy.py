@@ -17,13 +17,11 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     outputs = []
     with torch.no_grad():
-        for prompt in prompts:
+        for prompt in prompts:  # one at a time: no padding, so no mask can change a logit
             ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-            generated = []
-            while len(generated) < new_tokens and (not generated or generated[-1] != tokenizer.eos_token_id):
-                generated.append(int(model(input_ids=ids).logits[0, -1].argmax()))
-                ids = torch.cat([ids, torch.tensor([[generated[-1]]])], 1)
-            outputs.append(generated)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                 do_sample=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+            outputs.append(out[0, ids.shape[1]:].tolist())
     print(json.dumps(outputs))
 
 

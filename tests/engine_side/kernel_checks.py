@@ -722,20 +722,67 @@ def check_tree_speculative_sampling_target_only():
             assert tv < 0.05, f"token after an accepted draft: total variation {tv:.3f} from the target"
 
 
+RENORMS = ["top_k_renorm_prob", "top_p_renorm_prob"]
+
+
+def _renorm_rows(probs, pivots):
+    out = []
+    for row, pivot in zip(probs.tolist(), pivots):
+        kept = [p if p >= pivot else 0.0 for p in row]
+        total = sum(kept)
+        out.append([p / total for p in kept])
+    return torch.tensor(out)
+
+
+def check_renorm_top_k_renorm_prob():
+    """FlashInfer's top-k renorm, row by row: the k-th largest value is the pivot, ties kept. Distinct
+    values keep exactly k entries; a tie at the pivot keeps both."""
+    gen = torch.Generator().manual_seed(7)
+    probs = torch.rand(6, 50, generator=gen).softmax(-1)
+    probs[5, :4] = probs[5, 4]  # a tie across the pivot
+    ks = torch.tensor([1, 2, 5, 50, 80, 3])
+    expected = _renorm_rows(probs, [sorted(r, reverse=True)[min(int(k), 50) - 1] for r, k in zip(probs.tolist(), ks)])
+    out = sgl_kernel.top_k_renorm_prob(probs, ks)
+    close(out, expected, 1e-6)
+    assert [int((out[i] > 0).sum()) for i in range(4)] == [1, 2, 5, 50]
+    assert int((out[5] > 0).sum()) >= 3 and torch.allclose(out.sum(-1), torch.ones(6))
+    close(sgl_kernel.top_k_renorm_prob(probs, 5), sgl_kernel.top_k_renorm_prob(probs, torch.tensor([5])), 0)
+
+
+def check_renorm_top_p_renorm_prob():
+    """FlashInfer's top-p renorm, row by row: ascending, the first value whose cumulative mass reaches
+    1 - p is the pivot; the kept mass is at least p and dropping the smallest kept value goes below it."""
+    gen = torch.Generator().manual_seed(8)
+    probs = torch.rand(5, 40, generator=gen).pow(3).softmax(-1)
+    ps = torch.tensor([0.1, 0.5, 0.9, 1.0, 0.75])
+    pivots = []
+    for row, p in zip(probs.tolist(), ps.tolist()):
+        ordered, cdf = sorted(row), 0.0
+        for value in ordered:
+            cdf += value
+            if cdf >= 1.0 - p:
+                pivots.append(value)
+                break
+        else:
+            pivots.append(ordered[-1])
+    out = sgl_kernel.top_p_renorm_prob(probs, ps)
+    close(out, _renorm_rows(probs, pivots), 1e-5)
+    for i, p in enumerate(ps.tolist()):
+        kept = probs[i][out[i] > 0]
+        assert kept.sum() >= p - 1e-6 and kept.sum() - kept.min() < p + 1e-6
+
+
 def main():
     results = {}
-    for name in sorted(sgl_kernel.OPS):
-        try:
-            globals()[f"check_{name}"]()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-    for name in CONVENTIONS:
-        try:
-            globals()[f"check_convention_{name}"]()
-            results[f"convention:{name}"] = "ok"
-        except Exception:
-            results[f"convention:{name}"] = traceback.format_exc()
+    groups = (("", "check_", sorted(sgl_kernel.OPS)), ("convention:", "check_convention_", CONVENTIONS),
+              ("renorm:", "check_renorm_", RENORMS))
+    for key_prefix, check_prefix, names in groups:
+        for name in names:
+            try:
+                globals()[f"{check_prefix}{name}"]()
+                results[f"{key_prefix}{name}"] = "ok"
+            except Exception:
+                results[f"{key_prefix}{name}"] = traceback.format_exc()
     results["__registered__"] = sorted(n for n in sgl_kernel.OPS if hasattr(OPS, n))
     results["__has_convert_weight_packed__"] = hasattr(OPS, "convert_weight_packed")
     print(json.dumps(results))

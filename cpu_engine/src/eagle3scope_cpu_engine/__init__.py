@@ -65,6 +65,21 @@ def _verify_on_cpu_like_a_gpu(original, *args, **kwargs):
     return original(*args, **kwargs)
 
 
+def _fill_renorm_slots(eagle_utils) -> None:
+    """Sampled verify renormalises the target's probabilities by top-k / top-p when a batch needs it
+    (a greedy request beside a sampled one is top-k 1); the CPU platform has no kernel for either."""
+    import sgl_kernel
+
+    try:
+        from sglang.kernels.ops.sampling import renorm
+    except ImportError:
+        renorm = None
+    for name in ("top_k_renorm_prob", "top_p_renorm_prob"):
+        for module in (renorm, eagle_utils):
+            if module is not None and hasattr(module, name) and getattr(module, name) is None:
+                setattr(module, name, getattr(sgl_kernel, name))
+
+
 def _enable_sampling_verify() -> None:
     """Fill the platform's empty sampling-verify slot and stop CPU from forcing greedy verify.
 
@@ -84,6 +99,7 @@ def _enable_sampling_verify() -> None:
     eagle_utils = sys.modules.get("sglang.srt.speculative.eagle_utils")  # imported before us: its copy too
     if eagle_utils is not None and getattr(eagle_utils, "tree_speculative_sampling_target_only", kernel) is None:
         eagle_utils.tree_speculative_sampling_target_only = kernel
+    _fill_renorm_slots(eagle_utils)
     HookRegistry.register("sglang.srt.speculative.eagle_utils._verify_uses_greedy", _verify_on_cpu_like_a_gpu,
                           HookType.AROUND)
     logger.info("eagle3scope-cpu-engine: sampling verify on CPU (pure-torch tree_speculative_sampling_target_only)")

@@ -18,7 +18,7 @@ import torch
 
 from sgl_kernel.attention import decode_attention_cpu, extend_attention_cpu
 from sgl_kernel.kvcache import copy_all_layer_kv_cache_cpu
-from sgl_kernel.sampling import tree_speculative_sampling_target_only
+from sgl_kernel.sampling import top_k_renorm_prob, top_p_renorm_prob, tree_speculative_sampling_target_only
 from sgl_kernel.speculative import (
     assign_draft_cache_locs_contiguous_cpu,
     assign_extend_cache_locs_cpu,

@@ -96,3 +96,48 @@ def _sample_from(weights, coin, vocab):
         return int(hits[0, 0])
     valid = torch.nonzero(positive)
     return int(valid[-1, 0]) if valid.numel() else vocab - 1
+
+
+def _renorm_from_pivots(probs: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
+    """Keep each row's probabilities at or above its pivot (ties included), then renormalise."""
+    kept = torch.where(probs >= pivots.unsqueeze(1), probs, torch.zeros((), dtype=probs.dtype))
+    return kept / kept.sum(dim=1, keepdim=True)
+
+
+def _per_row(value, batch_size: int, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        values = value.to(dtype=dtype).reshape(-1)
+        if values.numel() == 1:
+            return values.expand(batch_size)
+        if values.numel() != batch_size:
+            raise ValueError(f"expected a scalar or one value per row, got {values.numel()} for {batch_size} rows")
+        return values
+    return torch.full((batch_size,), value, dtype=dtype)
+
+
+def top_k_renorm_prob(probs: torch.Tensor, top_k) -> torch.Tensor:
+    """FlashInfer's ``top_k_renorm_probs`` (as SGLang's ROCm fallback states it): keep the k highest
+    probabilities of each row, every tie at the k-th value included, and renormalise, in float32.
+    SGLang's verify calls it for a batch whose requests mix top-k settings (a greedy request is top-k 1)."""
+    probs = probs.float().contiguous()
+    batch_size, vocab_size = probs.shape
+    if batch_size == 0 or vocab_size == 0:
+        return probs
+    top_ks = _per_row(top_k, batch_size, torch.int64)
+    ordered = torch.sort(probs, dim=-1, descending=True).values
+    cutoff = (top_ks - 1).clamp(min=0, max=vocab_size - 1)
+    return _renorm_from_pivots(probs, ordered.gather(1, cutoff.unsqueeze(1)).squeeze(1))
+
+
+def top_p_renorm_prob(probs: torch.Tensor, top_p) -> torch.Tensor:
+    """FlashInfer's ``top_p_renorm_probs``: sort ascending, drop the prefix whose mass is below 1 - p,
+    keep every tie at the pivot, renormalise, in float32."""
+    probs = probs.float().contiguous()
+    batch_size, vocab_size = probs.shape
+    if batch_size == 0 or vocab_size == 0:
+        return probs
+    top_ps = _per_row(top_p, batch_size, torch.float32)
+    ordered = torch.sort(probs, dim=-1).values
+    cdf = torch.cumsum(ordered, dim=-1)
+    cutoff = torch.searchsorted(cdf, (1.0 - top_ps).unsqueeze(1), right=False).squeeze(1).clamp(max=vocab_size - 1)
+    return _renorm_from_pivots(probs, ordered.gather(1, cutoff.unsqueeze(1)).squeeze(1))

@@ -1,6 +1,6 @@
 """The seeds' investigation replayed on their own model family, through the real engine, in minutes.
 
-Four acts on the DeepseekV3 target served as Kimi-K2.5 (``deepseek.py``):
+Four acts on the DeepseekV3 target served as Kimi-K2.5 (:mod:`eagle3scope.demo.deepseek`):
 
 1. the broken setup as it was served: the speculators draft with ``use_aux_hidden_state`` false;
    SGLang says nothing, acceptance sits near 1, and the shim's stream names the cause (rules
