@@ -289,3 +289,36 @@ def test_aux_panel_names_the_family_rule(version, rule):
     assert state.publishers["dp0"].aux_rule == rule
     ((_, facts),) = aux_view(state).publishers
     assert [f.text for f in facts if f.label == "family id rule"] == [f"{rule}: {RULE_SUMMARY[rule]}"]
+
+
+@pytest.mark.parametrize("edit, errors, warnings", [
+    (None, set(), set()),
+    # the pair SGLang writes fused: without its partner the fused projection keeps its random init
+    ("drop layers.0.self_attn.kv_a_proj_with_mqa.weight", {"weights-unwritten"}, set()),
+    ("drop layers.0.mlp.down_proj.weight", {"weights-unwritten"}, set()),
+    ("drop lm_head.weight", {"weights-unwritten"}, set()),
+    # a name the MLA loader does not know: logged and skipped (and its parameter left random)
+    ("rename layers.0.hidden_norm.weight layers.0._orig_mod.hidden_norm.weight", {"weights-unwritten"},
+     {"weights-dropped"}),
+    ("add layers.0.self_attn.rotary_emb.inv_freq", set(), {"weights-dropped"}),
+])
+def test_doctor_models_the_mla_loader_by_name(tmp_path, edit, errors, warnings):
+    """kimi_k25_eagle3.py's load_weights by name: what it writes fused, stacks, shares from the target, skips."""
+    import draft_checkpoints as dc
+    from eagle3scope.doctor.diagnose import diagnose
+
+    draft, target = dc.producer_layout("modelopt-mla", tmp_path)
+    if edit:
+        tensors = dc.modelopt_mla_tensors()
+        verb, name, *new = edit.split()
+        if verb == "add":
+            tensors[name] = tensors["layers.0.hidden_norm.weight"]
+        else:
+            value = tensors.pop(name)
+            if new:
+                tensors[new[0]] = value
+        dc.write(draft, tensors, dc.modelopt_mla_config())
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == errors, report["findings"]
+    assert {f["id"] for f in report["findings"] if f["severity"] == "warning"} == warnings, report["findings"]
+    assert report["verdict"] == ("broken" if errors else "warnings" if warnings else "clean")
