@@ -178,7 +178,8 @@ def test_mla_draft_loads_every_weight_and_applies_fc(scenario_result, deepseek_m
     assert load["aux"]["capture_on"] and load["aux"]["use_aux"]
     assert load["aux"]["configured"] == deepseek_mla.MODELOPT_AUX_IDS
     assert load["aux"]["captured"] == deepseek.SPECULATORS_AUX_IDS
-    assert load["d2t"]["present"] and load["d2t"]["t2d_consistent"] and not load["d2t"]["looks_absolute"]
+    # no t2d in Model-Optimizer's export: nothing to compare d2t with (None), never inconsistent
+    assert load["d2t"]["present"] and load["d2t"]["t2d_consistent"] is not False and not load["d2t"]["looks_absolute"]
     assert load["lm_head"]["source"] == "checkpoint"
     decode = [f.body for f in frames if f.kind == "step" and f.body["mode"] == "decode"]
     assert decode and all(any(p["fc"] and p["width"] == 3 * h for p in b["passes"]) for b in decode)
