@@ -175,6 +175,7 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
                 if family == "llama" and name in FLEET_SCENARIOS:
                     prometheus, missing = shared_prometheus()
                     fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
+                    run.before_traffic = fleet.wait_for_idle_publisher
                     entry["fleet"] = dict(fleet.result, prometheus=prometheus, prometheus_missing=missing)
                 with run:
                     if fleet is not None:

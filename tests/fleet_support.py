@@ -255,6 +255,15 @@ class FleetObservers:
             self.prometheus.wait_for(f'up{{scenario="{self.scenario}"}} == 1', bool)
         return self
 
+    def wait_for_idle_publisher(self) -> None:
+        """Once the server is up, before its first request: Prometheus has scraped the publisher's
+        counters at zero. Without that sample ``increase()`` over the run extrapolates each
+        series' first value back towards zero by its own slope, and per-position ratios drift
+        from ``check``'s by a few per cent (seen when traffic began within a scrape of the hello)."""
+        if self.prometheus is not None:
+            self.prometheus.wait_for(f'eagle3scope_draft_reached_total{{scenario="{self.scenario}",position="1"}} == 0',
+                                     bool)
+
     def start_gate(self) -> None:
         """Once the server serves: the canary a deployment would run."""
         self.gate = _cli("gate", "--connect", self.endpoint, "--steps", str(GATE_STEPS), "--timeout", "240",

@@ -472,6 +472,45 @@ def test_aux_write_out_and_in_place(tmp_path):
     assert json.loads((draft / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 3]
 
 
+def test_aux_write_refuses_hostile_configs_with_one_line(tmp_path):
+    """config.json read the doctor's way: no FIFO opened, no link out of the directory followed,
+    no non-object or layerless target config turned into a traceback; nothing written."""
+    pytest.importorskip("safetensors")
+    import json
+    import os
+
+    from click.testing import CliRunner
+    from draft_checkpoints import specforge, target
+
+    from eagle3scope.commands.aux import command as aux
+
+    runner = CliRunner()
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"eagle_config": {}}))
+
+    def draft_with(name, make_config):
+        draft = specforge(tmp_path / name)
+        (draft / "config.json").unlink()
+        make_config(draft / "config.json")
+        return draft
+
+    cases = {
+        "fifo": (draft_with("fifo", os.mkfifo), None, "FIFO"),
+        "link-out": (draft_with("link", lambda p: p.symlink_to(outside)), None, "outside the draft directory"),
+        "list": (draft_with("list", lambda p: p.write_text("[1, 2]")), None, "not a JSON object"),
+        "bad-json": (draft_with("bad", lambda p: p.write_text("{")), None, "Expecting"),
+    }
+    layerless = target(tmp_path / "target")
+    (layerless / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "text_config": 3}))
+    cases["target-without-layers"] = (specforge(tmp_path / "ok"), layerless, "num_hidden_layers")
+    for name, (draft, tgt, message) in cases.items():
+        extra = ["--target", str(tgt)] if tgt else []
+        out = runner.invoke(aux, ["write", str(draft), "1,3,4", "--out", str(tmp_path / f"new-{name}"), *extra])
+        assert out.exit_code == 1 and message in out.output and "Traceback" not in out.output, (name, out.output)
+        assert len(out.output.strip().splitlines()) == 1, (name, out.output)
+        assert not (tmp_path / f"new-{name}").exists()
+
+
 def test_profiles_keep_the_best_per_draft(tmp_path, monkeypatch):
     from eagle3scope.control import profiles
 

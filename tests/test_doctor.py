@@ -353,6 +353,20 @@ def test_use_aux_false_with_a_trained_fc(tmp_path):
                                                                         "fc_in_checkpoint": True}
 
 
+def test_fix_turns_aux_capture_back_on_beside_a_trained_fc(tmp_path, target):
+    """The seeds' break: fc was trained on 3H aux states, so the repair is certain; the copy is clean."""
+    eagle = {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS, "use_aux_hidden_state": False}
+    draft = dc.specforge(tmp_path / "d", eagle_config=eagle)
+    done = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target)])
+    assert done.exit_code == 0, done.output
+    assert "use_aux_hidden_state false -> true" in done.output
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert config["eagle_config"] == {**eagle, "use_aux_hidden_state": True}
+    code, report = doctor(tmp_path / "fixed", "--target", str(target))
+    assert code == 0 and "aux-capture-off" not in ids(report)
+    assert json.loads((draft / "config.json").read_text())["eagle_config"] == eagle  # never in place
+
+
 def test_torch_compiled_layer_names_are_renamed(tmp_path, target):
     """The demo's dropped-weights scenario: the layer saved from a torch.compile'd module."""
     weights = {n.replace("layers.0.", "layers.0._orig_mod.", 1): w for n, w in dc.tensors("layers.0.").items()}

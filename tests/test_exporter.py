@@ -165,6 +165,24 @@ def test_silent_publishers_are_forgotten():
     assert all(key[0] == "b" for key in fleet.fired)
 
 
+def test_publishers_beyond_the_cap_are_counted_not_tracked_until_one_is_forgotten():
+    """A publisher cycling its ``src`` cannot grow the exporter: the cap holds, the refusals are
+    served as a counter, and a slot freed by forgetting a silent publisher is taken again."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    now = [0.0]
+    fleet = Fleet(forget_after_s=60, clock=lambda: now[0], max_publishers=2)
+    for i, src in enumerate(("a", "b", "c", "d")):
+        now[0] = 10.0 * i
+        fleet.ingest(renamed(session(20), src))
+    assert set(fleet.states) == {"a", "b"} and fleet.refused_frames == 2 * len(session(20))
+    served = {s.name: s.value for fam in FleetCollector(fleet).collect() for s in fam.samples}
+    assert served["eagle3scope_exporter_refused_frames_total"] == fleet.refused_frames
+    now[0] = 65.0  # "a" silent for 65 s: forgotten, and "c" gets its place
+    fleet.ingest(renamed(session(20), "c"))
+    assert set(fleet.states) == {"b", "c"} and fleet.forgotten == 1
+
+
 def test_fired_counts_each_time_a_rule_becomes_violated_again():
     healthy = session(100, accept_p=0.7)
     fleet = Fleet()

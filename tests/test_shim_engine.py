@@ -210,12 +210,12 @@ def test_broken_draft_facts_and_simulated_acceptance_agree(broken):
     _check_agreement(frames, responses)
 
 
-@pytest.mark.xfail(strict=False, reason="open: in the session's final full run the outputs with a failing hook differed from the healthy run's; not yet diagnosed (the demo's traffic now mixes sampled requests)")
 def test_failing_hook_is_reported_once_and_changes_no_token(models, healthy):
     frames, responses = _serve(models["target"], models["draft"], {"EAGLE3SCOPE_FAULT": "v2.verify"})
     failed = [b for b in _kind(frames, "hook") if b["status"] == "failed"]
     assert [b["seam"] for b in failed] == ["v2.verify"] and "injected" in failed[0]["detail"]
-    assert [r["text"] for r in responses] == [r["text"] for r in healthy[1]]
+    greedy = healthy[1][: len(PROMPTS)]  # the healthy run also asked each prompt sampled, after these
+    assert len(responses) == len(greedy) and [r["text"] for r in responses] == [r["text"] for r in greedy]
     assert _kind(frames, "step")  # the other hooks go on publishing (prefill steps)
     assert _last(frames, "heartbeat")["hook_failures"] >= 1
 

@@ -7,7 +7,8 @@ Four acts on the DeepseekV3 target served as Kimi-K2.5 (:mod:`eagle3scope.demo.d
    ``aux-capture-off`` / ``fc-bypassed`` with their evidence: capture off, 128-wide features where
    ``fc`` takes 384, ``fc`` skipped);
 2. ``doctor`` on the same checkpoint, before serving anything, says the same and what to change;
-3. the change the doctor names, written to a copy of the draft, which the doctor then passes;
+3. `eagle3scope fix` writes the change the doctor names into a copy of the draft, which the doctor
+   then passes;
 4. the fixed draft served: no rule fires and acceptance is what training promised.
 
 With a screen, acts 1 and 4 open the live TUI on the running server (``q`` goes on to the next
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from eagle3scope.demo.runner import ScenarioRun
+from eagle3scope.demo.server import ENGINE_SGLANG_VERSION
 
 Say = Callable[[str], None]
 
@@ -50,7 +52,8 @@ def _served(run: ScenarioRun, recording: Path, steps: int, screen: bool, say: Sa
         recorder.join()
     else:
         run.record(recording, steps)
-    results = [r["meta_info"]["spec_accept_length"] for r in run.workload.results if "spec_accept_length" in r["meta_info"]]
+    results = [r["meta_info"]["spec_accept_length"] for r in run.finished_requests(run.concurrency)
+               if "spec_accept_length" in r["meta_info"]]
     return {"violations": _violations(recording), "accept": statistics.mean(results) if results else None}
 
 
@@ -70,6 +73,7 @@ def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say
     """Play the four acts; returns each act's facts (violations, acceptance, doctor verdicts)."""
     from eagle3scope.commands.doctor import render
     from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.repair import fix_checkpoint
 
     work = Path(workdir or tempfile.mkdtemp(prefix="eagle3scope-story-"))
     out: dict = {}
@@ -87,12 +91,12 @@ def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say
     say(render(before))
     out["doctor_before"] = before
 
-    say("act 3/4: the change the doctor names: eagle_config.use_aux_hidden_state -> true")
+    say("act 3/4: `eagle3scope fix`, the repair the doctor names (a corrected copy, never in place)")
     fixed = work / "draft-fixed"
-    shutil.copytree(draft_copy, fixed)
-    config = json.loads((fixed / "config.json").read_text())
-    config["eagle_config"]["use_aux_hidden_state"] = True
-    (fixed / "config.json").write_text(json.dumps(config, indent=1))
+    repaired = fix_checkpoint(draft_copy, fixed, sglang_version=ENGINE_SGLANG_VERSION, target_dir=models.target_kimi)
+    for change in repaired.changes:
+        say(f"  {change}")
+    out["fix_changes"] = repaired.changes
     after = diagnose(fixed, target_dir=models.target_kimi).to_dict()
     say(f"  doctor on the fixed copy: {after['verdict']}: {after['headline']}")
     out["doctor_after"] = after

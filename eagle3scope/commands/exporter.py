@@ -23,15 +23,18 @@ from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
               help="Where to serve /metrics (port 0: any free port, printed at start).")
 @click.option("--forget-after", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               metavar="S", help="Drop a publisher's series after S seconds without a frame from it.")
+@click.option("--max-publishers", type=click.IntRange(min=1), default=256, show_default=True, metavar="N",
+              help="Track at most N publishers at once; frames from more are counted "
+                   "(eagle3scope_exporter_refused_frames_total) until silent ones are forgotten.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")
-def command(endpoints: tuple[str, ...], listen: str, forget_after: float, quiet: bool) -> None:
+def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_publishers: int, quiet: bool) -> None:
     import zmq
 
     from eagle3scope.exporter.service import Exporter
 
     endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
-        exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after)
+        exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after, max_publishers=max_publishers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     except (OSError, zmq.ZMQError) as exc:

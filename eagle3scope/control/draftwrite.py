@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.wire.aux_layers import check_layers, family_rule
-from eagle3scope.doctor.checkpoint import open_checkpoint
+from eagle3scope.doctor.checkpoint import open_checkpoint, read_json
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 
@@ -32,11 +32,23 @@ class WriteResult:
     notes: tuple[str, ...] = ()
 
 
+def _config(directory: Path) -> dict:
+    """``directory/config.json`` through the doctor's bounded reader (a regular file inside the
+    directory, at most 16 MiB, a JSON object); ValueError / OSError otherwise."""
+    cfg = read_json(directory, directory / "config.json")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{directory / 'config.json'} is not a JSON object")
+    return cfg
+
+
 def _target_facts(target_dir: Path) -> tuple[int, str, int | None, str]:
-    cfg = json.loads((target_dir / "config.json").read_text())
-    text = cfg.get("text_config") or cfg
-    arch = (cfg.get("architectures") or ["?"])[0]
-    return int(text["num_hidden_layers"]), arch, text.get("hidden_size"), family_rule(arch) or ""
+    cfg = _config(target_dir)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    layers, hidden, archs = text.get("num_hidden_layers"), text.get("hidden_size"), cfg.get("architectures")
+    if type(layers) is not int or layers < 1:
+        raise ValueError(f"{target_dir / 'config.json'} has no usable num_hidden_layers ({layers!r})")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "?"
+    return layers, arch, hidden if type(hidden) is int else None, family_rule(arch) or ""
 
 
 def expected_states(draft_dir: Path, target_hidden: int | None = None) -> int | None:
@@ -58,7 +70,7 @@ def write_aux_ids(draft_dir: str | Path, ids: list[int], *, out: str | Path | No
     if (out is None) == (not in_place):
         raise ValueError("give exactly one of --out NEW_DIR or --in-place")
     config_path = draft_dir / "config.json"
-    config = json.loads(config_path.read_text())
+    config = _config(draft_dir)
     notes = []
     num_layers, rule, hidden = None, "+1", None
     if target_dir is not None:

@@ -9,8 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 from eagle3scope.demo.families import TEMPERATURES, scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
@@ -52,6 +54,9 @@ class ScenarioRun:
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
         self.temperatures = temperatures or TEMPERATURES.get(family)
         self.workload = None
+        #: Called once the server is up, before the workload sends its first request (an observer
+        #: that must see the server idle first, e.g. a metrics scrape starting from zero).
+        self.before_traffic: Callable[[], None] | None = None
         self._stack = ExitStack()
 
     def __enter__(self) -> "ScenarioRun":
@@ -60,6 +65,8 @@ class ScenarioRun:
 
         try:
             self._stack.enter_context(self.server)
+            if self.before_traffic is not None:
+                self.before_traffic()
             self.workload = self._stack.enter_context(
                 Workload(self.server, demo_prompts(16), concurrency=self.concurrency, max_new_tokens=self.max_new_tokens,
                          temperatures=self.temperatures or DEMO_TEMPERATURES))
@@ -92,3 +99,13 @@ class ScenarioRun:
                 child.wait(10)
         if code != 0:
             raise RuntimeError(f"recording {out} failed (exit {code})")
+
+    def finished_requests(self, at_least: int = 1, timeout_s: float = 180.0) -> list[dict]:
+        """SGLang's replies so far, waiting (bounded) until ``at_least`` requests have finished: a
+        short recording can end before any request does when acceptance is near 1."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.workload.results) < at_least and time.monotonic() < deadline:
+            if self.server.proc is None or self.server.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        return list(self.workload.results)

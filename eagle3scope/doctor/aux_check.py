@@ -71,9 +71,14 @@ def check_aux_layers(dx: Diagnosis) -> None:
                "eagle_config.use_aux_hidden_state is false" + (" but the checkpoint has a trained fc" if trained_fc else ""),
                {"use_aux_hidden_state": False, "fc_in_checkpoint": trained_fc},
                "SGLang will capture no aux states and skip fc, so the draft sees features it was not trained on: "
-               "set use_aux_hidden_state to true." if trained_fc else
+               "set use_aux_hidden_state to true (`eagle3scope fix` does)." if trained_fc else
                "Without a trained fc the draft may have been trained on the last hidden state only; if it was "
                "trained on aux states, set use_aux_hidden_state to true.")
+        if trained_fc:  # fc's 3H input exists only when training fused aux states: the repair is certain
+            eagle = {**eagle, "use_aux_hidden_state": True}
+            dx.config = {**dx.config, "eagle_config": eagle}
+            dx.config_edits.append("eagle_config.use_aux_hidden_state false -> true (the checkpoint's fc was trained on "
+                                   "aux states)")
     rule = family_rule(_target_class(dx), dx.sglang_version)
     if rule is None:
         dx.add("aux-family-unknown", "info", f"{dx.target_class}: unknown family, cannot predict the captured layers",

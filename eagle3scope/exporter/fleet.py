@@ -21,6 +21,9 @@ from eagle3scope.wire import Frame
 
 #: Per-publisher state sizes: the exporter never draws plots or keeps an event log to show.
 STATE_SIZES = dict(window=512, recent=1, events=16, history=1)
+#: Publishers tracked at once. ``src`` is whatever a frame says, so without a cap one broken or
+#: hostile publisher cycling its ``src`` would grow the exporter (and Prometheus's series) without bound.
+MAX_PUBLISHERS = 256
 
 
 class Fleet:
@@ -29,8 +32,11 @@ class Fleet:
     Every method takes :attr:`lock`; a scrape therefore never sees half of a batch.
     """
 
-    def __init__(self, *, forget_after_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, forget_after_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic,
+                 max_publishers: int = MAX_PUBLISHERS) -> None:
         self.states: dict[str, SessionState] = {}
+        self.max_publishers = max_publishers
+        self.refused_frames = 0  # frames from new publishers while max_publishers were tracked
         self.last_heard: dict[str, float] = {}
         self.fired: Counter[tuple[str, str, str]] = Counter()  # (src, rule id, severity) -> times it became active
         self.forgotten = 0
@@ -44,17 +50,20 @@ class Fleet:
         """Fold one batch in, then note which rules became active."""
         with self.lock:
             now = self._clock()
+            self._expire(now)  # first: a forgotten publisher's place is free for this batch
             touched: set[str] = set()
             for frame in frames:
                 state = self.states.get(frame.src)
                 if state is None:
+                    if len(self.states) >= self.max_publishers:
+                        self.refused_frames += 1
+                        continue
                     state = self.states[frame.src] = SessionState(**STATE_SIZES)
                 state.ingest(frame)
                 touched.add(frame.src)
             for src in touched:
                 self.last_heard[src] = now
                 self._count_fired(src, self.states[src].violations())
-            self._expire(now)
 
     def _count_fired(self, src: str, violations: list[Violation]) -> None:
         for v in violations:

@@ -191,6 +191,8 @@ class FleetCollector(Collector):
         forgotten = CounterMetricFamily("eagle3scope_exporter_forgotten_publishers",
                                         "Publishers dropped after staying silent longer than --forget-after.")
         bad = CounterMetricFamily("eagle3scope_exporter_bad_frames", "Frames that could not be decoded.")
+        refused = CounterMetricFamily("eagle3scope_exporter_refused_frames",
+                                      "Frames from new publishers not tracked: --max-publishers were tracked already.")
         with fleet.lock:
             fleet.expire()
             labels_of = {}
@@ -205,7 +207,9 @@ class FleetCollector(Collector):
             publishers.add_metric([], len(fleet.states))
             forgotten.add_metric([], fleet.forgotten)
             bad.add_metric([], fleet.bad_frames)
+            refused.add_metric([], fleet.refused_frames)
         yield from families
         yield publishers
         yield forgotten
         yield bad
+        yield refused

@@ -11,7 +11,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
-from eagle3scope.exporter.fleet import Fleet
+from eagle3scope.exporter.fleet import MAX_PUBLISHERS, Fleet
 from eagle3scope.exporter.metrics import FleetCollector
 from eagle3scope.live.subscriber import Subscriber
 
@@ -33,9 +33,9 @@ class Exporter:
     """``with Exporter([endpoint], "127.0.0.1:0") as ex: ex.run(stop)``; ``ex.port`` is the bound port."""
 
     def __init__(self, endpoints: list[str], listen: str = DEFAULT_LISTEN, *, forget_after_s: float | None = 600.0,
-                 poll_ms: int = 100) -> None:
+                 poll_ms: int = 100, max_publishers: int = MAX_PUBLISHERS) -> None:
         self.host, port = parse_listen(listen)
-        self.fleet = Fleet(forget_after_s=forget_after_s)
+        self.fleet = Fleet(forget_after_s=forget_after_s, max_publishers=max_publishers)
         self.registry = CollectorRegistry()
         self.registry.register(FleetCollector(self.fleet))
         ProcessCollector(namespace="eagle3scope_exporter", registry=self.registry)
