@@ -38,8 +38,11 @@ def test_failed_start_raises_with_log_tail_and_leaves_nothing(engine_python, tin
 
 
 CHILD = """
-import sys, time
+import signal, sys, time
 from eagle3scope.demo.server import SGLangServer
+# Ctrl-C as a terminal delivers it: a shell's background job inherits SIGINT ignored, and Python
+# then installs no handler of its own (seen when the suite ran as `.ci/run &`).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 server = SGLangServer(sys.argv[1], python=sys.argv[2])
 with server:
     print(server.proc.pid, flush=True)
