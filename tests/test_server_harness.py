@@ -1,5 +1,6 @@
 """SGLangServer: a failed start explains itself, and Ctrl-C leaves no process behind."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -54,6 +55,7 @@ def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
     target, _ = tiny_models
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(engine_python)],
                              stdout=subprocess.PIPE, text=True)
+    pgid = None
     try:
         pgid = int(child.stdout.readline())  # printed once the server generates
         assert len(group_members(pgid)) >= 3  # launcher, scheduler, detokenizer
@@ -66,3 +68,5 @@ def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
     finally:
         if child.poll() is None:
             child.kill()
+        if pgid is not None and group_members(pgid):  # a failed run must not leave an idle scheduler spinning
+            os.killpg(pgid, signal.SIGKILL)
