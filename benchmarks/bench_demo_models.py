@@ -40,6 +40,8 @@ def main() -> None:
     t0 = time.monotonic()
     paths = families.ensure_models(args.family, cache, progress=lambda m: print("  " + m, flush=True))
     stats = paths.stats()
+    if hasattr(paths, "mla_stats"):  # the DeepseekV3 family's MLA draft, cached on its own
+        stats["mla_draft"] = paths.mla_stats()
     print(json.dumps({"models": str(paths.root), "wall_s": round(time.monotonic() - t0, 1), **stats,
                       "loadavg_1m": os.getloadavg()[0]}), flush=True)
 

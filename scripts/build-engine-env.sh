@@ -20,7 +20,8 @@ case "$SGLANG_VERSION" in
   0.5.23|0.5.10) TORCH_VERSION=2.13.0 ;;
   *) echo "no recipe for SGLANG_VERSION=$SGLANG_VERSION" >&2; exit 2 ;;
 esac
-want="$(sha256sum "$REQS" "$0" "$ROOT/scripts/install-torch.sh" "$ROOT/cpu_engine/pyproject.toml" | sha256sum | cut -c1-16)"
+# Contents only: the checkout's path must not make a shared venv look stale (sha256sum prints names).
+want="$(cat "$REQS" "$0" "$ROOT/scripts/install-torch.sh" "$ROOT/cpu_engine/pyproject.toml" | sha256sum | cut -c1-16)"
 PY="$VENV/bin/python"
 install_local() {
   "$PY" -m pip install -q --no-deps -e "$ROOT/cpu_engine" -e "$ROOT" >/dev/null

@@ -91,9 +91,9 @@ def tiny_models(engine_python) -> tuple[Path, Path]:
 def built_models(family: str, engine_python):
     """A demo family's trained models, built once and cached by code hash; skipped when not built,
     unless the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1) or EAGLE3SCOPE_BUILD_MODELS=1."""
-    from eagle3scope.demo import deepseek, families, models
+    from eagle3scope.demo import deepseek_mla, families, models
 
-    module = {"llama": models, "deepseek": deepseek}[family]
+    module = {"llama": models, "deepseek": deepseek_mla}[family]
     if module.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
         pytest.skip(f"{family} demo models not built (python -m {module.__name__}, or EAGLE3SCOPE_BUILD_MODELS=1)")
     return families.ensure_models(family, python=engine_python)
@@ -108,7 +108,7 @@ def demo_models(engine_python):
 
 @pytest.fixture(scope="session")
 def deepseek_models(engine_python):
-    """The seeds' family: trained DeepseekV3 target (also as Kimi-K2.5) + its drafts."""
+    """The seeds' family: trained DeepseekV3 target (also as Kimi-K2.5) + its drafts (Llama-style and MLA)."""
     return built_models("deepseek", engine_python)
 
 

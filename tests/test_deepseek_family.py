@@ -1,6 +1,7 @@
 """The seeds' model family through the real SGLang 0.5.23 CPU engine: a DeepseekV3 target (MLA + MoE)
 trained on the demo language, served as DeepseekV3ForCausalLM and through the Kimi-K2.5 wrapper, with
-its Llama-style EAGLE-3 draft (speculators' ids and names).
+its Llama-style EAGLE-3 draft (speculators' ids and names) and its MLA draft (SGLang's
+Eagle3DeepseekV2ForCausalLM, Model-Optimizer's layout and ids).
 
 Each scenario runs on one server per session (conftest ``scenario_result(name, "deepseek")``),
 recorded by the real shim and judged with the ``check`` command. Greedy outputs are compared with
@@ -20,7 +21,7 @@ import pytest
 from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
 from test_real_scenarios import check_json, fired
 
-from eagle3scope.demo import deepseek, families
+from eagle3scope.demo import deepseek, deepseek_mla, families
 from eagle3scope.demo.models import ModelPaths, demo_prompts
 from eagle3scope.wire.aux_layers import captured_for, default_capture, family_rule
 
@@ -45,7 +46,8 @@ def fake_paths(tmp_path) -> deepseek.DeepseekPaths:
 
 def test_family_is_offered_next_to_llama():
     assert families.FAMILIES == ("llama", "deepseek")
-    assert set(families.scenarios_of(FAMILY)) == {"healthy", "healthy-kimi", "seeds", "aux-plus-one"}
+    assert set(families.scenarios_of(FAMILY)) == {"healthy", "healthy-kimi", "seeds", "aux-plus-one", "healthy-mla",
+                                                  "healthy-mla-kimi"}
     assert "seeds" not in families.scenarios_of("llama")
     with pytest.raises(KeyError):
         families.scenarios_of("qwen")
@@ -80,6 +82,49 @@ def test_scenarios_serve_the_right_target_and_config(tmp_path):
 
 def test_paths_keep_the_llama_layout():
     assert issubclass(deepseek.DeepseekPaths, ModelPaths)
+    assert issubclass(deepseek_mla.DeepseekMLAPaths, deepseek.DeepseekPaths)
+
+
+def test_mla_scenarios_serve_the_mla_draft(tmp_path):
+    base = fake_paths(tmp_path)
+    paths = deepseek_mla.DeepseekMLAPaths(**base.__dict__, draft_mla=tmp_path / "draft-mla")
+    offered = families.scenarios_of(FAMILY)
+    spec = offered["healthy-mla"].prepare(paths, tmp_path / "s")
+    assert (spec.target_dir, spec.draft_dir) == (paths.target, paths.draft_mla)
+    spec = offered["healthy-mla-kimi"].prepare(paths, tmp_path / "s")
+    assert (spec.target_dir, spec.draft_dir) == (paths.target_kimi, paths.draft_mla)
+
+
+def test_mla_draft_config_is_model_optimizers_and_reaches_the_trained_layers(tmp_path):
+    """Model-Optimizer's Kimi-K2 MLA template (tests/draft_checkpoints.py) at this size: its output-of-layer ids
+    [1, n//2-1, n-4] are captured one deeper by the family's conditional +1, i.e. the trained [2, 4, 5]."""
+    from draft_checkpoints import modelopt_mla_config
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"rope_parameters": dict(deepseek.ROPE), "rope_interleave": True,
+                                                    "bos_token_id": 1, "eos_token_id": 2}))
+    config = deepseek_mla.draft_config(target)
+    published = modelopt_mla_config(deepseek.TARGET["num_hidden_layers"])
+    assert set(published) <= set(config)
+    assert {k: config[k] for k in ("architectures", "model_type", "num_hidden_layers", "tie_word_embeddings")} == {
+        k: published[k] for k in ("architectures", "model_type", "num_hidden_layers", "tie_word_embeddings")}
+    assert set(config["eagle_config"]) == set(published["eagle_config"])
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == \
+        published["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    # the draft's MLA shape is the target's (SGLang builds DeepseekV2AttentionMLA from these)
+    assert {k: config[k] for k in deepseek_mla.MLA} == {k: deepseek.TARGET[k] for k in deepseek_mla.MLA}
+    n = deepseek.TARGET["num_hidden_layers"]
+    for cls in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
+        captured = captured_for(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"], family_rule(cls, "0.5.23"), n)
+        assert captured == deepseek.SPECULATORS_AUX_IDS
+
+
+def test_mla_cache_entry_is_its_own(tmp_path):
+    """The MLA draft's entry hashes its own module and the target's version: a change to the MLA draft
+    retrains the draft only, never the 13-minute target."""
+    assert deepseek_mla.version() != deepseek.version()
+    assert deepseek_mla.cached(tmp_path) is None
 
 
 def test_deepseek_module_stays_free_of_torch():
@@ -100,7 +145,7 @@ def hf_greedy(deepseek_models, engine_python):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("scenario", ["healthy", "healthy-kimi"])
+@pytest.mark.parametrize("scenario", ["healthy", "healthy-kimi", "healthy-mla", "healthy-mla-kimi"])
 def test_healthy_serves_plain_greedy_drafts_well_and_fires_nothing(scenario_result, hf_greedy, scenario):
     run = scenario_result(scenario, FAMILY)
     assert [r["output_ids"] for r in run["outputs"]] == hf_greedy
@@ -112,6 +157,50 @@ def test_healthy_serves_plain_greedy_drafts_well_and_fires_nothing(scenario_resu
     served = [r["meta_info"]["spec_accept_length"] for r in run["outputs"]]
     assert statistics.mean(served) >= 2.3, served
     assert report["summary"]["mean_accept_length"] >= 2.3
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("scenario", ["healthy-mla", "healthy-mla-kimi"])
+def test_mla_draft_loads_every_weight_and_applies_fc(scenario_result, deepseek_models, scenario):
+    """The shim's load report of SGLang's Eagle3DeepseekV2ForCausalLM: every checkpoint tensor consumed, every
+    parameter written (the embedding shared from the target), fc applied to the 3 x 128 aux states captured
+    from the trained layers, d2t consistent; and per step the draft-extend pass runs fc."""
+    from eagle3scope.store import SessionReader
+
+    run = scenario_result(scenario, FAMILY)
+    with SessionReader(run["recording"]) as reader:
+        frames = [f for _, f in reader.frames()]
+    load = [f.body for f in frames if f.kind == "load"][-1]
+    h = deepseek.TARGET["hidden_size"]
+    assert load["draft_class"] == "Eagle3DeepseekV2ForCausalLM"
+    assert load["weights"]["skipped"] == [] and load["weights"]["unwritten"] == [], load["weights"]
+    assert load["fc"] == {"in": 3 * h, "out": h}
+    assert load["aux"]["capture_on"] and load["aux"]["use_aux"]
+    assert load["aux"]["configured"] == deepseek_mla.MODELOPT_AUX_IDS
+    assert load["aux"]["captured"] == deepseek.SPECULATORS_AUX_IDS
+    # no t2d in Model-Optimizer's export: nothing to compare d2t with (None), never inconsistent
+    assert load["d2t"]["present"] and load["d2t"]["t2d_consistent"] is not False and not load["d2t"]["looks_absolute"]
+    assert load["lm_head"]["source"] == "checkpoint"
+    decode = [f.body for f in frames if f.kind == "step" and f.body["mode"] == "decode"]
+    assert decode and all(any(p["fc"] and p["width"] == 3 * h for p in b["passes"]) for b in decode)
+
+
+@pytest.mark.engine
+def test_doctor_on_the_mla_draft_agrees_with_the_engine(deepseek_models, scenario_result):
+    """The doctor passes the MLA draft for 0.5.23 (and refuses it for a release without the class); the engine
+    then loads it cleanly and drafts well (the healthy-mla run)."""
+    from eagle3scope.doctor.diagnose import diagnose
+
+    for target in (deepseek_models.target, deepseek_models.target_kimi):
+        now = diagnose(deepseek_models.draft_mla, sglang_version="0.5.23", target_dir=target).to_dict()
+        assert now["verdict"] != "broken", now["findings"]
+        assert not [f for f in now["findings"] if f["severity"] == "error"], now["findings"]
+    old = diagnose(deepseek_models.draft_mla, sglang_version="0.5.10", target_dir=deepseek_models.target).to_dict()
+    assert old["verdict"] == "broken"
+    assert "architecture-unsupported" in {f["id"] for f in old["findings"]}
+    run = scenario_result("healthy-mla", FAMILY)
+    code, report = check_json(run["recording"])
+    assert code == 0 and fired(report) == set()
 
 
 @pytest.mark.engine
@@ -201,3 +290,36 @@ def test_aux_panel_names_the_family_rule(version, rule):
     assert state.publishers["dp0"].aux_rule == rule
     ((_, facts),) = aux_view(state).publishers
     assert [f.text for f in facts if f.label == "family id rule"] == [f"{rule}: {RULE_SUMMARY[rule]}"]
+
+
+@pytest.mark.parametrize("edit, errors, warnings", [
+    (None, set(), set()),
+    # the pair SGLang writes fused: without its partner the fused projection keeps its random init
+    ("drop layers.0.self_attn.kv_a_proj_with_mqa.weight", {"weights-unwritten"}, set()),
+    ("drop layers.0.mlp.down_proj.weight", {"weights-unwritten"}, set()),
+    ("drop lm_head.weight", {"weights-unwritten"}, set()),
+    # a name the MLA loader does not know: logged and skipped (and its parameter left random)
+    ("rename layers.0.hidden_norm.weight layers.0._orig_mod.hidden_norm.weight", {"weights-unwritten"},
+     {"weights-dropped"}),
+    ("add layers.0.self_attn.rotary_emb.inv_freq", set(), {"weights-dropped"}),
+])
+def test_doctor_models_the_mla_loader_by_name(tmp_path, edit, errors, warnings):
+    """kimi_k25_eagle3.py's load_weights by name: what it writes fused, stacks, shares from the target, skips."""
+    import draft_checkpoints as dc
+    from eagle3scope.doctor.diagnose import diagnose
+
+    draft, target = dc.producer_layout("modelopt-mla", tmp_path)
+    if edit:
+        tensors = dc.modelopt_mla_tensors()
+        verb, name, *new = edit.split()
+        if verb == "add":
+            tensors[name] = tensors["layers.0.hidden_norm.weight"]
+        else:
+            value = tensors.pop(name)
+            if new:
+                tensors[new[0]] = value
+        dc.write(draft, tensors, dc.modelopt_mla_config())
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == errors, report["findings"]
+    assert {f["id"] for f in report["findings"] if f["severity"] == "warning"} == warnings, report["findings"]
+    assert report["verdict"] == ("broken" if errors else "warnings" if warnings else "clean")

@@ -1,5 +1,6 @@
 """SGLangServer: a failed start explains itself, and Ctrl-C leaves no process behind."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -38,8 +39,11 @@ def test_failed_start_raises_with_log_tail_and_leaves_nothing(engine_python, tin
 
 
 CHILD = """
-import sys, time
+import signal, sys, time
 from eagle3scope.demo.server import SGLangServer
+# Ctrl-C as a terminal delivers it: a shell's background job inherits SIGINT ignored, and Python
+# then installs no handler of its own (seen when the suite ran as `.ci/run &`).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 server = SGLangServer(sys.argv[1], python=sys.argv[2])
 with server:
     print(server.proc.pid, flush=True)
@@ -51,6 +55,7 @@ def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
     target, _ = tiny_models
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(engine_python)],
                              stdout=subprocess.PIPE, text=True)
+    pgid = None
     try:
         pgid = int(child.stdout.readline())  # printed once the server generates
         assert len(group_members(pgid)) >= 3  # launcher, scheduler, detokenizer
@@ -63,3 +68,5 @@ def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
     finally:
         if child.poll() is None:
             child.kill()
+        if pgid is not None and group_members(pgid):  # a failed run must not leave an idle scheduler spinning
+            os.killpg(pgid, signal.SIGKILL)

@@ -282,3 +282,62 @@ def test_the_publisher_is_woken_per_full_batch_not_per_event(tmp_path):
         assert wakes == [8] * len(wakes) and len(wakes) <= 64 // 8, wakes  # only full batches wake it
     finally:
         pub.close()
+
+
+class _Param:
+    """A parameter stand-in: the loader watch only reads and sets its ``weight_loader``."""
+
+    def __init__(self):
+        self.weight_loader = lambda param, weight, *shard: None
+
+
+class _MLADraft:
+    """kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.load_weights' control flow (SGLang 0.5.23): q_a_proj and
+    kv_a_proj_with_mqa are cached until both are read, then written as fused_qkv_a_proj_with_mqa."""
+
+    def __init__(self):
+        self.params = {n: _Param() for n in ("model.fc.weight", "lm_head.weight",
+                                             "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight")}
+
+    def named_parameters(self):
+        return iter(self.params.items())
+
+    def load_weights(self, weights):
+        cached = {}
+        for name, w in weights:
+            if name == "t2d":
+                continue
+            mapped = "model." + name.replace("layers.0.", "midlayer.") if not name.startswith("lm_head") else name
+            if "q_a_proj" in mapped or "kv_a_proj_with_mqa" in mapped:
+                cached[mapped] = w
+                q, kv = mapped.replace("kv_a_proj_with_mqa", "q_a_proj"), mapped.replace("q_a_proj", "kv_a_proj_with_mqa")
+                if q in cached and kv in cached:
+                    fused = self.params[q.replace("q_a_proj", "fused_qkv_a_proj_with_mqa")]
+                    fused.weight_loader(fused, w)
+                continue
+            if mapped in self.params:
+                self.params[mapped].weight_loader(self.params[mapped], w)
+
+
+@pytest.mark.parametrize("names, skipped", [
+    (["fc.weight", "layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight",
+      "lm_head.weight", "t2d"], []),
+    (["layers.0.self_attn.kv_a_proj_with_mqa.weight", "fc.weight", "layers.0.self_attn.q_a_proj.weight",
+      "lm_head.weight"], []),
+    # the partner never comes: the held tensor was dropped
+    (["fc.weight", "layers.0.self_attn.q_a_proj.weight", "lm_head.weight"], ["layers.0.self_attn.q_a_proj.weight"]),
+    (["fc.weight", "layers.0.extra.weight", "lm_head.weight"], ["layers.0.extra.weight"]),
+])
+def test_a_tensor_held_back_for_a_fused_write_counts_as_consumed(clean_state, monkeypatch, names, skipped):
+    from eagle3scope_shim import loadreport
+
+    monkeypatch.setattr(loadreport, "_default_weight_loader", lambda model: None)  # every parameter has its own
+    model = _MLADraft()
+    watch = loadreport.LoadWatch(model)
+    model.load_weights(watch.wrap((n, None) for n in names))
+    watch.finish()
+    assert watch.skipped == skipped
+    assert sorted(watch.consumed + watch.skipped + watch.ignored) == sorted(names)
+    fused = "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"
+    pair = {"layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight"}
+    assert (fused in watch.written) == (pair <= set(names))

@@ -47,10 +47,6 @@ def at_step(seq: int, *keys: str):
         pilot.app.refresh_view(force=True)
         if keys:
             await pilot.press(*keys)
-        # A panel shown by a key is laid out, then re-rendered for its real width (on_resize),
-        # then laid out again: wait for that second layout, or the snapshot catches the first.
-        await pilot.pause()
-        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     return run_before

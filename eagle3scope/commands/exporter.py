@@ -13,6 +13,7 @@ import threading
 
 import click
 
+from eagle3scope.exporter.fleet import MAX_PUBLISHERS
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 
 
@@ -23,7 +24,7 @@ from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
               help="Where to serve /metrics (port 0: any free port, printed at start).")
 @click.option("--forget-after", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               metavar="S", help="Drop a publisher's series after S seconds without a frame from it.")
-@click.option("--max-publishers", type=click.IntRange(min=1), default=256, show_default=True, metavar="N",
+@click.option("--max-publishers", type=click.IntRange(min=1), default=MAX_PUBLISHERS, show_default=True, metavar="N",
               help="Track at most N publishers at once; frames from more are counted "
                    "(eagle3scope_exporter_refused_frames_total) until silent ones are forgotten.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")

@@ -1,7 +1,8 @@
 """Demo model families: which scenarios each offers and how its models are built (cached).
 
 ``llama`` is the Llama demo (``models.py``); ``deepseek`` the seeds' family (``deepseek.py``: a
-DeepseekV3 target with MLA + MoE, also served as Kimi-K2.5). Pure Python, like the modules it names.
+DeepseekV3 target with MLA + MoE, also served as Kimi-K2.5, and ``deepseek_mla.py``: its MLA draft,
+cached on its own). Pure Python, like the modules it names.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ def scenarios_of(family: str) -> dict[str, Scenario]:
     """The family's scenarios by name."""
     if family == "deepseek":
         from eagle3scope.demo.deepseek import SCENARIOS as DEEPSEEK
+        from eagle3scope.demo.deepseek_mla import SCENARIOS as MLA
 
-        return DEEPSEEK
+        return {**DEEPSEEK, **MLA}
     if family != "llama":
         raise KeyError(f"unknown demo family {family!r}; known: {', '.join(FAMILIES)}")
     return SCENARIOS
@@ -31,7 +33,7 @@ def scenarios_of(family: str) -> dict[str, Scenario]:
 def ensure_models(family: str, cache_dir: Path | str | None = None, progress=None, python: Path | str | None = None):
     """The family's built models (a ``ModelPaths``), building them once in the engine venv."""
     if family == "deepseek":
-        from eagle3scope.demo.deepseek import ensure_models as ensure
+        from eagle3scope.demo.deepseek_mla import ensure_models as ensure  # the target's models, then the MLA draft
     else:
         from eagle3scope.demo.models import ensure_demo_models as ensure
     return ensure(cache_dir, progress=progress, python=python)

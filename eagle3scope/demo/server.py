@@ -30,12 +30,15 @@ ENGINE_SGLANG_VERSION = "0.5.23"
 # machine spinning OpenMP workers made an EAGLE-3 request 5-10x slower (BENCHMARKS.md).
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": "1"}
+# --sleep-on-idle: an idle CPU scheduler otherwise busy-polls a whole core (1.01 cores measured,
+# 0.03 with the flag; BENCHMARKS.md), on a laptop running the demo and under every test server.
 CPU_FLAGS = (
     "--device", "cpu",
     "--disable-cuda-graph",
     "--attention-backend", "intel_amx",
     "--skip-server-warmup",
     "--random-seed", "0",
+    "--sleep-on-idle",
 )
 
 

@@ -371,19 +371,76 @@ def _check_config(dx: Diagnosis) -> None:
         dx.refuse(f"a {layers}-layer draft needs SGLang 0.5.12 or newer")
 
 
+#: What kimi_k25_eagle3.py (0.5.12+) builds in its one MLA decoder layer (``model.midlayer.*``).
+MLA_LAYER_PARAMS = ("input_layernorm", "hidden_norm", "post_attention_layernorm", "mlp.gate_up_proj", "mlp.down_proj",
+                    "self_attn.fused_qkv_a_proj_with_mqa", "self_attn.q_a_layernorm", "self_attn.q_b_proj",
+                    "self_attn.kv_a_layernorm", "self_attn.kv_b_proj", "self_attn.o_proj")
+
+
 def _mla_draft(dx: Diagnosis) -> None:
-    """Model-Optimizer's MLA draft: served from 0.5.12 by kimi_k25_eagle3.py, whose names and shapes
-    the doctor does not model (it only knows LlamaForCausalLMEagle3's loader)."""
+    """Model-Optimizer's MLA draft: served from 0.5.12 by kimi_k25_eagle3.py. Its loader is modelled by
+    name (``_mla_names``); shapes are not checked."""
     if parse_version(dx.sglang_version) < parse_version("0.5.12"):
         dx.add("architecture-unsupported", "error", f"SGLang {dx.sglang_version} has no {MLA_DRAFT_CLASS}",
                {"architectures": dx.config.get("architectures"), "first_release": "0.5.12"},
                f"Serve this MLA draft with SGLang 0.5.12 or newer (models/kimi_k25_eagle3.py).")
         dx.refuse(f"{MLA_DRAFT_CLASS} needs SGLang 0.5.12 or newer")
         return
-    dx.add("not-modelled", "info", f"{MLA_DRAFT_CLASS} weights: not modelled, cannot check names or shapes",
-           {"loader": "models/kimi_k25_eagle3.py", "checked": ["d2t", "lm_head presence", "aux layer ids"]},
-           "SGLang's MLA loader maps layers.0.* to midlayer.* and logs 'skipping unexpected weight' for names "
-           "it does not know: watch the server log, or the load report in `eagle3scope watch`.")
+    dx.add("not-modelled", "info", f"{MLA_DRAFT_CLASS} weights: names modelled, shapes not checked",
+           {"loader": "models/kimi_k25_eagle3.py", "checked": ["tensor names", "d2t", "lm_head presence",
+                                                              "aux layer ids"]},
+           "A shape that does not fit fails SGLang's load with an assertion; the server log says which.")
+    _mla_names(dx)
+
+
+def _mla_names(dx: Diagnosis) -> None:
+    """kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.load_weights (0.5.23) by name: ``layers.0.`` read as
+    ``midlayer.``, everything else under ``model.`` but ``lm_head``; ``gate_proj`` / ``up_proj`` stacked into
+    ``gate_up_proj``; ``q_a_proj`` and ``kv_a_proj_with_mqa`` held until both came, then written fused; d2t / t2d
+    read as buffers; any other name logged ('skipping unexpected weight') and dropped."""
+    config = dx.config or {}
+    params = {f"model.midlayer.{p}.weight" for p in MLA_LAYER_PARAMS} | {"model.fc.weight", "model.norm.weight"}
+    if config.get("fc_norm") or config.get("use_aux_norm"):
+        params |= {f"model.fc_norm.{i}.weight" for i in range(len(
+            (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0]))}
+    own_head = not config.get("tie_word_embeddings") and config.get("draft_vocab_size") is not None
+    params |= {"lm_head.weight"} if own_head else set()
+    optional = {"model.embed_tokens.weight"} | (set() if own_head else {"lm_head.weight"})  # shared from the target
+    written: set[str] = set()
+    held: dict[str, str] = {}
+    dropped = []
+    for name in dx.checkpoint.tensors:
+        if name.split(".")[-1] in ("d2t", "t2d"):
+            continue
+        mapped = re.sub(r"^layers\.0\.", "midlayer.", name)
+        mapped = mapped if mapped.startswith("lm_head.") else f"model.{mapped}"
+        mapped = mapped.replace(".gate_proj.", ".gate_up_proj.").replace(".up_proj.", ".gate_up_proj.")
+        if "q_a_proj" in mapped or "kv_a_proj_with_mqa" in mapped:
+            fused = mapped.replace("kv_a_proj_with_mqa", "fused_qkv_a_proj_with_mqa").replace(
+                ".q_a_proj", ".fused_qkv_a_proj_with_mqa")
+            if fused in held:
+                written.add(fused)
+                del held[fused]
+            else:
+                held[fused] = name
+            continue
+        if mapped in params or mapped in optional:
+            written.add(mapped)
+        else:
+            dropped.append(name)
+    if dropped:
+        dx.add("weights-dropped", "warning", f"{MLA_DRAFT_CLASS}'s loader logs 'skipping unexpected weight' and skips "
+               f"{len(dropped)} tensor(s)", {"names": dropped[:8], "count": len(dropped), "loader": "models/kimi_k25_eagle3.py"},
+               "These names have no counterpart in SGLang's MLA draft: " + summary_text(dropped))
+    missing = sorted(params - written)
+    if missing:
+        half = sorted(held.values())
+        dx.add("weights-unwritten", "error", f"{len(missing)} draft parameter(s) get no checkpoint tensor (random init)",
+               {"params": missing[:8], "count": len(missing), "unpaired": half[:8]},
+               "The checkpoint lacks these tensors" + (f" ({', '.join(half[:2])} came without its q_a_proj / "
+                                                      "kv_a_proj_with_mqa partner, so the fused projection is never "
+                                                      "written)" if half else "") + "; retrain or re-export.")
+        dx.refuse("draft parameters have no tensor to load from")
 
 
 def _speculators_view(dx: Diagnosis, config: dict) -> dict:

@@ -21,6 +21,17 @@ from eagle3scope_shim.state import STATE
 from eagle3scope_shim.version import __version__
 
 _NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
+#: Loaders that hold a checkpoint tensor back and write it later, fused with its partner:
+#: kimi_k25_eagle3.py (Eagle3DeepseekV2ForCausalLM) caches ``q_a_proj`` / ``kv_a_proj_with_mqa``
+#: until both are read, then writes ``fused_qkv_a_proj_with_mqa``. The first of the pair wrote
+#: nothing when it was read; it counts as consumed once the fused write comes, skipped if it never does.
+_FUSED = {"fused_qkv_a_proj_with_mqa": ("kv_a_proj_with_mqa", "q_a_proj")}
+
+
+def _fused_key(name: str, parts: tuple[str, ...]) -> str:
+    for part in parts:  # longest first
+        name = name.replace(part, "*")
+    return name
 
 
 class LoadWatch:
@@ -35,8 +46,10 @@ class LoadWatch:
         self.ignored: list[str] = []
         self.tensors: dict[str, object] = {}
         self.tracked = True
+        self._held: list[str] = []
         self._current: str | None = None
         self._hit = False
+        self._fused: tuple[str, ...] | None = None
         self._restore: list[tuple] = []
         default = _default_weight_loader(model)
         for name, param in self.params.items():
@@ -52,6 +65,7 @@ class LoadWatch:
         def weight_loader(param, loaded_weight, *args, **kwargs):
             self.written.add(name)
             self._hit = True
+            self._fused = next((parts for key, parts in _FUSED.items() if key in name), self._fused)
             return loader(param, loaded_weight, *args, **kwargs)
 
         return weight_loader
@@ -63,7 +77,7 @@ class LoadWatch:
             try:
                 self._close_current()
                 name = item[0]
-                self._current, self._hit = name, False
+                self._current, self._hit, self._fused = name, False, None
                 if name.endswith(("d2t", "t2d")):
                     self.tensors[name.rsplit(".", 1)[-1]] = item[1].detach().to("cpu").clone()
             except Exception:
@@ -79,14 +93,23 @@ class LoadWatch:
         hot = getattr(self.model, "hot_token_id", None)
         if self._hit or hot is not self._hot:
             self.consumed.append(name)
+            if self._fused:
+                key = _fused_key(name, self._fused)
+                for held in [n for n in self._held if _fused_key(n, self._fused) == key]:
+                    self._held.remove(held)
+                    self.consumed.append(held)
         elif name.rsplit(".", 1)[-1] in _NOT_PARAMETERS:
             self.ignored.append(name)
+        elif any(part in name for parts in _FUSED.values() for part in parts):
+            self._held.append(name)
         else:
             self.skipped.append(name)
         self._hot = hot
 
     def finish(self) -> None:
         self._close_current()
+        self.skipped += self._held  # held back for a fused write that never came
+        self._held = []
         for param, had, loader in self._restore:
             if had:
                 param.weight_loader = loader

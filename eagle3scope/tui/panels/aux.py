@@ -25,9 +25,6 @@ class AuxPanel(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="aux-body")
 
-    def on_resize(self) -> None:
-        self.watch_view(self.view)
-
     def watch_view(self, view: AuxView | None) -> None:
         if view is None:
             return
@@ -41,15 +38,8 @@ class AuxPanel(VerticalScroll):
             skipped = Text(f"{p.fc_skipped:,}", style=bad if p.fc_skipped and p.fc_applied == 0 else None)
             passes.add_row(p.mode, f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
         parts: list = [passes if view.passes else Text("no draft forwards seen yet", style=muted)]
-        # publishers side by side when the panel has room for more than one summary (~70 columns each)
-        per_row = max(1, min(len(view.publishers), self.size.width // 70))
-        grid = Table.grid(padding=(0, 4))
-        for _ in range(per_row):
-            grid.add_column()
-        summaries = [Group(Text(f"\n{src}", style="bold"), _facts_table(facts, tones)) for src, facts in view.publishers]
-        for i in range(0, len(summaries), per_row):
-            grid.add_row(*summaries[i : i + per_row])
-        parts.append(grid)
+        parts.append(_SideBySide([Group(Text(f"\n{src}", style="bold"), _facts_table(facts, tones))
+                                  for src, facts in view.publishers]))
         if view.segments:
             parts.append(Text())
             seg = Table(title="aux-layer configurations (segments)", title_justify="left", box=None, padding=(0, 1))
@@ -59,6 +49,26 @@ class AuxPanel(VerticalScroll):
                 seg.add_row(str(s.layers), s.origin, f"{s.steps:,}", fmt(s.mean))
             parts.append(seg)
         self.query_one("#aux-body", Static).update(Group(*parts))
+
+
+class _SideBySide:
+    """Publishers' summaries side by side when there is room (~70 columns each), decided at render
+    time from the width the panel gives: one render and one layout per change of view or size (a
+    width read from the widget before it is laid out gave a first layout for the wrong width)."""
+
+    COLUMN = 70
+
+    def __init__(self, summaries: list) -> None:
+        self.summaries = summaries
+
+    def __rich_console__(self, console, options):
+        per_row = max(1, min(len(self.summaries), options.max_width // self.COLUMN))
+        grid = Table.grid(padding=(0, 4))
+        for _ in range(per_row):
+            grid.add_column()
+        for i in range(0, len(self.summaries), per_row):
+            grid.add_row(*self.summaries[i : i + per_row])
+        yield grid
 
 
 def _facts_table(facts: list, tones: dict) -> Table:
