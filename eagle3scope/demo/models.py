@@ -72,7 +72,7 @@ DRAFT_VOCAB = 64
 DRAFT_INTERMEDIATE = 512
 TTT_STEPS = 3
 #: Loss weight of unroll step j: TTT_LOSS_DECAY ** j (EAGLE's trainer weighs step j by 0.8 ** j,
-#: ``ploss_weight`` in SafeAILab/EAGLE ``eagle/traineagle3/cnets.py``). Lower here, with the short
+#: ``ploss_weight`` in SafeAILab/EAGLE ``eagle/traineagle3/main.py``). Lower here, with the short
 #: budget below, so later steps learn later: the decay over draft positions real drafts show.
 TTT_LOSS_DECAY = 0.4
 DRAFT_LR = 1e-3
