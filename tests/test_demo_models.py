@@ -128,7 +128,7 @@ def measured(scenario_result):
         out = scenario_result(name)["outputs"]
         results[name] = {
             "accept": statistics.mean(r["meta_info"]["spec_accept_length"] for r in out),
-            "per_request": [r["meta_info"]["spec_accept_length"] for r in out],
+            "histogram": [sum(col) for col in zip(*(r["meta_info"]["spec_correct_drafts_histogram"] for r in out))],
             "output_ids": [r["output_ids"] for r in out],
         }
     return results
@@ -138,16 +138,23 @@ def measured(scenario_result):
 def test_healthy_draft_drafts_like_a_real_one(measured):
     # Public EAGLE-3 figures at steps 3 / topk 1 / 4 draft tokens are about 2.9, not 4 of 4.
     assert 2.6 <= measured["healthy"]["accept"] <= 3.4, measured["healthy"]["accept"]
+    # each draft position given the one before (as `check` reports it), from SGLang's own histogram
+    # of accepted drafts per verify round: later drafts, fed the draft's own states, fail more
+    hist = measured["healthy"]["histogram"]
+    at_least = [sum(hist[i:]) for i in range(len(hist))]
+    p1, p2, p3 = (at_least[i] / at_least[i - 1] for i in range(1, 4))
+    assert p1 > p2 > p3, (p1, p2, p3)
     # The SpecForge naming is mapped onto layers.0 by 0.5.23: the same draft, the same acceptance.
     assert abs(measured["healthy-midlayer"]["accept"] - measured["healthy"]["accept"]) < 0.05
 
 
 @pytest.mark.engine
-def test_code_like_prompts_accept_more_than_chat_like_ones(measured):
-    by_family = {}
-    for prompt, accept in zip(PROMPTS, measured["healthy"]["per_request"]):
-        by_family.setdefault(language.family_of(prompt), []).append(accept)
-    assert statistics.mean(by_family["code"]) > statistics.mean(by_family["chat"]) + 0.3, by_family
+def test_code_like_prompts_accept_more_than_chat_like_ones(scenario_result):
+    # the healthy run's recorded workload (both families, greedy and sampled alike)
+    by_family: dict = {}
+    for r in scenario_result("healthy")["results"]:
+        by_family.setdefault(language.family_of(r["prompt"]), []).append(r["meta_info"]["spec_accept_length"])
+    assert statistics.mean(by_family["code"]) > statistics.mean(by_family["chat"]) + 0.1, by_family
 
 
 @pytest.mark.engine
