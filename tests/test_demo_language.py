@@ -26,21 +26,34 @@ def test_families_are_disjoint_and_greedy_rule_following_never_loops_short():
     assert not set(code.word_ids) & set(chat.word_ids)
     assert max(code.word_ids + chat.word_ids) < 1024 // 2  # a d2t read as absolute ids stays in range
     assert code.noise < chat.noise and len(code.word_ids) < len(chat.word_ids)
+    assert language.MIN_CYCLE > 16 + 64  # a demo prompt and its reply never repeat
     for fam in fams.values():
         # follow the rule from any pair: the walk ends in a cycle of at least MIN_CYCLE words
-        assert language._shortest_cycle([list(row) for row in fam.table]) >= language.MIN_CYCLE
-        assert shortest_period(fam.walk(random.Random(0), 200, clean_from=2)[-60:]) >= language.MIN_CYCLE
+        assert min(language._cycles([list(row) for row in fam.table])) >= language.MIN_CYCLE
+        text = fam.walk(random.Random(0), 400)
+        assert shortest_period(text[-200:]) >= language.MIN_CYCLE
+        # the noise is the second choice, never the rule's word
+        assert all(a != t for ra, rt in zip(fam.alt, fam.table) for a, t in zip(ra, rt))
 
 
-def test_shortest_cycle_finds_a_planted_loop():
+def test_noisy_words_are_the_second_choice():
+    fam = language.families()["chat"]
+    text = fam.walk(random.Random(4), 3000)
+    steps = list(zip(text, text[1:], text[2:]))
+    noisy = [(a, b, c) for a, b, c in steps if c != fam.table[a][b]]
+    assert all(c == fam.alt[a][b] for a, b, c in noisy)
+    assert abs(len(noisy) / len(steps) - fam.noise) < 0.02
+
+
+def test_cycles_finds_a_planted_loop():
     table = [[(a + b) % 5 for b in range(5)] for a in range(5)]  # Fibonacci mod 5: cycle 20 from (0, 1)
     table[0][0] = 0  # and (0, 0) -> (0, 0): a loop of one
-    assert language._shortest_cycle(table) == 1
+    assert min(language._cycles(table)) == 1 and 20 in language._cycles(table)
 
 
 def test_corpus_is_reusable_for_other_targets():
-    texts = language.corpus(6, 20, 3, vocab_size=4096, clean_from=[2] * 6)
-    assert texts == language.corpus(6, 20, 3, vocab_size=4096, clean_from=[2] * 6)
+    texts = language.corpus(6, 20, 3, vocab_size=4096)
+    assert texts == language.corpus(6, 20, 3, vocab_size=4096)
     assert all(len(t) == 20 for t in texts)
     mix = [language.family_of(" ".join(language.vocabulary(4096)[i][1:] for i in t), 4096) for t in texts]
     assert mix == list(language.TRAINING_MIX) * 2

@@ -14,7 +14,7 @@ import statistics
 import pytest
 from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
 
-from eagle3scope.demo import models
+from eagle3scope.demo import language, models
 from eagle3scope.demo.scenarios import SCENARIOS, read_safetensors, write_safetensors
 
 PROMPTS = models.demo_prompts(4, seed=SCENARIO_PROMPTS_SEED)
@@ -27,9 +27,9 @@ NEW_TOKENS = SCENARIO_NEW_TOKENS
 def test_prompts_are_deterministic_demo_language():
     assert models.demo_prompts(3, seed=1) == models.demo_prompts(3, seed=1)
     assert models.demo_prompts(3, seed=1) != models.demo_prompts(3, seed=2)
-    words = {models.vocabulary()[i][1:] for i in models.language()[0]}
-    for prompt in PROMPTS:
-        assert set(prompt.split()) <= words
+    # families alternate, each prompt in its own family's words
+    assert [language.family_of(p) for p in PROMPTS] == ["code", "chat", "code", "chat"]
+    assert {language.family_of(p) for p in models.demo_prompts(5, family="chat")} == {"chat"}
 
 
 def test_aux_ids_leave_room_for_the_offset_scenario():
@@ -128,16 +128,39 @@ def measured(scenario_result):
         out = scenario_result(name)["outputs"]
         results[name] = {
             "accept": statistics.mean(r["meta_info"]["spec_accept_length"] for r in out),
+            "histogram": [sum(col) for col in zip(*(r["meta_info"]["spec_correct_drafts_histogram"] for r in out))],
             "output_ids": [r["output_ids"] for r in out],
         }
     return results
 
 
 @pytest.mark.engine
-def test_healthy_draft_reaches_2_5(measured):
-    assert measured["healthy"]["accept"] >= 2.5, measured["healthy"]["accept"]
+def test_healthy_draft_drafts_like_a_real_one(measured):
+    # Public EAGLE-3 figures at steps 3 / topk 1 / 4 draft tokens are about 2.9, not 4 of 4.
+    assert 2.6 <= measured["healthy"]["accept"] <= 3.4, measured["healthy"]["accept"]
+    # each draft position given the one before (as `check` reports it), from SGLang's own histogram
+    # of accepted drafts per verify round: later drafts, fed the draft's own states, fail more
+    hist = measured["healthy"]["histogram"]
+    at_least = [sum(hist[i:]) for i in range(len(hist))]
+    p1, p2, p3 = (at_least[i] / at_least[i - 1] for i in range(1, 4))
+    assert p1 > p2 > p3, (p1, p2, p3)
     # The SpecForge naming is mapped onto layers.0 by 0.5.23: the same draft, the same acceptance.
     assert abs(measured["healthy-midlayer"]["accept"] - measured["healthy"]["accept"]) < 0.05
+
+
+@pytest.mark.engine
+def test_code_like_prompts_accept_more_than_chat_like_ones(scenario_result):
+    # the healthy run's recorded workload (both families, greedy and sampled alike)
+    by_family: dict = {}
+    for r in scenario_result("healthy")["results"]:
+        by_family.setdefault(language.family_of(r["prompt"]), []).append(r["meta_info"]["spec_accept_length"])
+    assert statistics.mean(by_family["code"]) > statistics.mean(by_family["chat"]) + 0.1, by_family
+
+
+@pytest.mark.engine
+def test_greedy_outputs_do_not_fall_into_short_loops(measured):
+    for ids in measured["healthy"]["output_ids"]:
+        assert shortest_period(ids[-32:]) >= 12, ids
 
 
 @pytest.mark.engine

@@ -152,6 +152,7 @@ def _build(paths: DeepseekPaths, final: DeepseekPaths, say) -> dict:
     say("training the Llama-style EAGLE-3 draft on its aux states ...")
     draft, draft_ids = llama_demo._train_draft(target, say, stats)
     stats["draft_train_s"] = round(time.monotonic() - t1, 1)
+    stats.update(llama_demo.replay_stats(target, draft, draft_ids, say))
     _write_drafts(draft, draft_ids, paths, final)
     stats["build_s"] = round(time.monotonic() - t0, 1)
     stats["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

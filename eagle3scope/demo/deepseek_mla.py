@@ -205,10 +205,9 @@ def _build(base: deepseek.DeepseekPaths, out: Path, say) -> dict:
     llama_demo._Draft.make = staticmethod(make_draft)
     try:
         draft, draft_ids = llama_demo._train_draft(target, say, stats)
-        stats["replay_accept_length"] = round(llama_demo._replay_acceptance(target, draft, draft_ids), 3)
+        stats.update(llama_demo.replay_stats(target, draft, draft_ids, say))
     finally:
         llama_demo._Draft.make = staticmethod(_LLAMA_MAKE)
-    say(f"  replayed acceptance length (steps 3, topk 1): {stats['replay_accept_length']}")
     stats["draft_train_s"] = round(time.monotonic() - t0, 1)
     _write(draft, draft_ids, out, base.target)
     stats["build_s"] = round(time.monotonic() - t0, 1)

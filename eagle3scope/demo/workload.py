@@ -53,7 +53,7 @@ class Workload:
             try:
                 out = self.server.generate(prompt, max_new_tokens=self.max_new_tokens, temperature=temperature,
                                            timeout=120)
-                self.results.extend({**r, "temperature": temperature} for r in out)
+                self.results.extend({**r, "temperature": temperature, "prompt": prompt} for r in out)
             except ServerError as exc:
                 self.errors.append(str(exc).splitlines()[0])
                 if self.server.proc is None or self.server.proc.poll() is not None:
