@@ -74,3 +74,20 @@ def test_list_rules_names_every_rule_once():
     result = run_check("--list-rules")
     listed = [line.split()[0] for line in result.output.splitlines()]
     assert result.exit_code == 0 and listed == list(RULE_IDS) and len(set(listed)) == len(listed)
+
+
+def test_frames_from_publishers_past_the_cap_make_the_verdict_incomplete(tmp_path):
+    from eagle3scope.wire.schema import MAX_PUBLISHERS
+
+    heartbeat = {"steps": 1, "dropped": 0, "hook_failures": 0, "queued": 0}
+    frames = session(200)
+    last = frames[-1]
+    strangers = [last.__class__("heartbeat", f"stranger{i}", 0, last.t + i, heartbeat) for i in range(MAX_PUBLISHERS + 9)]
+    path = record(tmp_path / "crowd.e3s", frames + strangers)
+    result = run_check(path, "--json")
+    out = json.loads(result.output)
+    # the first publisher's healthy run is still judged; ten strangers found no place and say so (exit 3)
+    assert result.exit_code == 3 and out["violations"] == []
+    assert out["summary"]["refused_frames"] == 10 and len(out["summary"]["publishers"]) == MAX_PUBLISHERS
+    text = run_check(path)
+    assert text.exit_code == 3 and "10 frame(s) from publishers past the first 256 were not analysed" in text.output

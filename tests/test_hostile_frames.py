@@ -213,14 +213,14 @@ def test_subscriber_reports_bad_frames_once_per_kind_and_publisher_and_keeps_the
 
 def test_publishers_beyond_the_cap_are_refused_and_reported_once(tmp_path):
     """Frames naming ever new publishers cannot grow the subscriber without bound."""
-    from eagle3scope.live.subscriber import MAX_SOURCES
+    from eagle3scope.wire.schema import MAX_PUBLISHERS
 
     with Subscriber([f"ipc://{tmp_path}/nobody"]) as sub:
-        for i in range(MAX_SOURCES + 50):
+        for i in range(MAX_PUBLISHERS + 50):
             sub._accept(encode_frame("heartbeat", GOOD_BODIES["heartbeat"], src=f"p{i}", n=0))
         reports = sub.take_reports()
-        assert len(sub.sources) == MAX_SOURCES and sub.bad_frames == 50
+        assert len(sub.sources) == MAX_PUBLISHERS and sub.bad_frames == 50
         assert len(reports) == 50 and all("more than" in error for _, _, error in reports)
         for i in range(10_000):  # bad frames under ever new names: the per-(src, kind) table is bounded too
             sub._accept(encode_frame("step", {"seq": "x"}, src=f"q{i}", n=0))
-        assert len(sub.bad_by) <= MAX_SOURCES * 8 + 1 and sum(sub.bad_by.values()) == 10_050
+        assert len(sub.bad_by) <= MAX_PUBLISHERS * 8 + 1 and sum(sub.bad_by.values()) == 10_050

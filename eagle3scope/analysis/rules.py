@@ -242,9 +242,9 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:
     load, aux = _load(pub), _aux(pub)
     n = load.get("num_target_layers")
-    applied = [c for c in pub.configs if c.get("applied")]
+    applied = pub.applied_config
     if applied:  # a live change (issue 7) sets what is intended from then on
-        intended, expected = applied[-1].get("layers"), applied[-1].get("captured")
+        intended, expected = applied.get("layers"), applied.get("captured")
         captured = (pub.capture or {}).get("layers")  # None until a step ran under the new set
     else:
         intended = aux.get("configured")
@@ -295,7 +295,9 @@ def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
     negative = pub.draft_id_min is not None and pub.draft_id_min < 0
     if not (too_high or negative):
         return None
-    seqs = [s for s, hi in pub.draft_max_rises if too_high and hi >= vocab]
+    seqs = []
+    if too_high:  # the first rise past the vocabulary; past the rises kept, where the maximum was reached
+        seqs = [s for s, hi in pub.draft_max_rises if hi >= vocab] or [pub.draft_max_seq]
     if negative:
         seqs.append(pub.draft_min_seq)
     return {"max_draft_id": pub.draft_id_max, "min_draft_id": pub.draft_id_min, "target_vocab_size": vocab,

@@ -6,6 +6,12 @@ segments and an event log. ``ingest`` is the hot path (one call per frame, no re
 also evaluates the contract rules on one schedule, after every non-step frame and every
 ``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
 violations at the same ``first_seq`` whatever is on screen; ``violations()`` only reads them.
+
+Frames may come from a hostile publisher or file, so everything the state collects per distinct
+value a frame names (``src``, seam, forward mode, hidden width, draft-id maximum, aux config) is
+bounded by a ``MAX_*`` constant far above what a real server sends. Past a bound the rest is
+counted, and the event log says so once per publisher and kind; what the rules read first (the
+first bad width, the first draft-id rises, the modes fc-bypassed names) is what is kept.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import Iterable
 
 from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
-from eagle3scope.wire import Frame
+from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
 from eagle3scope.wire.aux_layers import family_rule
 from eagle3scope.wire.loss import FrameLoss
+from eagle3scope.wire.schema import MAX_PUBLISHERS
 
 #: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
 #: seq of its own reports a ``first_seq`` at most this many steps late.
@@ -28,6 +35,18 @@ RULES_EVERY = 64
 #: ... or this much stream time (frame ``t``), so a slow server's break shows within a second, and
 #: every consumer of the same frames still evaluates at the same frames.
 RULES_EVERY_NS = 250_000_000
+
+#: Hook seams listed per publisher (the shim knows 17); hook frames about further seams are counted.
+MAX_SEAMS = 64
+#: Forward modes listed per publisher and for the session (SGLang has about ten); the modes
+#: fc-bypassed reads (FEATURE_CARRYING_MODES) get a place past it, so junk modes cannot hide one.
+MAX_PASS_MODES = 32
+#: Widths listed per forward mode (a draft sees two: H and k x H); further ones are counted as "other".
+MAX_WIDTHS = 16
+#: Rises of a publisher's highest draft id kept (random ids set a new maximum about ln(steps) times).
+MAX_DRAFT_MAX_RISES = 1024
+#: Aux-config segments of the session: the first (the A/B baseline) and the latest ones.
+MAX_SEGMENTS = 64
 
 
 @dataclass(slots=True)
@@ -40,18 +59,30 @@ class PassStats:
     fc_skipped: int = 0
     first_skip_seq: int | None = None
     width_first_seq: dict = field(default_factory=dict)  # width -> seq where first seen
+    unlisted_width_calls: int = 0  # calls with a width first seen after MAX_WIDTHS others
 
-    def add(self, seq: int, width, fc, n: int) -> None:
+    def add(self, seq: int, width, fc, n: int) -> bool:
+        """Count ``n`` calls; True the first time a width finds no place, for the caller to report."""
         self.calls += n
-        self.widths[width] += n
-        if width not in self.width_first_seq:
-            self.width_first_seq[width] = seq
         if fc:
             self.fc_applied += n
         else:
             self.fc_skipped += n
             if self.first_skip_seq is None:
                 self.first_skip_seq = seq
+        if width in self.width_first_seq:
+            self.widths[width] += n
+            return False
+        return self._new_width(seq, width, n)
+
+    def _new_width(self, seq: int, width, n: int) -> bool:
+        if len(self.width_first_seq) < MAX_WIDTHS:
+            self.widths[width] = n
+            self.width_first_seq[width] = seq
+            return False
+        first_unlisted = not self.unlisted_width_calls
+        self.unlisted_width_calls += n
+        return first_unlisted
 
 
 @dataclass(slots=True)
@@ -99,13 +130,15 @@ class PublisherView:
     src: str
     hello: dict | None = None
     load: dict | None = None
-    hooks: dict = field(default_factory=dict)  # seam -> {status, detail}
-    configs: list = field(default_factory=list)  # config bodies, in order
+    hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
+    unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
+    applied_config: dict | None = None  # the latest applied aux-layer change (config body)
     loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
     last_seq: int | None = None
     acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
-    passes: dict = field(default_factory=dict)  # mode -> PassStats
+    passes: dict = field(default_factory=dict)  # mode -> PassStats (MAX_PASS_MODES, see there)
+    unlisted_pass_calls: int = 0  # draft forwards in modes past MAX_PASS_MODES
     capture: dict | None = None  # latest step's {on, layers}
     capture_off_steps: int = 0
     capture_off_first_seq: int | None = None
@@ -113,7 +146,9 @@ class PublisherView:
     draft_ids: int = 0
     draft_id_min: int | None = None
     draft_id_max: int | None = None
-    draft_max_rises: list = field(default_factory=list)  # (seq, new max) each time the max grows
+    draft_max_rises: list = field(default_factory=list)  # (seq, new max) each time the max grows (MAX_DRAFT_MAX_RISES)
+    unkept_max_rises: int = 0  # rises after the first MAX_DRAFT_MAX_RISES
+    draft_max_seq: int | None = None  # seq where the current maximum was first seen
     draft_min_seq: int | None = None  # seq where the current minimum was first seen
 
     @property
@@ -137,7 +172,8 @@ class SessionState:
 
     ``acceptance`` and ``passes`` are session totals over all publishers' steps; the objects are
     swapped when a second publisher starts sending steps, so read them on each refresh instead of
-    keeping a reference. Per-publisher figures are on ``publishers[src]``.
+    keeping a reference. Per-publisher figures are on ``publishers[src]``, for the first
+    MAX_PUBLISHERS publishers; frames from later ones are counted in ``refused_frames``.
     """
 
     def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096,
@@ -147,10 +183,12 @@ class SessionState:
         self.passes: dict[str, PassStats] = {}
         self.capture: dict | None = None
         self.recent: deque[tuple[str, dict]] = deque(maxlen=recent)
-        self.segments: list[ConfigSegment] = []
+        self.segments: list[ConfigSegment] = []  # MAX_SEGMENTS of them
+        self.dropped_segments = 0  # the oldest after the first, dropped to make room
         self.events: deque[Event] = deque(maxlen=events)
         self.frames = 0
         self.unknown_frames = 0
+        self.refused_frames = 0  # from publishers past MAX_PUBLISHERS
         self._window = window
         self._history = history
         self.rules_every = rules_every
@@ -166,7 +204,9 @@ class SessionState:
         self.frames += 1
         pub = self.publishers.get(frame.src)
         if pub is None:
-            pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+            pub = self._new_publisher(frame)
+            if pub is None:
+                return
         for text in pub.loss.observe(frame):
             self.note(frame.src, "warning", text, frame.t)
         pub.last_seen_t = frame.t
@@ -194,6 +234,17 @@ class SessionState:
         self._rules_t = frame.t
         self.evaluate_rules()
 
+    def _new_publisher(self, frame: Frame) -> PublisherView | None:
+        """A view for a new ``src``; None past MAX_PUBLISHERS (the frame is counted, the first one noted)."""
+        if len(self.publishers) >= MAX_PUBLISHERS:
+            if not self.refused_frames:
+                self.note(frame.src, "warning", f"more than {MAX_PUBLISHERS} publishers: frames from new ones are "
+                          "counted, not analysed", frame.t)
+            self.refused_frames += 1
+            return None
+        pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+        return pub
+
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
         pub.last_seq = seq
@@ -215,13 +266,17 @@ class SessionState:
                 width, fc, n = p.get("width"), p.get("fc"), p.get("n", 1)
                 ps = pub.passes.get(mode)
                 if ps is None:
-                    ps = pub.passes[mode] = PassStats()
-                ps.add(seq, width, fc, n)
+                    ps = _new_pass_stats(pub.passes, mode)
+                    if ps is None:
+                        self._unlisted_passes(pub, n, t)
+                        continue
+                if ps.add(seq, width, fc, n):
+                    self.note(pub.src, "warning", f"draft forwards in mode {mode} came in more than {MAX_WIDTHS} widths: "
+                              "the rest are counted as other", t)
                 if forked:
-                    gs = self.passes.get(mode)
-                    if gs is None:
-                        gs = self.passes[mode] = PassStats()
-                    gs.add(seq, width, fc, n)
+                    gs = self.passes.get(mode) or _new_pass_stats(self.passes, mode)
+                    if gs is not None:
+                        gs.add(seq, width, fc, n)
         draft_ids = body["draft_ids"]
         depth = 0
         if draft_ids:
@@ -235,8 +290,11 @@ class SessionState:
             if hi is not None:
                 pub.draft_ids += sum(map(len, draft_ids))
                 if pub.draft_id_max is None or hi > pub.draft_id_max:
-                    pub.draft_id_max = hi
-                    pub.draft_max_rises.append((seq, hi))
+                    pub.draft_id_max, pub.draft_max_seq = hi, seq
+                    if len(pub.draft_max_rises) < MAX_DRAFT_MAX_RISES:
+                        pub.draft_max_rises.append((seq, hi))
+                    else:
+                        self._unkept_rise(pub, t)
                 if pub.draft_id_min is None or lo < pub.draft_id_min:
                     pub.draft_id_min = lo
                     pub.draft_min_seq = seq
@@ -266,6 +324,18 @@ class SessionState:
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus))
 
+    def _unlisted_passes(self, pub: PublisherView, n: int, t: int) -> None:
+        if not pub.unlisted_pass_calls:
+            self.note(pub.src, "warning", f"draft forwards in more than {MAX_PASS_MODES} forward modes: new modes are "
+                      "counted, not listed", t)
+        pub.unlisted_pass_calls += n
+
+    def _unkept_rise(self, pub: PublisherView, t: int) -> None:
+        if not pub.unkept_max_rises:
+            self.note(pub.src, "warning", f"the highest draft id rose more than {MAX_DRAFT_MAX_RISES} times: later rises "
+                      "are counted, not kept (draft-token-out-of-vocab may date its break up to a rule pass late)", t)
+        pub.unkept_max_rises += 1
+
     def _share_or_fork(self, pub: PublisherView) -> None:
         """While one publisher sends steps, the session totals ARE its own (no double work); when a
         second one starts, the totals become a separate aggregate seeded with the first's history."""
@@ -290,22 +360,37 @@ class SessionState:
 
     def _config(self, pub: PublisherView, frame: Frame) -> None:
         body = frame.body
-        pub.configs.append(body)
         if body.get("applied"):
+            pub.applied_config = body
             pub.capture = None  # what steps captured before the change says nothing about the new set
-            self.segments.append(
-                ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
-            )
+            segment = ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
+            self._new_segment(segment, frame.t)
             pause = body.get("pause_ms")
             paused = "" if pause is None else f"; graphs recaptured, serving paused {pause:.0f} ms"
             self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')}){paused}", frame.t)
         else:
             self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
 
+    def _new_segment(self, segment: ConfigSegment, t: int) -> None:
+        """Start a segment; past MAX_SEGMENTS the oldest but the first (the baseline) makes room."""
+        if len(self.segments) >= MAX_SEGMENTS:
+            if not self.dropped_segments:
+                self.note(segment.src, "warning", f"more than {MAX_SEGMENTS} aux configurations: the oldest after the "
+                          "first are dropped from the A/B view", t)
+            self.dropped_segments += 1
+            del self.segments[1]
+        self.segments.append(segment)
+
     def _hook(self, pub: PublisherView, frame: Frame) -> None:
         body = frame.body
         seam, status = body.get("seam"), body.get("status")
-        pub.hooks[seam] = {"status": status, "detail": body.get("detail")}
+        if seam in pub.hooks or len(pub.hooks) < MAX_SEAMS:
+            pub.hooks[seam] = {"status": status, "detail": body.get("detail")}
+        else:
+            if not pub.unlisted_hook_frames:
+                self.note(pub.src, "warning", f"hooks on more than {MAX_SEAMS} seams: new seams are counted, not listed "
+                          "(a failure still shows here)", frame.t)
+            pub.unlisted_hook_frames += 1
         if status in ("failed", "missing"):
             self.note(pub.src, "warning", f"hook {seam} {status}: {body.get('detail')}", frame.t)
 
@@ -341,6 +426,14 @@ class SessionState:
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def _new_pass_stats(passes: dict, mode) -> PassStats | None:
+    """A place for a forward mode new to ``passes``, while there is room (MAX_PASS_MODES)."""
+    if len(passes) < MAX_PASS_MODES or mode in FEATURE_CARRYING_MODES:
+        ps = passes[mode] = PassStats()
+        return ps
+    return None
 
 
 def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionState:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from eagle3scope.analysis.rules import Violation
-from eagle3scope.analysis.state import Event, SessionState
+from eagle3scope.analysis.state import Event, PassStats, SessionState
 from eagle3scope.wire.aux_layers import RULE_SUMMARY
 
 
@@ -152,7 +152,7 @@ class PassRow:
 
     mode: str
     calls: int
-    widths: tuple  # ((width, count), ...)
+    widths: tuple  # ((width, count), ...), then ("other", count) past MAX_WIDTHS
     fc_applied: int
     fc_skipped: int
 
@@ -175,11 +175,18 @@ class AuxView:
 
 def aux_view(state: SessionState) -> AuxView:
     return AuxView(
-        passes=[PassRow(m, p.calls, tuple(sorted(p.widths.items(), key=lambda kv: str(kv[0]))), p.fc_applied, p.fc_skipped)
-                for m, p in sorted(state.passes.items())],
+        passes=[PassRow(m, p.calls, _widths(p), p.fc_applied, p.fc_skipped)
+                for m, p in sorted(state.passes.items(), key=lambda kv: str(kv[0]))],  # a mode may be None
         publishers=[(src, load_summary(pub.load, pub.capture, pub.aux_rule)) for src, pub in state.publishers.items()],
         segments=segment_rows(state),
     )
+
+
+def _widths(p: PassStats) -> tuple:
+    listed = tuple(sorted(p.widths.items(), key=lambda kv: str(kv[0])))
+    if p.unlisted_width_calls:
+        return listed + (("other", p.unlisted_width_calls),)
+    return listed
 
 
 def load_summary(load: dict | None, capture: dict | None, rule: str | None = None) -> list[Fact]:

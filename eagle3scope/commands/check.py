@@ -3,7 +3,8 @@
 Exit status: 0 when no violation at or above ``--fail-on`` (default: error) fired at any point of
 the recording and every floor given (``--min-accept-length``, ``--min-per-position``) holds, 1 when
 not, 2 when the file cannot be read as a session, 3 when everything read passed but parts of the file
-were damaged (listed as read errors; the verdict covers the rest). ``--junit FILE`` writes the same
+were damaged (listed as read errors) or came from publishers past the 256th (counted as
+``refused_frames``); the verdict covers the rest. ``--junit FILE`` writes the same
 verdict as JUnit XML.
 """
 
@@ -18,6 +19,7 @@ from eagle3scope.analysis import analyse
 from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
     check_result, judge, parse_floors, verdict
 from eagle3scope.gate.junit import write_junit
+from eagle3scope.wire.schema import MAX_PUBLISHERS
 
 
 def _fmt(value: object) -> str:
@@ -135,6 +137,9 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
     result = check_result(state, state.violations(), errors, complete)
-    damaged = f"{len(errors)} damaged part(s) of the recording were skipped" if errors else None
+    gaps = [f"{len(errors)} damaged part(s) of the recording were skipped"] if errors else []
+    if state.refused_frames:
+        gaps.append(f"{state.refused_frames} frame(s) from publishers past the first {MAX_PUBLISHERS} were not analysed")
+    damaged = "; ".join(gaps) or None
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path, suite=f"eagle3scope check {file}",
              elapsed_s=time.monotonic() - started, properties={"recording": file}, incomplete=damaged)

@@ -18,12 +18,10 @@ from typing import Callable, Iterable
 
 from eagle3scope.analysis import SessionState, Violation
 from eagle3scope.wire import Frame
+from eagle3scope.wire.schema import MAX_PUBLISHERS
 
 #: Per-publisher state sizes: the exporter never draws plots or keeps an event log to show.
 STATE_SIZES = dict(window=512, recent=1, events=16, history=1)
-#: Publishers tracked at once. ``src`` is whatever a frame says, so without a cap one broken or
-#: hostile publisher cycling its ``src`` would grow the exporter (and Prometheus's series) without bound.
-MAX_PUBLISHERS = 256
 
 
 class Fleet:

@@ -59,11 +59,11 @@ def _hook_statuses(pub: PublisherView) -> dict[str, str]:
 def _aux_layers(pub: PublisherView) -> tuple[str, str]:
     """(configured ids, captured layers) in effect: a live change wins over the load report."""
     aux = (pub.load or {}).get("aux") or {}
-    applied = [c for c in pub.configs if c.get("applied")]
-    configured = applied[-1].get("layers") if applied else aux.get("configured")
+    applied = pub.applied_config
+    configured = applied.get("layers") if applied else aux.get("configured")
     captured = (pub.capture or {}).get("layers")
     if captured is None:
-        captured = applied[-1].get("captured") if applied else aux.get("captured")
+        captured = applied.get("captured") if applied else aux.get("captured")
     return _ids(configured), _ids(captured)
 
 

@@ -23,6 +23,7 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary = state.acceptance.summary()
     summary["publishers"] = sorted(state.publishers)
     summary["frames"] = state.frames
+    summary["refused_frames"] = state.refused_frames  # from publishers past MAX_PUBLISHERS: not analysed
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 

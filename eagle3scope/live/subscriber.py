@@ -4,8 +4,8 @@ Frames from a server are untrusted bytes: a malformed or invalid frame (see
 :mod:`eagle3scope.wire.validate`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
 buffered) or a newer schema major is counted per publisher and kind, reported once per publisher
 and kind (:meth:`Subscriber.take_reports`), and skipped, never raised, so the frames behind it
-still arrive. At most :data:`MAX_SOURCES` publishers are tracked; frames from more are refused.
-Per publisher (``src``) it keeps the loss figures a viewer must show
+still arrive. At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers are tracked; frames
+from more are refused. Per publisher (``src``) it keeps the loss figures a viewer must show
 (:class:`~eagle3scope.wire.loss.FrameLoss`: frames lost in transit and frames the shim itself
 dropped), plus the latest sticky ``hello``/``load``/``config`` bodies.
 """
@@ -18,12 +18,10 @@ import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
 from eagle3scope.wire.loss import FrameLoss
-from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
 
 #: kinds whose latest body describes the publisher (re-published periodically, kept per src)
 STICKY_KINDS = ("hello", "load", "config")
-#: publishers one subscriber tracks (one per data-parallel rank; a src beyond this is refused)
-MAX_SOURCES = 256
 
 
 @dataclass(slots=True)
@@ -102,8 +100,8 @@ class Subscriber:
             return None
         stats = self.sources.get(frame.src)
         if stats is None:
-            if len(self.sources) >= MAX_SOURCES:
-                self._bad(frame.src, frame.kind, f"more than {MAX_SOURCES} publishers: frames from new ones refused")
+            if len(self.sources) >= MAX_PUBLISHERS:
+                self._bad(frame.src, frame.kind, f"more than {MAX_PUBLISHERS} publishers: frames from new ones refused")
                 return None
             stats = self.sources[frame.src] = SourceStats()
         stats.observe(frame)
@@ -114,7 +112,7 @@ class Subscriber:
         self.last_error = error
         key = (src, kind)
         if key not in self.bad_by:
-            if len(self.bad_by) >= MAX_SOURCES * 8:  # keys come from untrusted frames: one overflow slot
+            if len(self.bad_by) >= MAX_PUBLISHERS * 8:  # keys come from untrusted frames: one overflow slot
                 key = (None, None)
             if key not in self.bad_by:
                 self._reports.append((src, kind, error))

@@ -75,6 +75,9 @@ FEATURE_CARRYING_MODES = frozenset({"extend", "draft_extend", "draft_extend_v2",
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 #: what a subscriber accepts unless told otherwise: a step is ~300 B, a load report a few KB
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
+#: publishers one reader tracks (the subscriber, a session state, the exporter): ``src`` is whatever a
+#: frame says, so without a bound a publisher cycling its ``src`` would grow every reader without end
+MAX_PUBLISHERS = 256
 _LIMITS = dict(
     max_str_len=1 << 20,
     max_bin_len=1 << 22,
