@@ -1,14 +1,18 @@
-"""The demo draft's replayed acceptance against its training budget, on the cached target (no rebuild).
+"""The demo draft's replayed acceptance against its training budget, on a built target (no rebuild).
 
 Usage (engine venv, this checkout on PYTHONPATH, the demo models already built):
   PYTHONPATH=.:instrumentation:cpu_engine/src ~/.cache/eagle3scope/venv-sglang-0.5.23/bin/python \
-      benchmarks/bench_draft_curve.py [STEPS ...]   (default: 40 60 80 120 300)
-For each budget it trains the build's own draft (``models._train_draft``, one-cycle schedule over
-that many steps, one thread) and prints one JSON line with ``models.replay_stats``: per prompt
-family, the greedy replay (accept length, per position), the sampled-verify replay at temperature
-0.8, and the greedy replay with aux layers one deeper. What it is for: choosing DRAFT_STEPS,
-DRAFT_LR and TTT_LOSS_DECAY without paying for the target again.
+      benchmarks/bench_draft_curve.py [--target DIR] [UNROLL[+FIRST] ...]   (default: 60+120 80+120 100+120 80+0)
+Each budget is DRAFT_STEPS (steps with the training-time-test unroll) plus FIRST_STEP_ONLY (steps
+that train the draft's first step alone). For each it trains the build's own draft
+(``models._train_draft``, one thread) and prints one JSON line with ``models.replay_stats``: per
+prompt family, the greedy replay (accept length, per position), the sampled-verify replay at
+temperature 0.8, and the greedy replay with aux layers one deeper. ``--target`` takes a target
+directory from another build (the target does not depend on the draft's settings, but the cache
+key hashes all of models.py). What it is for: choosing the draft's budget without paying for the
+target again.
 """
+import argparse
 import json
 import sys
 import time
@@ -18,16 +22,24 @@ from transformers import LlamaForCausalLM
 
 from eagle3scope.demo import models
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--target", help="a built target directory (default: this version's cached build)")
+parser.add_argument("budgets", nargs="*", default=["60+120", "80+120", "100+120", "80+0"])
+args = parser.parse_args()
 torch.set_num_threads(1)
-root = models.cached()
-if root is None:
-    sys.exit("build the demo models first: eagle3scope demo --prepare-only")
-target = LlamaForCausalLM.from_pretrained(str(root.target), torch_dtype=torch.float32).eval()
-for steps in [int(a) for a in sys.argv[1:]] or [40, 60, 80, 120, 300]:
+if args.target is None:
+    root = models.cached()
+    if root is None:
+        sys.exit("build the demo models first (eagle3scope demo --prepare-only) or pass --target")
+    args.target = str(root.target)
+target = LlamaForCausalLM.from_pretrained(args.target, torch_dtype=torch.float32).eval()
+for budget in args.budgets:
+    unroll, _, first = budget.partition("+")
     torch.manual_seed(models.SEED)
-    models.DRAFT_STEPS = steps
+    models.DRAFT_STEPS, models.FIRST_STEP_ONLY = int(unroll), int(first or 0)
     t0 = time.monotonic()
     draft, draft_ids = models._train_draft(target, lambda m: None, {})
-    print(json.dumps({"draft_steps": steps, "lr": models.DRAFT_LR, "ttt_loss_decay": models.TTT_LOSS_DECAY,
-                      "train_s": round(time.monotonic() - t0), **models.replay_stats(target, draft, draft_ids)}),
+    print(json.dumps({"draft_steps": [models.DRAFT_STEPS, models.FIRST_STEP_ONLY], "lr": models.DRAFT_LR,
+                      "ttt_loss_decay": models.TTT_LOSS_DECAY, "train_s": round(time.monotonic() - t0),
+                      **models.replay_stats(target, draft, draft_ids)}),
           flush=True)
