@@ -94,6 +94,41 @@ def test_rules_fire_for_the_first_publishers_as_if_the_flood_never_came():
     assert state.refused_frames == N - MAX_PUBLISHERS + 2
 
 
+def test_a_heartbeat_judges_its_sender_only_so_a_full_fleet_stays_cheap():
+    """256 publishers heartbeating: each non-step frame runs the rules for its sender, not for all
+    (a pass over all 256 took 3.6 ms per heartbeat, RELIABILITY.md)."""
+    fleet = strangers(MAX_PUBLISHERS)
+    beats = [decode_frame(encode_frame("heartbeat", HEARTBEAT, src=f"stranger{i % MAX_PUBLISHERS}", n=1 + i // MAX_PUBLISHERS,
+                                       t=10**9 + i)) for i in range(20 * MAX_PUBLISHERS)]
+    state = analysed(fleet)
+    start = time.process_time()
+    for frame in beats:
+        state.ingest(frame)
+    per_frame = (time.process_time() - start) / len(beats)
+    assert state.frames == len(fleet) + len(beats) and state.refused_frames == 0
+    assert per_frame < 0.5e-3, per_frame
+
+
+def test_a_chatty_publisher_does_not_delay_a_slow_ones_break():
+    """A slow broken server (a step every 100 ms) next to a healthy one heartbeating every 50 ms: the
+    heartbeats judge their sender only and leave the stream-time schedule alone, so the broken one's
+    break still fires within a quarter second of stream time, not after 64 of its steps."""
+    broken, chatty = Stream("broken"), Stream("chatty")
+    stream = [broken.frame("hello", hello("EAGLE")), broken.frame("load", healthy_load()),
+              chatty.frame("hello", hello()), chatty.frame("load", healthy_load())]
+    off = {"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}}
+    for seq in range(20):
+        stream.append(broken.frame("step", step(seq, broken.t, [0, 0], **off), dt_ns=100_000_000))
+        chatty.t = broken.t - 50_000_000
+        stream += [chatty.frame("heartbeat", HEARTBEAT, dt_ns=0), chatty.frame("heartbeat", HEARTBEAT, dt_ns=50_000_000)]
+    state = SessionState()
+    for frame in stream:
+        state.ingest(frame)
+        if {("broken", "aux-capture-off"), ("broken", "fc-bypassed")} <= {(v.src, v.id) for v in state.violations()}:
+            break
+    assert state.publishers["broken"].last_seq == 2  # t0 + 300 ms, as for a server alone (test_rules_everywhere.py)
+
+
 # -- one publisher's collections ---------------------------------------------------------------
 
 

@@ -3,8 +3,8 @@
 :class:`SessionState` folds a stream of :class:`~eagle3scope.wire.Frame` objects (live or from a
 recording) into per-publisher views, acceptance statistics, draft-pass counters, aux-config
 segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering). It
-also evaluates the contract rules on one schedule, after every non-step frame and every
-``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
+also evaluates the contract rules on one schedule, for a non-step frame's sender after that frame
+and for every publisher every ``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
 violations at the same ``first_seq`` whatever is on screen; ``violations()`` only reads them.
 
 Frames may come from a hostile publisher or file, so everything the state collects per distinct
@@ -193,7 +193,7 @@ class SessionState:
         self._history = history
         self.rules_every = rules_every
         self._steps_since_rules = 0
-        self._rules_t = 0  # frame t of the last rule pass on ingest
+        self._rules_t = 0  # frame t of the last rule pass over every publisher on ingest
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
         self._forked = False
@@ -231,8 +231,10 @@ class SessionState:
             self._hook(pub, frame)
         elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
             self.unknown_frames += 1
-        self._rules_t = frame.t
-        self.evaluate_rules()
+        # Only its sender changed: judge that one (a pass over 256 publishers costs ms per frame).
+        self._judge(pub)
+        if len(self.publishers) == 1:  # ... which was then a full pass: the time schedule restarts
+            self._rules_t = frame.t
 
     def _new_publisher(self, frame: Frame) -> PublisherView | None:
         """A view for a new ``src``; None past MAX_PUBLISHERS (the frame is counted, the first one noted)."""
@@ -414,14 +416,18 @@ class SessionState:
         report it even if the recording ends healthy. A first firing adds an event-log line.
         """
         for pub in self.publishers.values():
-            for rule in CONTRACT_RULES:
-                key = (rule.id, pub.src)
-                previous = self._fired.get(key)
-                current = evaluate(rule, pub, previous)
-                if current is not None:
-                    self._fired[key] = current
-                    if previous is None:
-                        self.note(pub.src, current.severity, f"{current.id}: {current.title}", pub.last_seen_t)
+            self._judge(pub)
+
+    def _judge(self, pub: PublisherView) -> None:
+        """Evaluate every rule for one publisher."""
+        for rule in CONTRACT_RULES:
+            key = (rule.id, pub.src)
+            previous = self._fired.get(key)
+            current = evaluate(rule, pub, previous)
+            if current is not None:
+                self._fired[key] = current
+                if previous is None:
+                    self.note(pub.src, current.severity, f"{current.id}: {current.title}", pub.last_seen_t)
 
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
