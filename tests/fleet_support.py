@@ -179,8 +179,10 @@ def assert_dashboard_matches_check(fleet: dict, report: dict) -> dict:
 
     # raw counters at the end of the run: exactly the recording's
     sel = f'{{scenario="{scenario}"}}'
-    assert values(prom.query(f"sum(eagle3scope_steps_total{sel})", t1))[None] == summary["steps"]
-    assert values(prom.query(f"sum(eagle3scope_request_steps_total{sel})", t1))[None] == summary["request_steps"]
+    counted = {name: values(prom.query(f"sum(eagle3scope_{name}_total{sel})", t1))[None]
+               for name in ("steps", "request_steps", "frames_received")}
+    assert (counted["steps"], counted["request_steps"]) == (summary["steps"], summary["request_steps"]), \
+        (counted, {key: summary[key] for key in ("steps", "request_steps", "frames")})
 
     # the dashboard's per-position acceptance over the run is check's per-position acceptance
     per_position = values(q("Per-position acceptance over the range"), "position")
@@ -276,18 +278,22 @@ class FleetObservers:
             if self.gate is not None:
                 out, err = self.gate.communicate(timeout=300)
                 self.result["gate"] = {"code": self.gate.returncode, "stdout": out, "stderr": err}
-            time.sleep(1.5)
-            self.result["recorder_code"] = _stop(self.recorder)
-            settled = None
-            for _ in range(20):  # the exporter's frame count stops moving once the server is gone
+            # The exporter's frame count stops moving once the server is gone and every frame landed:
+            # unchanged for 2 s (a loaded 2-core machine can stall a subscriber for over 0.5 s). Only
+            # then is the recorder, which reads the same stream, stopped.
+            settled, still = None, 0
+            for _ in range(60):
                 with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
                     text = r.read().decode()
                 frames = metric_value(text, "eagle3scope_frames_received_total")
-                if frames is not None and frames == settled:
+                still = still + 1 if frames is not None and frames == settled else 0
+                if still == 4:
                     break
                 settled = frames
                 time.sleep(0.5)
             self.result["exporter_text"] = text
+            time.sleep(0.5)
+            self.result["recorder_code"] = _stop(self.recorder)
             if self.prometheus is not None and settled is not None:
                 self.result["t_end"] = self.prometheus.wait_for(
                     f'sum(eagle3scope_frames_received_total{{scenario="{self.scenario}"}})',
