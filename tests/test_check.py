@@ -11,6 +11,7 @@ from analysis_streams import H, session
 from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import encode_frame
+from eagle3scope.wire.schema import MAX_PUBLISHERS
 
 
 def record(path, frames) -> str:
@@ -77,8 +78,6 @@ def test_list_rules_names_every_rule_once():
 
 
 def test_frames_from_publishers_past_the_cap_make_the_verdict_incomplete(tmp_path):
-    from eagle3scope.wire.schema import MAX_PUBLISHERS
-
     heartbeat = {"steps": 1, "dropped": 0, "hook_failures": 0, "queued": 0}
     frames = session(200)
     last = frames[-1]

@@ -29,8 +29,8 @@ from eagle3scope.wire.aux_layers import family_rule
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 
-#: Steps between two rule passes (non-step frames trigger one each): a rule without a first-seen
-#: seq of its own reports a ``first_seq`` at most this many steps late.
+#: Steps between two rule passes over every publisher (a non-step frame triggers one for its
+#: sender): a rule without a first-seen seq of its own reports a ``first_seq`` at most this many steps late.
 RULES_EVERY = 64
 #: ... or this much stream time (frame ``t``), so a slow server's break shows within a second, and
 #: every consumer of the same frames still evaluates at the same frames.
@@ -244,8 +244,8 @@ class SessionState:
                           "counted, not analysed", frame.t)
             self.refused_frames += 1
             return None
-        pub = self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
-        return pub
+        self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+        return self.publishers[frame.src]
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
@@ -437,8 +437,8 @@ class SessionState:
 def _new_pass_stats(passes: dict, mode) -> PassStats | None:
     """A place for a forward mode new to ``passes``, while there is room (MAX_PASS_MODES)."""
     if len(passes) < MAX_PASS_MODES or mode in FEATURE_CARRYING_MODES:
-        ps = passes[mode] = PassStats()
-        return ps
+        passes[mode] = PassStats()
+        return passes[mode]
     return None
 
 
