@@ -48,7 +48,7 @@ from eagle3scope.demo import language
 from eagle3scope.demo.language import prompts as demo_prompts  # noqa: F401  (the demo's prompts)
 from eagle3scope.demo.language import vocabulary
 from eagle3scope.demo.server import cache_dir as cache_root
-from eagle3scope.demo.server import engine_python
+from eagle3scope.demo.server import checkout_pythonpath, engine_python
 
 SEED = language.SEED
 #: Target: tiny Llama. Words live below TARGET_VOCAB // 2 so that a ``d2t`` read as absolute
@@ -147,7 +147,8 @@ def build_in_engine(module, cache_dir=None, progress: Progress | None = None, py
         return found
     cache = Path(cache_dir or cache_root())
     cmd = [str(python or engine_python()), "-m", module.__name__, "--cache", str(cache)]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    env = {**os.environ, **checkout_pythonpath(os.environ)}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
         lines = []
         for line in proc.stdout:
             lines.append(line.rstrip())

@@ -60,6 +60,22 @@ def engine_python(version: str = ENGINE_SGLANG_VERSION) -> Path:
     return cache_dir() / f"venv-sglang-{version}" / "bin" / "python"
 
 
+def checkout_pythonpath(environ: Mapping[str, str]) -> dict[str, str]:
+    """PYTHONPATH putting this source checkout's packages first, when this module runs from one.
+
+    The engine venv is shared and holds an editable install of whichever checkout last ran
+    `make engine-env`; a server started from another branch or clone must run that checkout's shim
+    and CPU engine, not the installed tree's. From a wheel install nothing changes ({}).
+    """
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "instrumentation" / "eagle3scope_shim").is_dir():
+        return {}
+    paths = [str(root), str(root / "instrumentation"), str(root / "cpu_engine" / "src")]
+    if environ.get("PYTHONPATH"):
+        paths.append(environ["PYTHONPATH"])
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
 def log_tail(path: Path, lines: int = 40) -> str:
     """The last `lines` lines of a log file ('' when it does not exist)."""
     try:
@@ -149,6 +165,7 @@ class SGLangServer:
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **CPU_ENV, **self.env}
+        env.update(checkout_pythonpath(env))
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
