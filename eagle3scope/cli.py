@@ -38,6 +38,7 @@ COMMANDS = {
     "exporter": ("eagle3scope.commands.exporter", "Serve Prometheus metrics for one or more servers (fleet sidecar)."),
     "gate": ("eagle3scope.commands.gate", "CI / canary gate: collect N steps from a live server, pass or fail."),
     "report": ("eagle3scope.commands.report", "Write a shareable markdown or HTML report of a recording."),
+    "advise": ("eagle3scope.commands.advise", "Predict accept length and tok/s for other num_steps; recommend one."),
 }
 
 

@@ -88,3 +88,29 @@ def test_a_live_aux_change_shows_as_two_configurations(tmp_path):
     assert "## Aux-layer configurations" in text
     assert "| 0,1,2 | 1,2,3 | control | 300 | 300 | 1.500 |" in text  # (0 + 1) / 2 + bonus
     assert "| startup | 0 | 300 | 3.500 |" in text
+
+
+NO_MATPLOTLIB = """
+import sys
+sys.modules["matplotlib"] = None  # what a [viewer]-only install has: importing it fails
+from eagle3scope.cli import main
+sys.exit(main(sys.argv[1:], standalone_mode=True))
+"""
+
+
+def test_report_without_matplotlib_is_written_without_plots_and_says_how_to_get_them(tmp_path):
+    import subprocess
+    import sys
+
+    path = record(tmp_path / "run.e3s", session(300, **BROKEN))
+    fired = check(path)["violations"][0]["id"]
+    for fmt, suffix in (("html", ".html"), ("markdown", ".md")):
+        out = tmp_path / f"r{suffix}"
+        done = subprocess.run([sys.executable, "-c", NO_MATPLOTLIB, "report", str(path), "--format", fmt,
+                               "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "pip install 'eagle3scope[report]'" in done.stderr
+        text = out.read_text()
+        assert "matplotlib is not installed" in text and fired in text
+        assert "<svg" not in text and ".png" not in text
+        assert not (tmp_path / "r-plots").exists()

@@ -1,7 +1,9 @@
-"""``eagle3scope export``: a session file as jsonl (every frame, full fidelity), csv or parquet.
+"""``eagle3scope export``: a session file as jsonl (every frame, full fidelity), csv, parquet or a
+perfetto timeline.
 
 csv/parquet hold one row per request per step (columns: :data:`eagle3scope.store.rows.COLUMNS`);
-list columns are JSON strings in csv and int lists in parquet. Damaged batches are reported on
+list columns are JSON strings in csv and int lists in parquet. perfetto writes Chrome trace-event
+JSON (:mod:`eagle3scope.report.timeline`) for ui.perfetto.dev or ``chrome://tracing``. Damaged batches are reported on
 stderr, the rest is exported, and the exit status is 3 so a pipeline notices.
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import click
 
-_SUFFIX = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet"}
+_SUFFIX = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet", "perfetto": ".trace.json"}
 _LIST_COLUMNS = ("draft_ids", "accepted_ids", "capture_layers")
 _PARQUET_ROW_GROUP = 65536
 
@@ -104,22 +106,35 @@ def _parquet(reader, out: str) -> int:
     return count
 
 
+def _perfetto(reader, out: str) -> int:
+    from eagle3scope.report.timeline import write_trace
+
+    fh = _open_text(out)
+    try:
+        return write_trace((frame for _, frame in reader.frames()), fh)
+    finally:
+        if fh is not sys.stdout:
+            fh.close()
+
+
 @click.command(name="export")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet", "perfetto"]), required=True)
 @click.option("--out", "out", default=None, help="Output path (default: FILE with the format's suffix; '-' = stdout).")
 @click.option("--kind", type=click.Choice(["step", "all"]), default=None,
               help="jsonl: step frames only or every frame (default all). csv/parquet always hold steps.")
 def command(file: str, fmt: str, out: str | None, kind: str | None) -> None:
-    """Export a session file as jsonl, csv or parquet.
+    """Export a session file as jsonl, csv, parquet or a perfetto timeline.
 
     jsonl writes one frame per line exactly as recorded ({v, k, src, n, t, b}); csv and parquet
-    write one row per request per step with the pass-width summary columns.
+    write one row per request per step with the pass-width summary columns; perfetto writes a
+    trace (rounds as draft/verify/extend spans, batch and accept-length counters, violations and
+    aux-config changes as instants) that ui.perfetto.dev opens.
     """
     from eagle3scope.store import SessionReader, StoreError
 
     if fmt != "jsonl" and kind == "all":
-        raise click.UsageError("csv/parquet hold one row per request per step; use --format jsonl for all kinds")
+        raise click.UsageError("csv/parquet/perfetto are built from steps; use --format jsonl for all kinds")
     out = out or str(Path(file).with_suffix(_SUFFIX[fmt]))
     if fmt == "parquet" and out == "-":
         raise click.UsageError("parquet cannot go to stdout; give --out PATH")
@@ -134,10 +149,12 @@ def command(file: str, fmt: str, out: str | None, kind: str | None) -> None:
             count = _jsonl(reader, out, {"step"} if kind == "step" else None)
         elif fmt == "csv":
             count = _csv(reader, out)
+        elif fmt == "perfetto":
+            count = _perfetto(reader, out)
         else:
             count = _parquet(reader, out)
         errors = list(reader.errors)
-    what = "frames" if fmt == "jsonl" else "rows"
+    what = {"jsonl": "frames", "perfetto": "trace events"}.get(fmt, "rows")
     click.echo(f"exported {count} {what} to {out}", err=True)
     if errors:
         for err in errors:

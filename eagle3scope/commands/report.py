@@ -2,7 +2,8 @@
 
 Markdown goes to ``FILE.report.md`` with its plots as PNG files in ``FILE.report-plots/``; HTML to
 one self-contained ``FILE.report.html`` (plots inline as SVG, no script, no network). ``--out``
-picks another path. Exit status 2 when the file cannot be read as a session.
+picks another path. Without matplotlib (a ``[viewer]``-only install) the report is written without
+plots, and says how to get them. Exit status 2 when the file cannot be read as a session.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Where to write the report.")
 @click.pass_context
 def command(ctx: click.Context, file: str, fmt: str, out: str | None) -> None:
-    from eagle3scope.report import write_report
+    from eagle3scope.report import NO_PLOTS, plots_available, write_report
     from eagle3scope.store import StoreError
 
     try:
@@ -24,4 +25,6 @@ def command(ctx: click.Context, file: str, fmt: str, out: str | None) -> None:
     except StoreError as exc:
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
+    if not plots_available():
+        click.echo(NO_PLOTS, err=True)
     click.echo(str(path))

@@ -50,8 +50,23 @@ def analyse_file(path: str | Path) -> Analysed:
 # -- plots ---------------------------------------------------------------------------------------
 
 
+#: what the report says in place of its plots on an install without matplotlib (``[viewer]`` only)
+NO_PLOTS = "Plots left out: matplotlib is not installed (pip install 'eagle3scope[report]')."
+
+
+def plots_available() -> bool:
+    """Whether matplotlib can be imported: the ``[report]`` extra; the report is written without plots else."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _figures(a: Analysed) -> dict[str, object]:
-    """name -> matplotlib Figure (Agg backend: no display needed)."""
+    """name -> matplotlib Figure (Agg backend: no display needed); {} without matplotlib."""
+    if not plots_available():
+        return {}
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -185,6 +200,8 @@ def markdown(a: Analysed, out: Path) -> str:
         plots_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"# {a.title}", ""]
     lines += _md_table(["", ""], [list(r) for r in _summary_rows(a)])
+    if not plots_available():
+        lines += ["", f"*{NO_PLOTS}*"]
     for name, fig in figures.items():
         fig.savefig(plots_dir / f"{name}.png", dpi=110)
     if "acceptance-over-time" in figures:
@@ -236,6 +253,8 @@ def html_page(a: Analysed) -> str:
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(a.title)}</title>",
              f"<style>{_CSS}</style></head><body>", f"<h1>{e(a.title)}</h1>",
              _html_table(None, [list(r) for r in _summary_rows(a)])]
+    if not plots_available():
+        parts.append(f"<p><em>{e(NO_PLOTS)}</em></p>")
     if "acceptance-over-time" in figures:
         parts.append(f"<div class='plots'>{figures['acceptance-over-time']}</div>")
     parts += ["<h2>Per draft position</h2>",

@@ -1,0 +1,369 @@
+"""What to run instead: predicted accept length and throughput for other ``--speculative-num-steps``.
+
+A chain draft (top-k 1) proposes the same token at position i whatever the number of steps, and
+verification accepts the longest matching prefix (greedy) or judges each position given the earlier
+ones (SGLang's target-only rejection sampling): a request-step that accepted ``a`` drafts at ``K``
+steps would have accepted ``min(a, k)`` at ``k <= K``. So the recorded histogram predicts every
+shallower setting exactly, up to sampling error; deeper settings were never observed and are not
+predicted. Throughput needs a time model: fitted here from the rounds' own host times (draft time
+per draft step against batch size, verify and draft-extend time against the tokens they process),
+with its fit error. Trees (top-k > 1) are not predicted: pruning a tree needs the per-node scores,
+which the step frame does not carry.
+
+Pure functions over :class:`RoundLog`, which the CLI (``eagle3scope advise``) and the TUI feed
+one frame at a time; memory is bounded by ``RoundLog.capacity`` rounds per publisher.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from eagle3scope.wire import Frame
+
+#: request-steps needed before a recommendation is made (the rates' standard error is then ~0.02)
+MIN_REQUEST_STEPS = 400
+#: bootstrap resamples behind the gain's confidence interval (seeded: the same file, the same advice)
+BOOTSTRAP = 200
+#: rounds a log keeps per publisher (the newest); the bootstrap draws from at most this many
+ROUNDS_KEPT = 16384
+#: consecutive blocks of rounds the bootstrap resamples
+BLOCKS = 40
+#: gains inside the interval's noise are not worth a restart
+MIN_GAIN = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One decode round as the advisor needs it: batch, drafts accepted per request, host times."""
+
+    bs: int
+    accepted: tuple[int, ...]
+    bonus: int  # bonus tokens committed in the round (normally one per request)
+    draft_ms: float | None
+    verify_ms: float | None
+    extend_ms: float | None
+
+
+@dataclass
+class RoundLog:
+    """The newest decode rounds of one publisher and the setting they ran at."""
+
+    num_steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    rounds: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))
+    seen: int = 0  # rounds ever added (the deque keeps the newest ROUNDS_KEPT)
+
+    def add_frame(self, frame: Frame) -> None:
+        """Take a validated frame: a hello sets the setting, a decode step adds a round."""
+        body = frame.body
+        if frame.kind == "hello":
+            args = body.get("server_args") or {}
+            self.num_steps = _positive(args.get("num_steps")) or self.num_steps
+            self.topk = _positive(args.get("topk")) or self.topk
+            self.num_draft_tokens = _positive(args.get("num_draft_tokens")) or self.num_draft_tokens
+        elif frame.kind == "step" and body.get("mode", "decode") == "decode" and body.get("accepted"):
+            accepted = tuple(body["accepted"])
+            self.rounds.append(Round(len(accepted), accepted, sum(body.get("bonus") or ()),
+                                     _ms(body.get("draft_ms")), _ms(body.get("verify_ms")),
+                                     _ms(body.get("extend_ms"))))
+            self.seen += 1
+
+
+def _positive(value: object) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def _ms(value: object) -> float | None:
+    return float(value) if type(value) in (int, float) and 0 <= value < 1e7 else None
+
+
+# -- sufficient statistics -----------------------------------------------------------------------
+
+
+@dataclass
+class LineSums:
+    """Sums behind a least-squares line ``y = a + b * x``: adding two is pooling their points."""
+
+    n: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    xx: float = 0.0
+    xy: float = 0.0
+    yy: float = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        self.n += 1
+        self.x += x
+        self.y += y
+        self.xx += x * x
+        self.xy += x * y
+        self.yy += y * y
+
+    def __iadd__(self, other: "LineSums") -> "LineSums":
+        self.n += other.n
+        self.x += other.x
+        self.y += other.y
+        self.xx += other.xx
+        self.xy += other.xy
+        self.yy += other.yy
+        return self
+
+
+@dataclass(frozen=True)
+class Line:
+    """``y = a + b * x`` by least squares, with the residuals' RMS relative to the mean of ``y``."""
+
+    a: float
+    b: float
+    rel_error: float | None  # None: fewer than 3 points, or a zero mean
+    points: int
+
+    @classmethod
+    def fit(cls, s: LineSums) -> "Line":
+        """Least squares; a constant when ``x`` never varies (the slope cannot be told then)."""
+        if not s.n:
+            return cls(0.0, 0.0, None, 0)
+        mx, my = s.x / s.n, s.y / s.n
+        sxx = s.xx - s.n * mx * mx
+        b = (s.xy - s.n * mx * my) / sxx if sxx > 1e-9 * max(1.0, s.xx) else 0.0
+        a = my - b * mx
+        sse = s.yy - 2 * a * s.y - 2 * b * s.xy + s.n * a * a + 2 * a * b * s.x + b * b * s.xx
+        rms = math.sqrt(max(0.0, sse) / s.n)
+        return cls(a, b, rms / my if s.n >= 3 and my > 0 else None, s.n)
+
+
+@dataclass
+class Sums:
+    """What every prediction needs from a set of rounds, as sums (so blocks of rounds pool by adding)."""
+
+    depth: int
+    rounds: int = 0
+    request_steps: int = 0  # the batch sizes summed
+    committed: list = None  # committed[k - 1]: tokens the rounds would have committed at k steps
+    draft: LineSums = field(default_factory=LineSums)  # x: batch size, y: draft ms per step
+    verify: LineSums = field(default_factory=LineSums)  # x: tokens verified, y: verify ms
+    extend: LineSums = field(default_factory=LineSums)  # x: tokens extended, y: draft-extend ms
+
+    def __post_init__(self) -> None:
+        if self.committed is None:
+            self.committed = [0] * self.depth
+
+    def add(self, r: Round) -> None:
+        k = self.depth
+        self.rounds += 1
+        self.request_steps += r.bs
+        for j in range(k):
+            self.committed[j] += sum(min(a, j + 1) for a in r.accepted) + r.bonus
+        tokens = r.bs * (k + 1)
+        if r.draft_ms is not None:
+            self.draft.add(r.bs, r.draft_ms / k)
+        if r.verify_ms is not None:
+            self.verify.add(tokens, r.verify_ms)
+        if r.extend_ms is not None:
+            self.extend.add(tokens, r.extend_ms)
+
+    def __iadd__(self, other: "Sums") -> "Sums":
+        self.rounds += other.rounds
+        self.request_steps += other.request_steps
+        self.committed = [a + b for a, b in zip(self.committed, other.committed)]
+        self.draft += other.draft
+        self.verify += other.verify
+        self.extend += other.extend
+        return self
+
+    def accept_length(self, k: int) -> float | None:
+        """Mean tokens committed per request-step had the chain been ``k`` deep (bonus included)."""
+        return self.committed[k - 1] / self.request_steps if self.request_steps else None
+
+
+# -- time model --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Host milliseconds of rounds at ``k`` steps, linear in the batch.
+
+    draft: per draft step, against the batch size (the draft runs ``k`` forwards of ``bs`` rows);
+    verify and draft-extend: against the tokens they take (``bs * (k + 1)`` at ``k`` steps).
+    A term the recording never timed is left out (and named in ``missing``).
+    """
+
+    draft_per_step: Line
+    verify: Line
+    extend: Line
+    missing: tuple[str, ...]
+
+    @classmethod
+    def fit(cls, s: Sums) -> "TimeModel":
+        missing = tuple(name for name, line in (("draft", s.draft), ("verify", s.verify), ("extend", s.extend))
+                        if not line.n)
+        return cls(Line.fit(s.draft), Line.fit(s.verify), Line.fit(s.extend), missing)
+
+    def total_ms(self, k: int, rounds: int, batch: int) -> float:
+        """Host time of ``rounds`` rounds holding ``batch`` request-steps in all, at ``k`` steps
+        (the lines are linear, so the sum over rounds needs only these two totals)."""
+        d, v, e = self.draft_per_step, self.verify, self.extend
+        return (k * (d.a * rounds + d.b * batch) + v.a * rounds + v.b * batch * (k + 1)
+                + e.a * rounds + e.b * batch * (k + 1))
+
+    def tokens_per_s(self, s: Sums, k: int) -> float | None:
+        """Committed tokens per second of host time, replaying the recorded batches at ``k`` steps."""
+        ms = self.total_ms(k, s.rounds, s.request_steps)
+        return s.committed[k - 1] / ms * 1e3 if ms > 0 else None
+
+    @property
+    def rel_error(self) -> float | None:
+        """Largest relative RMS error of the model's terms on the recorded rounds."""
+        errors = [line.rel_error for line in (self.draft_per_step, self.verify, self.extend) if line.points]
+        return max(errors) if errors and None not in errors else None
+
+
+# -- advice ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate ``--speculative-num-steps`` (``num_draft_tokens`` = steps + 1 for a chain)."""
+
+    num_steps: int
+    accept_length: float | None
+    accept_length_ci: tuple[float, float] | None
+    tokens_per_s: float | None
+    gain: float | None  # predicted tok/s relative to the recorded setting's (model on both sides)
+    gain_ci: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The advisor's answer; ``reason`` says why there is no recommendation when there is none."""
+
+    recorded_steps: int | None
+    topk: int | None
+    request_steps: int
+    rounds: int
+    settings: tuple[Setting, ...]
+    model: TimeModel | None
+    recommended: int | None
+    reason: str
+    needs_request_steps: int
+    not_predicted: tuple[str, ...]
+
+    def recommendation(self) -> Setting | None:
+        return next((s for s in self.settings if s.num_steps == self.recommended), None)
+
+    def headline(self) -> str:
+        """One line, e.g. ``steps 3 -> 2: +7% tok/s (+4%..+10%)`` or why there is none."""
+        best = self.recommendation()
+        if best is None or self.recorded_steps is None:
+            return self.reason
+        if best.num_steps == self.recorded_steps:
+            return f"steps {self.recorded_steps}: best of 1..{self.recorded_steps} ({self.reason})"
+        lo, hi = best.gain_ci or (best.gain, best.gain)
+        return (f"steps {self.recorded_steps} -> {best.num_steps}: {best.gain:+.0%} tok/s "
+                f"({lo:+.0%}..{hi:+.0%})")
+
+    def to_dict(self) -> dict:
+        model = self.model
+        return {
+            "recorded_num_steps": self.recorded_steps, "topk": self.topk, "request_steps": self.request_steps,
+            "rounds": self.rounds, "recommended_num_steps": self.recommended, "reason": self.reason,
+            "needs_request_steps": self.needs_request_steps, "not_predicted": list(self.not_predicted),
+            "headline": self.headline(),
+            "settings": [{
+                "num_steps": s.num_steps, "num_draft_tokens": s.num_steps + 1,
+                "accept_length": s.accept_length, "accept_length_ci": list(s.accept_length_ci or ()) or None,
+                "tokens_per_s": s.tokens_per_s, "gain": s.gain, "gain_ci": list(s.gain_ci or ()) or None,
+            } for s in self.settings],
+            "time_model": None if model is None else {
+                "draft_ms_per_step": {"at_bs0": model.draft_per_step.a, "per_request": model.draft_per_step.b,
+                                      "rel_error": model.draft_per_step.rel_error},
+                "verify_ms": {"at_0": model.verify.a, "per_token": model.verify.b, "rel_error": model.verify.rel_error},
+                "extend_ms": {"at_0": model.extend.a, "per_token": model.extend.b, "rel_error": model.extend.rel_error},
+                "rel_error": model.rel_error, "missing": list(model.missing),
+            },
+        }
+
+
+def _interval(values: list[float]) -> tuple[float, float] | None:
+    """The central 95 % of bootstrap values."""
+    if len(values) < 2:
+        return None
+    values = sorted(values)
+    return values[int(0.025 * (len(values) - 1))], values[math.ceil(0.975 * (len(values) - 1))]
+
+
+def _blocks(rounds: list[Round], depth: int, count: int) -> list[Sums]:
+    """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
+    keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block."""
+    size = max(1, math.ceil(len(rounds) / count))
+    blocks = []
+    for start in range(0, len(rounds), size):
+        block = Sums(depth)
+        for r in rounds[start:start + size]:
+            block.add(r)
+        blocks.append(block)
+    return blocks
+
+
+def _pooled(blocks: list[Sums], depth: int) -> Sums:
+    total = Sums(depth)
+    for block in blocks:
+        total += block
+    return total
+
+
+def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstrap: int = BOOTSTRAP,
+           blocks: int = BLOCKS, seed: int = 0) -> Advice:
+    """Predict every setting 1..K from the recorded rounds and recommend the fastest, if it is clearly so."""
+    rounds = list(log.rounds)
+    request_steps = sum(r.bs for r in rounds)
+    depth = log.num_steps or max((a for r in rounds for a in r.accepted), default=0) or None
+    not_predicted = (f"num_steps > {depth}: deeper than recorded",) if depth else ()
+
+    def answer(settings=(), model=None, recommended=None, reason="", needs=0, extra=()) -> Advice:
+        return Advice(depth, log.topk, request_steps, len(rounds), tuple(settings), model, recommended, reason,
+                      needs, not_predicted + extra)
+
+    if log.topk and log.topk > 1:
+        return answer(reason="tree drafts cannot be predicted yet (record a chain, top-k 1)",
+                      extra=(f"top-k {log.topk} trees: pruning needs per-node scores the frames do not carry",))
+    if not rounds or not depth:
+        return answer(reason="no decode rounds recorded", needs=min_request_steps)
+    parts = _blocks(rounds, depth, blocks)
+    total = _pooled(parts, depth)
+    model = TimeModel.fit(total)
+    timed = model.missing in ((), ("extend",))
+    rng = random.Random(seed)
+    samples = [_pooled([rng.choice(parts) for _ in parts], depth) for _ in range(bootstrap)] if len(parts) > 1 else []
+    sample_models = [TimeModel.fit(sample) for sample in samples]
+    base = model.tokens_per_s(total, depth) if timed else None
+    settings = []
+    for k in range(1, depth + 1):
+        tps = model.tokens_per_s(total, k) if timed else None
+        gain = tps / base - 1 if tps is not None and base else None
+        gains = []
+        if gain is not None:
+            for sample, m in zip(samples, sample_models):
+                b, t = m.tokens_per_s(sample, depth), m.tokens_per_s(sample, k)
+                if b and t is not None:
+                    gains.append(t / b - 1)
+        settings.append(Setting(k, total.accept_length(k), _interval([x.accept_length(k) for x in samples]),
+                                tps, gain, _interval(gains)))
+    needs = max(0, min_request_steps - request_steps)
+    if needs:
+        return answer(settings, model, reason=f"needs {needs} more request-steps before advising", needs=needs)
+    if not timed:
+        return answer(settings, model, reason=f"the rounds carry no {'/'.join(model.missing)} times: throughput "
+                      "cannot be predicted")
+    best = max(settings, key=lambda x: x.tokens_per_s or 0.0)
+    if best.num_steps == depth:
+        return answer(settings, model, depth, "no shallower setting is predicted faster")
+    if best.gain_ci is not None and best.gain_ci[0] <= 0:
+        return answer(settings, model, depth, f"steps {best.num_steps} predicted {best.gain:+.0%}, within the noise")
+    if best.gain < MIN_GAIN:
+        return answer(settings, model, depth, f"steps {best.num_steps} predicted only {best.gain:+.1%}")
+    return answer(settings, model, best.num_steps, f"steps {best.num_steps} predicted {best.gain:+.0%} tok/s")

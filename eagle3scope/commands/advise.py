@@ -1,0 +1,128 @@
+"""``eagle3scope advise FILE`` (or ``--connect E``): which ``--speculative-num-steps`` to run instead.
+
+For each publisher: the predicted mean accept length and tokens/s of every chain setting up to the
+recorded one (from the recorded per-request acceptance and a time model fitted to the rounds' host
+times, with bootstrap intervals), and a recommendation when one setting is clearly faster. Exit
+status: 0 with a recommendation or a clear "keep", 3 when the evidence is too thin to advise (too
+few request-steps, no timings, a tree draft), 2 when the file or the endpoint cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import click
+
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+
+EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _interval(ci: tuple[float, float] | None, spec: str) -> str:
+    return "" if ci is None else f" ({format(ci[0], spec)}..{format(ci[1], spec)})"
+
+
+def render_text(src: str, advice) -> str:
+    from eagle3scope.analysis.advisor import Advice
+
+    assert isinstance(advice, Advice)
+    lines = [f"publisher {src!r}: recorded num_steps {advice.recorded_steps}, top-k {advice.topk or 1}, "
+             f"{advice.rounds} rounds, {advice.request_steps} request-steps"]
+    if advice.settings:
+        lines.append(f"  {'steps':>5}  {'accept length':<22}  {'tok/s (host)':>12}  {'vs recorded':<22}")
+        for s in advice.settings:
+            mark = " *" if s.num_steps == advice.recommended else ""
+            lines.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"
+                         f"  {_fmt(s.tokens_per_s, '.1f'):>12}  {_fmt(s.gain, '+.1%') + _interval(s.gain_ci, '+.1%'):<22}"
+                         f"{mark}")
+    model = advice.model
+    if model is not None:
+        d, v, e = model.draft_per_step, model.verify, model.extend
+        lines.append(f"  time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
+                     f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error "
+                     f"{_fmt(model.rel_error, '.0%')}" + (f"; untimed: {', '.join(model.missing)}" if model.missing else ""))
+    for what in advice.not_predicted:
+        lines.append(f"  not predicted: {what}")
+    lines.append(f"  advice: {advice.headline()}")
+    return "\n".join(lines)
+
+
+def _advise_all(logs: dict, as_json: bool) -> int:
+    from eagle3scope.analysis.advisor import advise
+
+    answers = {src: advise(log) for src, log in logs.items() if log.rounds or log.num_steps}
+    if as_json:
+        click.echo(json.dumps({"publishers": {src: a.to_dict() for src, a in answers.items()}}))
+    else:
+        click.echo("\n\n".join(render_text(src, a) for src, a in answers.items()) or "no publisher sent decode rounds")
+    advised = answers and all(a.recommended is not None for a in answers.values())
+    return EXIT_ADVISED if advised else EXIT_THIN
+
+
+def _collect(logs: dict, frame) -> None:
+    from eagle3scope.analysis.advisor import RoundLog
+    from eagle3scope.wire.schema import MAX_PUBLISHERS
+
+    log = logs.get(frame.src)
+    if log is None:
+        if len(logs) >= MAX_PUBLISHERS:
+            return
+        log = logs[frame.src] = RoundLog()
+    log.add_frame(frame)
+
+
+@click.command(name="advise", help=__doc__)
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
+              help=f"Advise from a live server instead of a file (repeatable; e.g. {DEFAULT_ENDPOINT}).")
+@click.option("--steps", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Live: decode steps to collect before advising.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              metavar="S", help="Live: advise from what arrived after S seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], steps: int, timeout: float,
+            as_json: bool) -> None:
+    if (file is None) == (not endpoints):
+        raise click.UsageError("give a recording FILE or --connect ENDPOINT, not both")
+    logs: dict = {}
+    if file is not None:
+        from eagle3scope.store import SessionReader, StoreError
+
+        try:
+            reader = SessionReader(file)
+        except StoreError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(EXIT_UNREADABLE)
+        with reader:
+            for _, frame in reader.frames():
+                _collect(logs, frame)
+        ctx.exit(_advise_all(logs, as_json))
+    import zmq
+
+    from eagle3scope.live.subscriber import Subscriber
+
+    try:
+        sub = Subscriber(list(endpoints))
+    except zmq.ZMQError as exc:
+        click.echo(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}", err=True)
+        ctx.exit(EXIT_UNREADABLE)
+    stop = []
+    old = {sig: signal.signal(sig, lambda signum, _f: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    try:
+        while (not stop and time.monotonic() - started < timeout
+               and sum(log.seen for log in logs.values()) < steps):
+            for frame in sub.poll(100):
+                _collect(logs, frame)
+    finally:
+        sub.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    ctx.exit(_advise_all(logs, as_json))

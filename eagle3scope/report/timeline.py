@@ -1,0 +1,124 @@
+"""A recording as a timeline: Chrome trace-event JSON, which ui.perfetto.dev and ``chrome://tracing`` open.
+
+Per publisher one process (named by its ``src``) with a "rounds" track: each decode round's draft,
+verify and draft-extend host times as complete (``X``) events, laid end to end and ending at the
+step's time (the shim stamps a step when its round returns; the three are host wall times around
+the calls, so the spans show where the scheduler's time went, not device time). Prefill passes go
+on a "prefill" track. Counters (``C``): batch size and the round's mean accept length. Instants
+(``i``): every violation where it first fired and every aux-layer configuration change.
+
+Format: the Trace Event Format (Google, "Trace Event Format" document; Perfetto's JSON importer
+reads the same): a JSON object ``{"traceEvents": [...], "displayTimeUnit": "ms"}``, times in
+microseconds. Events are written as they are read, so memory holds only one seq -> time map.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from bisect import bisect_left
+from typing import IO, Iterable
+
+from eagle3scope.analysis import SessionState
+from eagle3scope.wire import Frame
+
+ROUNDS_TID, PREFILL_TID, EVENTS_TID = 1, 2, 3
+_PHASES = (("draft", "draft_ms"), ("verify", "verify_ms"), ("extend", "extend_ms"))
+
+
+class _Publisher:
+    """A publisher's trace process id and the seq -> time map that places its violations."""
+
+    __slots__ = ("pid", "seqs", "times")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seqs = array("q")
+        self.times = array("q")
+
+    def time_of(self, seq: int | None) -> int | None:
+        if seq is None or not self.seqs:
+            return None
+        i = min(bisect_left(self.seqs, seq), len(self.seqs) - 1)
+        return self.times[i]
+
+
+def _us(t_ns: int) -> float:
+    return t_ns / 1e3
+
+
+def _step_events(pub: _Publisher, body: dict, t_ns: int) -> Iterable[dict]:
+    seq = body["seq"]
+    if not pub.seqs or seq >= pub.seqs[-1]:  # the map must stay sorted for bisect; a reset seq is skipped
+        pub.seqs.append(seq)
+        pub.times.append(t_ns)
+    prefill = body.get("mode", "decode") != "decode"
+    spans = [(name, body.get(key)) for name, key in _PHASES]
+    spans = [(name, float(ms)) for name, ms in spans if type(ms) in (int, float) and 0 <= ms < 1e7]
+    end = _us(t_ns)
+    start = end - sum(ms for _, ms in spans) * 1e3
+    accepted, bonus = body["accepted"], body["bonus"]
+    args = {"seq": seq, "bs": body["bs"]}
+    for name, ms in spans:
+        yield {"ph": "X", "name": name, "cat": "prefill" if prefill else "round", "pid": pub.pid,
+               "tid": PREFILL_TID if prefill else ROUNDS_TID, "ts": start, "dur": ms * 1e3, "args": args}
+        start += ms * 1e3
+    if prefill:
+        return
+    yield {"ph": "C", "name": "batch size", "pid": pub.pid, "ts": end, "args": {"bs": body["bs"]}}
+    if accepted:
+        yield {"ph": "C", "name": "accept length", "pid": pub.pid, "ts": end,
+               "args": {"mean": (sum(accepted) + sum(bonus)) / len(accepted)}}
+
+
+def _config_event(pub: _Publisher, body: dict, t_ns: int) -> dict:
+    applied = "applied" if body.get("applied") else "refused"
+    return {"ph": "i", "s": "p", "name": f"aux layers {body.get('layers')} {applied}", "cat": "config",
+            "pid": pub.pid, "tid": EVENTS_TID, "ts": _us(t_ns),
+            "args": {"layers": body.get("layers"), "captured": body.get("captured"), "applied": body.get("applied"),
+                     "reason": body.get("reason"), "origin": body.get("origin")}}
+
+
+def write_trace(frames: Iterable[Frame], out: IO[str]) -> int:
+    """Write the trace of ``frames`` to ``out``; returns the number of events written.
+
+    The frames are analysed on the way (the same SessionState as ``check``), so the violations
+    land at the step ``check`` reports as their ``first_seq``.
+    """
+    state = SessionState()
+    pubs: dict[str, _Publisher] = {}
+    count = 0
+    out.write('{"displayTimeUnit":"ms","traceEvents":[\n')
+
+    def emit(event: dict) -> None:
+        nonlocal count
+        out.write(("," if count else "") + json.dumps(event, separators=(",", ":")) + "\n")
+        count += 1
+
+    for frame in frames:
+        state.ingest(frame)
+        if frame.src not in state.publishers:  # past the publisher cap: counted by the state, not drawn
+            continue
+        pub = pubs.get(frame.src)
+        if pub is None:
+            pub = pubs[frame.src] = _Publisher(len(pubs) + 1)
+            emit({"ph": "M", "name": "process_name", "pid": pub.pid, "args": {"name": frame.src}})
+            for tid, name in ((ROUNDS_TID, "rounds"), (PREFILL_TID, "prefill"), (EVENTS_TID, "events")):
+                emit({"ph": "M", "name": "thread_name", "pid": pub.pid, "tid": tid, "args": {"name": name}})
+        if frame.kind == "step":
+            for event in _step_events(pub, frame.body, frame.body.get("t_ns") or frame.t):
+                emit(event)
+        elif frame.kind == "config":
+            emit(_config_event(pub, frame.body, frame.t))
+    state.evaluate_rules()
+    for v in state.violations():
+        pub = pubs.get(v.src)
+        t_ns = pub.time_of(v.first_seq) if pub else None
+        if pub is None or t_ns is None:
+            continue
+        emit({"ph": "i", "s": "p", "name": f"{v.severity}: {v.id}", "cat": "violation", "pid": pub.pid,
+              "tid": EVENTS_TID, "ts": _us(t_ns),
+              "args": {"title": v.title, "evidence": v.evidence, "first_seq": v.first_seq, "active": v.active,
+                       "fix": v.fix}})
+    out.write("]}\n")
+    return count

@@ -1,0 +1,175 @@
+"""The num_steps advisor (eagle3scope/analysis/advisor.py, ``eagle3scope advise``) on rounds whose truth
+is known: accept lengths by truncation, a time model with known coefficients, the recommendation."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+
+from eagle3scope.analysis import analyse
+from eagle3scope.analysis.advisor import MIN_REQUEST_STEPS, RoundLog, advise
+from eagle3scope.cli import main
+from eagle3scope.store import SessionWriter
+from eagle3scope.wire import decode_frame, encode_frame
+from synthetic import hello_body, load_body
+
+# A known machine: draft 0.8 ms + 0.05/request per step, verify 3 ms + 0.02/token, extend 1 ms + 0.01/token.
+DRAFT, VERIFY, EXTEND = (0.8, 0.05), (3.0, 0.02), (1.0, 0.01)
+
+
+def chain_frames(rounds: int, *, depth: int = 5, rates=(0.9, 0.7, 0.5, 0.35, 0.2), seed: int = 0,
+                 noise: float = 0.02, topk: int = 1, src: str = "dp0") -> list[bytes]:
+    """Frames of a chain draft at ``depth`` steps: acceptance by per-position conditional rates,
+    host times from the known machine above (with relative noise), batch sizes 1..8."""
+    rng = random.Random(seed)
+    args = dict(hello_body()["server_args"], num_steps=depth, topk=topk, num_draft_tokens=depth + 1)
+    frames = [encode_frame("hello", hello_body(server_args=args), src=src, n=0, t=1),
+              encode_frame("load", load_body(), src=src, n=1, t=1)]
+    for seq in range(rounds):
+        bs = rng.randint(1, 8)
+        accepted = []
+        for _ in range(bs):
+            a = 0
+            while a < depth and rng.random() < rates[a]:
+                a += 1
+            accepted.append(a)
+        tokens = bs * (depth + 1)
+        jitter = lambda v: v * (1 + rng.uniform(-noise, noise))  # noqa: E731
+        body = {
+            "seq": seq, "t_ns": 10 + seq, "mode": "decode", "bs": bs, "rids": [f"r{i}" for i in range(bs)],
+            "draft_ids": [[7] * depth for _ in range(bs)], "accepted": accepted, "bonus": [1] * bs,
+            "accepted_ids": [[7] * (a + 1) for a in accepted], "passes": [], "capture": None,
+            "draft_ms": jitter(depth * (DRAFT[0] + DRAFT[1] * bs)),
+            "verify_ms": jitter(VERIFY[0] + VERIFY[1] * tokens),
+            "extend_ms": jitter(EXTEND[0] + EXTEND[1] * tokens),
+        }
+        frames.append(encode_frame("step", body, src=src, n=seq + 2, t=10 + seq))
+    return frames
+
+
+def log_of(frames) -> RoundLog:
+    log = RoundLog()
+    for data in frames:
+        log.add_frame(decode_frame(data))
+    return log
+
+
+def true_round_ms(k: int, bs: int) -> float:
+    tokens = bs * (k + 1)
+    return k * (DRAFT[0] + DRAFT[1] * bs) + VERIFY[0] + VERIFY[1] * tokens + EXTEND[0] + EXTEND[1] * tokens
+
+
+def test_accept_length_at_the_recorded_depth_is_checks_mean_and_shallower_ones_truncate():
+    frames = chain_frames(600)
+    advice = advise(log_of(frames))
+    state = analyse(decode_frame(f) for f in frames)
+    assert advice.settings[-1].num_steps == 5
+    assert abs(advice.settings[-1].accept_length - state.acceptance.total.mean_accept_length) < 1e-12
+    log = log_of(frames)
+    for s in advice.settings:
+        n = sum(r.bs for r in log.rounds)
+        expected = sum(min(a, s.num_steps) + 1 for r in log.rounds for a in r.accepted) / n
+        assert abs(s.accept_length - expected) < 1e-12
+        lo, hi = s.accept_length_ci
+        assert lo <= s.accept_length <= hi
+    lengths = [s.accept_length for s in advice.settings]
+    assert lengths == sorted(lengths)  # deeper never commits fewer
+
+
+def test_time_model_recovers_the_machine_and_the_best_setting():
+    advice = advise(log_of(chain_frames(3000)))
+    model = advice.model
+    assert abs(model.draft_per_step.a - DRAFT[0]) < 0.05 and abs(model.draft_per_step.b - DRAFT[1]) < 0.01
+    assert abs(model.verify.a - VERIFY[0]) < 0.1 and abs(model.verify.b - VERIFY[1]) < 0.003
+    assert abs(model.extend.a - EXTEND[0]) < 0.05 and abs(model.extend.b - EXTEND[1]) < 0.002
+    assert model.rel_error < 0.03
+    # The true best: expected committed tokens over expected round time (batches uniform in 1..8).
+    rates, truth = (0.9, 0.7, 0.5, 0.35, 0.2), {}
+    for k in range(1, 6):
+        reach, length = 1.0, 1.0
+        for i in range(k):
+            reach *= rates[i]
+            length += reach
+        truth[k] = sum(length * bs for bs in range(1, 9)) / sum(true_round_ms(k, bs) for bs in range(1, 9))
+    best = max(truth, key=truth.get)
+    assert advice.recommended == best
+    for s in advice.settings:  # predicted relative throughput within 2 % of the truth
+        assert abs((1 + s.gain) - truth[s.num_steps] / truth[5]) < 0.02
+    if best != 5:
+        assert advice.headline().startswith(f"steps 5 -> {best}: +")
+
+
+def test_too_few_request_steps_gives_no_advice_and_says_how_many_more():
+    log = log_of(chain_frames(20))
+    advice = advise(log)
+    have = sum(r.bs for r in log.rounds)
+    assert advice.recommended is None
+    assert advice.needs_request_steps == MIN_REQUEST_STEPS - have
+    assert f"needs {MIN_REQUEST_STEPS - have} more request-steps" in advice.headline()
+    assert advice.settings  # the table is still shown
+
+
+def test_trees_and_untimed_rounds_are_refused_with_the_reason():
+    tree = advise(log_of(chain_frames(600, topk=4)))
+    assert tree.recommended is None and not tree.settings and "tree" in tree.reason
+    frames = []
+    for data in chain_frames(600):
+        f = decode_frame(data)
+        if f.kind == "step":
+            f.body["verify_ms"] = None
+        frames.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+    untimed = advise(log_of(frames))
+    assert untimed.recommended is None and "verify" in untimed.reason
+    assert untimed.settings[0].accept_length is not None and untimed.settings[0].tokens_per_s is None
+
+
+def test_advice_is_deterministic_for_a_file():
+    frames = chain_frames(800, seed=3)
+    assert advise(log_of(frames)).to_dict() == advise(log_of(frames)).to_dict()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(0, 4), min_size=1, max_size=6)),
+                min_size=1, max_size=60),
+       st.one_of(st.none(), st.floats(0, 50)))
+def test_any_rounds_give_an_answer_with_monotone_lengths(rounds, ms):
+    log = RoundLog(num_steps=4, topk=1)
+    for i, (_, accepted) in enumerate(rounds):
+        body = {"seq": i, "mode": "decode", "accepted": accepted, "bonus": [1] * len(accepted),
+                "draft_ms": ms, "verify_ms": ms, "extend_ms": ms}
+        log.add_frame(decode_frame(encode_frame("step", {**_step_defaults(len(accepted)), **body}, src="x", n=i, t=i)))
+    advice = advise(log, bootstrap=20)
+    lengths = [s.accept_length for s in advice.settings]
+    assert lengths == sorted(lengths) and all(1 <= x <= 5 for x in lengths)
+    json.dumps(advice.to_dict())
+
+
+def _step_defaults(bs: int) -> dict:
+    return {"t_ns": 1, "bs": bs, "rids": ["r"] * bs, "draft_ids": [[1, 2, 3, 4]] * bs,
+            "accepted_ids": [[1]] * bs, "passes": [], "capture": None}
+
+
+def test_advise_command_on_a_recording_prints_the_table_and_json(tmp_path):
+    path = tmp_path / "run.e3s"
+    with SessionWriter(str(path)) as writer:
+        for data in chain_frames(1500):
+            writer.add(data, decode_frame(data))
+    runner = CliRunner()
+    text = runner.invoke(main, ["advise", str(path)])
+    assert text.exit_code == 0, text.output
+    assert "accept length" in text.output and "advice: " in text.output
+    assert len([line for line in text.output.splitlines() if line.strip()[:1].isdigit()]) == 5
+    out = runner.invoke(main, ["advise", str(path), "--json"])
+    data = json.loads(out.output)["publishers"]["dp0"]
+    assert data["recorded_num_steps"] == 5 and data["recommended_num_steps"] in range(1, 6)
+    assert [s["num_steps"] for s in data["settings"]] == [1, 2, 3, 4, 5]
+    thin = tmp_path / "thin.e3s"
+    with SessionWriter(str(thin)) as writer:
+        for data in chain_frames(10):
+            writer.add(data, decode_frame(data))
+    assert runner.invoke(main, ["advise", str(thin)]).exit_code == 3
+    assert runner.invoke(main, ["advise", str(tmp_path / "missing.e3s")]).exit_code == 2
+    assert runner.invoke(main, ["advise"]).exit_code == 2  # usage: neither a file nor --connect
