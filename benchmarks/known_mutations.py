@@ -19,6 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/diagnose.py",
                                     "eagle3scope/store/session.py", "eagle3scope/commands/record.py")
+CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
+    "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",
+    "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -51,6 +54,24 @@ MUTATIONS = [
     ("record: loss counts not kept in the session file", RECORD,
      "writer.note_loss(sub.loss())\n            writer.close()", "writer.close()",
      ["tests/test_record_loss.py"]),
+    # issue 29's audit and this round's own (tests/test_promises.py, tests/test_advisor.py)
+    ("control: the MAC no longer covers the nonce and the time", CONTROL,
+     'if k != "mac")', 'if k not in ("mac", "nonce", "ts"))', ["tests/test_promises.py"]),
+    ("control: the replay window only looks backwards", CONTROL,
+     "not abs(now - ts) <= REPLAY_WINDOW_S", "not now - ts <= REPLAY_WINDOW_S", ["tests/test_promises.py"]),
+    ("validate: negative token ids accepted", VALIDATE,
+     "not 0 <= x <= MAX_TOKEN_ID", "not x <= MAX_TOKEN_ID", ["tests/test_promises.py"]),
+    ("loss: the heartbeat's dropped read as a per-interval count", LOSS,
+     'self.shim_dropped = _count(body.get("dropped"), dropped)',
+     'self.shim_dropped = dropped + _count(body.get("dropped"), 0)', ["tests/test_promises.py"]),
+    ("check/gate: incomplete evidence outranks a failure", CHECK,
+     "EXIT_FAIL if failed else EXIT_INCOMPLETE if incomplete else EXIT_PASS",
+     "EXIT_INCOMPLETE if incomplete else EXIT_FAIL if failed else EXIT_PASS", ["tests/test_promises.py"]),
+    ("advisor: shallower settings not truncated", ADVISOR,
+     "sum(min(a, j + 1) for a in r.accepted)", "sum(r.accepted)", ["tests/test_advisor.py"]),
+    ("advisor: verify cost not scaled by the tokens of the new setting", ADVISOR,
+     "v.b * batch * (k + 1)", "v.b * batch * 2",
+     ["tests/test_advisor.py"]),
 ]
 
 

@@ -1,0 +1,100 @@
+"""Promises the README and RELIABILITY.md make that no other fast test pinned (issue 29's audit: each of
+these survived as a planted one-line bug). Each test names the promise it holds."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire.control_protocol import REPLAY_WINDOW_S, ProtocolError, authentic, check_freshness, sign
+from eagle3scope.wire.loss import FrameLoss
+from eagle3scope.wire.schema import FrameError
+from eagle3scope.wire.validate import MAX_TOKEN_ID
+from analysis_streams import H, session
+from synthetic import step_body
+from test_check import record, run_check
+
+TOKEN = "t" * 64
+
+# -- README "Bounds": control requests are signed (HMAC-SHA256) with a nonce and a time ---------------
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["cmd", "nonce", "ts", "ids", "recapture"]), st.data())
+def test_the_mac_covers_every_field_nonce_and_time_included(field, data):
+    signed = sign({"cmd": "set", "ids": [1, 2, 3], "recapture": False}, TOKEN, now=1000.0)
+    assert authentic(signed, TOKEN)
+    forged = dict(signed)
+    original = forged[field]
+    replacement = data.draw({
+        "cmd": st.sampled_from(["list", "cycle"]), "nonce": st.text("0123456789abcdef", min_size=32, max_size=32),
+        "ts": st.floats(0, 1e9), "ids": st.lists(st.integers(0, 60), max_size=4), "recapture": st.just(True),
+    }[field].filter(lambda v: v != original))
+    forged[field] = replacement
+    assert not authentic(forged, TOKEN)  # a captured request cannot be re-dated or given a fresh nonce
+    assert not authentic(signed, "u" * 64)
+
+
+def test_the_replay_window_is_60_seconds_either_way():
+    assert REPLAY_WINDOW_S == 60
+    req = sign({"cmd": "list"}, TOKEN, now=10_000.0)
+    for now in (10_000.0, 10_000.0 + REPLAY_WINDOW_S, 10_000.0 - REPLAY_WINDOW_S):
+        assert check_freshness(req, now) == req["nonce"]
+    for now in (10_000.0 + REPLAY_WINDOW_S + 0.01, 10_000.0 - REPLAY_WINDOW_S - 0.01):
+        with pytest.raises(ProtocolError, match="within 60 s"):
+            check_freshness(req, now)
+
+
+# -- README "Bounds": frame bodies validated before any consumer sees them -----------------------------
+
+
+@pytest.mark.parametrize("key", ["draft_ids", "accepted_ids"])
+@pytest.mark.parametrize("bad", [-1, -(1 << 40), MAX_TOKEN_ID + 1])
+def test_token_ids_outside_the_vocabulary_range_are_refused(key, bad):
+    body = step_body(1, bs=2, rng=random.Random(0))
+    body[key][1][0] = bad
+    with pytest.raises(FrameError, match=rf"b\.{key}"):
+        decode_frame(encode_frame("step", body, src="x", n=0, t=1))
+    body[key][1][0] = MAX_TOKEN_ID  # the boundary itself is a valid id
+    assert decode_frame(encode_frame("step", body, src="x", n=0, t=1)).body[key][1][0] == MAX_TOKEN_ID
+
+
+# -- schema.py: the heartbeat's `dropped` is the shim's running total, not a per-interval count --------
+
+
+def _heartbeat(n: int, dropped: int) -> object:
+    return decode_frame(encode_frame("heartbeat", {"steps": n, "dropped": dropped, "hook_failures": 0, "queued": 0},
+                                     src="x", n=n, t=n))
+
+
+def test_heartbeat_dropped_is_cumulative():
+    loss = FrameLoss()
+    notes = [loss.observe(_heartbeat(n, dropped)) for n, dropped in enumerate((5, 5, 7))]
+    assert loss.shim_dropped == 7 and loss.lost == 7  # not 5 + 5 + 7
+    assert notes[1] == () and notes[2] == ("2 new frame(s) dropped by the shim (total 7)",)
+
+
+# -- README "CI gate": exit 1 on a failure even when the evidence is also incomplete -------------------
+
+
+def _damage_last_batch(path: str) -> None:
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = (SELECT MAX(id) FROM batches)")
+    con.close()
+
+
+def test_a_failure_outranks_incomplete_evidence(tmp_path):
+    broken = record(tmp_path / "broken.e3s", session(600, bs=2, accept_p=0.7, algorithm="EAGLE",
+                                                    step_kw={"feature_width": H, "fc": False,
+                                                             "capture": {"on": False, "layers": None}}))
+    healthy = record(tmp_path / "healthy.e3s", session(600, bs=2, accept_p=0.7))
+    assert run_check(broken).exit_code == 1 and run_check(healthy).exit_code == 0
+    for path in (broken, healthy):
+        _damage_last_batch(path)
+    assert run_check(healthy).exit_code == 3  # nothing failed, part of the file damaged: inconclusive
+    assert run_check(broken).exit_code == 1  # what was seen is already wrong: the failure wins
