@@ -8,9 +8,17 @@ or test dependency): ``make test`` provides all of them, so a skip there is a ho
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The suite's own private runtime directory: the default endpoint (ipc:// in $XDG_RUNTIME_DIR) of
+# one run never meets another run's or the user's own server on the same machine.
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="e3s-test-run-")
+# Many tests feed hostile frames from raw plain-TCP PUB sockets on loopback; tests of the private
+# stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
+os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")
 
 from eagle3scope.demo.server import cache_dir, engine_python as locate_engine_python
 from eagle3scope.demo.tiny import MODELS_DIRNAME

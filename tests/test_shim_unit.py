@@ -105,6 +105,7 @@ def test_one_endpoint_per_data_parallel_rank():
     assert endpoint_for_dp_rank("tcp://127.0.0.1:5557", 2) == "tcp://127.0.0.1:5559"
     assert endpoint_for_dp_rank("5557", 1) == "5558"
     assert endpoint_for_dp_rank("ipc:///tmp/e3s", 1) == "ipc:///tmp/e3s-dp1"
+    assert endpoint_for_dp_rank("ipc:///run/user/7/eagle3scope/events.sock", 2) == "ipc:///run/user/7/eagle3scope/events-dp2.sock"
 
 
 def test_requested_endpoint(monkeypatch):
@@ -112,7 +113,7 @@ def test_requested_endpoint(monkeypatch):
     monkeypatch.delenv("EAGLE3SCOPE", raising=False)
     assert state.requested_endpoint() is None
     monkeypatch.setenv("EAGLE3SCOPE", "1")
-    assert state.requested_endpoint() == "tcp://127.0.0.1:5557"
+    assert state.requested_endpoint() == ""  # the private default, resolved when the publisher starts
     monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "tcp://127.0.0.1:6000")
     assert state.requested_endpoint() == "tcp://127.0.0.1:6000"
 

@@ -12,7 +12,7 @@ import json
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
 
 
 def _client(control: str | None, token_file: str | None, timeout: float):
@@ -171,7 +171,11 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
 
     restore = info["current"] if info["current"] is not None else ids_for(info["captured"], info["rule"])
     results: list = []
-    with Subscriber(list(endpoints) or [DEFAULT_ENDPOINT]) as sub:
+    try:
+        sub = Subscriber(list(endpoints) or [default_endpoint()])
+    except EndpointError as exc:
+        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
+    with sub:
         try:
             wait_for_stream(sub)
             say(f"cycling {len(chosen)} presets ({f'{steps} steps' if steps else f'{seconds}s'} each, settle {settle}):")

@@ -1,20 +1,21 @@
 """``eagle3scope exporter``: serve Prometheus metrics for one or more shims (a fleet sidecar).
 
 Subscribes to every ``--connect`` endpoint (one per server or data-parallel rank) and serves
-``/metrics`` on ``--listen`` (loopback unless told otherwise). Stop with Ctrl-C or SIGTERM.
+``/metrics`` on ``--listen`` (loopback unless told otherwise). Stop with Ctrl-C, SIGTERM, SIGHUP or
+SIGQUIT: it closes its sockets and exits 0.
 """
 
 from __future__ import annotations
 
 import gc
-import signal
 import sys
 import threading
 
 import click
 
 from eagle3scope.exporter.fleet import MAX_PUBLISHERS
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.signals import stopping_on
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
 
 
 @click.command(name="exporter", help=__doc__)
@@ -33,26 +34,19 @@ def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_pu
 
     from eagle3scope.exporter.service import Exporter
 
-    endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
+        endpoints = endpoints or (default_endpoint(),)
         exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after, max_publishers=max_publishers)
+    except EndpointError as exc:
+        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     except (OSError, zmq.ZMQError) as exc:
         raise click.ClickException(f"cannot start the exporter: {exc}") from None
     stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        stop.set()
-
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     gc.freeze()  # start-up objects leave the GC's view, as in `record`
     if not quiet:
         sys.stderr.write(f"exporting {', '.join(endpoints)} on {exporter.url}\n")
         sys.stderr.flush()
-    try:
-        with exporter:
-            exporter.run(stop)
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    with stopping_on(lambda _signum: stop.set()), exporter:
+        exporter.run(stop)

@@ -4,19 +4,21 @@ Collects N decode steps from the shim(s), then judges them as ``check`` judges a
 contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail
 (also when fewer steps arrived: what was seen is already wrong), 2 cannot subscribe, 3 nothing
 failed but fewer than N steps arrived within ``--timeout`` (inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
-for ``check`` / ``report`` later.
+for ``check`` / ``report`` later. A publisher that cannot be authenticated as the server asked for
+(a squatter on the port, another server's key) is exit 2 at once: its frames are never judged.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT end the collection early; the verdict is still printed.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 
 import click
 
 from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.signals import stopping_on
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
 
 
 @click.command(name="gate", help=__doc__)
@@ -41,11 +43,11 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     from eagle3scope.store import SessionWriter, StoreError
 
     thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
-    endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
+        endpoints = endpoints or (default_endpoint(),)
         sub = Subscriber(list(endpoints))
-    except zmq.ZMQError as exc:
-        click.echo(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}", err=True)
+    except (zmq.ZMQError, EndpointError) as exc:
+        click.echo(f"Error: cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}", err=True)
         ctx.exit(EXIT_UNREADABLE)
     try:
         writer = SessionWriter(record_path, endpoints=list(endpoints)) if record_path else None
@@ -54,22 +56,27 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
         raise click.ClickException(str(exc)) from None
     state = SessionState()
     interrupted = []
-    old = {sig: signal.signal(sig, lambda signum, _f: interrupted.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
     started = time.monotonic()
-    try:
-        while state.acceptance.n_steps < steps and not interrupted and time.monotonic() - started < timeout:
-            for raw, frame in sub.poll_raw(100):
-                state.ingest(frame)
+    with stopping_on(interrupted.append):
+        try:
+            while state.acceptance.n_steps < steps and not interrupted and time.monotonic() - started < timeout:
+                for raw, frame in sub.poll_raw(100):
+                    state.ingest(frame)
+                    if writer is not None:
+                        writer.add(raw, frame)
+                if sub.unauthenticated:
+                    break
                 if writer is not None:
-                    writer.add(raw, frame)
+                    writer.tick()
+        finally:
             if writer is not None:
-                writer.tick()
-    finally:
-        if writer is not None:
-            writer.close()
-        sub.close()
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+                writer.close()
+            sub.close()
+    if sub.unauthenticated:
+        for _, kind, error in sub.take_reports():
+            if kind == "handshake":
+                click.echo(f"Error: {error}", err=True)
+        ctx.exit(EXIT_UNREADABLE)
     state.evaluate_rules()  # the rules ran on ingest's schedule; once more on the last frame, as check does
     elapsed = time.monotonic() - started
     got = state.acceptance.n_steps

@@ -1,6 +1,8 @@
 """``eagle3scope launch [--endpoint E] [--control [ENDPOINT]] -- python -m sglang.launch_server ...``
 
-Runs the server command with the shim switched on (``EAGLE3SCOPE_ENDPOINT``) and, with
+Runs the server command with the shim switched on (``EAGLE3SCOPE_ENDPOINT``: by default this
+user's private ipc socket; a ``tcp://`` one gets the CURVE key file made first, unless
+``EAGLE3SCOPE_TRUSTED_NETWORK=1``) and, with
 ``--control``, the aux-layer control channel: a fresh token in a 0600 file inside a private 0700
 directory, ``EAGLE3SCOPE_CONTROL`` and ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` for the server, and the
 commands to connect printed on stderr. The server runs in its own process group; SIGINT, SIGTERM
@@ -19,8 +21,9 @@ import sys
 import click
 
 from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, free_port, is_loopback, resolve_bind_endpoint
-from eagle3scope.wire.token import create_token_file
+from eagle3scope.wire.curve import KeyFileError, load_keys
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, free_port, guard, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.token import TokenError, create_token_file
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -31,23 +34,34 @@ def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
     if not is_loopback(endpoint):
         raise click.BadParameter(f"{endpoint} is not a loopback endpoint; use an SSH tunnel to reach it remotely",
                                  param_hint="--control")
-    token = create_token_file(token_dir)
+    try:
+        token = create_token_file(token_dir)
+    except TokenError as exc:
+        raise click.BadParameter(str(exc), param_hint="--token-dir") from None
     return {ENV_CONTROL: endpoint, ENV_TOKEN_FILE: str(token)}, str(token)
 
 
 @click.command(name="launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--endpoint", default=DEFAULT_ENDPOINT, show_default=True, help="Where the shim publishes its events.")
+@click.option("--endpoint", default=None, metavar="E",
+              help=f"Where the shim publishes its events (default {DEFAULT_ENDPOINT}, private to this user; "
+                   "tcp:// needs the CURVE key file, made here if missing, or EAGLE3SCOPE_TRUSTED_NETWORK=1).")
 @click.option("--control", is_flag=False, flag_value="auto", default=None, metavar="[ENDPOINT]",
               help="Open the aux-layer control channel (loopback; a free port when no ENDPOINT is given).")
 @click.option("--token-dir", type=click.Path(file_okay=False), default=None,
               help="Directory for the control token (default: a private temp dir, removed on exit; "
                    "e.g. ~/.config/eagle3scope/tokens to keep it).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
-def command(endpoint: str, control: str | None, token_dir: str | None, cmd: tuple[str, ...]) -> None:
+def command(endpoint: str | None, control: str | None, token_dir: str | None, cmd: tuple[str, ...]) -> None:
     """Run an SGLang server command with the eagle3scope shim (and optionally the control channel) on."""
+    say = lambda text: click.echo(f"eagle3scope: {text}", err=True)  # noqa: E731
+    try:
+        endpoint = resolve_bind_endpoint(endpoint or "")
+        if guard(endpoint, bind=False) == "curve":
+            say(f"CURVE key file {load_keys(create=True).path} (viewers on other hosts need a copy)")
+    except (EndpointError, KeyFileError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--endpoint") from None
     env = {**os.environ, "EAGLE3SCOPE_ENDPOINT": endpoint}
     token_path = None
-    say = lambda text: click.echo(f"eagle3scope: {text}", err=True)  # noqa: E731
     if control is not None:
         extra, token_path = control_env(control, token_dir)
         env.update(extra)

@@ -1,7 +1,9 @@
 """``eagle3scope record``: subscribe to live servers and write every frame to a session file.
 
-Headless on purpose (long sessions, tmux, CI). SIGINT/SIGTERM stop it cleanly: the pending batch
-is committed and the file marked complete. A SIGKILL loses at most the last uncommitted batch
+Headless on purpose (long sessions, tmux, CI). SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it
+cleanly: the pending batch is committed and the file marked complete. The file is created 0600
+(it holds every request's token ids) and exclusively: of two recorders started on one path at the
+same moment exactly one records, the other says why. A SIGKILL loses at most the last uncommitted batch
 (100 ms); the WAL is folded into the file every 2 s. Invalid frames are dropped and reported once
 per publisher and kind; a write error (disk full) stops the recording with one line, exit 1, and
 leaves the committed steps readable.
@@ -10,13 +12,13 @@ leaves the committed steps readable.
 from __future__ import annotations
 
 import gc
-import signal
 import sys
 import time
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.signals import name, stopping_on
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
@@ -44,29 +46,47 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
             max_decode_steps: int | None, quiet: bool, max_frame_bytes: int) -> None:
     """Record a live server's events to a session file (headless).
 
-    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM), --duration, --steps or --decode-steps.
+    Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT), --duration, --steps or
+    --decode-steps.
     """
     import zmq
 
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.store import SessionWriter, StoreError
 
-    endpoints = endpoints or (DEFAULT_ENDPOINT,)
     try:
+        endpoints = endpoints or (default_endpoint(),)
         sub = Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)
-    except zmq.ZMQError as exc:
-        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints)}: {exc}") from None
-    try:
-        writer = SessionWriter(out_path, endpoints=list(endpoints))
-    except StoreError as exc:
-        sub.close()
-        raise click.ClickException(str(exc)) from None
+    except (zmq.ZMQError, EndpointError) as exc:
+        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
     stop = {"why": None}
 
-    def on_signal(signum, _frame):
-        stop["why"] = signal.Signals(signum).name
+    def on_signal(signum):
+        stop["why"] = name(signum)
 
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with stopping_on(on_signal):  # from before the file exists to after it is closed
+        try:
+            writer = SessionWriter(out_path, endpoints=list(endpoints))
+        except StoreError as exc:
+            sub.close()
+            raise click.ClickException(str(exc)) from None
+        failed = _record(sub, writer, stop, endpoints, out_path, duration, max_steps, max_decode_steps, quiet)
+    if failed:
+        raise click.ClickException(failed)
+    if not quiet:
+        err = sys.stderr
+        _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
+                  stop["elapsed"], "\n")
+        err.write(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}\n")
+        if sub.last_error:
+            err.write(f"last bad frame: {sub.last_error}\n")
+
+
+def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float | None, max_steps: int | None,
+            max_decode_steps: int | None, quiet: bool) -> str | None:
+    """The recording loop, until ``stop["why"]`` is set; closes the file. Returns the write error, if any."""
+    from eagle3scope.store import StoreError
+
     err = sys.stderr
     tty = err.isatty()
     gc.freeze()  # start-up objects leave the GC's view: full collections then scan only live frames
@@ -115,13 +135,5 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
         except StoreError as exc:  # the last batch could not be written either
             failed = failed or str(exc)
         sub.close()
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    if failed:
-        raise click.ClickException(failed)
-    if not quiet:
-        _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
-                  time.monotonic() - started, "\n")
-        err.write(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}\n")
-        if sub.last_error:
-            err.write(f"last bad frame: {sub.last_error}\n")
+    stop["elapsed"] = time.monotonic() - started
+    return failed

@@ -6,7 +6,7 @@ import importlib.util
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
@@ -24,8 +24,9 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
     """Open the live TUI on one or more running servers.
 
     Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, c aux layers, t theme,
-    ? help, q quit. Over SSH, forward the port (ssh -L 5557:127.0.0.1:5557 gpu-box) or run
-    this inside tmux on the server.
+    ? help, q quit. Over SSH, forward a local socket to the server's (ssh -N -L
+    LOCAL.sock:/run/user/UID/eagle3scope/events.sock gpu-box, then -c ipc://LOCAL.sock; README,
+    "Watching a server over SSH") or run this inside tmux on the server.
     """
     if importlib.util.find_spec("textual") is None:
         raise click.ClickException("the TUI needs the viewer extra: pip install 'eagle3scope[viewer]'")
@@ -46,7 +47,12 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
             client = ControlClient.from_options(control, token_file)
         except (ControlError, TokenError) as exc:
             raise click.ClickException(str(exc)) from None
-    status = run_watch(list(endpoints) or [DEFAULT_ENDPOINT], theme=theme, aux_client=client,
-                       max_frame_bytes=max_frame_bytes)
+    import zmq
+
+    try:
+        status = run_watch(list(endpoints) or [default_endpoint()], theme=theme, aux_client=client,
+                           max_frame_bytes=max_frame_bytes)
+    except (zmq.ZMQError, EndpointError) as exc:
+        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
     if status:
         raise SystemExit(status)

@@ -8,6 +8,12 @@ still arrive. At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers
 from more are refused. Per publisher (``src``) it keeps the loss figures a viewer must show
 (:class:`~eagle3scope.wire.loss.FrameLoss`: frames lost in transit and frames the shim itself
 dropped), plus the latest sticky ``hello``/``load``/``config`` bodies.
+
+Only publishers it can authenticate as the server asked for are heard
+(:func:`eagle3scope.wire.endpoints.guard`): ipc sockets in directories nobody else can write to,
+TCP through CURVE with the key file's server key (a publisher without the secret fails the
+handshake, is reported once per endpoint and never delivers a frame), plain TCP only on a
+network the user trusts.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from dataclasses import dataclass, field
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
+from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
+from eagle3scope.wire.endpoints import EndpointError, guard
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
 
 #: kinds whose latest body describes the publisher (re-published periodically, kept per src)
 STICKY_KINDS = ("hello", "load", "config")
+_HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
 
 @dataclass(slots=True)
@@ -41,7 +50,10 @@ class SourceStats(FrameLoss):
 
 
 class Subscriber:
-    """One SUB socket connected to several publishers (one per data-parallel scheduler)."""
+    """One SUB socket connected to several publishers (one per data-parallel scheduler).
+
+    Raises :class:`~eagle3scope.wire.endpoints.EndpointError` for an endpoint it cannot trust (or
+    a TCP one without a usable CURVE key file), ``zmq.ZMQError`` for one ZeroMQ refuses."""
 
     def __init__(self, endpoints: list[str], *, rcvhwm: int = 200_000,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -56,17 +68,38 @@ class Subscriber:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # larger: the connection is reset
+        self._monitor = None
+        self.curve_key = None  # the key file's path, when TCP endpoints go through CURVE
+        #: endpoint -> failed handshakes (a publisher there is not the server of the key file)
+        self.unauthenticated: dict[str, int] = {}
+        self._reports: list[tuple[str | None, str | None, str]] = []
         try:
-            for endpoint in self.endpoints:
-                self._sock.connect(endpoint)
-        except zmq.ZMQError:
+            self._connect_all()
+        except KeyFileError as exc:
+            self.close()
+            raise EndpointError(f"cannot authenticate a TCP publisher: {exc}") from None
+        except (zmq.ZMQError, EndpointError):
             self.close()
             raise
         self.sources: dict[str, SourceStats] = {}
         self.bad_frames = 0
         self.last_error: str | None = None
         self.bad_by: dict[tuple[str | None, str | None], int] = {}  # (src, kind) -> bad frames
-        self._reports: list[tuple[str | None, str | None, str]] = []
+
+    def _connect_all(self) -> None:
+        """Private endpoints first, then CURVE ones (the key options apply to later connects)."""
+        curve = [e for e in self.endpoints if guard(e, bind=False) == "curve"]
+        for endpoint in self.endpoints:
+            if endpoint not in curve:
+                self._sock.connect(endpoint)
+        if not curve:
+            return
+        keys = load_keys()
+        self.curve_key = keys.path
+        secure_client(self._sock, keys)
+        self._monitor = self._sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        for endpoint in curve:
+            self._sock.connect(endpoint)
 
     def poll_raw(self, timeout_ms: int = 100, max_frames: int = 256) -> list[tuple[bytes, Frame]]:
         """Wait up to ``timeout_ms`` for frames, then drain up to ``max_frames`` (raw bytes kept).
@@ -76,6 +109,8 @@ class Subscriber:
         """
         sock = self._sock
         out: list[tuple[bytes, Frame]] = []
+        if self._monitor is not None:
+            self._check_handshakes()
         if not sock.poll(timeout_ms, zmq.POLLIN):
             return out
         while len(out) < max_frames:
@@ -106,6 +141,22 @@ class Subscriber:
             stats = self.sources[frame.src] = SourceStats()
         stats.observe(frame)
         return frame
+
+    def _check_handshakes(self) -> None:
+        from zmq.utils.monitor import parse_monitor_message
+
+        while self._monitor.poll(0):
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except (zmq.ZMQError, ValueError):
+                return
+            endpoint = event.get("endpoint", b"")
+            endpoint = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else str(endpoint)
+            if not self.unauthenticated.get(endpoint):
+                self._reports.append((endpoint, "handshake", f"cannot authenticate the publisher at {endpoint} as the"
+                                      f" server of {self.curve_key}: the CURVE handshake failed (another server's key,"
+                                      " or someone else bound the port); nothing from it is accepted"))
+            self.unauthenticated[endpoint] = self.unauthenticated.get(endpoint, 0) + 1
 
     def _bad(self, src: str | None, kind: str | None, error: str) -> None:
         self.bad_frames += 1
@@ -138,6 +189,9 @@ class Subscriber:
         }
 
     def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.close(0)
+            self._monitor = None
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from eagle3scope.store.session import (
     PROBE_PAST_LAST,
+    SIDE_SUFFIXES,
     SessionWriter,
     StoreError,
     connect_read_only,
@@ -58,6 +59,10 @@ def salvage(src: str | Path, out: str | Path) -> SalvageReport:
         raise StoreError(f"{src}: no such session file")
     if out.exists() and out.resolve() == src.resolve():
         raise StoreError("--out would overwrite the damaged file")
+    target = out.resolve()
+    for side in SIDE_SUFFIXES:  # SQLite would take it for the input's own and later delete it
+        if target == Path(f"{src.resolve()}{side}") or target == src.absolute().with_name(src.name + side).resolve():
+            raise StoreError(f"--out {out} is {src}'s SQLite {side[1:]} file; choose another name")
     con = connect_read_only(src)
     report = SalvageReport()
     try:

@@ -29,8 +29,11 @@ Tables::
 from __future__ import annotations
 
 import bisect
+import fcntl
 import json
+import os
 import sqlite3
+import stat
 import time
 import zlib
 from dataclasses import dataclass
@@ -126,16 +129,58 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     raise StoreError(f"{path} is not a readable eagle3scope session: {last}")
 
 
+#: SQLite's side files of a database: another file's ``--out`` must never be one of them
+SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def _claim(path: Path) -> int:
+    """Create ``path`` for a new session: mode 0600 (a recording holds every request's token ids),
+    exclusively (``O_EXCL``), or adopt an empty regular file of ours (``mktemp``); either way under
+    an exclusive ``flock`` held until the writer closes, so of two recorders started on one path
+    at the same moment exactly one writes, and the other is told why. Returns the locked descriptor."""
+    for side in SIDE_SUFFIXES:
+        if os.path.lexists(f"{path}{side}"):
+            raise StoreError(f"{path}{side} exists (left by another database?): SQLite would read it as this"
+                             " file's; remove it or choose another --out")
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise StoreError(f"{path} already exists and cannot be opened ({exc}); choose another --out") from None
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StoreError(f"{path} is being written by another recorder (started on the same --out);"
+                             " choose another --out") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 0:
+            raise StoreError(f"{path} already exists; choose another --out or remove it")
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise StoreError(f"{path} belongs to uid {st.st_uid}, not to this user; choose another --out")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, 0o600)  # an adopted empty file: the recording is private whatever made it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class SessionWriter:
-    """Append frames to a new session file, one committed transaction per batch."""
+    """Append frames to a new session file, one committed transaction per batch. The file is
+    created 0600 and held under an exclusive lock while it is written (:func:`_claim`)."""
 
     def __init__(self, path: str | Path, *, batch_frames: int = 512, batch_ms: float = 100.0, level: int = 3,
                  endpoints: list[str] | None = None, checkpoint_s: float = CHECKPOINT_S,
                  max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self.path = Path(path)
-        if self.path.exists() and self.path.stat().st_size > 0:
-            raise StoreError(f"{self.path} already exists; choose another --out or remove it")
         self._con = None
+        self._lock_fd = _claim(self.path)
         try:
             self._con = _connect(self.path)
             self._con.execute("PRAGMA journal_mode=WAL")
@@ -144,6 +189,7 @@ class SessionWriter:
         except sqlite3.Error as exc:
             if self._con is not None:
                 self._con.close()
+            self._release()
             raise StoreError(f"cannot create {self.path}: {exc}") from None
         self._checkpoint_s = checkpoint_s
         self._max_pending_bytes = max(1, max_pending_bytes)
@@ -181,7 +227,15 @@ class SessionWriter:
         except sqlite3.Error as exc:
             self._con.close()
             self._con = None
+            self._release()
             raise StoreError(f"cannot write {self.path}: {exc}") from None
+
+    def _release(self) -> None:
+        """Drop the lock, after SQLite closed: closing any descriptor of the file earlier would
+        also drop SQLite's own POSIX locks on it."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _put_meta(self, **items: object) -> None:
         self._con.executemany(
@@ -327,6 +381,7 @@ class SessionWriter:
         finally:
             self._con = None
             con.close()
+            self._release()
 
     def __enter__(self) -> SessionWriter:
         return self

@@ -9,6 +9,8 @@ never waits for a slow SSH link.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer
 
 from eagle3scope.analysis import views
+from eagle3scope.signals import ending_signals
 from eagle3scope.tui.feed import Feed
 from eagle3scope.tui.panels import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
 from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
@@ -103,6 +106,19 @@ class ScopeApp(App):
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
         yield Footer(compact=True, show_command_palette=False)  # room for more keys at 80 columns
+
+    def on_load(self) -> None:
+        """Before the terminal enters application mode: every signal that would end the process
+        ends the app instead, so the driver leaves the alternate screen and turns mouse reporting
+        off (exit status 128 + N, as the shell reports a killed command). Signals already ignored
+        (nohup) or handled by someone else (a test runner's alarm) are left as they are."""
+        loop = asyncio.get_running_loop()
+        for sig in ending_signals():
+            try:
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    loop.add_signal_handler(sig, self.exit, None, 128 + sig)
+            except (OSError, RuntimeError, ValueError):
+                continue
 
     def on_mount(self) -> None:
         self.main = self.screen

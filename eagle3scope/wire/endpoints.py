@@ -1,19 +1,65 @@
-"""Endpoints both sides agree on: the default, what binds where, one per data-parallel rank.
+"""Endpoints both sides agree on: the default, what binds where, one per data-parallel rank, and
+which of them are private.
 
-The shim binds with :func:`resolve_bind_endpoint` and refuses a control channel that is not
-:func:`is_loopback`; ``launch``, ``watch`` and ``record`` use the same functions so that
-``eagle3scope launch`` and a bare ``eagle3scope watch`` meet without flags. Standard library only.
+The default is an ``ipc://`` socket in a per-user 0700 runtime directory (:func:`runtime_dir`):
+on a shared host no other user can read the stream or bind its name first. The shim binds with
+:func:`resolve_bind_endpoint` and :func:`guard`; viewers connect after :func:`guard`; ``launch``,
+``watch`` and ``record`` use the same functions so that ``eagle3scope launch`` and a bare
+``eagle3scope watch`` meet without flags. Plain TCP is readable and forgeable by anyone who can
+reach the port (every local user, for loopback): both sides use it only with ZeroMQ CURVE
+(:mod:`eagle3scope.wire.curve`) or when the user says the network is trusted
+(``EAGLE3SCOPE_TRUSTED_NETWORK=1``). Standard library only.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
 import socket
 import tempfile
+from pathlib import Path
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+from eagle3scope.wire.private import PrivateFileError, check_private_dir, ensure_private_dir
+
+#: How help texts name the default (the path depends on the user: :func:`default_endpoint`).
+DEFAULT_ENDPOINT = "ipc://$XDG_RUNTIME_DIR/eagle3scope/events.sock"
+#: Plain TCP (no CURVE) and ipc sockets outside private directories, at the user's word.
+ENV_TRUSTED = "EAGLE3SCOPE_TRUSTED_NETWORK"
+SOCKET_NAME = "events.sock"
 
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+
+
+class EndpointError(ValueError):
+    """An endpoint cannot be used safely (or at all); the message says why and what to do."""
+
+
+def trusted_network() -> bool:
+    """True when the user said plain TCP is fine here (``EAGLE3SCOPE_TRUSTED_NETWORK=1``)."""
+    return os.environ.get(ENV_TRUSTED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def runtime_dir() -> Path:
+    """This user's private directory for sockets: ``$XDG_RUNTIME_DIR/eagle3scope``, else
+    ``/tmp/eagle3scope-$UID`` (``$TMPDIR`` respected); created 0700 and checked to be this user's
+    and closed to everyone else, else :class:`EndpointError` with the reason (another user may
+    have created it first to squat the stream)."""
+    base = os.environ.get("XDG_RUNTIME_DIR", "").strip()
+    if base and os.path.isabs(base) and os.path.isdir(base):
+        path = Path(base) / "eagle3scope"
+    else:
+        uid = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+        path = Path(tempfile.gettempdir()) / f"eagle3scope-{uid}"
+    try:
+        return ensure_private_dir(path, "eagle3scope runtime directory")
+    except PrivateFileError as exc:
+        raise EndpointError(f"{exc}; remove it or set XDG_RUNTIME_DIR to a directory of your own") from None
+
+
+def default_endpoint() -> str:
+    """The default publisher endpoint of this user on this host (see :func:`runtime_dir`)."""
+    return f"ipc://{runtime_dir() / SOCKET_NAME}"
 
 
 def resolve_bind_endpoint(endpoint: str) -> str:
@@ -24,7 +70,7 @@ def resolve_bind_endpoint(endpoint: str) -> str:
     """
     endpoint = endpoint.strip()
     if not endpoint:
-        return DEFAULT_ENDPOINT
+        return default_endpoint()
     if endpoint.isdigit():
         return f"tcp://127.0.0.1:{endpoint}"
     if "://" not in endpoint:
@@ -55,7 +101,9 @@ def is_loopback(endpoint: str) -> bool:
 
 
 def endpoint_for_dp_rank(endpoint: str, dp_rank: int) -> str:
-    """One publisher per data-parallel rank: tcp port + dp_rank, ipc path suffix ``-dpN``."""
+    """One publisher per data-parallel rank: tcp port + dp_rank; ipc path with ``-dpN`` before a
+    ``.sock`` suffix (``events.sock`` -> ``events-dp1.sock``), else at its end. The one place a
+    rank's endpoint is derived, for the shim and for viewers finding a server's siblings."""
     if not dp_rank:
         return endpoint
     if endpoint.isdigit():
@@ -65,7 +113,65 @@ def endpoint_for_dp_rank(endpoint: str, dp_rank: int) -> str:
         if port.isdigit() and int(port) > 0:
             return f"{host}:{int(port) + dp_rank}"
         return endpoint
+    if endpoint.endswith(".sock"):
+        return f"{endpoint[:-5]}-dp{dp_rank}.sock"
     return f"{endpoint}-dp{dp_rank}"
+
+
+def ipc_path(endpoint: str) -> Path | None:
+    """The filesystem path of an ``ipc://`` endpoint (None for other schemes and abstract names)."""
+    if not endpoint.startswith("ipc://"):
+        return None
+    path = endpoint[6:]
+    if not path or path.startswith("@"):
+        return None
+    return Path(path).absolute()
+
+
+def guard(endpoint: str, *, bind: bool) -> str | None:
+    """Judge ``endpoint`` before binding or connecting it; returns the security to apply
+    (``"curve"`` for TCP, None for nothing) or raises :class:`EndpointError` saying why it is not safe.
+
+    - ``ipc://``: the socket's directory must be this user's (or root's) and closed to others:
+      for a bind not even enterable (nobody else may connect), for a connect not writable by
+      others (nobody else can have bound the name). A bind also refuses a name another live
+      publisher is serving (ZeroMQ would silently take it over).
+    - ``tcp://``: CURVE, unless ``EAGLE3SCOPE_TRUSTED_NETWORK=1``.
+    - ``inproc://``: in-process, private by construction.
+    """
+    if endpoint.startswith("inproc://"):
+        return None
+    if endpoint.startswith("tcp://"):
+        return None if trusted_network() else "curve"
+    path = ipc_path(endpoint)
+    if path is None:
+        if endpoint.startswith("ipc://@"):  # Linux abstract names: any local user can bind or connect
+            if trusted_network():
+                return None
+            raise EndpointError(f"{endpoint} is an abstract socket name any local user can bind or read; "
+                                f"use an ipc:// path in a private directory (or {ENV_TRUSTED}=1)")
+        return None
+    if not trusted_network():
+        try:
+            check_private_dir(path.parent, "socket directory", others_may_enter=not bind)
+        except PrivateFileError as exc:
+            raise EndpointError(f"{endpoint}: {exc}; other users could read or forge this stream "
+                                f"(the default, {DEFAULT_ENDPOINT}, is private; or set {ENV_TRUSTED}=1)") from None
+    if bind and _serving(path):
+        raise EndpointError(f"{endpoint} is already served by another publisher (a second server on the"
+                            " same endpoint?); give this one its own EAGLE3SCOPE_ENDPOINT")
+    return None
+
+
+def _serving(path: Path) -> bool:
+    """True when something accepts connections on the Unix socket ``path`` (a stale file: False)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError as exc:
+            return exc.errno not in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
+        return True
 
 
 def free_port() -> int:

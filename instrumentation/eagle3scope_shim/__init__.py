@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.wire.endpoints import default_endpoint
 from eagle3scope_shim import patching
 from eagle3scope_shim.state import ENV_ENDPOINT, STATE, requested_endpoint
 from eagle3scope_shim.version import __version__  # noqa: F401
@@ -21,15 +21,16 @@ def install(endpoint: str | None = None) -> bool:
     """Turn the shim on for this process and the SGLang processes it starts. Idempotent.
 
     Sets ``EAGLE3SCOPE_ENDPOINT`` (inherited by the scheduler processes, where the plugin or the
-    ``.pth`` bootstrap activates) and patches this process. Returns False when the version guard
-    refuses the installed SGLang.
+    ``.pth`` bootstrap activates; without ``endpoint``: this user's private default, which raises
+    :class:`~eagle3scope.wire.endpoints.EndpointError` when its directory is not safe) and patches
+    this process. Returns False when the version guard refuses the installed SGLang.
     """
     global _set_env
     if endpoint is not None and os.environ.get(ENV_ENDPOINT) != endpoint:
         os.environ[ENV_ENDPOINT] = endpoint
         _set_env = endpoint
     elif requested_endpoint() is None:
-        os.environ[ENV_ENDPOINT] = _set_env = DEFAULT_ENDPOINT
+        os.environ[ENV_ENDPOINT] = _set_env = default_endpoint()
     if not patching.version_ok():
         return False
     patching.patch_all()

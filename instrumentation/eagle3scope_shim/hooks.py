@@ -48,7 +48,8 @@ def make_scheduler_init(seam):
         if tp_rank != 0:
             return
         registry.confirm_registered()
-        STATE.start_publisher(endpoint, dp_rank)
+        if not STATE.start_publisher(endpoint, dp_rank):
+            return  # said so on the server's log; nothing to report to
         aux_channel.start(args[0], dp_rank)
         loadreport.publish_startup(args[0], tp_rank, dp_rank)
 

@@ -10,7 +10,10 @@ signalling it from the scheduler's thread on every step (out of an idle wait) co
 (BENCHMARKS.md). Polling costs an idle server four wake-ups a second; a step reaches viewers within
 ``flush_interval_s``. A full ring counts a drop instead of growing or waiting. ``hello``/``load``
 bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
-Heartbeats carry the counters so drops reach the viewer.
+Heartbeats carry the counters so drops reach the viewer. The endpoint is judged before it is
+bound (:func:`eagle3scope.wire.endpoints.guard`): an ipc socket only in a private directory and never
+over another live publisher, TCP only with CURVE (:mod:`eagle3scope.wire.curve`) unless the user
+trusts the network.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any, Callable
 import zmq
 
 from eagle3scope.wire import encode_frame
-from eagle3scope.wire.endpoints import resolve_bind_endpoint
+from eagle3scope.wire.curve import load_keys, secure_server
+from eagle3scope.wire.endpoints import guard, resolve_bind_endpoint
 
 #: OS-visible thread names, so per-thread CPU (``top -H``, /proc/<pid>/task/*/comm, py-spy) shows
 #: the shim's share of the scheduler process: the publisher thread, and ZeroMQ's I/O and reaper
@@ -78,6 +82,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
+        self._auth = None  # the CURVE ZAP handler over TCP
         self._bound: str | None = None
         self._sticky: dict[str, dict] = {}
         self._sticky_dirty = False
@@ -107,11 +112,14 @@ class Publisher:
     def start(self) -> None:
         """Bind the PUB socket and start the daemon publisher thread (idempotent).
 
-        Raises ``zmq.ZMQError`` when the endpoint cannot be bound (port taken, bad path): the
-        caller decides whether to report and carry on without publishing.
+        Raises ``zmq.ZMQError`` when the endpoint cannot be bound (port taken, bad path),
+        :class:`~eagle3scope.wire.endpoints.EndpointError` when it is not safe to bind and
+        :class:`~eagle3scope.wire.curve.KeyFileError` when TCP needs a key that cannot be had:
+        the caller decides whether to report and carry on without publishing.
         """
         if self._thread is not None or self._closed:
             return
+        keys = load_keys(create=True) if guard(self._requested, bind=True) == "curve" else None
         self._ctx = zmq.Context()
         try:
             self._ctx.set(zmq.THREAD_NAME_PREFIX, ZMQ_THREAD_PREFIX)
@@ -121,9 +129,12 @@ class Publisher:
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.LINGER, 0)
         try:
+            if keys is not None:
+                self._auth = secure_server(self._ctx, sock, keys)
             sock.bind(self._requested)
         except zmq.ZMQError:
             sock.close(0)
+            self._stop_auth()
             self._ctx.term()
             self._ctx = None
             raise
@@ -262,4 +273,13 @@ class Publisher:
             self._heartbeat()
         finally:
             self._sock.close(int(getattr(self, "_linger_s", 0.0) * 1000))
+            self._stop_auth()
             self._ctx.term()
+
+    def _stop_auth(self) -> None:
+        if self._auth is not None:
+            try:
+                self._auth.stop()
+            except Exception:
+                pass
+            self._auth = None

@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, endpoint_for_dp_rank
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank, resolve_bind_endpoint
 from eagle3scope_shim.publisher import Publisher
 
 log = logging.getLogger("eagle3scope")
@@ -36,12 +36,13 @@ else:
 
 
 def requested_endpoint() -> str | None:
-    """The endpoint the user asked for, or None when the shim is off."""
+    """The endpoint the user asked for ("": the default, resolved when the publisher starts), or
+    None when the shim is off."""
     endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
     if endpoint:
         return endpoint
     if os.environ.get(ENV_ENABLE, "").strip() in ("1", "true", "yes", "on"):
-        return DEFAULT_ENDPOINT
+        return ""
     return None
 
 
@@ -115,15 +116,27 @@ class ShimState:
         self.report(seam, "failed", detail)
 
     # -- publisher ----------------------------------------------------------------------------
-    def start_publisher(self, endpoint: str, dp_rank: int) -> None:
+    def start_publisher(self, endpoint: str, dp_rank: int) -> bool:
+        """Publish this scheduler's events on its rank's endpoint. One that cannot be bound (taken,
+        not private, no CURVE key for TCP) is an error line on the server's log, and nothing is
+        published: the server serves on, its hello goes to nobody. False then."""
         self.src = f"{socket.gethostname()}:{os.getpid()}:dp{dp_rank}"
-        pub = Publisher(endpoint_for_dp_rank(endpoint, dp_rank), self.src)
-        pub.start()
+        wanted = endpoint or "the default endpoint"
+        try:
+            wanted = endpoint_for_dp_rank(resolve_bind_endpoint(endpoint), dp_rank)
+            pub = Publisher(wanted, self.src)
+            pub.start()
+        except Exception as exc:
+            log.error("eagle3scope: NOT PUBLISHING: cannot bind %s: %s: %s. This server serves on, unobserved: its"
+                      " hello goes to nobody, and no viewer, recorder, gate or exporter will see it.",
+                      wanted, type(exc).__name__, exc)
+            return False
         for body in self.pending:
             pub.submit("hook", body)
         self.pending.clear()
         self.publisher = pub
         log.info("eagle3scope: publishing on %s as %s", pub.endpoint, self.src)
+        return True
 
 
 STATE = ShimState()
