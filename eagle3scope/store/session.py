@@ -138,13 +138,11 @@ def _claim(path: Path) -> int:
     exclusively (``O_EXCL``), or adopt an empty regular file of ours (``mktemp``); either way under
     an exclusive ``flock`` held until the writer closes, so of two recorders started on one path
     at the same moment exactly one writes, and the other is told why. Returns the locked descriptor."""
-    for side in SIDE_SUFFIXES:
-        if os.path.lexists(f"{path}{side}"):
-            raise StoreError(f"{path}{side} exists (left by another database?): SQLite would read it as this"
-                             " file's; remove it or choose another --out")
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    created = False
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        created = True
     except FileExistsError:
         try:
             fd = os.open(path, flags)
@@ -156,6 +154,7 @@ def _claim(path: Path) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            created = False  # the rival that holds the lock writes it now: never remove its file
             raise StoreError(f"{path} is being written by another recorder (started on the same --out);"
                              " choose another --out") from None
         st = os.fstat(fd)
@@ -165,7 +164,13 @@ def _claim(path: Path) -> int:
             raise StoreError(f"{path} belongs to uid {st.st_uid}, not to this user; choose another --out")
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.fchmod(fd, 0o600)  # an adopted empty file: the recording is private whatever made it
+        for side in SIDE_SUFFIXES:  # under the lock: a rival recorder's own side files cannot exist yet
+            if os.path.lexists(f"{path}{side}"):
+                raise StoreError(f"{path}{side} exists (left by another database?): SQLite would read it as this"
+                                 " file's; remove it or choose another --out")
     except BaseException:
+        if created:
+            os.unlink(path)
         os.close(fd)
         raise
     return fd

@@ -22,6 +22,7 @@ import zmq
 from eagle3scope.wire.private import PrivateFileError, create_private_file, ensure_private_dir, read_private_file
 
 ENV_KEY_FILE = "EAGLE3SCOPE_CURVE_KEY_FILE"
+_ZAP_DOMAIN = "eagle3scope"
 _KEY = re.compile(rb'^\s*(public|secret)-key\s*=\s*"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})"\s*$', re.M)
 
 
@@ -103,8 +104,8 @@ def secure_server(ctx: zmq.Context, sock: zmq.Socket, keys: CurveKeys):
 
     auth = ThreadAuthenticator(ctx, log=None)
     auth.start()
-    auth.configure_curve_callback(domain="*", credentials_provider=_HoldersOnly(keys.public))
-    sock.zap_domain = b"eagle3scope"
+    auth.configure_curve_callback(domain=_ZAP_DOMAIN, credentials_provider=_HoldersOnly(keys.public))
+    sock.zap_domain = _ZAP_DOMAIN.encode()
     sock.curve_secretkey = keys.secret
     sock.curve_publickey = keys.public
     sock.curve_server = True

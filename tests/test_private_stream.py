@@ -1,0 +1,350 @@
+"""Neighbours on a shared host: another local user can neither read nor forge the event stream.
+
+The default endpoint is an ipc:// socket in a per-user 0700 runtime directory; TCP goes through
+ZeroMQ CURVE with the key file's keys (or plain, only with EAGLE3SCOPE_TRUSTED_NETWORK=1). The
+other user is real: a second uid (``useradd``; the suite runs as root in CI), acting in a forked
+child that drops to that uid, against the real Publisher, Subscriber and CLI over real sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from conftest import engine_missing
+from eagle3scope.live.subscriber import Subscriber
+from eagle3scope.wire import encode_frame
+from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
+from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
+from eagle3scope_shim.publisher import Publisher
+from eagle3scope_shim.state import ShimState
+from synthetic import hello_body, load_body, step_body
+
+NEIGHBOUR = "e3s-neighbour"
+CLI = [sys.executable, "-m", "eagle3scope"]
+
+
+# -- the second user ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def neighbour() -> tuple[int, int]:
+    """(uid, gid) of another local user, created with useradd when missing."""
+    if os.geteuid() != 0:
+        engine_missing("acting as a second user needs root (CI runs the suite as root)")
+    try:
+        entry = pwd.getpwnam(NEIGHBOUR)
+    except KeyError:
+        tool = shutil.which("useradd")
+        if tool is None:
+            engine_missing("useradd is not installed")
+        done = subprocess.run([tool, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NEIGHBOUR],
+                              capture_output=True, text=True, timeout=60)
+        try:
+            entry = pwd.getpwnam(NEIGHBOUR)
+        except KeyError:
+            engine_missing(f"useradd {NEIGHBOUR} failed: {done.stderr.strip()}")
+    assert entry.pw_uid != 0
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_neighbour(who: tuple[int, int], action, *args, timeout: float = 60):
+    """Run ``action(*args)`` in a forked child under the neighbour's uid; its JSON-able result."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the other user, act, report, leave without cleanup handlers
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(who[1])
+            os.setuid(who[0])
+            out = {"ok": action(*args)}
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+        os.write(write, json.dumps(out).encode())
+        os._exit(code)
+    os.close(write)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the neighbour's action hung")
+    with os.fdopen(read, "rb") as fh:
+        out = json.loads(fh.read() or b"{}")
+    assert "error" not in out, out["error"]
+    return out["ok"]
+
+
+@pytest.fixture
+def shared_tmp():
+    """A world-writable sticky directory, like /tmp, that both users can reach."""
+    path = Path(tempfile.mkdtemp(prefix="e3s-shared-", dir="/tmp"))
+    os.chmod(path, 0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def private_env(monkeypatch, tmp_path, shared_tmp):
+    """Nothing trusted; the runtime directory under the shared dir (the /tmp fallback) and a
+    private key file path."""
+    monkeypatch.delenv(ENV_TRUSTED, raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(shared_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    monkeypatch.setenv(ENV_KEY_FILE, str(tmp_path / "keys" / "curve.key"))
+    return shared_tmp
+
+
+def frames(src: str, n_steps: int):
+    """A healthy stream, hello and load re-sent every 50 steps (sticky, as the shim does)."""
+    out, n = [], 0
+    for seq in range(n_steps):
+        if seq % 50 == 0:
+            for kind, body in (("hello", hello_body()), ("load", load_body())):
+                out.append(encode_frame(kind, body, src=src, n=n, t=time.time_ns()))
+                n += 1
+        out.append(encode_frame("step", step_body(seq, t_ns=time.time_ns()), src=src, n=n, t=time.time_ns()))
+        n += 1
+    return out
+
+
+def collect(sub: Subscriber, seconds: float) -> list:
+    got, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got += sub.poll(50)
+    return got
+
+
+def publish_steps(pub: Publisher, n: int = 40) -> None:
+    pub.set_sticky("hello", hello_body())
+    for seq in range(n):
+        pub.submit("step", step_body(seq, t_ns=time.time_ns()))
+
+
+# -- what the neighbour tries ---------------------------------------------------------------------
+def _unix_attempts(path: str) -> dict:
+    """Connect to the socket, list its directory, bind a socket at its name: each error, or 'done'."""
+    out = {}
+    for what, act in (("connect", lambda s: s.connect(path)), ("bind", lambda s: s.bind(path + ".squat"))):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                act(s)
+                out[what] = "done"
+            except OSError as exc:
+                out[what] = type(exc).__name__
+    try:
+        os.listdir(os.path.dirname(path))
+        out["list"] = "done"
+    except OSError as exc:
+        out["list"] = type(exc).__name__
+    return out
+
+
+def _zmq_read(endpoint: str, seconds: float, curve: tuple[bytes, bytes, bytes] | None = None) -> int:
+    """Frames a SUB socket of the neighbour's receives from ``endpoint`` (its own context)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
+    sock.connect(endpoint)
+    n, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if sock.poll(50):
+            sock.recv()
+            n += 1
+    sock.close(0)
+    ctx.term()
+    return n
+
+
+def _squat_runtime_dir(path: str, mode: int) -> str:
+    os.mkdir(path, mode)
+    os.chmod(path, mode)
+    return oct(os.stat(path).st_mode)
+
+
+def _forge_on_tcp(port: int, src: str, seconds: float) -> int:
+    """Bind the port first (plain PUB) and publish a healthy-looking stream under ``src``."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    stream, sent, deadline = frames(src, 100_000), 0, time.monotonic() + seconds
+    while time.monotonic() < deadline and sent < len(stream):
+        sock.send(stream[sent])
+        sent += 1
+        time.sleep(0.002)
+    sock.close(0)
+    ctx.term()
+    return sent
+
+
+# -- the default stream ---------------------------------------------------------------------------
+def test_the_default_stream_is_private_to_its_user(private_env, neighbour):
+    endpoint = default_endpoint()
+    path = endpoint[len("ipc://"):]
+    home = Path(path).parent
+    assert home == private_env / f"eagle3scope-{os.getuid()}"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700 and home.stat().st_uid == os.getuid()
+    pub = Publisher("", "victim:1:dp0", sticky_interval_s=0.2, flush_interval_s=0.02)
+    pub.start()
+    try:
+        assert pub.endpoint == endpoint
+        with Subscriber([endpoint]) as sub:  # its own user hears it, so silence below means something
+            time.sleep(0.3)
+            publish_steps(pub)
+            assert any(f.kind == "step" for f in collect(sub, 1.5))
+        tried = as_neighbour(neighbour, _unix_attempts, path)
+        assert tried == {"connect": "PermissionError", "bind": "PermissionError", "list": "PermissionError"}
+        publish_steps(pub)
+        assert as_neighbour(neighbour, _zmq_read, endpoint, 1.5) == 0
+    finally:
+        pub.close()
+
+
+def test_a_runtime_directory_made_first_by_a_neighbour_is_refused_loudly(private_env, neighbour, caplog):
+    squatted = private_env / f"eagle3scope-{os.getuid()}"
+    as_neighbour(neighbour, _squat_runtime_dir, str(squatted), 0o777)
+    with pytest.raises(EndpointError, match=f"belongs to uid {neighbour[0]}, not to this user"):
+        default_endpoint()
+    with caplog.at_level(logging.ERROR, logger="eagle3scope"):
+        assert ShimState().start_publisher("", 0) is False
+    assert "NOT PUBLISHING" in caplog.text and "hello goes to nobody" in caplog.text
+    done = subprocess.run([*CLI, "gate", "--steps", "5", "--timeout", "2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "belongs to uid" in done.stderr, done.stderr
+    assert not os.listdir(squatted)  # nothing of ours went into it
+    shutil.rmtree(squatted)
+    os.mkdir(squatted, 0o755)  # ours, but open to others: refused too, not loosened or taken over
+    with pytest.raises(EndpointError, match="must be 0700"):
+        runtime_dir()
+
+
+def test_a_second_server_on_the_same_socket_is_refused_not_stolen(private_env):
+    first = Publisher("", "a:1:dp0")
+    first.start()
+    try:
+        second = Publisher("", "b:2:dp0")
+        with pytest.raises(EndpointError, match="already served by another publisher"):
+            second.start()
+        assert os.path.exists(first.endpoint[6:])
+    finally:
+        first.close()
+    again = Publisher("", "b:2:dp0")  # a stale name (the first one gone) is fine
+    again.start()
+    again.close()
+
+
+def test_ipc_outside_a_private_directory_needs_the_trusted_flag(private_env, monkeypatch):
+    endpoint = f"ipc://{private_env}/open.sock"  # a sticky world-writable dir: anyone could squat the name
+    with pytest.raises(EndpointError, match="other users could read or forge"):
+        guard(endpoint, bind=True)
+    with pytest.raises(EndpointError, match="other users could read or forge"):
+        Subscriber([endpoint])
+    monkeypatch.setenv(ENV_TRUSTED, "1")
+    assert guard(endpoint, bind=True) is None
+    Subscriber([endpoint]).close()
+
+
+# -- TCP: CURVE or the user's word ----------------------------------------------------------------
+def test_tcp_goes_through_curve_with_the_key_file(private_env, tmp_path, neighbour):
+    port = free_port()
+    pub = Publisher(f"tcp://127.0.0.1:{port}", "victim:1:dp0", sticky_interval_s=0.2, flush_interval_s=0.02)
+    pub.start()  # writes the key file on first use
+    try:
+        keys = load_keys()
+        key_path = tmp_path / "keys" / "curve.key"
+        assert keys.path == key_path and stat.S_IMODE(key_path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(key_path.parent.stat().st_mode) == 0o700
+        with Subscriber([f"tcp://127.0.0.1:{port}"]) as sub:
+            time.sleep(0.5)
+            publish_steps(pub)
+            assert any(f.kind == "step" for f in collect(sub, 2.0))
+        # the neighbour, even knowing the server's public key, is refused by the server (ZAP)
+        own_public, own_secret = zmq.curve_keypair()
+        publish_steps(pub)
+        assert as_neighbour(neighbour, _zmq_read, f"tcp://127.0.0.1:{port}", 1.5,
+                            (keys.public, own_public, own_secret)) == 0
+        assert as_neighbour(neighbour, _zmq_read, f"tcp://127.0.0.1:{port}", 1.0) == 0  # plain: no handshake
+    finally:
+        pub.close()
+    # a viewer with no key file cannot authenticate anyone: refused with the reason
+    os.environ[ENV_KEY_FILE] = str(tmp_path / "elsewhere" / "curve.key")
+    with pytest.raises(EndpointError, match="does not exist"):
+        Subscriber([f"tcp://127.0.0.1:{port}"])
+
+
+def test_a_key_file_that_is_not_private_is_refused(private_env, tmp_path):
+    path = Path(os.environ[ENV_KEY_FILE])
+    load_keys(create=True)
+    os.chmod(path, 0o644)
+    with pytest.raises(KeyFileError, match="must be 0600"):
+        load_keys()
+    with pytest.raises(KeyFileError):
+        Publisher(f"tcp://127.0.0.1:{free_port()}", "x").start()
+
+
+def test_a_squatted_port_never_gives_a_pass(private_env, neighbour, caplog, monkeypatch):
+    """The neighbour binds the port first and forges a healthy stream under the victim's src: the
+    victim's shim says it cannot publish, and gate fails (exit 2, naming the failed authentication)
+    instead of passing; only with the trusted flag, at the user's word, would it pass."""
+    load_keys(create=True)
+    port = free_port()
+    pid_reader, pid_writer = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(pid_reader)
+        try:
+            os.setgroups([])
+            os.setgid(neighbour[1])
+            os.setuid(neighbour[0])
+            os.write(pid_writer, b"x")
+            _forge_on_tcp(port, "victim:1:dp0", 25.0)
+        finally:
+            os._exit(0)
+    os.close(pid_writer)
+    try:
+        os.read(pid_reader, 1)
+        time.sleep(0.5)  # the port is the neighbour's now
+        with caplog.at_level(logging.ERROR, logger="eagle3scope"):
+            assert ShimState().start_publisher(f"tcp://127.0.0.1:{port}", 0) is False
+        assert "NOT PUBLISHING" in caplog.text and "Address already in use" in caplog.text
+        args = [*CLI, "gate", "--connect", f"tcp://127.0.0.1:{port}", "--steps", "50", "--timeout", "15"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "cannot authenticate the publisher" in done.stderr and "PASS" not in done.stdout
+        trusted = subprocess.run(args, capture_output=True, text=True, timeout=60, env={**os.environ, ENV_TRUSTED: "1"})
+        assert trusted.returncode == 0, trusted.stdout + trusted.stderr  # the forgery is convincing
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        os.close(pid_reader)
+
+
+def test_plain_tcp_without_a_key_or_the_flag_is_refused_on_both_sides(private_env, monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_KEY_FILE, str(tmp_path / "none" / "curve.key"))
+    with pytest.raises(EndpointError, match="cannot authenticate a TCP publisher"):
+        Subscriber([f"tcp://127.0.0.1:{free_port()}"])
+    done = subprocess.run([*CLI, "record", "--connect", f"tcp://127.0.0.1:{free_port()}", "--out",
+                           str(tmp_path / "r.e3s"), "--duration", "0.2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "curve.key does not exist" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "r.e3s").exists()
