@@ -45,8 +45,8 @@ def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_pu
         raise click.ClickException(f"cannot start the exporter: {exc}") from None
     stop = threading.Event()
     gc.freeze()  # start-up objects leave the GC's view, as in `record`
-    if not quiet:
-        sys.stderr.write(f"exporting {', '.join(endpoints)} on {exporter.url}\n")
-        sys.stderr.flush()
     with stopping_on(lambda _signum: stop.set()), exporter:
+        if not quiet:
+            sys.stderr.write(f"exporting {', '.join(endpoints)} on {exporter.url}\n")
+            sys.stderr.flush()
         exporter.run(stop)
