@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")  # loopback TCP figures of a trusted machine, as before CURVE
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

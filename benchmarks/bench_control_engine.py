@@ -12,11 +12,14 @@ every preset as a ``set`` (applied on the scheduler thread, or refused with the 
 
 from __future__ import annotations
 
+import os
+
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")  # loopback TCP figures of a trusted machine, as before CURVE
 import zmq
 
 from eagle3scope.control.client import ControlClient, ControlError

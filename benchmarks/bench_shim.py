@@ -37,6 +37,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     from eagle3scope_shim import hooks
     from eagle3scope_shim.publisher import Publisher
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.state import STATE
 
     class Mode:
@@ -60,7 +61,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             if device != "cpu":
                 torch.cuda.set_sync_debug_mode("default")
 
-    STATE.publisher = pub = Publisher(f"ipc:///tmp/eagle3scope-bench-{id(STATE)}", "bench", queue_size=1 << 16)
+    STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16)
     pub.start()
     STATE.ring_capacity = 64 * 4  # as the worker-init hook sizes it: max running requests x draft tokens
     make = hooks.FACTORIES

@@ -121,6 +121,14 @@ def test_compose_and_provisioning_point_at_each_other():
     scrape = yaml.safe_load((EXAMPLE / "prometheus.yaml").read_text())
     targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
     exporter_listen = re.search(r"--listen ([^\s\"]+)", services["exporter"]["command"])[1]
-    shim_endpoint = re.search(r"--endpoint ([^\s\"]+)", services["sglang"]["command"])[1]
     assert exporter_listen in targets
-    assert f"--connect {shim_endpoint}" in services["exporter"]["command"]
+    shim_endpoint = re.search(r"--endpoint ([^\s\"]+)", services["sglang"]["command"])
+    if shim_endpoint:
+        assert f"--connect {shim_endpoint[1]}" in services["exporter"]["command"]
+    else:  # both on the default (the shim's private socket): the same runtime directory, on a shared volume
+        assert "--connect" not in services["exporter"]["command"]
+        runtime = [set(e for e in services[n].get("environment", []) if e.startswith("XDG_RUNTIME_DIR=")) for n in ("sglang", "exporter")]
+        assert runtime[0] == runtime[1] and len(runtime[0]) == 1, runtime
+        where = next(iter(runtime[0])).split("=", 1)[1]
+        shared = [{v for v in services[n]["volumes"] if v.endswith(f":{where}")} for n in ("sglang", "exporter")]
+        assert shared[0] == shared[1] and len(shared[0]) == 1 and next(iter(shared[0])).split(":")[0] in compose["volumes"]
