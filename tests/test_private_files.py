@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,8 @@ from analysis_streams import session
 from eagle3scope.store import SessionReader, SessionWriter, StoreError
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
-from test_private_stream import as_neighbour, neighbour, shared_tmp  # noqa: F401 - fixtures
+from neighbour_support import as_neighbour, rename_race
+from test_private_stream import neighbour, shared_tmp  # noqa: F401 - fixtures
 
 CLI = [sys.executable, "-m", "eagle3scope"]
 
@@ -62,46 +62,6 @@ def test_a_token_link_is_refused_even_to_a_good_token(tmp_path):
         read_token(link)
 
 
-def _race(read, good: Path, evil: Path, link: Path, target: Path, calls: int) -> dict:
-    """``read(target)`` while a thread swaps ``target`` between the good token, a file of another
-    uid and a link to it, by rename (atomic, as an attacker with write access would)."""
-    stop = threading.Event()
-    staged = {name: target.with_name(f".{name}") for name in ("good", "evil", "link")}
-
-    def swap():
-        i = 0
-        while not stop.is_set():
-            name = ("good", "evil", "good", "link")[i % 4]
-            src = {"good": good, "evil": evil, "link": link}[name]
-            if name == "link":
-                try:
-                    os.unlink(staged["link"])
-                except FileNotFoundError:
-                    pass
-                os.symlink(evil, staged["link"])
-            else:
-                os.link(src, staged[name]) if not staged[name].exists() else None
-            os.rename(staged[name], target)
-            i += 1
-
-    thread = threading.Thread(target=swap, daemon=True)
-    thread.start()
-    tally = {"good": 0, "evil": 0, "refused": 0}
-    good_text, evil_text = good.read_text().strip(), evil.read_text().strip()
-    try:
-        for _ in range(calls):
-            try:
-                got = read(target)
-            except Exception:
-                tally["refused"] += 1
-                continue
-            tally["good" if got == good_text else "evil" if got == evil_text else "refused"] += 1
-    finally:
-        stop.set()
-        thread.join(5)
-    return tally
-
-
 def test_read_token_never_returns_a_swapped_in_token(tmp_path, neighbour):
     """A rename race against the check: every call gives the good token or refuses (before this
     change, a check then a read by name, the attacker's token came back: RELIABILITY.md)."""
@@ -112,7 +72,7 @@ def test_read_token_never_returns_a_swapped_in_token(tmp_path, neighbour):
     os.chmod(evil, 0o600)
     os.chown(evil, *neighbour)  # the neighbour's file, as if they could write here
     target = directory / "control.token"
-    tally = _race(read_token, good, evil, directory / "unused", target, 3000)
+    tally = rename_race(read_token, good, evil, target, 3000)
     assert tally["evil"] == 0 and tally["good"] > 0 and tally["refused"] > 0, tally
 
 

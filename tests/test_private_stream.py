@@ -8,10 +8,8 @@ child that drops to that uid, against the real Publisher, Subscriber and CLI ove
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import pwd
 import shutil
 import socket
 import stat
@@ -31,9 +29,9 @@ from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
 from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.state import ShimState
+from neighbour_support import as_neighbour, become, ensure_neighbour
 from synthetic import hello_body, load_body, step_body
 
-NEIGHBOUR = "e3s-neighbour"
 CLI = [sys.executable, "-m", "eagle3scope"]
 
 
@@ -41,55 +39,10 @@ CLI = [sys.executable, "-m", "eagle3scope"]
 @pytest.fixture(scope="session")
 def neighbour() -> tuple[int, int]:
     """(uid, gid) of another local user, created with useradd when missing."""
-    if os.geteuid() != 0:
-        engine_missing("acting as a second user needs root (CI runs the suite as root)")
     try:
-        entry = pwd.getpwnam(NEIGHBOUR)
-    except KeyError:
-        tool = shutil.which("useradd")
-        if tool is None:
-            engine_missing("useradd is not installed")
-        done = subprocess.run([tool, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NEIGHBOUR],
-                              capture_output=True, text=True, timeout=60)
-        try:
-            entry = pwd.getpwnam(NEIGHBOUR)
-        except KeyError:
-            engine_missing(f"useradd {NEIGHBOUR} failed: {done.stderr.strip()}")
-    assert entry.pw_uid != 0
-    return entry.pw_uid, entry.pw_gid
-
-
-def as_neighbour(who: tuple[int, int], action, *args, timeout: float = 60):
-    """Run ``action(*args)`` in a forked child under the neighbour's uid; its JSON-able result."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop to the other user, act, report, leave without cleanup handlers
-        code = 0
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(who[1])
-            os.setuid(who[0])
-            out = {"ok": action(*args)}
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            out, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
-        os.write(write, json.dumps(out).encode())
-        os._exit(code)
-    os.close(write)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.02)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        raise AssertionError("the neighbour's action hung")
-    with os.fdopen(read, "rb") as fh:
-        out = json.loads(fh.read() or b"{}")
-    assert "error" not in out, out["error"]
-    return out["ok"]
+        return ensure_neighbour()
+    except RuntimeError as exc:
+        engine_missing(str(exc))
 
 
 @pytest.fixture
@@ -314,9 +267,7 @@ def test_a_squatted_port_never_gives_a_pass(private_env, neighbour, caplog, monk
     if child == 0:
         os.close(pid_reader)
         try:
-            os.setgroups([])
-            os.setgid(neighbour[1])
-            os.setuid(neighbour[0])
+            become(neighbour)
             os.write(pid_writer, b"x")
             _forge_on_tcp(port, "victim:1:dp0", 25.0)
         finally:
@@ -348,3 +299,31 @@ def test_plain_tcp_without_a_key_or_the_flag_is_refused_on_both_sides(private_en
                            str(tmp_path / "r.e3s"), "--duration", "0.2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "curve.key does not exist" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "r.e3s").exists()
+
+
+# -- inside the real engine -----------------------------------------------------------------------
+@pytest.mark.engine
+def test_the_shim_publishes_on_the_private_default_inside_sglang(tiny_models, tmp_path, monkeypatch):
+    """EAGLE3SCOPE=1 and nothing else: the scheduler binds this user's default socket (0700 runtime
+    directory), a bare viewer of the same user finds it, and the server's log names it (the line a
+    failed bind turns into an error)."""
+    from eagle3scope.demo.server import SGLangServer
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.delenv("EAGLE3SCOPE_ENDPOINT", raising=False)
+    endpoint = default_endpoint()
+    assert endpoint == f"ipc://{runtime}/eagle3scope/events.sock"
+    target, draft = tiny_models
+    frames = []
+    with Subscriber([endpoint]) as sub:
+        with SGLangServer(target, draft, env={"EAGLE3SCOPE": "1", "XDG_RUNTIME_DIR": str(runtime)}) as srv:
+            srv.generate(["hello world"], max_new_tokens=8)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not {"hello", "step"} <= {f.kind for f in frames}:
+                frames += sub.poll(200)
+            log = srv.log_path.read_text(errors="replace")
+    assert {"hello", "step"} <= {f.kind for f in frames}
+    assert f"eagle3scope: publishing on {endpoint}" in log and "NOT PUBLISHING" not in log
+    assert stat.S_IMODE((runtime / "eagle3scope").stat().st_mode) == 0o700

@@ -5,15 +5,9 @@ processes, a real publisher, a real pseudo-terminal."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 
@@ -25,6 +19,7 @@ from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher
+from neighbour_support import terminal_restored, tui_in_pty
 from synthetic import hello_body, load_body, step_body
 
 CLI = [sys.executable, "-m", "eagle3scope"]
@@ -123,37 +118,6 @@ def test_every_ending_signal_is_caught_by_the_tui():
 
 
 # -- the TUI in a real pseudo-terminal ------------------------------------------------------------
-def _tui(args: list[str], sig: int) -> tuple[int, bytes]:
-    """Run the TUI on a pty (80x24), wait until it drew, send ``sig``; (exit status, all output)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-    proc = subprocess.Popen([*CLI, *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
-    out, deadline, drawn = b"", time.monotonic() + 90, None
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        if drawn is None and b"\x1b[?1049h" in out and len(out) > 2000:
-            drawn = time.monotonic()
-        if drawn is not None and time.monotonic() - drawn > 1.5 and proc.returncode is None:
-            proc.send_signal(sig)
-            drawn = float("inf")
-        if proc.poll() is not None and not ready:
-            break
-    os.close(master)
-    if proc.poll() is None:
-        proc.kill()
-    return proc.wait(30), out
-
-
 @pytest.fixture(scope="module")
 def long_recording(tmp_path_factory):
     path = tmp_path_factory.mktemp("tui") / "long.e3s"
@@ -165,16 +129,12 @@ def long_recording(tmp_path_factory):
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1"])
 def test_replay_restores_the_terminal_on(sig, long_recording):
-    code, out = _tui(["replay", str(long_recording)], getattr(signal, sig))
-    entered = out.rfind(b"\x1b[?1049h")
-    assert entered >= 0, out[-2000:]
-    after = out[entered:]
-    assert b"\x1b[?1049l" in after and b"\x1b[?1000l" in after, after[-500:]
+    code, out = tui_in_pty([*CLI, "replay", str(long_recording)], getattr(signal, sig))
+    assert terminal_restored(out), out[-1000:]
     assert code == 128 + getattr(signal, sig), (code, out[-1000:])
 
 
 def test_watch_restores_the_terminal_on_sigterm(stream):
-    code, out = _tui(["watch", "--connect", stream.pub.endpoint], signal.SIGTERM)
-    after = out[out.rfind(b"\x1b[?1049h"):]
-    assert out.rfind(b"\x1b[?1049h") >= 0 and b"\x1b[?1049l" in after and b"\x1b[?1000l" in after, after[-500:]
+    code, out = tui_in_pty([*CLI, "watch", "--connect", stream.pub.endpoint], signal.SIGTERM)
+    assert terminal_restored(out), out[-1000:]
     assert code == 128 + signal.SIGTERM
