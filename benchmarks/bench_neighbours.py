@@ -10,7 +10,7 @@ neighbour is a forked child dropped to the ``e3s-neighbour`` uid.
   port; after: the private ipc socket) sends 500 steps/s; frames the neighbour reads in 3 s.
 - **squatted port**: the neighbour binds a TCP port first and forges a healthy stream under the
   victim's ``src``; the checkout's ``gate --steps 50`` on that port: exit status (0 = PASS).
-- **token race**: ``read_token`` 3,000 times while the directory entry is swapped by rename between
+- **token race**: ``read_token`` 30,000 times while the directory entry is swapped by rename between
   the good token, the neighbour's file and a link to it; calls that returned the neighbour's token.
 - **two recorders**: 25 rounds of four ``SessionWriter`` on one path behind a barrier: rounds with
   exactly one writer, and what the others raised.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 import zmq  # noqa: E402
 
-from neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty  # noqa: E402
+from neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty, zmq_read  # noqa: E402
 
 PUBLISH = r"""
 import sys, time
@@ -63,7 +63,7 @@ directory = Path(sys.argv[2])
 good = create_token_file(directory)
 evil = directory / "evil.token"
 evil.write_text("A" * 43 + "\n"); os.chmod(evil, 0o600); os.chown(evil, int(sys.argv[3]), int(sys.argv[4]))
-print(json.dumps(rename_race(read_token, good, evil, directory / "control.token", 3000)))
+print(json.dumps(rename_race(read_token, good, evil, directory / "control.token", 30000)))
 """
 
 WRITERS = r"""
@@ -121,27 +121,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _read(endpoint: str, seconds: float) -> int:
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.connect(endpoint)
-    n, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if sock.poll(50):
-            sock.recv()
-            n += 1
-    sock.close(0)
-    ctx.term()
-    return n
-
-
 def default_stream(co: Checkout, who, runtime: Path, old: bool) -> int:
     endpoint = f"tcp://127.0.0.1:{free_port()}" if old else ""  # the old default was loopback TCP 5557
     proc = co.popen(["-c", PUBLISH, endpoint], XDG_RUNTIME_DIR=str(runtime))
     bound = proc.stdout.readline().strip()
     try:
-        return as_neighbour(who, _read, bound, 3.0)
+        return as_neighbour(who, zmq_read, bound, 3.0)
     finally:
         proc.kill()
         proc.wait()
@@ -237,12 +222,15 @@ def signals(co: Checkout, scratch: Path) -> dict:
     return out
 
 
-def measure(co: Checkout, who, old: bool) -> dict:
+def measure(co: Checkout, who, old: bool, only: str | None = None) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="e3s-bench-"))
     os.chmod(scratch, 0o755)
     runtime = scratch / "run"
     runtime.mkdir(mode=0o700)
     try:
+        if only == "token":
+            done = co.run(["-c", TOKEN_RACE, str(HERE / "tests"), str(scratch / "tokens"), str(who[0]), str(who[1])])
+            return {"token race, 30000 reads": json.loads(done.stdout) if done.returncode == 0 else done.stderr[-300:]}
         figures = {"default stream: frames the neighbour read in 3 s": default_stream(co, who, runtime, old)}
         keys = scratch / "keys" / "curve.key"
         if not old:
@@ -252,7 +240,7 @@ def measure(co: Checkout, who, old: bool) -> dict:
         figures["squatted port: gate exit status (0 = PASS)"] = squatted_port(co, who, keys)
         tokens = scratch / "tokens"
         done = co.run(["-c", TOKEN_RACE, str(HERE / "tests"), str(tokens), str(who[0]), str(who[1])])
-        figures["token race, 3000 reads"] = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-300:]
+        figures["token race, 30000 reads"] = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-300:]
         writers = scratch / "writers"
         writers.mkdir()
         done = co.run(["-c", WRITERS, str(writers)])
@@ -266,6 +254,7 @@ def measure(co: Checkout, who, old: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, default=None, help="an older checkout with its .venv")
+    parser.add_argument("--only", choices=["token"], default=None, help="only this figure")
     args = parser.parse_args()
     who = ensure_neighbour()
     runs = [("after", Checkout(HERE), False)]
@@ -273,7 +262,7 @@ def main() -> None:
         runs.insert(0, ("before", Checkout(args.before.resolve()), True))
     for label, co, old in runs:
         print(f"## {label}: {co.root}")
-        for key, value in measure(co, who, old).items():
+        for key, value in measure(co, who, old, args.only).items():
             print(f"- {key}: {value}")
 
 

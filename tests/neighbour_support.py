@@ -1,8 +1,8 @@
 """What the neighbour tests and ``benchmarks/bench_neighbours.py`` share: a second local user to act
 as, a rename race against a file reader, and a TUI run in a real pseudo-terminal.
 
-Standard library only (no project imports), so the benchmark can run it against an older checkout
-for the "before" figures.
+No project imports (standard library and pyzmq), so the benchmark can run it against an older
+checkout for the "before" figures.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import shutil
 import struct
 import subprocess
 import termios
-import threading
 import time
 from pathlib import Path
 
@@ -84,25 +83,27 @@ def as_neighbour(who: tuple[int, int], action, *args, timeout: float = 60):
 
 
 def rename_race(read, good: Path, evil: Path, target: Path, calls: int) -> dict:
-    """``read(target)`` ``calls`` times while a thread swaps ``target`` by rename (atomic, as an
-    attacker with write access to the directory would) between a hard link to the good token
+    """``read(target)`` ``calls`` times while another process swaps ``target`` by rename (atomic, as
+    an attacker with write access to the directory would) between a hard link to the good token
     file, one to ``evil`` (another user's) and a symbolic link to ``evil``. Tally of what came back."""
-    stop = threading.Event()
     staged = target.with_name(f".{target.name}.staged")
-
-    def swap():
+    os.link(good, target)
+    racer = os.fork()
+    if racer == 0:  # only system calls here: safe in a forked child of a threaded process
         i = 0
-        while not stop.is_set():
-            kind = ("good", "evil", "good", "link")[i % 4]
-            if kind == "link":
-                os.symlink(evil, staged)
-            else:
-                os.link(good if kind == "good" else evil, staged)
-            os.rename(staged, target)
-            i += 1
-
-    thread = threading.Thread(target=swap, daemon=True)
-    thread.start()
+        try:
+            while True:
+                kind = i % 4
+                if kind == 3:
+                    os.symlink(evil, staged)
+                else:
+                    os.link(evil if kind == 1 else good, staged)
+                os.rename(staged, target)
+                if os.path.lexists(staged):  # rename between two links of one file does nothing
+                    os.unlink(staged)
+                i += 1
+        finally:
+            os._exit(0)
     tally = {"good": 0, "evil": 0, "refused": 0}
     good_text, evil_text = good.read_text().strip(), evil.read_text().strip()
     try:
@@ -114,9 +115,31 @@ def rename_race(read, good: Path, evil: Path, target: Path, calls: int) -> dict:
                 continue
             tally["good" if got == good_text else "evil" if got == evil_text else "refused"] += 1
     finally:
-        stop.set()
-        thread.join(5)
+        os.kill(racer, 9)
+        os.waitpid(racer, 0)
     return tally
+
+
+def zmq_read(endpoint: str, seconds: float, curve: tuple[bytes, bytes, bytes] | None = None) -> int:
+    """Frames a SUB socket of its own context receives from ``endpoint`` in ``seconds``
+    (``curve``: server key, own public and secret key)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
+    sock.connect(endpoint)
+    n, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if sock.poll(50):
+            sock.recv()
+            n += 1
+    sock.close(0)
+    ctx.term()
+    return n
 
 
 ALT_ON, ALT_OFF, MOUSE_OFF = b"\x1b[?1049h", b"\x1b[?1049l", b"\x1b[?1000l"

@@ -29,7 +29,7 @@ from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
 from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.state import ShimState
-from neighbour_support import as_neighbour, become, ensure_neighbour
+from neighbour_support import as_neighbour, become, ensure_neighbour, zmq_read
 from synthetic import hello_body, load_body, step_body
 
 CLI = [sys.executable, "-m", "eagle3scope"]
@@ -111,25 +111,6 @@ def _unix_attempts(path: str) -> dict:
     return out
 
 
-def _zmq_read(endpoint: str, seconds: float, curve: tuple[bytes, bytes, bytes] | None = None) -> int:
-    """Frames a SUB socket of the neighbour's receives from ``endpoint`` (its own context)."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
-    sock.connect(endpoint)
-    n, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if sock.poll(50):
-            sock.recv()
-            n += 1
-    sock.close(0)
-    ctx.term()
-    return n
-
-
 def _squat_runtime_dir(path: str, mode: int) -> str:
     os.mkdir(path, mode)
     os.chmod(path, mode)
@@ -170,7 +151,7 @@ def test_the_default_stream_is_private_to_its_user(private_env, neighbour):
         tried = as_neighbour(neighbour, _unix_attempts, path)
         assert tried == {"connect": "PermissionError", "bind": "PermissionError", "list": "PermissionError"}
         publish_steps(pub)
-        assert as_neighbour(neighbour, _zmq_read, endpoint, 1.5) == 0
+        assert as_neighbour(neighbour, zmq_read, endpoint, 1.5) == 0
     finally:
         pub.close()
 
@@ -235,9 +216,9 @@ def test_tcp_goes_through_curve_with_the_key_file(private_env, tmp_path, neighbo
         # the neighbour, even knowing the server's public key, is refused by the server (ZAP)
         own_public, own_secret = zmq.curve_keypair()
         publish_steps(pub)
-        assert as_neighbour(neighbour, _zmq_read, f"tcp://127.0.0.1:{port}", 1.5,
+        assert as_neighbour(neighbour, zmq_read, f"tcp://127.0.0.1:{port}", 1.5,
                             (keys.public, own_public, own_secret)) == 0
-        assert as_neighbour(neighbour, _zmq_read, f"tcp://127.0.0.1:{port}", 1.0) == 0  # plain: no handshake
+        assert as_neighbour(neighbour, zmq_read, f"tcp://127.0.0.1:{port}", 1.0) == 0  # plain: no handshake
     finally:
         pub.close()
     # a viewer with no key file cannot authenticate anyone: refused with the reason
