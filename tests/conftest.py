@@ -6,7 +6,9 @@ Under that variable *every* skip fails, whatever raised it (a missing tool, whee
 or test dependency): ``make test`` provides all of them, so a skip there is a hole in the run.
 """
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 # The suite's own private runtime directory: the default endpoint (ipc:// in $XDG_RUNTIME_DIR) of
 # one run never meets another run's or the user's own server on the same machine.
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="e3s-test-run-")
+atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], True)
 # Many tests feed hostile frames from raw plain-TCP PUB sockets on loopback; tests of the private
 # stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")

@@ -294,6 +294,7 @@ def test_the_shim_publishes_on_the_private_default_inside_sglang(tiny_models, tm
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.delenv("EAGLE3SCOPE_ENDPOINT", raising=False)
+    monkeypatch.delenv(ENV_TRUSTED, raising=False)  # the server's environment: nothing trusted
     endpoint = default_endpoint()
     assert endpoint == f"ipc://{runtime}/eagle3scope/events.sock"
     target, draft = tiny_models
