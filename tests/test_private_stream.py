@@ -96,7 +96,7 @@ def publish_steps(pub: Publisher, n: int = 40) -> None:
 def _unix_attempts(path: str) -> dict:
     """Connect to the socket, list its directory, bind a socket at its name: each error, or 'done'."""
     out = {}
-    for what, act in (("connect", lambda s: s.connect(path)), ("bind", lambda s: s.bind(path + ".squat"))):
+    for what, act in (("connect", lambda s: s.connect(path)), ("bind", lambda s: s.bind(path))):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             try:
                 act(s)
@@ -140,6 +140,9 @@ def test_the_default_stream_is_private_to_its_user(private_env, neighbour):
     home = Path(path).parent
     assert home == private_env / f"eagle3scope-{os.getuid()}"
     assert stat.S_IMODE(home.stat().st_mode) == 0o700 and home.stat().st_uid == os.getuid()
+    denied = {"connect": "PermissionError", "bind": "PermissionError", "list": "PermissionError"}
+    assert as_neighbour(neighbour, _unix_attempts, path) == denied  # before the server: no squatting its name
+    assert not os.path.exists(path)
     pub = Publisher("", "victim:1:dp0", sticky_interval_s=0.2, flush_interval_s=0.02)
     pub.start()
     try:
@@ -148,8 +151,7 @@ def test_the_default_stream_is_private_to_its_user(private_env, neighbour):
             time.sleep(0.3)
             publish_steps(pub)
             assert any(f.kind == "step" for f in collect(sub, 1.5))
-        tried = as_neighbour(neighbour, _unix_attempts, path)
-        assert tried == {"connect": "PermissionError", "bind": "PermissionError", "list": "PermissionError"}
+        assert as_neighbour(neighbour, _unix_attempts, path) == denied
         publish_steps(pub)
         assert as_neighbour(neighbour, zmq_read, endpoint, 1.5) == 0
     finally:
@@ -309,3 +311,15 @@ def test_the_shim_publishes_on_the_private_default_inside_sglang(tiny_models, tm
     assert {"hello", "step"} <= {f.kind for f in frames}
     assert f"eagle3scope: publishing on {endpoint}" in log and "NOT PUBLISHING" not in log
     assert stat.S_IMODE((runtime / "eagle3scope").stat().st_mode) == 0o700
+
+
+def test_launch_on_tcp_writes_the_key_file_first_and_says_where(private_env, tmp_path):
+    key = tmp_path / "keys" / "curve.key"
+    child = "import os; print(os.environ['EAGLE3SCOPE_ENDPOINT'])"
+    done = subprocess.run([*CLI, "launch", "--endpoint", "tcp://127.0.0.1:6553", "--", sys.executable, "-c", child],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "tcp://127.0.0.1:6553", done.stderr
+    assert f"CURVE key file {key}" in done.stderr and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert load_keys(key).public == load_keys().public  # what a viewer of this user reads
+    done = subprocess.run([*CLI, "launch", "--", sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == default_endpoint(), done.stderr
