@@ -188,6 +188,11 @@ def test_a_second_server_on_the_same_socket_is_refused_not_stolen(private_env):
     again = Publisher("", "b:2:dp0")  # a stale name (the first one gone) is fine
     again.start()
     again.close()
+    precious = private_env / f"eagle3scope-{os.getuid()}" / "notes.txt"
+    precious.write_text("mine")
+    with pytest.raises(EndpointError, match="is not a socket"):
+        Publisher(f"ipc://{precious}", "c:3:dp0").start()
+    assert precious.read_text() == "mine"
 
 
 def test_ipc_outside_a_private_directory_needs_the_trusted_flag(private_env, monkeypatch):

@@ -17,6 +17,7 @@ import errno
 import ipaddress
 import os
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
@@ -157,6 +158,8 @@ def guard(endpoint: str, *, bind: bool) -> str | None:
         except PrivateFileError as exc:
             raise EndpointError(f"{endpoint}: {exc}; other users could read or forge this stream "
                                 f"(the default, {DEFAULT_ENDPOINT}, is private; or set {ENV_TRUSTED}=1)") from None
+    if bind and os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise EndpointError(f"{endpoint}: {path} exists and is not a socket (ZeroMQ would delete it to bind)")
     if bind and _serving(path):
         raise EndpointError(f"{endpoint} is already served by another publisher (a second server on the"
                             " same endpoint?); give this one its own EAGLE3SCOPE_ENDPOINT")
