@@ -201,6 +201,8 @@ def test_ipc_outside_a_private_directory_needs_the_trusted_flag(private_env, mon
         guard(endpoint, bind=True)
     with pytest.raises(EndpointError, match="other users could read or forge"):
         Subscriber([endpoint])
+    with pytest.raises(EndpointError, match="abstract socket name any local user can bind"):
+        guard("ipc://@eagle3scope", bind=True)
     monkeypatch.setenv(ENV_TRUSTED, "1")
     assert guard(endpoint, bind=True) is None
     Subscriber([endpoint]).close()

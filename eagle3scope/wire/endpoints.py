@@ -8,7 +8,7 @@ on a shared host no other user can read the stream or bind its name first. The s
 ``eagle3scope watch`` meet without flags. Plain TCP is readable and forgeable by anyone who can
 reach the port (every local user, for loopback): both sides use it only with ZeroMQ CURVE
 (:mod:`eagle3scope.wire.curve`) or when the user says the network is trusted
-(``EAGLE3SCOPE_TRUSTED_NETWORK=1``). Standard library only.
+(``EAGLE3SCOPE_TRUSTED_NETWORK=1``). Standard library only (directory rules: :mod:`eagle3scope.wire.private`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ def runtime_dir() -> Path:
     if base and os.path.isabs(base) and os.path.isdir(base):
         path = Path(base) / "eagle3scope"
     else:
-        uid = os.getuid() if hasattr(os, "getuid") else os.getlogin()
-        path = Path(tempfile.gettempdir()) / f"eagle3scope-{uid}"
+        path = Path(tempfile.gettempdir()) / f"eagle3scope-{os.getuid()}"
     try:
         return ensure_private_dir(path, "eagle3scope runtime directory")
     except PrivateFileError as exc:
