@@ -82,17 +82,21 @@ def as_neighbour(who: tuple[int, int], action, *args, timeout: float = 60):
     return out["ok"]
 
 
-def rename_race(read, good: Path, evil: Path, target: Path, calls: int) -> dict:
-    """``read(target)`` ``calls`` times while another process swaps ``target`` by rename (atomic, as
-    an attacker with write access to the directory would) between a hard link to the good token
-    file, one to ``evil`` (another user's) and a symbolic link to ``evil``. Tally of what came back."""
+def rename_race(read, good: Path, evil: Path, target: Path, calls: int, min_seconds: float = 0.0) -> dict:
+    """``read(target)`` ``calls`` times (and for at least ``min_seconds``) while another process
+    swaps ``target`` by rename (atomic, as an attacker with write access to the directory would)
+    between a hard link to the good token file, one to ``evil`` (another user's) and a symbolic
+    link to ``evil``. Tally of what came back."""
     staged = target.with_name(f".{target.name}.staged")
     os.link(good, target)
+    running, told = os.pipe()
     racer = os.fork()
     if racer == 0:  # only system calls here: safe in a forked child of a threaded process
         i = 0
         try:
             while True:
+                if i == 16:
+                    os.write(told, b"x")  # swapping: the reader may start
                 kind = i % 4
                 if kind == 3:
                     os.symlink(evil, staged)
@@ -106,8 +110,13 @@ def rename_race(read, good: Path, evil: Path, target: Path, calls: int) -> dict:
             os._exit(0)
     tally = {"good": 0, "evil": 0, "refused": 0}
     good_text, evil_text = good.read_text().strip(), evil.read_text().strip()
+    os.close(told)
     try:
-        for _ in range(calls):
+        os.read(running, 1)
+        os.close(running)
+        until, n = time.monotonic() + min_seconds, 0
+        while n < calls or time.monotonic() < until:
+            n += 1
             try:
                 got = read(target)
             except Exception:

@@ -72,7 +72,7 @@ def test_read_token_never_returns_a_swapped_in_token(tmp_path, neighbour):
     os.chmod(evil, 0o600)
     os.chown(evil, *neighbour)  # the neighbour's file, as if they could write here
     target = directory / "control.token"
-    tally = rename_race(read_token, good, evil, target, 3000)
+    tally = rename_race(read_token, good, evil, target, 3000, min_seconds=1.0)
     assert tally["evil"] == 0 and tally["good"] > 0 and tally["refused"] > 0, tally
 
 
