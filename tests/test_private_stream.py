@@ -79,11 +79,15 @@ def frames(src: str, n_steps: int):
     return out
 
 
-def collect(sub: Subscriber, seconds: float) -> list:
-    got, deadline = [], time.monotonic() + seconds
+def heard(sub: Subscriber, pub: Publisher, seconds: float = 15.0) -> bool:
+    """True once a step ``pub`` keeps submitting reaches ``sub`` (connections settle at their pace)."""
+    deadline, seq = time.monotonic() + seconds, 0
     while time.monotonic() < deadline:
-        got += sub.poll(50)
-    return got
+        pub.submit("step", step_body(seq, t_ns=time.time_ns()))
+        seq += 1
+        if any(f.kind == "step" for f in sub.poll(50)):
+            return True
+    return False
 
 
 def publish_steps(pub: Publisher, n: int = 40) -> None:
@@ -117,12 +121,13 @@ def _squat_runtime_dir(path: str, mode: int) -> str:
     return oct(os.stat(path).st_mode)
 
 
-def _forge_on_tcp(port: int, src: str, seconds: float) -> int:
-    """Bind the port first (plain PUB) and publish a healthy-looking stream under ``src``."""
+def _forge_on_tcp(port: int, src: str, seconds: float, bound_fd: int) -> int:
+    """Bind the port first (plain PUB), say so on ``bound_fd``, publish a healthy-looking stream under ``src``."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(f"tcp://127.0.0.1:{port}")
+    os.write(bound_fd, b"x")
     stream, sent, deadline = frames(src, 100_000), 0, time.monotonic() + seconds
     while time.monotonic() < deadline and sent < len(stream):
         sock.send(stream[sent])
@@ -148,9 +153,7 @@ def test_the_default_stream_is_private_to_its_user(private_env, neighbour):
     try:
         assert pub.endpoint == endpoint
         with Subscriber([endpoint]) as sub:  # its own user hears it, so silence below means something
-            time.sleep(0.3)
-            publish_steps(pub)
-            assert any(f.kind == "step" for f in collect(sub, 1.5))
+            assert heard(sub, pub)
         assert as_neighbour(neighbour, _unix_attempts, path) == denied
         publish_steps(pub)
         assert as_neighbour(neighbour, zmq_read, endpoint, 1.5) == 0
@@ -219,9 +222,7 @@ def test_tcp_goes_through_curve_with_the_key_file(private_env, tmp_path, neighbo
         assert keys.path == key_path and stat.S_IMODE(key_path.stat().st_mode) == 0o600
         assert stat.S_IMODE(key_path.parent.stat().st_mode) == 0o700
         with Subscriber([f"tcp://127.0.0.1:{port}"]) as sub:
-            time.sleep(0.5)
-            publish_steps(pub)
-            assert any(f.kind == "step" for f in collect(sub, 2.0))
+            assert heard(sub, pub)
         # the neighbour, even knowing the server's public key, is refused by the server (ZAP)
         own_public, own_secret = zmq.curve_keypair()
         publish_steps(pub)
@@ -258,14 +259,12 @@ def test_a_squatted_port_never_gives_a_pass(private_env, neighbour, caplog, monk
         os.close(pid_reader)
         try:
             become(neighbour)
-            os.write(pid_writer, b"x")
-            _forge_on_tcp(port, "victim:1:dp0", 25.0)
+            _forge_on_tcp(port, "victim:1:dp0", 90.0, pid_writer)
         finally:
             os._exit(0)
     os.close(pid_writer)
     try:
-        os.read(pid_reader, 1)
-        time.sleep(0.5)  # the port is the neighbour's now
+        assert os.read(pid_reader, 1) == b"x"  # the port is the neighbour's now
         with caplog.at_level(logging.ERROR, logger="eagle3scope"):
             assert ShimState().start_publisher(f"tcp://127.0.0.1:{port}", 0) is False
         assert "NOT PUBLISHING" in caplog.text and "Address already in use" in caplog.text

@@ -65,6 +65,18 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 60) -> str:
     return seen
 
 
+def _wait_caught(pid: int, sig: int, timeout: float = 60) -> None:
+    """Until process ``pid`` has a handler for ``sig`` (its /proc SigCgt mask says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/status") as fh:
+            caught = int(next(line for line in fh if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never caught {sig}")
+
+
 @pytest.fixture(scope="module")
 def stream():
     with Stream() as s:
@@ -92,7 +104,8 @@ def test_record_commits_and_closes_on(sig, stream, tmp_path):
 def test_gate_prints_its_verdict_on(sig, stream, tmp_path):
     proc = subprocess.Popen([*CLI, "gate", "--connect", stream.pub.endpoint, "--steps", "1000000", "--timeout", "120",
                              "--junit", str(tmp_path / "g.xml")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)  # subscribed and judging
+    _wait_caught(proc.pid, getattr(signal, sig))
+    time.sleep(1.0)  # subscribed and judging
     proc.send_signal(getattr(signal, sig))
     code = proc.wait(30)
     out, err = proc.stdout.read(), proc.stderr.read()
