@@ -10,12 +10,12 @@ few request-steps, no timings, a tree draft), 2 when the file or the endpoint ca
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
+from eagle3scope.signals import stopping_on
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError
 
 EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
 
@@ -110,19 +110,17 @@ def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], st
 
     try:
         sub = Subscriber(list(endpoints))
-    except zmq.ZMQError as exc:
+    except (zmq.ZMQError, EndpointError) as exc:
         click.echo(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}", err=True)
         ctx.exit(EXIT_UNREADABLE)
-    stop = []
-    old = {sig: signal.signal(sig, lambda signum, _f: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop: list[int] = []
     started = time.monotonic()
     try:
-        while (not stop and time.monotonic() - started < timeout
-               and sum(log.seen for log in logs.values()) < steps):
-            for frame in sub.poll(100):
-                _collect(logs, frame)
+        with stopping_on(stop.append):
+            while (not stop and time.monotonic() - started < timeout
+                   and sum(log.seen for log in logs.values()) < steps):
+                for frame in sub.poll(100):
+                    _collect(logs, frame)
     finally:
         sub.close()
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
     ctx.exit(_advise_all(logs, as_json))
