@@ -18,14 +18,19 @@ from pathlib import Path
 from eagle3scope.doctor.aux_check import ASSUMED_TARGET, check_aux_layers, int_list
 from eagle3scope.doctor.checkpoint import INT_DTYPES, Checkpoint, open_checkpoint, read_json
 from eagle3scope.doctor.loader_layouts import (
+    FOREIGN_DRAFT_CLASSES,
+    NORM_FLAGS,
+    SINCE,
     LoaderLayout,
     Mapping,
     canonical_name,
     expected_params,
     layout_for,
     map_name,
+    norm_feature,
     num_aux,
     parse_version,
+    registered_draft_classes,
 )
 from eagle3scope.doctor.producers import FIX_KEY, Producer, recognise
 
@@ -33,10 +38,13 @@ DEFAULT_SGLANG = "0.5.23"
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
 MLA_DRAFT_CLASS = "Eagle3DeepseekV2ForCausalLM"
 #: Order of importance of error findings, for the headline and the listing.
-PRIORITY = ("no-eagle3", "architecture-unsupported", "weights-dropped", "weights-crash", "aux-capture-off",
+PRIORITY = ("no-eagle3", "architecture-unsupported", "architecture", "eagle-config-ignored", "fc-width-unsupported",
+            "aux-capture-unsupported", "target-hidden-null", "lm-head-tied", "embed-random", "weights-dropped", "weights-crash", "aux-capture-off",
             "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
             "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten", "eagle-config-ignored",
             "multi-layer-draft", "producer-flag-ignored", "layer-type-unsupported", "config-speculators-format")
+#: Findings that say what the release does not do at all: the capture of aux layers was not checked.
+UNCHECKED = ("aux-family-unknown", "aux-layers-unchecked")
 
 
 @dataclass
@@ -56,6 +64,7 @@ class Diagnosis:
     checkpoint: Checkpoint
     sglang_version: str
     layout: LoaderLayout
+    given: str = ""  # the draft directory as the user wrote it (output shows it so)
     producer: Producer | None = None
     findings: list[Finding] = field(default_factory=list)
     config: dict | None = None  # the config SGLang will read once fix's config edits are applied
@@ -94,7 +103,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         ordered = self.ordered()
         return {
-            "draft": str(self.checkpoint.path),
+            "draft": self.given or str(self.checkpoint.path),
             "sglang_version": self.sglang_version,
             "loader": self.layout.label + (f" ({self.layout.note})" if self.layout.note else ""),
             "tensors": len(self.checkpoint.tensors),
@@ -113,9 +122,12 @@ class Diagnosis:
 
 def headline(dx: Diagnosis) -> str:
     ordered = dx.ordered()
-    if not ordered or ordered[0].severity == "info":
-        return f"clean: SGLang {dx.sglang_version} will load and feed this draft as it was trained"
-    return ordered[0].title
+    if ordered and ordered[0].severity != "info":
+        return ordered[0].title
+    if any(f.id in UNCHECKED for f in ordered):
+        return (f"clean: SGLang {dx.sglang_version} will load this draft; which target layers feed it was "
+                "not checked")
+    return f"clean: SGLang {dx.sglang_version} will load and feed this draft as it was trained"
 
 
 def installed_sglang() -> str:
@@ -207,7 +219,7 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
     the checkpoint and the target becomes a finding."""
     version = sglang_version or installed_sglang()
     layout = layout_for(version)
-    dx = Diagnosis(open_checkpoint(draft_dir), version, layout)
+    dx = Diagnosis(open_checkpoint(draft_dir), version, layout, str(draft_dir))
     ckpt = dx.checkpoint
     _guarded(dx, _read_target, target_dir)
     for check in (_check_files, _recognise, _check_config):
@@ -227,7 +239,7 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
         else:
             params = expected_params(layout, dx.config)
     if params is not None:
-        for check in (_check_names, _check_shapes, _check_head):
+        for check in (_check_names, _check_shapes, _check_head, _check_embedding):
             _guarded(dx, check, params)
     for check in (_check_vocab_map, check_aux_layers, _check_target):
         _guarded(dx, check)
@@ -247,7 +259,7 @@ def _guarded(dx: Diagnosis, check, *args) -> None:
 
 def _is_llama_draft(dx: Diagnosis) -> bool:
     archs = (dx.config or {}).get("architectures") or [SGLANG_DRAFT_CLASS]
-    return SGLANG_DRAFT_CLASS in archs or (dx.producer is not None and dx.producer.name == "eagle")
+    return SGLANG_DRAFT_CLASS in archs
 
 
 def _read_target(dx: Diagnosis, target_dir: str | Path | None) -> None:
@@ -347,28 +359,108 @@ def _check_config(dx: Diagnosis) -> None:
     archs = config.get("architectures") or []
     if MLA_DRAFT_CLASS in archs or dx.producer.name == "modelopt-mla":
         _mla_draft(dx)
-    elif SGLANG_DRAFT_CLASS not in archs and dx.producer.name != "eagle":
-        dx.add("architecture", "warning", f"architectures is {archs}, not [{SGLANG_DRAFT_CLASS}]",
-               {"architectures": archs}, f"The doctor models {SGLANG_DRAFT_CLASS}; other draft classes load differently.")
-    elif dx.producer.name == "eagle" and SGLANG_DRAFT_CLASS not in archs:
-        dx.config = config = {**config, "architectures": [SGLANG_DRAFT_CLASS]}
-        dx.config_edits.append(f"architectures {archs} -> [{SGLANG_DRAFT_CLASS}] (SGLang picks the draft class "
-                               "from it; the EAGLE authors' config names the target class)")
-        dx.add("architecture", "error", f"architectures is {archs}: SGLang would build a full target model",
-               {"architectures": archs}, f"`eagle3scope fix` writes [{SGLANG_DRAFT_CLASS}].")
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    flags = [f for f in ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output") if config.get(f) or eagle.get(f)]
-    if flags and not dx.layout.fc_norms:
-        dx.add("eagle-config-ignored", "error", f"SGLang {dx.sglang_version} ignores {', '.join(flags)}",
-               {"flags": flags, "loader": dx.layout.label},
-               "The draft was trained with normalised aux states (or outputs) that this release does not apply: "
-               "use SGLang 0.5.12+.")
-        dx.refuse(f"SGLang {dx.sglang_version} cannot apply {', '.join(flags)}; use 0.5.12 or newer")
+    elif archs and SGLANG_DRAFT_CLASS not in archs:
+        config = _foreign_class(dx, config, archs)
+    _norm_flags(dx, config)
+    _tied_head(dx)
+    _target_hidden_null(dx)
     layers = config.get("num_hidden_layers", 1)
     if dx.layout.single_layer_only and layers != 1:
         dx.add("multi-layer-draft", "error", f"SGLang {dx.sglang_version} supports one draft decoder layer only",
                {"num_hidden_layers": layers}, "Use SGLang 0.5.12 or newer.")
         dx.refuse(f"a {layers}-layer draft needs SGLang 0.5.12 or newer")
+
+
+def _llama_layout(names: list[str]) -> bool:
+    """Tensor names of SGLang's LlamaForCausalLMEagle3 layout: an fc and a decoder layer's attention
+    under ``midlayer.`` or ``layers.N.`` (optionally ``model.``-prefixed)."""
+    return any(re.fullmatch(r"(model\.)?fc\.weight", n) for n in names) and any(
+        re.match(r"(model\.)?(midlayer|layers\.\d+)\.self_attn\.[qkv]_proj\.", n) for n in names)
+
+
+def _foreign_class(dx: Diagnosis, config: dict, archs: list) -> dict:
+    """A draft class this release cannot start as an EAGLE-3 draft. Where the tensors are SGLang's
+    Llama layout, the class name is the repair (and every other check follows that class)."""
+    from eagle3scope.wire.aux_layers import family_rule
+
+    version = dx.sglang_version
+    registered = registered_draft_classes(version)
+    if any(a in registered for a in archs):
+        return config
+    name = archs[0]
+    if not _llama_layout(list(dx.checkpoint.tensors)):
+        dx.add("architecture", "warning", f"architectures is {_short(archs, 40)}, not [{SGLANG_DRAFT_CLASS}]",
+               {"architectures": archs, "sglang_version": version},
+               f"The doctor models {SGLANG_DRAFT_CLASS}; other draft classes load differently.")
+        return config
+    target = family_rule(name) is not None or name == "LlamaForCausalLM"
+    why = ("SGLang would build a full target model" if target else
+           f"SGLang {version} has no such class and refuses to start (\"Cannot find model module\")")
+    known = ("" if target else " (vLLM's name for the same layout)" if name in FOREIGN_DRAFT_CLASSES else "")
+    dx.add("architecture", "error", f"architectures is {_short(archs, 40)}: {why}",
+           {"architectures": archs, "sglang_version": version, "draft_classes": sorted(registered)},
+           f"`eagle3scope fix` writes [{SGLANG_DRAFT_CLASS}]: the tensors are its layout{known}.")
+    dx.config_edits.append(f"architectures {archs} -> [{SGLANG_DRAFT_CLASS}] (SGLang picks the draft class from "
+                           "it; the tensors are that class's layout)")
+    dx.config = config = {**config, "architectures": [SGLANG_DRAFT_CLASS]}
+    return config
+
+
+def _norm_flags(dx: Diagnosis, config: dict) -> None:
+    """EAGLE-3.x norms a release does not build: the draft runs without normalisation it was trained with."""
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    flags = [f for f in NORM_FLAGS if config.get(f) or eagle.get(f)]
+    missing = {f: SINCE[NORM_FLAGS[f]] for f in flags if not dx.layout.has(NORM_FLAGS[f])}
+    if not missing:
+        return
+    first = max(missing.values(), key=parse_version)
+    names = ", ".join(missing)
+    dx.add("eagle-config-ignored", "error", f"SGLang {dx.sglang_version} ignores {names}: needs SGLang >= {first}",
+           {"flags": list(missing), "first_release": missing, "loader": dx.layout.label},
+           f"Serve with SGLang {first} or newer: this release does not build the EAGLE-3.x norm(s) {names} the "
+           "draft was trained with.")
+    dx.refuse(f"SGLang {dx.sglang_version} cannot apply {names}: use SGLang {first} or newer")
+
+
+def _head_tensor(dx: Diagnosis) -> str | None:
+    return next((n for n in dx.checkpoint.tensors if n in ("lm_head.weight", "model.lm_head.weight")), None)
+
+
+def _tied_head(dx: Diagnosis) -> None:
+    """``tie_word_embeddings`` true: SGLang's draft uses its embedding (the target's, once shared) as
+    the head (llama_eagle3.py ``self.lm_head = self.model.embed_tokens``); a trained ``lm_head``
+    then has no parameter to load into and is dropped without a word."""
+    cfg = dx.config
+    if not cfg.get("tie_word_embeddings") or not _pos_int(cfg.get("hidden_size")):
+        return
+    head, draft_vocab = _head_tensor(dx), cfg.get("draft_vocab_size")
+    if head is None and draft_vocab in (None, cfg.get("vocab_size")):
+        return  # tied as trained: one matrix for embedding and head
+    evidence = {"tie_word_embeddings": True, "lm_head": head, "draft_vocab_size": draft_vocab}
+    if head is None:
+        dx.add("lm-head-tied", "error", "tie_word_embeddings is true beside a draft vocabulary: the head is the "
+               "embedding, not a trained head", evidence,
+               "The checkpoint has no lm_head for its draft vocabulary: export the trained lm_head.weight "
+               "[draft_vocab_size, hidden_size] and set tie_word_embeddings false, or retrain.")
+        dx.refuse("tie_word_embeddings is true and there is no trained lm_head to serve instead")
+        return
+    dx.add("lm-head-tied", "error", "tie_word_embeddings is true: SGLang ties the head to the embedding and "
+           f"drops the trained {head}", evidence,
+           "`eagle3scope fix` writes tie_word_embeddings false, so SGLang loads the trained head.")
+    dx.config = {**cfg, "tie_word_embeddings": False}
+    dx.config_edits.append(f"tie_word_embeddings true -> false (the checkpoint has a trained {head})")
+
+
+def _target_hidden_null(dx: Diagnosis) -> None:
+    """llama_eagle3.py reads ``target_hidden_size`` whenever the attribute exists: null builds fc
+    from None and the draft fails to start."""
+    if "target_hidden_size" not in dx.config or dx.config["target_hidden_size"] is not None:
+        return
+    dx.add("target-hidden-null", "error", "target_hidden_size is null: SGLang builds fc from it and fails to "
+           "start", {"target_hidden_size": None},
+           "`eagle3scope fix` removes the key (SGLang then uses hidden_size, as a null meant).")
+    dx.config = {k: v for k, v in dx.config.items() if k != "target_hidden_size"}
+    dx.config_edits.append("target_hidden_size null removed (SGLang reads hidden_size instead)")
 
 
 #: What kimi_k25_eagle3.py (0.5.12+) builds in its one MLA decoder layer (``model.midlayer.*``).
@@ -380,7 +472,7 @@ MLA_LAYER_PARAMS = ("input_layernorm", "hidden_norm", "post_attention_layernorm"
 def _mla_draft(dx: Diagnosis) -> None:
     """Model-Optimizer's MLA draft: served from 0.5.12 by kimi_k25_eagle3.py. Its loader is modelled by
     name (``_mla_names``); shapes are not checked."""
-    if parse_version(dx.sglang_version) < parse_version("0.5.12"):
+    if MLA_DRAFT_CLASS not in registered_draft_classes(dx.sglang_version):
         dx.add("architecture-unsupported", "error", f"SGLang {dx.sglang_version} has no {MLA_DRAFT_CLASS}",
                {"architectures": dx.config.get("architectures"), "first_release": "0.5.12"},
                f"Serve this MLA draft with SGLang 0.5.12 or newer (models/kimi_k25_eagle3.py).")
@@ -574,9 +666,7 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
                 "renamable": len([n for n in silent if n in dx.renames]),
                 "params_left_random": left_random, "loader": layout.label},
                "Run `eagle3scope fix DRAFT --out NEW`: it renames the keys this release maps."
-               if all(n in dx.renames for n in silent) else
-               "These names have no counterpart in SGLang's draft model (a different architecture?): "
-               + summary_text([n for n in silent if n not in dx.renames]))
+               if all(n in dx.renames for n in silent) else _unmapped_text(dx, [n for n in silent if n not in dx.renames]))
     crash = [n for n, action in dropped.items() if action == "crash"]
     if crash:
         dx.add("weights-crash", "error", f"SGLang {dx.sglang_version} raises KeyError on these names at load",
@@ -586,13 +676,36 @@ def _check_names(dx: Diagnosis, params: dict) -> None:
         dx.add("weights-dropped", "warning", "The loader logs 'not found in params_dict' and skips these tensors",
                {"names": logged[:8], "count": len(logged)}, "Rename them with `eagle3scope fix`.")
     if dx.unmappable:
-        dx.refuse("tensors without a counterpart in the draft model: " + summary_text(dx.unmappable))
+        other = [n for n in dx.unmappable if not norm_feature(n)]
+        dx.refuse("tensors without a counterpart in the draft model: " + summary_text(other) if other else
+                  _unmapped_text(dx, dx.unmappable))
     missing = _unwritten(params, written)  # even after fix's renames
     if missing:
         dx.add("weights-unwritten", "error", f"{len(missing)} draft parameter(s) get no checkpoint tensor (random init)",
                {"params": missing[:8], "count": len(missing)},
                "The checkpoint lacks these tensors (or names them in a way fix cannot map); retrain or re-export.")
         dx.refuse("draft parameters have no tensor to load from")
+
+
+def _unmapped_text(dx: Diagnosis, names: list[str]) -> str:
+    """Why these tensors load nowhere: EAGLE-3.x norms this release does not build (or the config
+    does not switch on), else no counterpart at all."""
+    norms: dict[str, list[str]] = {}
+    rest = []
+    for name in names:
+        feature = norm_feature(name)
+        (norms.setdefault(feature, []) if feature else rest).append(name)
+    parts = []
+    for feature, group in norms.items():
+        flag = next(f for f, feat in NORM_FLAGS.items() if feat == feature)
+        parts.append(f"{summary_text(group)} {'is' if len(group) == 1 else 'are'} EAGLE-3.x norm weights: "
+                     + (f"they need SGLang >= {SINCE[feature]}" if not dx.layout.has(feature) else
+                        f"SGLang builds them only with {flag}: true in config.json"))
+    if rest:
+        parts.append("these names have no counterpart in SGLang's draft model (a different architecture?): "
+                     + summary_text(rest))
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
 
 
 def _upper_layer_norms(dx: Diagnosis, params: dict, written: dict[str, set]) -> None:
@@ -663,20 +776,72 @@ def _check_shapes(dx: Diagnosis, params: dict) -> None:
         if want is not None and tuple(info.shape) != tuple(want):
             bad[name] = {"shape": list(info.shape), "expected": list(want)}
     fc = bad.pop(next((n for n in bad if n.endswith("fc.weight")), None), None)
+    cfg, fixed = dx.config, dx.layout.fc_aux_states
+    target_hidden = cfg.get("target_hidden_size") or cfg["hidden_size"]
     if fc:
-        cfg = dx.config
-        target_hidden = cfg.get("target_hidden_size") or cfg["hidden_size"]
-        k_trained = fc["shape"][1] / target_hidden if len(fc["shape"]) == 2 else None
-        dx.add("fc-shape", "error", "fc does not match the number of aux layers x the target hidden size",
-               {"fc_shape": fc["shape"], "expected": fc["expected"], "num_aux_configured": num_aux(cfg),
-                "target_hidden_size": target_hidden, "num_aux_trained": k_trained},
-               "Give eagle_config.eagle_aux_hidden_state_layer_ids as many ids as fc was trained on, and set "
-               "target_hidden_size to the target's hidden_size.")
+        width = fc["shape"][1] if len(fc["shape"]) == 2 else 0
+        k_trained = width // target_hidden if width % target_hidden == 0 else None
+        evidence = {"fc_shape": fc["shape"], "expected": fc["expected"], "num_aux_configured": num_aux(cfg),
+                    "target_hidden_size": target_hidden, "num_aux_trained": k_trained or width / target_hidden}
+        if fixed and k_trained and fc["shape"][0] == cfg["hidden_size"]:
+            dx.add("fc-width-unsupported", "error", f"SGLang {dx.sglang_version} builds fc for exactly {fixed} aux "
+                   f"states; this draft's fc takes {k_trained}", evidence,
+                   f"Serve with SGLang {SINCE['fc_from_config']} or newer: it builds fc for the configured aux "
+                   "states.")
+            dx.refuse(f"fc takes {k_trained} aux states: SGLang {dx.sglang_version} cannot load it; use SGLang "
+                      f"{SINCE['fc_from_config']} or newer")
+            fc = None
+        else:
+            dx.add("fc-shape", "error", "fc does not match the number of aux layers x the target hidden size",
+                   evidence, _fc_hint(dx, width, k_trained))
+    elif fixed and num_aux(cfg) != fixed:
+        dx.add("fc-shape", "error", f"The config captures {num_aux(cfg)} aux states; fc takes {fixed}",
+               {"num_aux_configured": num_aux(cfg), "fc_aux_states": fixed, "loader": dx.layout.label},
+               f"Give eagle_config.eagle_aux_hidden_state_layer_ids {fixed} ids, the layers fc was trained on.")
+        dx.refuse("the config and fc disagree on the number of aux states")
     if bad:
         dx.add("shape-mismatch", "error", f"{len(bad)} tensor(s) have the wrong shape for this config",
                {"tensors": dict(list(bad.items())[:8])}, "The checkpoint and config.json disagree: use the config it was trained with.")
     if fc or bad:
         dx.refuse("tensor shapes disagree with the config")
+
+
+def _fc_hint(dx: Diagnosis, width: int, k_trained: int | None) -> str:
+    """What makes fc load: as many ids as it was trained on, or (with --target) the target's width,
+    which also stops SGLang sharing the target's embedding when it differs from hidden_size."""
+    target = (dx.target or {}).get("hidden_size")
+    if target and width % target == 0 and target != (dx.config.get("target_hidden_size") or dx.config["hidden_size"]):
+        return f"Set target_hidden_size to {target}, the target's hidden size." + _embed_note(dx, target)
+    if k_trained:
+        return f"Give eagle_config.eagle_aux_hidden_state_layer_ids {k_trained} ids, as many as fc was trained on."
+    return "fc was trained for another target or config: use the config.json exported with this draft."
+
+
+def _embed_note(dx: Diagnosis, target_hidden: int) -> str:
+    if target_hidden == dx.config["hidden_size"] or _embed_tensor(dx):
+        return ""
+    return (" SGLang then keeps the draft's own embedding (llama.py set_embed), and the checkpoint has none: "
+            "re-export it with embed_tokens.weight.")
+
+
+def _embed_tensor(dx: Diagnosis) -> str | None:
+    return next((n for n, m in dx.mappings.items() if m.param == "model.embed_tokens.weight"), None) or next(
+        (n for n in dx.checkpoint.tensors if n.endswith("embed_tokens.weight")), None)
+
+
+def _check_embedding(dx: Diagnosis, params: dict) -> None:
+    """llama.py ``set_embed``: the target's embedding replaces the draft's unless the config has a
+    ``target_hidden_size`` other than ``hidden_size``; then the draft's own must be in the checkpoint."""
+    cfg = dx.config
+    th = cfg.get("target_hidden_size")
+    if th is None or th == cfg["hidden_size"] or _embed_tensor(dx):
+        return
+    dx.add("embed-random", "error", f"target_hidden_size {th} != hidden_size {cfg['hidden_size']}: SGLang does "
+           "not share the target's embedding, and the checkpoint has none (random init)",
+           {"target_hidden_size": th, "hidden_size": cfg["hidden_size"], "embed_tokens_in_checkpoint": False},
+           "Re-export the draft with its embed_tokens.weight [vocab_size, hidden_size] (SpecForge leaves it out: "
+           "it is the target's when the widths match).")
+    dx.refuse("the draft's embedding is not in the checkpoint and SGLang will not share the target's")
 
 
 def _check_head(dx: Diagnosis, params: dict) -> None:
@@ -686,7 +851,7 @@ def _check_head(dx: Diagnosis, params: dict) -> None:
     draft_vocab, hidden = cfg.get("draft_vocab_size"), cfg["hidden_size"]
     heads = [n for n, m in dx.mappings.items() if m.param == "lm_head.weight"]
     if not heads:
-        if draft_vocab is not None or not dx.layout.head_from_target_without_draft_vocab:
+        if draft_vocab is not None or not dx.layout.has("head_from_target"):
             dx.add("lm-head-mismatch", "error", "No lm_head in the checkpoint while draft_vocab_size is set: random head",
                    {"draft_vocab_size": draft_vocab, "lm_head_present": False},
                    "Export the draft's trained lm_head.weight [draft_vocab_size, hidden_size] with the checkpoint. "
@@ -801,9 +966,14 @@ def _check_target(dx: Diagnosis) -> None:
         return
     expected_hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
     if target.get("hidden_size") and expected_hidden and target["hidden_size"] != expected_hidden:
+        fc = next((i.shape for n, i in dx.checkpoint.tensors.items() if dx.mappings.get(n) and
+                   dx.mappings[n].param == "model.fc.weight"), None)
+        fits = fc is not None and len(fc) == 2 and fc[1] == target["hidden_size"] * num_aux(cfg)
         dx.add("hidden-width-mismatch", "error", "The target's hidden size differs from what the draft's fc expects",
                {"target_hidden_size": target["hidden_size"], "draft_expects": expected_hidden},
-               "Set target_hidden_size in the draft config, or use the target the draft was trained for.")
+               (f"fc was trained on this target's width: set target_hidden_size to {target['hidden_size']}."
+                + _embed_note(dx, target["hidden_size"])) if fits else
+               "Use the target the draft was trained for: its fc takes states of another width.")
     if target.get("vocab_size") and cfg.get("vocab_size") and target["vocab_size"] != cfg["vocab_size"]:
         dx.add("vocab-mismatch", "error", "The draft's vocab_size differs from the target's",
                {"target_vocab_size": target["vocab_size"], "draft_vocab_size_field": cfg["vocab_size"]},

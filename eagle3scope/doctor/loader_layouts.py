@@ -3,13 +3,16 @@
 The one place that knows the per-release loader behaviour; ``doctor`` and ``fix`` only ask it.
 0.5.23 is modelled line by line on ``sglang/srt/models/llama_eagle3.py`` (``__init__`` and
 ``load_weights``); older ranges follow the same file in each release's wheel (the ranges in
-:data:`LAYOUTS` name them). A release newer than the last range is assumed to behave like it.
+:data:`LAYOUTS` name them, :data:`SINCE` the first release of each later feature, and
+:data:`DRAFT_CLASSES` which draft classes a release registers). tests/test_compat_static.py reads
+these facts back from every wheel of the compat table, so a new release cannot drift silently. A
+release newer than the last range is assumed to behave like it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: SGLang's stacked-parameter mapping (checkpoint shard name -> fused parameter, shard id).
 STACKED = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
@@ -30,9 +33,40 @@ def parse_version(text: str) -> tuple[int, ...]:
     return (int(major), int(minor), int(patch or 0), int(post) if post else (-1 if pre else 0))
 
 
+#: EAGLE-3 draft classes SGLang registers (``EntryClass`` in ``models/*.py``), by first release.
+DRAFT_CLASSES = {"LlamaForCausalLMEagle3": "0.4.4.post2", "Eagle3DeepseekV2ForCausalLM": "0.5.12"}
+#: Other runtimes' names for SGLang's LlamaForCausalLMEagle3 layout, which no SGLang release
+#: registers (vLLM's registry maps all of them to its llama_eagle3.Eagle3LlamaForCausalLM,
+#: vllm/model_executor/models/registry.py; AngelSlim's and vLLM-side exports write the first).
+FOREIGN_DRAFT_CLASSES = ("Eagle3LlamaForCausalLM", "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM",
+                         "Eagle3Speculator", "Eagle3DraftModel")
+#: The first release whose llama_eagle3.py (llama.py for set_embed) has each behaviour.
+SINCE = {
+    "head_from_target": "0.5.3",  # draft_vocab_size None -> the target's lm_head (load_lm_head_from_target)
+    "fc_from_config": "0.5.12",  # fc built for num_aux_hidden_states / len(ids) states; before: exactly 3
+    "fc_norm": "0.5.12",  # model.fc_norm.{i} (config fc_norm or use_aux_norm; legacy aux_norm_* names)
+    "norm_output": "0.5.12",  # the normed state fed back as the next step's hidden state
+    "norm_before_fc": "0.5.18",  # model.input_norm over the concatenated aux states
+}
+#: EAGLE-3.x config flags -> the behaviour in :data:`SINCE` that applies them.
+NORM_FLAGS = {"fc_norm": "fc_norm", "use_aux_norm": "fc_norm", "norm_before_fc": "norm_before_fc",
+              "norm_output": "norm_output"}
+#: Checkpoint names (after the legacy renames) of the EAGLE-3.x norms -> the behaviour that loads them.
+NORM_KEYS = ((re.compile(r"(^|\.)fc_norm\.\d+\."), "fc_norm"), (re.compile(r"(^|\.)input_norm\."), "norm_before_fc"))
+#: Aux states fc takes up to 0.5.11 (llama_eagle3.py: ``Linear(self.hidden_size_in * 3, ...)``).
+FIXED_FC_AUX = 3
+
+
+def norm_feature(name: str) -> str | None:
+    """The EAGLE-3.x behaviour that loads this checkpoint name (legacy ``aux_norm_*`` included)."""
+    for legacy, new in LEGACY_RENAMES[1:]:
+        name = name.replace(legacy, new)
+    return next((feature for pattern, feature in NORM_KEYS if pattern.search(name)), None)
+
+
 @dataclass(frozen=True)
 class LoaderLayout:
-    """Loader behaviour of one range of SGLang releases."""
+    """Loader behaviour of one range of SGLang releases (``at``: the release asked about)."""
 
     first: str
     last: str | None
@@ -44,9 +78,17 @@ class LoaderLayout:
     unknown_names: str = "silent"
     d2t_required: bool = False  # no d2t -> AttributeError at start-up
     single_layer_only: bool = False
-    fc_norms: bool = False  # input_norm (norm_before_fc) and fc_norm (per-aux) modules exist
-    head_from_target_without_draft_vocab: bool = True  # draft_vocab_size None -> target's lm_head
     note: str = ""
+    at: str = ""
+
+    def has(self, feature: str) -> bool:
+        """Whether the release asked about has a behaviour of :data:`SINCE`."""
+        return parse_version(self.at or self.first) >= parse_version(SINCE[feature])
+
+    @property
+    def fc_aux_states(self) -> int | None:
+        """How many aux states fc is built for whatever the config says (None: as configured)."""
+        return None if self.has("fc_from_config") else FIXED_FC_AUX
 
     def covers(self, version: tuple[int, ...]) -> bool:
         if version < parse_version(self.first):
@@ -61,13 +103,12 @@ class LoaderLayout:
 LAYOUTS: tuple[LoaderLayout, ...] = (
     LoaderLayout("0.0.0", "0.4.4.post1", has_eagle3=False, note="no EAGLE-3 support at all"),
     LoaderLayout("0.4.4.post2", "0.4.8", layer_module="midlayer", unknown_names="delegated", d2t_required=True,
-                 single_layer_only=True, head_from_target_without_draft_vocab=False,
-                 note="prefixes 'model.' and delegates to LlamaForCausalLM.load_weights"),
+                 single_layer_only=True, note="prefixes 'model.' and delegates to LlamaForCausalLM.load_weights"),
     LoaderLayout("0.4.9", "0.5.2", layer_module="midlayer", single_layer_only=True,
-                 head_from_target_without_draft_vocab=False, note="module midlayer; unknown names skipped silently"),
+                 note="module midlayer; unknown names skipped silently"),
     LoaderLayout("0.5.3", "0.5.11", layer_module="midlayer", single_layer_only=True,
                  note="module midlayer; layers.0.* dropped silently"),
-    LoaderLayout("0.5.12", None, legacy_renames=True, fc_norms=True,
+    LoaderLayout("0.5.12", None, legacy_renames=True,
                  note="model.layers[i]; midlayer->layers.0 mapped; unknown names skipped silently"),
 )
 
@@ -76,8 +117,17 @@ def layout_for(version: str) -> LoaderLayout:
     v = parse_version(version)
     for layout in LAYOUTS:
         if layout.covers(v):
-            return layout
+            return replace(layout, at=version)
     raise ValueError(f"no loader layout for SGLang {version}")
+
+
+def since(version: str, first: str) -> bool:
+    return parse_version(version) >= parse_version(first)
+
+
+def registered_draft_classes(version: str) -> set[str]:
+    """The EAGLE-3 draft classes this release can start."""
+    return {cls for cls, first in DRAFT_CLASSES.items() if since(version, first)}
 
 
 def num_aux(config: dict) -> int:
@@ -101,7 +151,7 @@ def expected_params(layout: LoaderLayout, config: dict) -> dict[str, tuple | dic
     heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // heads
     inter = config.get("intermediate_size_mlp") if config.get("model_type") == "llama4_text" else config.get("intermediate_size")
-    vocab, k = config["vocab_size"], num_aux(config)
+    vocab, k = config["vocab_size"], layout.fc_aux_states or num_aux(config)
     params: dict[str, tuple[int, ...] | None] = {
         "model.embed_tokens.weight": (vocab, hidden),
         "model.fc.weight": (hidden, target_hidden * k),
@@ -109,9 +159,9 @@ def expected_params(layout: LoaderLayout, config: dict) -> dict[str, tuple | dic
     }
     if config.get("bias"):
         params["model.fc.bias"] = (hidden,)
-    if layout.fc_norms and norm_before_fc(config):
+    if layout.has("norm_before_fc") and norm_before_fc(config):
         params["model.input_norm.weight"] = (target_hidden * k,)
-    if layout.fc_norms and (config.get("fc_norm") or config.get("use_aux_norm")):
+    if layout.has("fc_norm") and (config.get("fc_norm") or config.get("use_aux_norm")):
         for i in range(k):
             params[f"model.fc_norm.{i}.weight"] = (target_hidden,)
     n_layers = 1 if layout.layer_module == "midlayer" else config.get("num_hidden_layers", 1)
@@ -132,7 +182,7 @@ def expected_params(layout: LoaderLayout, config: dict) -> dict[str, tuple | dic
             params[prefix + name] = shapes[name]
     if not config.get("tie_word_embeddings"):
         draft_vocab = config.get("draft_vocab_size")
-        if draft_vocab is None and not layout.head_from_target_without_draft_vocab:
+        if draft_vocab is None and not layout.has("head_from_target"):
             draft_vocab = vocab
         params["lm_head.weight"] = (draft_vocab or vocab, hidden)
     return params

@@ -47,11 +47,18 @@ _PLUS_ONE = (
     "LongcatFlashForCausalLM", "MiniMaxM2ForCausalLM", "MiniMaxM3SparseForCausalLM",
     "MiniMaxM3SparseForConditionalGeneration", "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration",
     "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
-    "Qwen3VLForConditionalGeneration", "Qwen3_5ForCausalLM", "MistralForCausalLM",
+    "Qwen3VLForConditionalGeneration", "Qwen3_5ForCausalLM", "MistralForCausalLM", "Llama4ForCausalLM",
 )
-_DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration")
-#: Wrappers that forward the call to ``self.language_model`` (the rule is the inner model's).
-DELEGATES = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "KimiK25ForConditionalGeneration")
+_DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM")
+#: Wrappers that forward the call to ``self.language_model``, and that language model's class (the
+#: rule is the inner model's): mllama4.py, gemma3_mm.py, kimi_k25.py.
+WRAPPED = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM", "Llama4ForConditionalGeneration": "Llama4ForCausalLM",
+           "KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM"}
+DELEGATES = tuple(WRAPPED)
+#: Classes that gained ``set_eagle3_layers_to_capture`` after EAGLE-3 itself (0.4.4.post2): an older
+#: release has no aux capture for them and fails at start-up (tests/test_compat_static.py reads it
+#: back from every wheel).
+CAPTURE_SINCE: dict[str, tuple[int, int, int]] = {}
 
 
 def capture_owner(model):
@@ -83,7 +90,12 @@ def _before(sglang_version: str | None, first: tuple[int, int, int]) -> bool:
 
 def family_rule(class_name: str, sglang_version: str | None = None) -> str | None:
     """The rule for a target class in a release (None: the newest), or None when its family is
-    unknown to eagle3scope ("unknown family: cannot predict" is the honest answer)."""
+    unknown to eagle3scope ("unknown family: cannot predict" is the honest answer) or the release
+    has no capture for it (:func:`capture_since` says which). A delegating wrapper has its inner
+    model's rule."""
+    class_name = WRAPPED.get(class_name, class_name)
+    if class_name in CAPTURE_SINCE and _before(sglang_version, CAPTURE_SINCE[class_name]):
+        return None
     if class_name == "GptOssForCausalLM":
         return "+1" if _before(sglang_version, (0, 5, 17)) else "+1-unless-final"
     if class_name in _PLUS_ONE:
@@ -91,6 +103,12 @@ def family_rule(class_name: str, sglang_version: str | None = None) -> str | Non
     if class_name in _DEEPSEEK:
         return "+1" if _before(sglang_version, (0, 5, 13)) else "+1-if-first-1"
     return None
+
+
+def capture_since(class_name: str) -> str | None:
+    """The first release that captures aux states from this class, when that is later than EAGLE-3."""
+    first = CAPTURE_SINCE.get(WRAPPED.get(class_name, class_name))
+    return ".".join(map(str, first)) if first else None
 
 
 def captured_for(ids: list[int] | None, rule: str, num_layers: int) -> list[int]:
@@ -124,6 +142,7 @@ def capture_problem(captured: list[int], num_layers: int | None, class_name: str
     Index ``c`` is the input of layer ``c``: ``0..n-1`` exist, ``0`` (the embeddings) needs a release
     whose capture loop handles the missing residual, ``n`` (the final state) a family that captures it.
     """
+    class_name = WRAPPED.get(class_name, class_name)
     if any(c < 0 for c in captured):
         return f"negative captured index in {captured}: SGLang never matches it"
     if num_layers is not None:
