@@ -98,7 +98,8 @@ def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say
         say(f"  {change}")
     out["fix_changes"] = repaired.changes
     after = diagnose(fixed, target_dir=models.target_kimi).to_dict()
-    say(f"  doctor on the fixed copy: {after['verdict']}: {after['headline']}")
+    verdict = "" if after["headline"].startswith(after["verdict"]) else f"{after['verdict']}: "  # clean: says it
+    say(f"  doctor on the fixed copy: {verdict}{after['headline']}")
     out["doctor_after"] = after
 
     say("act 4/4: the fixed draft served on the same target")

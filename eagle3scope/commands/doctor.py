@@ -45,7 +45,7 @@ def what_to_do(report: dict) -> list[str]:
             steps.append("after that, `eagle3scope fix` can repair the rest")
     elif any(f["severity"] == "warning" for f in report["findings"]):
         steps += [f["fix"] for f in report["findings"] if f["severity"] == "warning" and f["fix"]][:2]
-    return steps
+    return list(dict.fromkeys(steps))
 
 
 def render(report: dict) -> str:
@@ -61,10 +61,12 @@ def render(report: dict) -> str:
         lines.append("what to do:")
         for i, step in enumerate(steps, 1):
             lines += wrap(step, "     ", f"  {i}. ")
-    for why in report["refusals"][:4]:
+    said = " ".join(steps)
+    refusals = [why for why in report["refusals"] if why not in said]  # a step already says it
+    for why in refusals[:4]:
         lines += wrap(why, "     ", "  fix would refuse: ")
-    if len(report["refusals"]) > 4:
-        lines.append(f"  ... {len(report['refusals']) - 4} more (--json lists all)")
+    if len(refusals) > 4:
+        lines.append(f"  ... {len(refusals) - 4} more (--json lists all)")
     producer = report.get("producer")
     if producer:
         lines += [""] + wrap(f"producer: {producer['label']}" + (f" ({'; '.join(producer['signs'])})"

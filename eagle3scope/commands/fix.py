@@ -72,4 +72,4 @@ def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: st
             if f.severity == "warning":
                 click.echo("\n".join(wrap(f"{f.id}: {f.title}", "    ", f"  still a warning on {after.sglang_version}: ")))
     versions = ", ".join(result.versions)
-    click.echo("\n".join(wrap(f"wrote {result.out} (read back and checked against SGLang {versions})")))
+    click.echo("\n".join(wrap(f"wrote {out_dir} (read back and checked against SGLang {versions})")))

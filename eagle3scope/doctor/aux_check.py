@@ -10,7 +10,15 @@ import json
 from typing import TYPE_CHECKING
 
 from eagle3scope.doctor.producers import FIX_KEY, training_capture
-from eagle3scope.wire.aux_layers import capture_problem, captured_for, default_capture, family_rule, ids_for
+from eagle3scope.wire.aux_layers import (
+    WRAPPED,
+    capture_problem,
+    capture_since,
+    captured_for,
+    default_capture,
+    family_rule,
+    ids_for,
+)
 
 if TYPE_CHECKING:
     from eagle3scope.doctor.diagnose import Diagnosis
@@ -80,6 +88,14 @@ def check_aux_layers(dx: Diagnosis) -> None:
             dx.config_edits.append("eagle_config.use_aux_hidden_state false -> true (the checkpoint's fc was trained on "
                                    "aux states)")
     rule = family_rule(_target_class(dx), dx.sglang_version)
+    first = capture_since(_target_class(dx))
+    if rule is None and first and family_rule(_target_class(dx)) is not None:
+        dx.add("aux-capture-unsupported", "error", f"SGLang {dx.sglang_version} cannot capture aux states from "
+               f"{_target_class(dx)}: needs SGLang >= {first}",
+               {"target_class": _target_class(dx), "first_release": first},
+               f"Serve this target with SGLang {first} or newer (its set_eagle3_layers_to_capture appears there).")
+        dx.refuse(f"SGLang {dx.sglang_version} has no aux capture for {_target_class(dx)}: use SGLang {first} or newer")
+        return
     if rule is None:
         dx.add("aux-family-unknown", "info", f"{dx.target_class}: unknown family, cannot predict the captured layers",
                {"target_class": dx.target_class},
@@ -89,6 +105,17 @@ def check_aux_layers(dx: Diagnosis) -> None:
     speculators = dx.producer.name.startswith("speculators")
     configured = None if speculators else (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
     raw, where = _raw_ids(dx)
+    if n and raw and n in raw and rule != family_rule(_target_class(dx)) == "+1-unless-final":
+        dx.add("aux-final-state-unsupported", "error", f"Aux id {n} is the target's final hidden state: SGLang "
+               f"{dx.sglang_version} cannot capture it", {where: raw, "num_target_layers": n,
+                                                           "rule": f"{_target_class(dx)}: {rule}"},
+               "Serve with SGLang 0.5.17 or newer, which keeps ids that end at the final state as given.")
+        dx.refuse(f"aux id {n} (the final state) needs SGLang 0.5.17 or newer")
+        return
+    if n and raw and n in raw and dx.producer.numbering == "output-of-layer":
+        dx.assumptions.append(f"the ids end at {n}, the target's layer count: no layer {n} has an output, so they "
+                              "number captured states (the last one the final hidden state), as SGLang's GPT-OSS "
+                              "rule reads them")
     if raw == []:
         dx.add("aux-layers-empty", "error", f"{where} is an empty list: SGLang captures no layer",
                {where: []}, "List the layers the draft was trained on (as many as fc takes), or remove the key "
@@ -102,7 +129,9 @@ def check_aux_layers(dx: Diagnosis) -> None:
         served = default_capture(n)
     trained, known = training_capture(dx.producer, raw or None, n, served, _recorded(dx))
     dx.trained_capture, dx.trained_known = trained, known
-    evidence = {where: raw, "rule": f"{_target_class(dx)}: {rule}", "num_target_layers": n,
+    inner = WRAPPED.get(_target_class(dx))
+    evidence = {where: raw, "rule": f"{_target_class(dx)}{f' (delegates to {inner})' if inner else ''}: {rule}",
+                "num_target_layers": n,
                 "captured_by_sglang": served if configured is not None or n else "SGLang's default [2, n//2, n-3]",
                 "trained_on": trained if trained is not None else "the default [2, n//2, n-3]" if known else "unknown"}
     _translate_ids(dx, rule, trained, known, configured, served, n)

@@ -152,6 +152,10 @@ def training_capture(producer: Producer, ids: list[int] | None, num_layers: int 
         if not ids:
             return ([i + 1 for i in sorted({1, max(0, num_layers // 2 - 1), max(0, num_layers - 4)})], True) \
                 if num_layers else (None, True)
+        if num_layers and max(ids) == num_layers:
+            # no layer n has an output: the list ends at the final state, so it numbers captured
+            # states (as SGLang's GPT-OSS rule reads such a list, gpt_oss.py 0.5.23)
+            return list(ids), True
         return [i + 1 for i in ids], True
     return served, False
 

@@ -39,9 +39,11 @@ from eagle3scope.wire.aux_layers import captured_for, family_rule
 ERAS = ("0.5.10", "0.5.23")
 #: Error findings that the copy repairs (when the diagnosis found a certain repair for them).
 REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "weights-unused", "config-speculators-format",
-              "d2t-absolute", "aux-layers-mismatch", "architecture", "aux-capture-off"}
+              "d2t-absolute", "aux-layers-mismatch", "architecture", "aux-capture-off", "lm-head-tied",
+              "target-hidden-null"}
 #: Findings that mean this release cannot serve the draft at all (not a repair fix could make).
-UNSERVABLE = {"no-eagle3", "multi-layer-draft", "architecture-unsupported", "eagle-config-ignored"}
+UNSERVABLE = {"no-eagle3", "multi-layer-draft", "architecture-unsupported", "eagle-config-ignored",
+              "fc-width-unsupported", "aux-capture-unsupported", "aux-final-state-unsupported"}
 
 
 class FixRefused(Exception):
@@ -63,7 +65,8 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
                "weights-unwritten": not dx.unmappable, "weights-unused": True,
                "config-speculators-format": bool(dx.config_edits), "architecture": bool(dx.config_edits),
                "aux-layers-mismatch": bool(dx.config_edits) or dx.aux_ids is not None,
-               "aux-capture-off": bool(dx.config_edits),
+               "aux-capture-off": bool(dx.config_edits), "lm-head-tied": bool(dx.config_edits),
+               "target-hidden-null": bool(dx.config_edits),
                "d2t-absolute": dx.d2t_offsets is not None}
     return [f"{f.id}: {f.title}" for f in dx.findings
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
@@ -71,7 +74,8 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
 
 def _next_steps(dx: Diagnosis) -> str:
     """The doctor's own fix hints for the errors fix leaves (the most important first)."""
-    steps = [f.fix for f in dx.ordered() if f.severity == "error" and f.fix and "eagle3scope fix" not in f.fix]
+    steps = [f.fix for f in dx.ordered() if f.severity == "error" and f.fix and "eagle3scope fix" not in f.fix
+             and not any(f.fix.rstrip(".") in why or why in f.fix for why in dx.refusals)]
     steps = list(dict.fromkeys(steps))[:2]
     return (". Next: " + " Then: ".join(steps)) if steps else ""
 
@@ -90,11 +94,12 @@ def versions_for(spec: str | None) -> tuple[list[str], bool]:
 
 def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | None = None,
                    target_dir: str | Path | None = None) -> FixResult:
+    given = str(out)
     src, out = Path(src).resolve(), Path(out).resolve()
     if out == src or src in out.parents:
         raise FixRefused("--out must be outside the source checkpoint")
     if out.exists():
-        raise FixRefused(f"{out} already exists; choose a new directory")
+        raise FixRefused(f"{given} already exists; choose a new directory")
     versions, named = versions_for(sglang_version)
     diagnoses = [diagnose(src, sglang_version=v, target_dir=target_dir) for v in versions]
     notes: list[str] = []
@@ -124,7 +129,7 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
     try:
         tmp.mkdir(parents=True)
     except OSError as exc:
-        raise OSError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise OSError(f"cannot write {given}: {exc.strerror or exc}") from None
     try:
         expected = _write_copy(base, config, tmp, result)
         result.after = [_verify(dx, tmp, expected, target_dir) for dx in serving]
