@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Cache the SGLang wheels of the releases in the compat table (no install) for tests/test_compat_static.py.
-# Usage: scripts/fetch-sglang-wheels.sh [VERSION ...]   (default: every release the table surveys)
+# Cache the SGLang wheels of the releases in the compat table (no install) for tests/test_compat_static.py,
+# and the ones that pin the doctor's first releases (eagle3scope/doctor/loader_layouts.py BOUNDARY_WHEELS).
+# Usage: scripts/fetch-sglang-wheels.sh [VERSION ...]   (default: all of those)
 set -uo pipefail
 CACHE="${EAGLE3SCOPE_CACHE:-$HOME/.cache/eagle3scope}/wheels"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
 if [ "$#" -gt 0 ]; then VERSIONS=("$@"); else
-  mapfile -t VERSIONS < <(PYTHONPATH="$ROOT/instrumentation" "$PY" -c 'from eagle3scope_shim.seams import COMPAT_RELEASES; print("\n".join(COMPAT_RELEASES))')
+  mapfile -t VERSIONS < <(PYTHONPATH="$ROOT/instrumentation:$ROOT" "$PY" -c 'from eagle3scope_shim.seams import COMPAT_RELEASES
+from eagle3scope.doctor.loader_layouts import BOUNDARY_WHEELS
+print("\n".join(COMPAT_RELEASES + BOUNDARY_WHEELS))')
 fi
 mkdir -p "$CACHE"
 rc=0

@@ -126,7 +126,7 @@ def check_aux_layers(dx: Diagnosis) -> None:
     if configured:
         served = captured_for(configured, rule, n or 0)
     elif configured is None and n:
-        served = default_capture(n)
+        served = captured_for(None, rule, n)
     trained, known = training_capture(dx.producer, raw or None, n, served, _recorded(dx))
     dx.trained_capture, dx.trained_known = trained, known
     inner = WRAPPED.get(_target_class(dx))

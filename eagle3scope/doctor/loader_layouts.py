@@ -42,12 +42,15 @@ FOREIGN_DRAFT_CLASSES = ("Eagle3LlamaForCausalLM", "Eagle3Qwen2_5vlForCausalLM",
                          "Eagle3Speculator", "Eagle3DraftModel")
 #: The first release whose llama_eagle3.py (llama.py for set_embed) has each behaviour.
 SINCE = {
-    "head_from_target": "0.5.3",  # draft_vocab_size None -> the target's lm_head (load_lm_head_from_target)
+    "head_from_target": "0.5.2",  # draft_vocab_size None -> the target's lm_head (load_lm_head_from_target)
     "fc_from_config": "0.5.12",  # fc built for num_aux_hidden_states / len(ids) states; before: exactly 3
     "fc_norm": "0.5.12",  # model.fc_norm.{i} (config fc_norm or use_aux_norm; legacy aux_norm_* names)
     "norm_output": "0.5.12",  # the normed state fed back as the next step's hidden state
-    "norm_before_fc": "0.5.18",  # model.input_norm over the concatenated aux states
+    "norm_before_fc": "0.5.17",  # model.input_norm over the concatenated aux states
 }
+#: Wheels beyond the compat table's that pin the first releases above and in wire/aux_layers'
+#: CAPTURE_SINCE (tests/test_compat_static.py; scripts/fetch-sglang-wheels.sh caches them too).
+BOUNDARY_WHEELS = ("0.4.9", "0.4.10", "0.5.2", "0.5.4", "0.5.9", "0.5.11", "0.5.17", "0.5.21", "0.5.22")
 #: EAGLE-3.x config flags -> the behaviour in :data:`SINCE` that applies them.
 NORM_FLAGS = {"fc_norm": "fc_norm", "use_aux_norm": "fc_norm", "norm_before_fc": "norm_before_fc",
               "norm_output": "norm_output"}

@@ -14,6 +14,8 @@ SGLang captures the *input* of layer ``c`` (the output of layer ``c - 1``) for e
 ``"+1-unless-final"``
     GPT-OSS from 0.5.17: ids whose largest is ``n`` (the final hidden state) are captured as given,
     others get ``+1`` (0.5.23 gpt_oss.py:1349); up to 0.5.16 a plain ``+1``.
+``"+1-always"``
+    MiniMax-M3's vision wrapper (0.5.18+ minimax_m3_vl.py): ``+1``, and on the default list too.
 ``"none"``
     ids are captured indices.
 
@@ -36,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 #: Each family rule in a few words, for screens.
 RULE_SUMMARY = {"+1": "captures id + 1", "+1-if-first-1": "as given; id + 1 only when the first id is 1",
-                "none": "as given"}
+                "+1-always": "captures id + 1, the default list too", "none": "as given"}
 
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
@@ -58,7 +60,17 @@ DELEGATES = tuple(WRAPPED)
 #: Classes that gained ``set_eagle3_layers_to_capture`` after EAGLE-3 itself (0.4.4.post2): an older
 #: release has no aux capture for them and fails at start-up (tests/test_compat_static.py reads it
 #: back from every wheel).
-CAPTURE_SINCE: dict[str, tuple[int, int, int]] = {}
+CAPTURE_SINCE: dict[str, tuple[int, int, int]] = {
+    "Llama4ForConditionalGeneration": (0, 4, 9), "Qwen3ForCausalLM": (0, 4, 9), "Qwen3MoeForCausalLM": (0, 4, 9),
+    "Qwen2ForCausalLM": (0, 5, 2), "Qwen2MoeForCausalLM": (0, 5, 2), "Qwen2_5_VLForConditionalGeneration": (0, 5, 2),
+    "DeepseekV2ForCausalLM": (0, 5, 5), "DeepseekV3ForCausalLM": (0, 5, 5), "Glm4MoeForCausalLM": (0, 5, 5),
+    "LongcatFlashForCausalLM": (0, 5, 6), "MiniMaxM2ForCausalLM": (0, 5, 6), "BailingMoEForCausalLM": (0, 5, 9),
+    "Qwen3NextForCausalLM": (0, 5, 9), "KimiK25ForConditionalGeneration": (0, 5, 10),
+    "Qwen3VLForConditionalGeneration": (0, 5, 11), "Gemma3ForCausalLM": (0, 5, 12),
+    "Gemma3ForConditionalGeneration": (0, 5, 12), "Gemma4ForCausalLM": (0, 5, 12),
+    "Gemma4ForConditionalGeneration": (0, 5, 12), "MiniMaxM3SparseForConditionalGeneration": (0, 5, 18),
+    "Qwen3_5ForCausalLM": (0, 5, 22),
+}
 
 
 def capture_owner(model):
@@ -93,9 +105,11 @@ def family_rule(class_name: str, sglang_version: str | None = None) -> str | Non
     unknown to eagle3scope ("unknown family: cannot predict" is the honest answer) or the release
     has no capture for it (:func:`capture_since` says which). A delegating wrapper has its inner
     model's rule."""
-    class_name = WRAPPED.get(class_name, class_name)
-    if class_name in CAPTURE_SINCE and _before(sglang_version, CAPTURE_SINCE[class_name]):
+    if capture_since(class_name) and _before(sglang_version, _release(capture_since(class_name))):
         return None
+    class_name = WRAPPED.get(class_name, class_name)
+    if class_name == "MiniMaxM3SparseForConditionalGeneration":
+        return "+1-always"
     if class_name == "GptOssForCausalLM":
         return "+1" if _before(sglang_version, (0, 5, 17)) else "+1-unless-final"
     if class_name in _PLUS_ONE:
@@ -107,17 +121,17 @@ def family_rule(class_name: str, sglang_version: str | None = None) -> str | Non
 
 def capture_since(class_name: str) -> str | None:
     """The first release that captures aux states from this class, when that is later than EAGLE-3."""
-    first = CAPTURE_SINCE.get(WRAPPED.get(class_name, class_name))
-    return ".".join(map(str, first)) if first else None
+    firsts = [CAPTURE_SINCE[c] for c in (class_name, WRAPPED.get(class_name)) if c in CAPTURE_SINCE]
+    return ".".join(map(str, max(firsts))) if firsts else None
 
 
 def captured_for(ids: list[int] | None, rule: str, num_layers: int) -> list[int]:
     """The captured layer indices SGLang derives from configured ``ids`` (None = its default)."""
     if ids is None:
-        return default_capture(num_layers)
+        return [c + 1 for c in default_capture(num_layers)] if rule == "+1-always" else default_capture(num_layers)
     if rule == "+1-unless-final":
         return list(ids) if ids and max(ids) == num_layers else [i + 1 for i in ids]
-    if rule == "+1" or (rule == "+1-if-first-1" and ids and ids[0] == 1):
+    if rule in ("+1", "+1-always") or (rule == "+1-if-first-1" and ids and ids[0] == 1):
         return [i + 1 for i in ids]
     if rule in ("none", "+1-if-first-1"):
         return list(ids)
@@ -128,7 +142,7 @@ def ids_for(captured: list[int], rule: str, num_layers: int | None = None) -> li
     """Configured ids that make SGLang capture ``captured`` (None when no ids can)."""
     if rule == "+1-unless-final" and captured and num_layers is not None and max(captured) == num_layers:
         return list(captured)
-    if rule in ("+1", "+1-unless-final"):
+    if rule in ("+1", "+1-unless-final", "+1-always"):
         return [c - 1 for c in captured]
     if rule == "none" or (rule == "+1-if-first-1" and captured and captured[0] != 1):
         return list(captured)
