@@ -388,14 +388,16 @@ def _foreign_class(dx: Diagnosis, config: dict, archs: list) -> dict:
     if any(a in registered for a in archs):
         return config
     name = archs[0]
-    if not _llama_layout(list(dx.checkpoint.tensors)):
-        dx.add("architecture", "warning", f"architectures is {_short(archs, 40)}, not [{SGLANG_DRAFT_CLASS}]",
-               {"architectures": archs, "sglang_version": version},
-               f"The doctor models {SGLANG_DRAFT_CLASS}; other draft classes load differently.")
-        return config
     target = family_rule(name) is not None or name == "LlamaForCausalLM"
     why = ("SGLang would build a full target model" if target else
            f"SGLang {version} has no such class and refuses to start (\"Cannot find model module\")")
+    if not _llama_layout(list(dx.checkpoint.tensors)):
+        dx.add("architecture-unsupported", "error", f"architectures is {_short(archs, 40)}: {why}",
+               {"architectures": archs, "sglang_version": version, "draft_classes": sorted(registered)},
+               "Serve it with the runtime it was written for, or re-export it as one of SGLang's draft classes "
+               f"({', '.join(sorted(registered))}): its tensors are not {SGLANG_DRAFT_CLASS}'s layout.")
+        dx.refuse(f"{name} is no draft class of SGLang {version}, and its tensors are not {SGLANG_DRAFT_CLASS}'s")
+        return config
     known = ("" if target else " (vLLM's name for the same layout)" if name in FOREIGN_DRAFT_CLASSES else "")
     dx.add("architecture", "error", f"architectures is {_short(archs, 40)}: {why}",
            {"architectures": archs, "sglang_version": version, "draft_classes": sorted(registered)},
@@ -698,8 +700,9 @@ def _unmapped_text(dx: Diagnosis, names: list[str]) -> str:
     parts = []
     for feature, group in norms.items():
         flag = next(f for f, feat in NORM_FLAGS.items() if feat == feature)
-        parts.append(f"{summary_text(group)} {'is' if len(group) == 1 else 'are'} EAGLE-3.x norm weights: "
-                     + (f"they need SGLang >= {SINCE[feature]}" if not dx.layout.has(feature) else
+        parts.append(f"{'the tensor' if len(group) == 1 else 'the tensors'} {summary_text(group)} "
+                     f"{'is an EAGLE-3.x norm weight' if len(group) == 1 else 'are EAGLE-3.x norm weights'}: "
+                     + (f"SGLang >= {SINCE[feature]} loads them" if not dx.layout.has(feature) else
                         f"SGLang builds them only with {flag}: true in config.json"))
     if rest:
         parts.append("these names have no counterpart in SGLang's draft model (a different architecture?): "

@@ -72,6 +72,11 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]
 
 
+def _on(dx: Diagnosis, text: str) -> str:
+    """``text`` said for this release (once: many titles name it already)."""
+    return text if f"SGLang {dx.sglang_version}" in text else f"SGLang {dx.sglang_version}: {text}"
+
+
 def _next_steps(dx: Diagnosis) -> str:
     """The doctor's own fix hints for the errors fix leaves (the most important first)."""
     steps = [f.fix for f in dx.ordered() if f.severity == "error" and f.fix and "eagle3scope fix" not in f.fix
@@ -107,9 +112,10 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
     for dx in diagnoses:
         blocked = [f for f in dx.findings if f.id in UNSERVABLE and f.severity == "error"]
         if blocked and (named or len(diagnoses) == 1):
-            raise FixRefused(f"SGLang {dx.sglang_version}: {blocked[0].title}. Next step: {blocked[0].fix}")
+            raise FixRefused(f"{_on(dx, blocked[0].title)}. Next step: {blocked[0].fix}")
         if blocked:
-            notes.append(f"not for SGLang {dx.sglang_version}: {blocked[0].title}")
+            notes.append(f"not for SGLang {dx.sglang_version}: " + (blocked[0].title if dx.sglang_version not in
+                                                                   blocked[0].title else blocked[0].fix))
             continue
         serving.append(dx)
     if not serving:
