@@ -185,3 +185,30 @@ def test_producer_layouts_load_as_the_doctor_says_on_0_5_23(tmp_path, engine_pyt
         left = set(probe["params"]) - set(probe["written"]) - {"model.embed_tokens.weight"}  # the target's
         left -= {p for p in left if UNUSED_PARAM.search(p)}  # allocated, never applied
         assert left == predicted[probe["draft"]], probe["draft"]
+
+
+def test_2026_findings_against_the_real_0_5_23_loader(tmp_path, engine_python):
+    """Three of tests/test_doctor_2026.py's findings through 0.5.23's own LlamaForCausalLMEagle3: a tied
+    config drops the trained lm_head (no such parameter) and fix's copy loads it; target_hidden_size
+    null fails construction; fc for four aux states loads whole (0.5.12+ builds fc as configured)."""
+    tied = dc.specforge(tmp_path / "tied", tie_word_embeddings=True)
+    fix_checkpoint(tied, tmp_path / "tied-fixed", sglang_version="0.5.23")
+    null = dc.specforge(tmp_path / "null", target_hidden_size=None)
+    weights = dc.tensors()
+    weights["fc.weight"] = np.ones((dc.H, 4 * dc.H), np.float16)
+    four = dc.write(tmp_path / "four", weights, dc.specforge_config(
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4], "use_aux_hidden_state": True}))
+    predicted = {str(p): diagnose(p, sglang_version="0.5.23").to_dict() for p in (tied, null, four)}
+    assert {f["id"] for f in predicted[str(tied)]["findings"]} >= {"lm-head-tied"}
+    assert {f["id"] for f in predicted[str(null)]["findings"]} >= {"target-hidden-null"}
+    assert predicted[str(four)]["verdict"] == "clean"
+    done = run_engine_python(engine_python, "tests/engine_side/eagle3_loader_probe.py",
+                             *map(str, (tied, tmp_path / "tied-fixed", null, four)), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probes = {json.loads(line)["draft"]: json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")}
+    assert "lm_head.weight" not in probes[str(tied)]["params"]  # the head is the embedding: nothing loads the trained one
+    fixed = probes[str(tmp_path / "tied-fixed")]
+    assert "lm_head.weight" in fixed["written"] and fixed["params"]["lm_head.weight"][1] == dc.H
+    assert probes[str(null)]["error"].startswith("TypeError")
+    assert probes[str(four)]["params"]["model.fc.weight"] == [dc.H, 4 * dc.H]
+    assert probes[str(four)]["written"] == sorted(probes[str(four)]["params"])

@@ -1,6 +1,7 @@
 """Run in the engine venv: build SGLang's real LlamaForCausalLMEagle3 for each draft directory given,
 load the checkpoint with its own ``load_weights`` and print, as one JSON object per line, the
-parameters (name -> shape) and which of them the checkpoint wrote. The doctor's loader model is
+parameters (name -> shape) and which of them the checkpoint wrote (or the error the class raised
+on the config). The doctor's loader model is
 checked against this (tests/test_doctor_engine.py).
 
 Usage: python tests/engine_side/eagle3_loader_probe.py DRAFT_DIR [DRAFT_DIR ...]
@@ -36,7 +37,11 @@ def main(drafts: list[str]) -> None:
 
     for draft in map(Path, drafts):
         config = LlamaConfig(**json.loads((draft / "config.json").read_text()))
-        model = LlamaForCausalLMEagle3(config)
+        try:
+            model = LlamaForCausalLMEagle3(config)
+        except Exception as exc:  # the class refuses this config: that is the answer for this draft
+            print(json.dumps({"draft": str(draft), "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+            continue
         params = dict(model.named_parameters())
         with torch.no_grad():
             for p in params.values():
