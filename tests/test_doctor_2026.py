@@ -416,3 +416,18 @@ def test_any_config_gets_a_verdict_and_fix_never_signs_off_a_broken_copy(tmp_pat
     for version in result.versions:  # every release the copy names loads it without an error
         report = diagnose(root / "fixed", sglang_version=version, target_dir=target).to_dict()
         assert errors(report) == set(), (version, flags, report["findings"])
+
+
+@pytest.mark.parametrize("config,target_class,layers,ids", [
+    # sgl-project/SpecForge configs/deepseek-v3-671b-eagle3.json: ids [1, 29, 57] of 61; 0.5.10 adds 1,
+    # 0.5.23 deepseek_v2.py adds 1 because the first id is 1: both capture [2, 30, 58]
+    ("deepseek-v3-671b-eagle3.json", "DeepseekV3ForCausalLM", 61, [1, 29, 57]),
+    # sgl-project/SpecForge configs/qwen3-30B-A3B-eagle3.1.json trains Qwen3-MoE without ids (the default)
+    ("qwen3-30B-A3B-eagle3.1.json", "Qwen3MoeForCausalLM", 48, None),
+])
+def test_specforge_published_configs_are_clean_on_both(tmp_path, config, target_class, layers, ids):
+    eagle = {"use_aux_hidden_state": True, **({"eagle_aux_hidden_state_layer_ids": ids} if ids else {})}
+    draft = dc.specforge(tmp_path / "d", eagle_config=eagle)
+    target = target_dir(tmp_path / "t", target_class, layers=layers)
+    for version in VERSIONS:
+        assert_clean(draft, version, target)
