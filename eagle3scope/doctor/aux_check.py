@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from eagle3scope.doctor.producers import FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
+    FINAL_STATE_SINCE,
     WRAPPED,
     capture_problem,
     capture_since,
@@ -106,11 +107,12 @@ def check_aux_layers(dx: Diagnosis) -> None:
     configured = None if speculators else (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
     raw, where = _raw_ids(dx)
     if n and raw and n in raw and rule != family_rule(_target_class(dx)) == "+1-unless-final":
+        first = ".".join(map(str, FINAL_STATE_SINCE))
         dx.add("aux-final-state-unsupported", "error", f"Aux id {n} is the target's final hidden state: SGLang "
                f"{dx.sglang_version} cannot capture it", {where: raw, "num_target_layers": n,
                                                            "rule": f"{_target_class(dx)}: {rule}"},
-               "Serve with SGLang 0.5.17 or newer, which keeps ids that end at the final state as given.")
-        dx.refuse(f"aux id {n} (the final state) needs SGLang 0.5.17 or newer")
+               f"Serve with SGLang {first} or newer, which keeps ids that end at the final state as given.")
+        dx.refuse(f"aux id {n} (the final state) needs SGLang {first} or newer")
         return
     if n and raw and n in raw and dx.producer.numbering == "output-of-layer":
         dx.assumptions.append(f"the ids end at {n}, the target's layer count: no layer {n} has an output, so they "

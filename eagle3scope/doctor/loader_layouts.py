@@ -86,7 +86,7 @@ class LoaderLayout:
 
     def has(self, feature: str) -> bool:
         """Whether the release asked about has a behaviour of :data:`SINCE`."""
-        return parse_version(self.at or self.first) >= parse_version(SINCE[feature])
+        return since(self.at or self.first, SINCE[feature])
 
     @property
     def fc_aux_states(self) -> int | None:

@@ -73,6 +73,10 @@ CAPTURE_SINCE: dict[str, tuple[int, int, int]] = {
 }
 
 
+#: GPT-OSS keeps ids that end at the final state as given from this release (gpt_oss.py).
+FINAL_STATE_SINCE = (0, 5, 17)
+
+
 def capture_owner(model):
     """The model that holds the aux capture state (``capture_aux_hidden_states``, ``.model.layers_to_capture``)
     and the text config: ``model`` itself, or the language model a delegating wrapper forwards to."""
@@ -111,7 +115,7 @@ def family_rule(class_name: str, sglang_version: str | None = None) -> str | Non
     if class_name == "MiniMaxM3SparseForConditionalGeneration":
         return "+1-always"
     if class_name == "GptOssForCausalLM":
-        return "+1" if _before(sglang_version, (0, 5, 17)) else "+1-unless-final"
+        return "+1" if _before(sglang_version, FINAL_STATE_SINCE) else "+1-unless-final"
     if class_name in _PLUS_ONE:
         return "+1"
     if class_name in _DEEPSEEK:
@@ -160,7 +164,7 @@ def capture_problem(captured: list[int], num_layers: int | None, class_name: str
     if any(c < 0 for c in captured):
         return f"negative captured index in {captured}: SGLang never matches it"
     if num_layers is not None:
-        final_ok = class_name == "GptOssForCausalLM" and not _before(sglang_version, (0, 5, 17))
+        final_ok = class_name == "GptOssForCausalLM" and not _before(sglang_version, FINAL_STATE_SINCE)
         past = [c for c in captured if c > num_layers or (c == num_layers and not final_ok)]
         if past:
             return (f"captured index {past[0]} is past the target's layers 0..{num_layers - 1}: the scheduler "
