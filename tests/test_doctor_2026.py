@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import draft_checkpoints as dc
@@ -394,13 +394,19 @@ FLAGS = st.fixed_dictionaries({}, optional={
 })
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=FLAGS, k=st.sampled_from([3, 4]), family=st.sampled_from(
-    ["LlamaForCausalLM", "GptOssForCausalLM", "Gemma3ForConditionalGeneration", "DeepseekV3ForCausalLM"]))
-def test_any_config_gets_a_verdict_and_fix_never_signs_off_a_broken_copy(tmp_path_factory, flags, k, family):
+    ["LlamaForCausalLM", "GptOssForCausalLM", "Gemma3ForConditionalGeneration", "DeepseekV3ForCausalLM"]),
+       prefix=st.sampled_from(["midlayer.", "layers.0."]),
+       dropped=st.sets(st.sampled_from(["embed_tokens.weight", "lm_head.weight", "t2d", "d2t"])),
+       extra=st.sets(st.sampled_from(["input_norm.weight", "fc_norm.0.weight", "aux_norm_low.weight"])))
+def test_any_config_gets_a_verdict_and_fix_never_signs_off_a_broken_copy(tmp_path_factory, flags, k, family,
+                                                                           prefix, dropped, extra):
     root = tmp_path_factory.mktemp("h")
-    weights = dc.tensors()
+    weights = {n: w for n, w in dc.tensors(prefix).items() if n not in dropped}
     weights["fc.weight"] = fc(k, flags.get("target_hidden_size") or dc.H)
+    for name in extra:
+        weights[name] = np.ones(k * dc.H if name.startswith("input_norm") else dc.H, np.float16)
     draft = dc.write(root / "d", weights, dc.specforge_config(**flags))
     target = target_dir(root / "t", family, wrapped=family.endswith("ConditionalGeneration"))
     for version in VERSIONS:
@@ -412,7 +418,9 @@ def test_any_config_gets_a_verdict_and_fix_never_signs_off_a_broken_copy(tmp_pat
         result = fix_checkpoint(draft, root / "fixed", target_dir=target)
     except FixRefused as exc:
         assert str(exc) and not (root / "fixed").exists()
+        event("fix refused")
         return
+    event(f"fix wrote a copy for {len(result.versions)} release(s)")
     for version in result.versions:  # every release the copy names loads it without an error
         report = diagnose(root / "fixed", sglang_version=version, target_dir=target).to_dict()
         assert errors(report) == set(), (version, flags, report["findings"])
@@ -431,3 +439,19 @@ def test_specforge_published_configs_are_clean_on_both(tmp_path, config, target_
     target = target_dir(tmp_path / "t", target_class, layers=layers)
     for version in VERSIONS:
         assert_clean(draft, version, target)
+
+
+def test_specforge_gpt_oss_ids_at_the_final_state(tmp_path):
+    """A SpecForge draft trained through 0.5.23's own GPT-OSS capture with ids ending at the layer count
+    (gpt_oss.py keeps them as given): clean there; 0.5.10 (plain +1) would look past the last layer."""
+    n = 24
+    draft = dc.specforge(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 11, n]})
+    target = target_dir(tmp_path / "t", "GptOssForCausalLM", layers=n)
+    assert_clean(draft, "0.5.23", target)
+    for version in ("0.5.10", "0.5.16"):
+        report = diagnose(draft, sglang_version=version, target_dir=target).to_dict()
+        assert errors(report) == {"aux-final-state-unsupported"}, report["findings"]
+    result = fix_checkpoint(draft, tmp_path / "fixed", target_dir=target)
+    assert result.versions == ["0.5.23"]
+    assert json.loads((tmp_path / "fixed" / "config.json").read_text())["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"] == [1, 11, n]

@@ -212,3 +212,17 @@ def test_2026_findings_against_the_real_0_5_23_loader(tmp_path, engine_python):
     assert probes[str(null)]["error"].startswith("TypeError")
     assert probes[str(four)]["params"]["model.fc.weight"] == [dc.H, 4 * dc.H]
     assert probes[str(four)]["written"] == sorted(probes[str(four)]["params"])
+
+
+def test_fc_for_four_aux_states_fails_0_5_10_s_own_loader(tmp_path, engine_python_0510):
+    """The doctor's fc-width-unsupported on 0.5.10 (llama_eagle3.py builds fc for exactly 3 aux states):
+    0.5.10's own load_weights refuses the 4-state fc; 0.5.23 loads it (test above)."""
+    weights = dc.tensors()
+    weights["fc.weight"] = np.ones((dc.H, 4 * dc.H), np.float16)
+    draft = dc.write(tmp_path / "four", weights, dc.specforge_config(
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4], "use_aux_hidden_state": True}))
+    assert diagnose(draft, sglang_version="0.5.10").to_dict()["headline"] == (
+        "SGLang 0.5.10 builds fc for exactly 3 aux states; this draft's fc takes 4")
+    done = run_engine_python(engine_python_0510, "-m", "eagle3scope.demo.draft_probe", str(draft), timeout=300)
+    said = f"Attempted to load weight (torch.Size([{dc.H}, {4 * dc.H}])) into parameter (torch.Size([{dc.H}, {3 * dc.H}]))"
+    assert done.returncode != 0 and said in done.stderr, done.stderr[-3000:]
