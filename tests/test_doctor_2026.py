@@ -455,3 +455,18 @@ def test_specforge_gpt_oss_ids_at_the_final_state(tmp_path):
     assert result.versions == ["0.5.23"]
     assert json.loads((tmp_path / "fixed" / "config.json").read_text())["eagle_config"][
         "eagle_aux_hidden_state_layer_ids"] == [1, 11, n]
+
+
+def test_a_trained_head_beside_a_null_draft_vocab_is_replaced_by_the_target_s(tmp_path):
+    """llama_eagle3.py (0.5.2+): draft_vocab_size None -> load_lm_head_from_target, and the worker's
+    set_embed_and_head puts the target's head over the loaded one (eagle_worker_v2.py init_lm_head)."""
+    weights = {n: w for n, w in dc.tensors().items() if n not in ("d2t", "t2d")}  # a full-vocabulary head
+    weights["lm_head.weight"] = np.ones((dc.TARGET_VOCAB, dc.H), np.float16)
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config(draft_vocab_size=None))
+    report = diagnose(draft, sglang_version="0.5.23").to_dict()
+    warned = finding(report, "lm-head-from-target")
+    assert warned["severity"] == "warning" and f"set draft_vocab_size to {dc.TARGET_VOCAB}" in warned["fix"]
+    tied = dc.write(tmp_path / "tied", weights, dc.specforge_config(draft_vocab_size=None, tie_word_embeddings=True))
+    fix_checkpoint(tied, tmp_path / "fixed")
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert config["tie_word_embeddings"] is False and config["draft_vocab_size"] == dc.TARGET_VOCAB

@@ -451,6 +451,10 @@ def _tied_head(dx: Diagnosis) -> None:
            "`eagle3scope fix` writes tie_word_embeddings false, so SGLang loads the trained head.")
     dx.config = {**cfg, "tie_word_embeddings": False}
     dx.config_edits.append(f"tie_word_embeddings true -> false (the checkpoint has a trained {head})")
+    rows = dx.checkpoint.tensors[head].shape[0] if dx.checkpoint.tensors[head].shape else None
+    if draft_vocab is None and _pos_int(rows):  # null would make SGLang take the target's head instead
+        dx.config["draft_vocab_size"] = rows
+        dx.config_edits.append(f"draft_vocab_size null -> {rows} (the trained head's rows; null takes the target's)")
 
 
 def _target_hidden_null(dx: Diagnosis) -> None:
@@ -871,6 +875,11 @@ def _check_head(dx: Diagnosis, params: dict) -> None:
         dx.add("lm-head-mismatch", "error", "lm_head has the wrong shape", {"shape": shape, "expected": [rows, hidden],
                "draft_vocab_size": draft_vocab}, "Set draft_vocab_size to the head's row count, or re-export the head.")
         dx.refuse("lm_head shape disagrees with draft_vocab_size")
+    elif draft_vocab is None and dx.layout.has("head_from_target"):
+        dx.add("lm-head-from-target", "warning", f"draft_vocab_size is null: SGLang {dx.sglang_version} replaces the "
+               f"checkpoint's {heads[0]} with the target's head", {"draft_vocab_size": None, "lm_head": heads[0]},
+               f"If the draft trained its own head, set draft_vocab_size to {shape[0]} so SGLang keeps it "
+               "(load_lm_head_from_target is set only when it is null); a copy of the target's head loses nothing.")
 
 
 def _vocab_names(dx: Diagnosis) -> tuple[str | None, str | None]:
