@@ -39,7 +39,8 @@ SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
 MLA_DRAFT_CLASS = "Eagle3DeepseekV2ForCausalLM"
 #: Order of importance of error findings, for the headline and the listing.
 PRIORITY = ("no-eagle3", "architecture-unsupported", "architecture", "eagle-config-ignored", "fc-width-unsupported",
-            "aux-capture-unsupported", "target-hidden-null", "lm-head-tied", "embed-random", "weights-dropped", "weights-crash", "aux-capture-off",
+            "aux-capture-unsupported", "aux-final-state-unsupported", "target-hidden-null", "lm-head-tied",
+            "embed-random", "weights-dropped", "weights-crash", "aux-capture-off",
             "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
             "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten", "eagle-config-ignored",
             "multi-layer-draft", "producer-flag-ignored", "layer-type-unsupported", "config-speculators-format")
