@@ -42,7 +42,7 @@ PRIORITY = ("no-eagle3", "architecture-unsupported", "architecture", "eagle-conf
             "aux-capture-unsupported", "aux-final-state-unsupported", "target-hidden-null", "lm-head-tied",
             "embed-random", "weights-dropped", "weights-crash", "aux-capture-off",
             "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
-            "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten", "eagle-config-ignored",
+            "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten",
             "multi-layer-draft", "producer-flag-ignored", "layer-type-unsupported", "config-speculators-format")
 #: Findings that say what the release does not do at all: the capture of aux layers was not checked.
 UNCHECKED = ("aux-family-unknown", "aux-layers-unchecked")
