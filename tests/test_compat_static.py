@@ -13,6 +13,7 @@ import pytest
 
 from conftest import engine_missing
 from eagle3scope.demo.server import cache_dir
+from eagle3scope.wire.releases import parse_version
 from eagle3scope_shim import seams
 
 
@@ -40,13 +41,9 @@ def _lookup(version: str):
     return lookup
 
 
-def _release(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in version.replace(".post", ".").split("."))
-
-
 def _expected(version: str) -> dict[str, set[str]]:
     """What sglang-compat.md says each release has (tables A and B)."""
-    v = _release(version)
+    v = parse_version(version)[:3]
     has_eagle3 = version != "0.4.4"  # EAGLE-3 first appears in 0.4.4.post2
     return {
         "process": {"scheduler"},

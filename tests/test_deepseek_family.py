@@ -278,18 +278,19 @@ def test_aux_panel_names_the_family_rule(version, rule):
     """The aux panel says how this target's family maps ids (SGLang's DeepseekV2 rule changed at 0.5.13)."""
     from synthetic import encode_frame, hello_body, load_body
 
+    from eagle3scope.analysis.facts import capture_rule
     from eagle3scope.analysis.state import SessionState
     from eagle3scope.analysis.views import aux_view
     from eagle3scope.wire import decode_frame
-    from eagle3scope.wire.aux_layers import RULE_SUMMARY
+    from eagle3scope.wire.aux_layers import CaptureRule
 
     state = SessionState()
     state.ingest(decode_frame(encode_frame("hello", hello_body(sglang_version=version), src="dp0", n=0, t=1)))
     state.ingest(decode_frame(encode_frame("load", load_body(target_class="KimiK25ForConditionalGeneration"),
                                            src="dp0", n=1, t=2)))
-    assert state.publishers["dp0"].aux_rule == rule
+    assert capture_rule(state.publishers["dp0"]) == rule
     ((_, facts),) = aux_view(state).publishers
-    assert [f.text for f in facts if f.label == "family id rule"] == [f"{rule}: {RULE_SUMMARY[rule]}"]
+    assert [f.text for f in facts if f.label == "family id rule"] == [f"{rule}: {CaptureRule(rule).summary}"]
 
 
 @pytest.mark.parametrize("edit, errors, warnings", [

@@ -115,7 +115,7 @@ def test_served_values_are_checks_analysis_per_publisher():
         skipped = by(fams["eagle3scope_draft_forwards"], "eagle3scope_draft_forwards_total", fc="skipped", **mine)
         assert sum(skipped.values()) == sum(p.fc_skipped for p in pub.passes.values())
         info = by(fams["eagle3scope_publisher_info"], "eagle3scope_publisher_info", **mine)
-        assert len(info) == 1 and dict(next(iter(info)))["algorithm"] == pub.server_args["algorithm"]
+        assert len(info) == 1 and dict(next(iter(info)))["algorithm"] == pub.hello.args.algorithm
     broken = dict(publisher="host-b:2:dp0")
     fired = by(fams["eagle3scope_violations_fired"], "eagle3scope_violations_fired_total", **broken)
     assert {dict(k)["rule"] for k in fired} >= {"aux-capture-off", "fc-bypassed", "zero-acceptance"}

@@ -2,5 +2,6 @@
 the TUI, ``check``, ``gate``, the exporter and tests."""
 
 from eagle3scope.analysis.rules import CONTRACT_RULES, RULE_IDS, Rule, Violation  # noqa: F401
-from eagle3scope.analysis.state import ConfigSegment, Event, PassStats, PublisherView, SessionState, analyse  # noqa: F401
+from eagle3scope.analysis.facts import PublisherView  # noqa: F401
+from eagle3scope.analysis.state import ConfigSegment, Event, PassStats, SessionState, analyse  # noqa: F401
 from eagle3scope.analysis.stats import AcceptanceStats, Tally  # noqa: F401

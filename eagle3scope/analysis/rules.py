@@ -1,7 +1,7 @@
 """Contract rules: every known silent EAGLE-3 break, named, with evidence in numbers and a fix.
 
-Each rule is a small pure function over one publisher's facts (:class:`PublisherView`: its
-``hello``, ``load`` report, hook states and step aggregates). It returns an evidence dict when the
+Each rule is a small pure function over one publisher's facts (:class:`PublisherView` and what
+:mod:`~eagle3scope.analysis.facts` derives from its hello, load report, hook states and step aggregates). It returns an evidence dict when the
 contract is broken and ``None`` otherwise. An evidence key ``first_seq`` (the step where the break
 was first observed) is lifted into :attr:`Violation.first_seq`. Rule ids are stable: CI
 configurations and the TUI refer to them.
@@ -9,16 +9,13 @@ configurations and the TUI refer to them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from dataclasses import astuple, dataclass, field
+from typing import Callable
 
-from eagle3scope.wire.aux_layers import captured_for, default_capture, specforge_defaults
+from eagle3scope.analysis import facts
+from eagle3scope.analysis.facts import D2t, PublisherView, fc_trained, is_eagle3_draft, load_of, wrong_algorithm
 from eagle3scope.wire import FEATURE_CARRYING_MODES
-
-if TYPE_CHECKING:
-    from eagle3scope.analysis.state import PublisherView
-
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
 
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
 ZERO_ACCEPTANCE_MARGIN = 0.05
@@ -63,36 +60,7 @@ class Rule:
     fix: str = ""
 
 
-# -- facts helpers -------------------------------------------------------------------------
-
-
-def _load(pub: PublisherView) -> dict:
-    return pub.load or {}
-
-
-def _aux(pub: PublisherView) -> dict:
-    return _load(pub).get("aux") or {}
-
-
-def _fc_in(pub: PublisherView) -> int | None:
-    fc = _load(pub).get("fc")
-    return fc.get("in") if isinstance(fc, dict) else None
-
-
-def _is_eagle3_draft(pub: PublisherView) -> bool:
-    """By class name when SGLang's is known (its EAGLE-1/2 classes, e.g. LlamaForCausalLMEagle, carry a
-    2H-wide fc over cat(embeds, hidden)), else by an fc wider than the target's hidden size."""
-    load = _load(pub)
-    name = str(load.get("draft_class") or "").lower()
-    if "eagle" in name:
-        return "eagle3" in name
-    fc_in, hidden = _fc_in(pub), load.get("target_hidden_size") or load.get("hidden_size")
-    return bool(fc_in and hidden and fc_in > hidden)
-
-
-def _wrong_algorithm(algorithm) -> bool:
-    """A known algorithm other than EAGLE3 ("EAGLE3" or an enum str like "SpeculativeAlgorithm.EAGLE3")."""
-    return algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
+# -- helpers -------------------------------------------------------------------------------
 
 
 def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
@@ -100,44 +68,31 @@ def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
     return min(seqs) if seqs else None
 
 
-def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
-    """Capture indices the configured ids should give.
-
-    ``offset_rule`` is what the shim saw the target do with the ids it was handed: "none" (the
-    model family uses them as given, e.g. DeepseekV2 from 0.5.13 unless the first id is 1), or
-    anything else ("+1", "default" = called without ids, "other", unknown), where the Llama rule
-    applies: capture the input of layer id + 1.
-    """
-    if ids is None:
-        return None
-    return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
-
-
 # -- rules -----------------------------------------------------------------------------------
 
 
 def aux_capture_off(pub: PublisherView) -> dict | None:
-    if not _is_eagle3_draft(pub):
+    if not is_eagle3_draft(pub):
         return None
-    algorithm = pub.server_args.get("algorithm")
-    aux = _aux(pub)
-    capture_now = (pub.capture or {}).get("on") if pub.capture is not None else aux.get("capture_on")
-    if not (_wrong_algorithm(algorithm) or capture_now is False):
+    algorithm = facts.server_args(pub).algorithm
+    capture_now = facts.capture_on(pub)
+    if not (wrong_algorithm(algorithm) or capture_now is False):
         return None
     return {
         "algorithm": algorithm,
         "capture_on": capture_now,
-        "use_aux_hidden_state": aux.get("use_aux"),
-        "fc_in": _fc_in(pub),
-        "fc_from_checkpoint": _fc_trained(pub),
+        "use_aux_hidden_state": load_of(pub).aux.use_aux,
+        "fc_in": load_of(pub).fc_in,
+        "fc_from_checkpoint": fc_trained(pub),
         "steps_with_capture_off": pub.capture_off_steps,
         "first_seq": pub.capture_off_first_seq,
     }
 
 
 def fc_bypassed(pub: PublisherView) -> dict | None:
-    fc_in = _fc_in(pub)
-    if pub.load is not None and (fc_in is None or not _is_eagle3_draft(pub)):
+    load = load_of(pub)
+    fc_in = load.fc_in
+    if pub.load is not None and (fc_in is None or not is_eagle3_draft(pub)):
         return None  # no fc to bypass, or an EAGLE-1/2 fc, which takes H-wide target states by design
     modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
     if not modes:
@@ -149,79 +104,75 @@ def fc_bypassed(pub: PublisherView) -> dict | None:
         "skipped_by_mode": skipped,
         "width_seen": widths,
         "fc_in": fc_in,
-        "use_aux_hidden_state": _aux(pub).get("use_aux"),
-        "fc_from_checkpoint": _fc_trained(pub),
-        "algorithm": pub.server_args.get("algorithm"),
-        "hidden_size": _load(pub).get("hidden_size"),
+        "use_aux_hidden_state": load.aux.use_aux,
+        "fc_from_checkpoint": fc_trained(pub),
+        "algorithm": facts.server_args(pub).algorithm,
+        "hidden_size": load.hidden_size,
         "first_seq": _first_seq_of(pub.passes, modes, "first_skip_seq"),
     }
 
 
 def hidden_width_mismatch(pub: PublisherView) -> dict | None:
-    load = _load(pub)
-    hidden = load.get("hidden_size")
+    load = load_of(pub)
+    hidden = load.hidden_size
     if not hidden:
         return None
-    expected = {hidden} | ({_fc_in(pub)} - {None})
+    expected = {hidden} | ({load.fc_in} - {None})
     bad = {m: {w: n for w, n in ps.widths.items() if w not in expected} for m, ps in pub.passes.items()}
     bad = {m: ws for m, ws in bad.items() if ws}
     if not bad:
         return None
     first = min(pub.passes[m].width_first_seq[w] for m, ws in bad.items() for w in ws)
-    return {"widths_by_mode": bad, "expected": sorted(expected), "fc_in": _fc_in(pub), "hidden_size": hidden, "first_seq": first}
+    return {"widths_by_mode": bad, "expected": sorted(expected), "fc_in": load.fc_in, "hidden_size": hidden, "first_seq": first}
 
 
 def weights_dropped(pub: PublisherView) -> dict | None:
-    weights = _load(pub).get("weights") or {}
-    skipped = list(weights.get("skipped") or [])
-    unwritten = [n for n in weights.get("unwritten") or [] if "lm_head" not in n]  # lm-head-mismatch covers the head
+    weights = load_of(pub).weights
+    if weights is None:
+        return None
+    skipped = list(weights.skipped)
+    unwritten = [n for n in weights.unwritten if "lm_head" not in n]  # lm-head-mismatch covers the head
     if not (skipped or unwritten):
         return None
     return {
         "skipped": len(skipped),
         "unwritten": len(unwritten),
-        "consumed": len(weights.get("consumed") or []),
+        "consumed": len(weights.consumed),
         "skipped_examples": skipped[:5],
         "unwritten_examples": unwritten[:5],
     }
 
 
 def d2t_absolute(pub: PublisherView) -> dict | None:
-    d2t = _load(pub).get("d2t")
-    if not d2t or not d2t.get("present"):
+    d2t = load_of(pub).d2t
+    if d2t is None or not d2t.present:
         return None
-    broken = (
-        d2t.get("looks_absolute")
-        or (d2t.get("out_of_range") or 0) > 0
-        or d2t.get("injective") is False
-        or d2t.get("t2d_consistent") is False
-    )
+    broken = d2t.looks_absolute or (d2t.out_of_range or 0) > 0 or d2t.injective is False or d2t.t2d_consistent is False
     if not broken:
         return None
-    keys = ("size", "min", "max", "target_min", "target_max", "out_of_range", "injective", "t2d_consistent", "looks_absolute")
-    evidence = {k: d2t.get(k) for k in keys}
-    evidence["target_vocab_size"] = _load(pub).get("target_vocab_size")
+    evidence = dict(zip(D2t.__slots__[1:], astuple(d2t)[1:]))  # every field but present
+    evidence["target_vocab_size"] = load_of(pub).target_vocab_size
     return evidence
 
 
 def d2t_missing(pub: PublisherView) -> dict | None:
-    load = _load(pub)
-    d2t, draft_vocab, target_vocab = load.get("d2t"), load.get("draft_vocab_size"), load.get("target_vocab_size")
-    if d2t is None and pub.load is not None and "d2t" not in pub.load:
+    load = load_of(pub)
+    d2t, draft_vocab, target_vocab = load.d2t, load.draft_vocab_size, load.target_vocab_size
+    if pub.load is not None and not load.d2t_reported:
         return None  # the shim did not report on d2t at all
-    if (d2t and d2t.get("present")) or not (draft_vocab and target_vocab and draft_vocab < target_vocab):
+    if (d2t is not None and d2t.present) or not (draft_vocab and target_vocab and draft_vocab < target_vocab):
         return None
     return {"draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab, "d2t_present": False}
 
 
 def lm_head_mismatch(pub: PublisherView) -> dict | None:
-    load = _load(pub)
-    head = load.get("lm_head")
-    if not head:
+    load = load_of(pub)
+    head = load.lm_head
+    if head is None:
         return None
-    source, shape = head.get("source"), head.get("shape") or [None, None]
-    draft_vocab, target_vocab, hidden = load.get("draft_vocab_size"), load.get("target_vocab_size"), load.get("hidden_size")
-    consumed = (load.get("weights") or {}).get("consumed") or []
+    source, shape = head.source, head.shape or [None, None]
+    draft_vocab, target_vocab, hidden = load.draft_vocab_size, load.target_vocab_size, load.hidden_size
+    consumed = load.weights.consumed if load.weights is not None else ()
     problems = []
     if source == "init":
         problems.append("random (never loaded)")
@@ -240,24 +191,18 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
 
 
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:
-    load, aux = _load(pub), _aux(pub)
-    n = load.get("num_target_layers")
-    applied = pub.applied_config
-    if applied:  # a live change (issue 7) sets what is intended from then on
-        intended, expected = applied.get("layers"), applied.get("captured")
-        captured = (pub.capture or {}).get("layers")  # None until a step ran under the new set
-    else:
-        intended = aux.get("configured")
-        expected = apply_offset(intended, aux.get("offset_rule"))
-        captured = (pub.capture or {}).get("layers") or aux.get("captured")
-    if captured is None or not (aux.get("capture_on", True) and (pub.capture or {}).get("on", True)):
+    load = load_of(pub)
+    n = load.num_target_layers
+    layers = facts.aux_layers(pub)  # a live change (issue 7) sets what is intended from then on
+    intended, expected, captured = layers.configured, layers.expected, layers.captured
+    if captured is None or facts.capture_on(pub) is False:
         return None  # nothing captured: aux-capture-off's business
     captured = list(captured)
     evidence = {"configured": intended, "expected_captured": expected, "captured": captured, "num_target_layers": n,
-                "offset_rule": aux.get("offset_rule")}
+                "offset_rule": load.aux.offset_rule}
     if expected is not None and sorted(captured) != sorted(expected):
         return {**evidence, "kind": "captured-differs-from-configured"}
-    if applied:
+    if layers.applied:
         return None  # the user picked this set live: the numbering heuristics below are about the draft's config
     if n:
         if captured == [i + 1 for i in default_capture(n)]:
@@ -266,7 +211,7 @@ def aux_layers_mismatch(pub: PublisherView) -> dict | None:
         if captured == specforge_defaults(n):
             return {**evidence, "kind": "output-of-layer-ids-used-as-input-of-layer",
                     "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
-    if intended is None and _is_eagle3_draft(pub) and pub.load is not None and "configured" in aux:
+    if intended is None and is_eagle3_draft(pub) and pub.load is not None and load.aux.reports_configured:
         return {**evidence, "kind": "no-configured-ids-default-used", "default": default_capture(n) if n else None}
     return None
 
@@ -288,7 +233,7 @@ def zero_acceptance(pub: PublisherView) -> dict | None:
 
 
 def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
-    vocab = _load(pub).get("target_vocab_size")
+    vocab = load_of(pub).target_vocab_size
     if pub.draft_id_max is None:
         return None
     too_high = vocab is not None and pub.draft_id_max >= vocab
@@ -305,36 +250,25 @@ def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
 
 
 def hook_failed(pub: PublisherView) -> dict | None:
-    # hello re-sends every seam's status (a viewer may have missed the hook frames); hook frames are newer
-    statuses = {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
-    bad = {seam: status for seam, status in statuses.items() if status in ("failed", "missing")}
+    bad = facts.failed_seams(pub)
     failures = pub.loss.hook_failures
     if not bad and not failures:
         return None
-    return {"seams": bad, "hook_failures": failures,
-            "details": {seam: (pub.hooks.get(seam) or {}).get("detail") for seam in bad}}
+    return {"seams": bad, "hook_failures": failures, "details": {seam: facts.hook_detail(pub, seam) for seam in bad}}
 
 
 def frames_lost(pub: PublisherView) -> dict | None:
-    loss = pub.loss
+    loss = facts.loss(pub)
     if not loss.lost:
         return None
-    return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.shim_dropped, "frames_received": loss.frames}
-
-
-def _fc_trained(pub: PublisherView) -> bool | None:
-    """Whether the checkpoint brought its own fc (then the draft was trained on aux features)."""
-    weights = _load(pub).get("weights")
-    if not weights:
-        return None
-    return any(n.endswith("fc.weight") for n in weights.get("consumed") or [])
+    return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.dropped_by_shim, "frames_received": loss.frames}
 
 
 def _opted_out_severity(evidence: dict) -> str:
     """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
     well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
     opted_out = evidence.get("use_aux_hidden_state") is False and evidence.get("fc_from_checkpoint") is False
-    return "warning" if opted_out and not _wrong_algorithm(evidence.get("algorithm")) else "error"
+    return "warning" if opted_out and not wrong_algorithm(evidence.get("algorithm")) else "error"
 
 
 def _aux_severity(evidence: dict) -> str:

@@ -22,12 +22,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation, evaluate
+from eagle3scope.analysis import facts
+from eagle3scope.analysis.facts import PublisherView, read_hello, read_load
+from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
-from eagle3scope.wire.aux_layers import family_rule
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import MAX_PUBLISHERS
+from eagle3scope.wire.severity import SEVERITY_ORDER
 
 #: Steps between two rule passes over every publisher (a non-step frame triggers one for its
 #: sender): a rule without a first-seen seq of its own reports a ``first_seq`` at most this many steps late.
@@ -123,50 +125,6 @@ class ConfigSegment:
         return self.tally.per_position(self.k)
 
 
-@dataclass
-class PublisherView:
-    """What one publisher (one scheduler process) has told us, plus its own step aggregates."""
-
-    src: str
-    hello: dict | None = None
-    load: dict | None = None
-    hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
-    unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
-    applied_config: dict | None = None  # the latest applied aux-layer change (config body)
-    loss: FrameLoss = field(default_factory=FrameLoss)
-    last_seen_t: int | None = None
-    last_seq: int | None = None
-    acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
-    passes: dict = field(default_factory=dict)  # mode -> PassStats (MAX_PASS_MODES, see there)
-    unlisted_pass_calls: int = 0  # draft forwards in modes past MAX_PASS_MODES
-    capture: dict | None = None  # latest step's {on, layers}
-    capture_off_steps: int = 0
-    capture_off_first_seq: int | None = None
-    decode_steps: int = 0
-    draft_ids: int = 0
-    draft_id_min: int | None = None
-    draft_id_max: int | None = None
-    draft_max_rises: list = field(default_factory=list)  # (seq, new max) each time the max grows (MAX_DRAFT_MAX_RISES)
-    unkept_max_rises: int = 0  # rises after the first MAX_DRAFT_MAX_RISES
-    draft_max_seq: int | None = None  # seq where the current maximum was first seen
-    draft_min_seq: int | None = None  # seq where the current minimum was first seen
-
-    @property
-    def server_args(self) -> dict:
-        return (self.hello or {}).get("server_args") or {}
-
-    @property
-    def aux_rule(self) -> str | None:
-        """How this target's family turns configured aux ids into captured layers (None: unknown family)."""
-        target = (self.load or {}).get("target_class")
-        return family_rule(str(target), (self.hello or {}).get("sglang_version")) if target else None
-
-    @property
-    def num_steps(self) -> int | None:
-        value = self.server_args.get("num_steps")
-        return value if type(value) is int and value > 0 else None
-
-
 class SessionState:
     """Everything the viewer knows, built by :meth:`ingest` one frame at a time.
 
@@ -192,8 +150,6 @@ class SessionState:
         self._window = window
         self._history = history
         self.rules_every = rules_every
-        self._steps_since_rules = 0
-        self._rules_t = 0  # frame t of the last rule pass over every publisher on ingest
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
         self._forked = False
@@ -213,28 +169,24 @@ class SessionState:
         kind = frame.kind
         if kind == "step":
             self._step(pub, frame.body, frame.t)
-            self._steps_since_rules += 1
-            if self._steps_since_rules >= self.rules_every or frame.t - self._rules_t >= RULES_EVERY_NS:
-                self._steps_since_rules = 0
-                self._rules_t = frame.t
-                self.evaluate_rules()
+            pub.steps_since_rules += 1
+            if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
+                self._scheduled(pub, frame.t)
             return
         if kind == "hello":
             self._hello(pub, frame)
         elif kind == "load":
+            load = read_load(frame.body)
             if pub.load is None:
-                self.note(frame.src, "info", f"load report: {frame.body.get('draft_class')} on {frame.body.get('target_class')}", frame.t)
-            pub.load = frame.body
+                self.note(frame.src, "info", f"load report: {load.draft_class} on {load.target_class}", frame.t)
+            pub.load = load
         elif kind == "config":
             self._config(pub, frame)
         elif kind == "hook":
             self._hook(pub, frame)
         elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
             self.unknown_frames += 1
-        # Only its sender changed: judge that one (a pass over 256 publishers costs ms per frame).
-        self._judge(pub)
-        if len(self.publishers) == 1:  # ... which was then a full pass: the time schedule restarts
-            self._rules_t = frame.t
+        self._scheduled(pub, frame.t)  # only its sender changed
 
     def _new_publisher(self, frame: Frame) -> PublisherView | None:
         """A view for a new ``src``; None past MAX_PUBLISHERS (the frame is counted, the first one noted)."""
@@ -307,7 +259,7 @@ class SessionState:
             return
         pub.decode_steps += 1
         t_ns = body.get("t_ns") or t
-        k = pub.num_steps
+        k = facts.num_steps(pub)
         if k:
             depth = min(depth, k)
             pub.acceptance.k_configured = self.acceptance.k_configured = k
@@ -315,9 +267,8 @@ class SessionState:
         if forked:
             self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
         if not self.segments:
-            aux = (pub.load or {}).get("aux") or {}
-            captured = (capture or {}).get("layers") or aux.get("captured")
-            self.segments.append(ConfigSegment(aux.get("configured"), "startup", seq, pub.src, captured))
+            layers = facts.aux_layers(pub)
+            self.segments.append(ConfigSegment(layers.configured, "startup", seq, pub.src, layers.captured))
         segment = self.segments[-1]
         if segment.start_seq is None:
             segment.start_seq = seq
@@ -349,16 +300,17 @@ class SessionState:
             self.acceptance, self.passes = copy.deepcopy(self._solo.acceptance), copy.deepcopy(self._solo.passes)
 
     def _hello(self, pub: PublisherView, frame: Frame) -> None:
-        if pub.hello is None or pub.hello.get("pid") != frame.body.get("pid"):
-            args = frame.body.get("server_args") or {}
+        hello = read_hello(frame.body)
+        if pub.hello is None or pub.hello.pid != hello.pid:
+            args = hello.args
             self.note(
                 pub.src,
                 "info",
-                f"publisher {pub.src}: SGLang {frame.body.get('sglang_version')}, {args.get('algorithm')} "
-                f"steps={args.get('num_steps')} topk={args.get('topk')} draft_tokens={args.get('num_draft_tokens')}",
+                f"publisher {pub.src}: SGLang {hello.sglang_version}, {args.algorithm} "
+                f"steps={args.num_steps} topk={args.topk} draft_tokens={args.num_draft_tokens}",
                 frame.t,
             )
-        pub.hello = frame.body
+        pub.hello = hello
 
     def _config(self, pub: PublisherView, frame: Frame) -> None:
         body = frame.body
@@ -417,6 +369,12 @@ class SessionState:
         """
         for pub in self.publishers.values():
             self._judge(pub)
+
+    def _scheduled(self, pub: PublisherView, t: int) -> None:
+        """A pass on ingest's schedule: each publisher's own, so that a publisher's violations date
+        the same whatever other publishers share the state (the exporter keeps one state each)."""
+        pub.steps_since_rules, pub.rules_t = 0, t
+        self._judge(pub)
 
     def _judge(self, pub: PublisherView) -> None:
         """Evaluate every rule for one publisher."""

@@ -9,12 +9,13 @@ ingest). Panels draw these views and never open a frame body; ``tones`` (``"ok"`
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 
+from eagle3scope.analysis import facts
+from eagle3scope.analysis.facts import Load
 from eagle3scope.analysis.rules import Violation
 from eagle3scope.analysis.state import Event, PassStats, SessionState
-from eagle3scope.wire.aux_layers import RULE_SUMMARY
+from eagle3scope.wire.aux_layers import CaptureRule
 
 
 # -- header ------------------------------------------------------------------------------------
@@ -46,28 +47,27 @@ class PublisherRow:
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
     rows = []
     for src, pub in state.publishers.items():
-        hello = pub.hello or {}
-        args = pub.server_args
-        hooks = list(pub.hooks.values())
+        hello, args, loss = pub.hello, facts.server_args(pub), facts.loss(pub)
+        seams = facts.seam_statuses(pub)
         rows.append(PublisherRow(
             src=src,
-            version=hello.get("sglang_version"),
-            algorithm=args.get("algorithm"),
-            worker=hello.get("worker"),
-            steps=args.get("num_steps"),
-            topk=args.get("topk"),
-            draft_tokens=args.get("num_draft_tokens"),
-            cuda_graph=args.get("cuda_graph"),
-            tp_rank=hello.get("tp_rank"),
-            dp_rank=hello.get("dp_rank"),
+            version=hello.sglang_version if hello else None,
+            algorithm=args.algorithm,
+            worker=hello.worker if hello else None,
+            steps=args.num_steps,
+            topk=args.topk,
+            draft_tokens=args.num_draft_tokens,
+            cuda_graph=args.cuda_graph,
+            tp_rank=hello.tp_rank if hello else None,
+            dp_rank=hello.dp_rank if hello else None,
             steps_per_s=pub.acceptance.steps_per_s,
-            dropped=pub.loss.shim_dropped,
-            gaps=pub.loss.lost_in_transit,
-            hook_failures=pub.loss.hook_failures,
-            hooks_ok=sum(1 for h in hooks if h.get("status") == "attached"),
-            hooks_total=len(hooks),
-            has_hello=pub.hello is not None,
-            model_path=args.get("model_path"),
+            dropped=loss.dropped_by_shim,
+            gaps=loss.lost_in_transit,
+            hook_failures=loss.hook_failures,
+            hooks_ok=sum(1 for status in seams.values() if status == "attached"),
+            hooks_total=len(seams),
+            has_hello=hello is not None,
+            model_path=args.model_path,
         ))
     return rows
 
@@ -118,7 +118,7 @@ def acceptance_view(state: SessionState) -> AcceptanceView:
         mean=acc.mean_accept_length,
         cumulative=acc.cumulative_mean_accept_length,
         k=acc.k,
-        draft_tokens=next((p.server_args.get("num_draft_tokens") for p in state.publishers.values() if p.server_args), None),
+        draft_tokens=next((p.hello.args.num_draft_tokens for p in state.publishers.values() if p.hello), None),
         steps=acc.n_steps,
         request_steps=acc.total.n,
         steps_per_s=acc.steps_per_s,
@@ -177,7 +177,7 @@ def aux_view(state: SessionState) -> AuxView:
     return AuxView(
         passes=[PassRow(m, p.calls, _widths(p), p.fc_applied, p.fc_skipped)
                 for m, p in sorted(state.passes.items(), key=lambda kv: str(kv[0]))],  # a mode may be None
-        publishers=[(src, load_summary(pub.load, pub.capture, pub.aux_rule)) for src, pub in state.publishers.items()],
+        publishers=[(src, load_summary(pub.load, pub.capture, facts.capture_rule(pub))) for src, pub in state.publishers.items()],
         segments=segment_rows(state),
     )
 
@@ -189,49 +189,48 @@ def _widths(p: PassStats) -> tuple:
     return listed
 
 
-def load_summary(load: dict | None, capture: dict | None, rule: str | None = None) -> list[Fact]:
+def load_summary(load: Load | None, capture: dict | None, rule: CaptureRule | None = None) -> list[Fact]:
     """The load report's facts that decide whether the draft can work, each with its tone;
-    ``rule`` is the target family's aux id rule (:func:`~eagle3scope.wire.aux_layers.family_rule`)."""
-    if not load:
+    ``rule`` is the target family's aux id rule (:func:`~eagle3scope.analysis.facts.capture_rule`)."""
+    if load is None or not load.body:
         return [Fact("load report", "not received yet", "muted")]
-    aux = load.get("aux") or {}
-    fc = load.get("fc")
+    aux = load.aux
     live = (capture or {}).get("layers")
-    captured = aux.get("captured")
-    facts = [
-        Fact("draft / target", f"{load.get('draft_class')} / {load.get('target_class')}"),
-        Fact("fc", f"{fc.get('in')} → {fc.get('out')}") if fc else Fact("fc", "none", "bad"),
-        Fact("configured aux ids", str(aux.get("configured"))),
-        Fact("captured (load)", str(captured), "ok" if captured is not None and aux.get("configured") is not None else None),
+    lines = [
+        Fact("draft / target", f"{load.draft_class} / {load.target_class}"),
+        Fact("fc", f"{load.fc_in} → {load.fc_out}") if load.has_fc else Fact("fc", "none", "bad"),
+        Fact("configured aux ids", str(aux.configured)),
+        Fact("captured (load)", str(aux.captured), "ok" if aux.captured is not None and aux.configured is not None else None),
         Fact("captured (live)", f"{live} capture {'on' if (capture or {}).get('on') else 'off'}" if capture else "–",
              "bad" if capture and not capture.get("on") else None),
-        Fact("use_aux / rule", f"{aux.get('use_aux')} / {aux.get('offset_rule')}"),
-        Fact("family id rule", f"{rule}: {RULE_SUMMARY[rule]}") if rule else Fact("family id rule", "unknown family", "muted"),
+        Fact("use_aux / rule", f"{aux.use_aux} / {aux.offset_rule}"),
+        Fact("family id rule", f"{rule}: {rule.summary}") if rule else Fact("family id rule", "unknown family", "muted"),
     ]
-    d2t = load.get("d2t")
+    d2t = load.d2t
     if d2t:
         flags = []
-        if d2t.get("out_of_range"):
-            flags.append(f"{d2t['out_of_range']} out of range")
-        if d2t.get("injective") is False:
+        if d2t.out_of_range:
+            flags.append(f"{d2t.out_of_range} out of range")
+        if d2t.injective is False:
             flags.append("not injective")
-        if d2t.get("looks_absolute"):
+        if d2t.looks_absolute:
             flags.append("looks absolute")
-        if d2t.get("t2d_consistent") is False:
+        if d2t.t2d_consistent is False:
             flags.append("t2d inconsistent")
-        facts.append(Fact("d2t", f"size {d2t.get('size')} → target [{d2t.get('target_min')}, {d2t.get('target_max')}] "
-                          + ("; ".join(flags) or "ok"), "bad" if flags else "ok"))
+        lines.append(Fact("d2t", f"size {d2t.size} → target [{d2t.target_min}, {d2t.target_max}] "
+                           + ("; ".join(flags) or "ok"), "bad" if flags else "ok"))
     else:
-        facts.append(Fact("d2t", "absent (draft vocab = target vocab?)", "muted"))
-    head = load.get("lm_head") or {}
-    facts.append(Fact("lm_head", f"{head.get('source')} {head.get('shape')}", "bad" if head.get("source") == "init" else None))
-    facts.append(Fact("embed_tokens", str((load.get("embed_tokens") or {}).get("source"))))
-    weights = load.get("weights") or {}
-    skipped, unwritten = weights.get("skipped") or [], weights.get("unwritten") or []
+        lines.append(Fact("d2t", "absent (draft vocab = target vocab?)", "muted"))
+    head = load.lm_head
+    source, shape = (head.source, head.shape) if head else (None, None)
+    lines.append(Fact("lm_head", f"{source} {shape}", "bad" if source == "init" else None))
+    lines.append(Fact("embed_tokens", str(load.embed_source)))
+    weights = load.weights or facts.Weights()
+    skipped, unwritten = list(weights.skipped), list(weights.unwritten)
     named = f": {', '.join(map(str, (skipped + unwritten)[:4]))}" if skipped or unwritten else ""
-    facts.append(Fact("weights", f"{len(weights.get('consumed') or [])} consumed, {len(skipped)} skipped, "
-                      f"{len(unwritten)} never written{named}", "bad" if skipped or unwritten else "ok"))
-    return facts
+    lines.append(Fact("weights", f"{len(weights.consumed)} consumed, {len(skipped)} skipped, "
+                       f"{len(unwritten)} never written{named}", "bad" if skipped or unwritten else "ok"))
+    return lines
 
 
 # -- draft vs target ---------------------------------------------------------------------------
@@ -278,10 +277,4 @@ class LoadReport:
 
 
 def load_reports(state: SessionState) -> list[LoadReport]:
-    return [LoadReport(src, _as_sent(pub.hello), _as_sent(pub.load)) for src, pub in state.publishers.items()]
-
-
-def _as_sent(body: dict | None) -> tuple | None:
-    if not body:
-        return None
-    return tuple((key, json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)) for key, value in body.items())
+    return [LoadReport(src, *facts.sent(pub)) for src, pub in state.publishers.items()]

@@ -20,6 +20,7 @@ from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADA
     check_result, judge, parse_floors, verdict
 from eagle3scope.gate.junit import write_junit
 from eagle3scope.wire.schema import MAX_PUBLISHERS
+from eagle3scope.wire.severity import SEVERITIES
 
 
 def _fmt(value: object) -> str:
@@ -72,7 +73,7 @@ def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> Non
 def threshold_options(func):
     """--fail-on, --min-accept-length, --min-per-position, --junit: shared by ``check`` and ``gate``."""
     options = [
-        click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
+        click.option("--fail-on", type=click.Choice(list(SEVERITIES)), default="error",
                      show_default=True, help="Lowest severity that makes the exit status 1."),
         click.option("--min-accept-length", type=click.FloatRange(min=0), default=None, metavar="X",
                      help="Fail when the mean acceptance length (bonus token included) is below X."),

@@ -20,13 +20,13 @@ from eagle3scope.wire.aux_layers import (
     family_rule,
     ids_for,
 )
+from eagle3scope.wire.releases import ERAS
 
 if TYPE_CHECKING:
     from eagle3scope.doctor.diagnose import Diagnosis
 
 #: Target class assumed when neither --target nor the draft names one (the +1 families).
 ASSUMED_TARGET = "LlamaForCausalLM"
-ERAS = ("0.5.10", "0.5.23")
 
 
 def int_list(value: object) -> bool:

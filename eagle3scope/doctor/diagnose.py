@@ -29,10 +29,12 @@ from eagle3scope.doctor.loader_layouts import (
     map_name,
     norm_feature,
     num_aux,
-    parse_version,
     registered_draft_classes,
 )
 from eagle3scope.doctor.producers import FIX_KEY, Producer, recognise
+from eagle3scope.wire.releases import installed_sglang as installed
+from eagle3scope.wire.releases import parse_version
+from eagle3scope.wire.severity import SEVERITY_ORDER
 
 DEFAULT_SGLANG = "0.5.23"
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
@@ -97,8 +99,7 @@ class Diagnosis:
         return 2 if "error" in severities else 1 if "warning" in severities else 0
 
     def ordered(self) -> list[Finding]:
-        rank = {"error": 0, "warning": 1, "info": 2}
-        return sorted(self.findings, key=lambda f: (rank.get(f.severity, 3),
+        return sorted(self.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 3),
                                                     PRIORITY.index(f.id) if f.id in PRIORITY else len(PRIORITY)))
 
     def to_dict(self) -> dict:
@@ -133,12 +134,7 @@ def headline(dx: Diagnosis) -> str:
 
 def installed_sglang() -> str:
     """The SGLang version to check against when none is given: the installed one, else 0.5.23."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return DEFAULT_SGLANG
+    return installed() or DEFAULT_SGLANG
 
 
 # -- config field types ------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from eagle3scope.wire.releases import parse_version
+
 #: SGLang's stacked-parameter mapping (checkpoint shard name -> fused parameter, shard id).
 STACKED = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
            (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1))
@@ -22,15 +24,6 @@ LEGACY_RENAMES = (("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"), ("aux
                   ("aux_norm_high", "fc_norm.2"))
 LAYER_PARAMS = ("self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight",
                 "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``"0.4.4.post2"`` -> ``(0, 4, 4, 2)``; ``"0.5.23"`` -> ``(0, 5, 23, 0)``; rc/dev sort before."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?(?:\.?(rc|dev|a|b)\d*)?(?:\+.*)?", text.strip())
-    if not m:
-        raise ValueError(f"not an SGLang version: {text!r}")
-    major, minor, patch, post, pre = m.groups()
-    return (int(major), int(minor), int(patch or 0), int(post) if post else (-1 if pre else 0))
 
 
 #: EAGLE-3 draft classes SGLang registers (``EntryClass`` in ``models/*.py``), by first release.

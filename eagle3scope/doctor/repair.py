@@ -31,12 +31,10 @@ from eagle3scope.doctor.checkpoint import (
     write_safetensors,
 )
 from eagle3scope.doctor.diagnose import ASSUMED_TARGET, Diagnosis, diagnose, installed_sglang
-from eagle3scope.doctor.loader_layouts import parse_version
 from eagle3scope.doctor.producers import FIX_KEY
 from eagle3scope.wire.aux_layers import captured_for, family_rule
+from eagle3scope.wire.releases import ERAS, parse_version
 
-#: The release lines a copy is made for when none is named and SGLang is not installed here.
-ERAS = ("0.5.10", "0.5.23")
 #: Error findings that the copy repairs (when the diagnosis found a certain repair for them).
 REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "weights-unused", "config-speculators-format",
               "d2t-absolute", "aux-layers-mismatch", "architecture", "aux-capture-off", "lm-head-tied",

@@ -24,7 +24,7 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from eagle3scope.analysis import PublisherView, SessionState
+from eagle3scope.analysis import PublisherView, SessionState, facts
 from eagle3scope.exporter.fleet import Fleet
 
 PUBLISHER_LABELS = ("publisher", "dp_rank", "model", "sglang_version")
@@ -35,8 +35,7 @@ def publisher_labels(pub: PublisherView) -> list[str] | None:
     hello = pub.hello
     if hello is None:
         return None
-    return [pub.src, str(hello.get("dp_rank") or 0), str(pub.server_args.get("model_path") or ""),
-            str(hello.get("sglang_version") or "")]
+    return [pub.src, str(hello.dp_rank or 0), str(hello.args.model_path or ""), str(hello.sglang_version or "")]
 
 
 def _ids(layers) -> str:
@@ -45,26 +44,10 @@ def _ids(layers) -> str:
     return ",".join(map(str, layers)) or "none"
 
 
-def _loss(pub: PublisherView) -> tuple[int, int, int, int]:
-    """(frames received, lost in transit, dropped by the shim, hook failures) of one publisher."""
-    loss = pub.loss
-    return loss.frames, loss.lost_in_transit, loss.shim_dropped, loss.hook_failures
-
-
-def _hook_statuses(pub: PublisherView) -> dict[str, str]:
-    """Each seam's latest status: the hello's startup list, overridden by later hook events."""
-    return {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
-
-
 def _aux_layers(pub: PublisherView) -> tuple[str, str]:
-    """(configured ids, captured layers) in effect: a live change wins over the load report."""
-    aux = (pub.load or {}).get("aux") or {}
-    applied = pub.applied_config
-    configured = applied.get("layers") if applied else aux.get("configured")
-    captured = (pub.capture or {}).get("layers")
-    if captured is None:
-        captured = applied.get("captured") if applied else aux.get("captured")
-    return _ids(configured), _ids(captured)
+    """(configured ids, captured layers) in effect."""
+    layers = facts.aux_layers(pub)
+    return _ids(layers.configured), _ids(layers.captured)
 
 
 class _Families:
@@ -125,19 +108,19 @@ class _Families:
             labels=L)
 
     def add(self, state: SessionState, pub: PublisherView, labels: list[str]) -> None:
-        args = pub.server_args
-        hello = pub.hello or {}
+        hello = pub.hello  # publisher_labels: not None
+        args = hello.args
         self.info.add_metric(labels, {
-            "draft": str(args.get("draft_model_path") or ""), "algorithm": str(args.get("algorithm") or ""),
-            "num_steps": str(args.get("num_steps") or ""), "topk": str(args.get("topk") or ""),
-            "num_draft_tokens": str(args.get("num_draft_tokens") or ""), "worker": str(hello.get("worker") or ""),
-            "shim_version": str(hello.get("shim_version") or ""), "host": str(hello.get("host") or ""),
+            "draft": str(args.draft_model_path or ""), "algorithm": str(args.algorithm or ""),
+            "num_steps": str(args.num_steps or ""), "topk": str(args.topk or ""),
+            "num_draft_tokens": str(args.num_draft_tokens or ""), "worker": str(hello.worker or ""),
+            "shim_version": str(hello.shim_version or ""), "host": str(hello.host or ""),
         })
         acc = pub.acceptance
         total = acc.total
         self.steps.add_metric(labels, total.steps)
         self.request_steps.add_metric(labels, total.n)
-        k = pub.num_steps or acc.k
+        k = facts.num_steps(pub) or acc.k
         hist = total.hist
         at_least = [sum(hist[j:]) for j in range(k + 2)]  # request-steps with >= j drafts accepted
         for i in range(1, k + 1):
@@ -150,7 +133,7 @@ class _Families:
         for mode, passes in pub.passes.items():
             self.forwards.add_metric(labels + [str(mode), "applied"], passes.fc_applied)
             self.forwards.add_metric(labels + [str(mode), "skipped"], passes.fc_skipped)
-        capture_on = (pub.capture or {}).get("on") if pub.capture is not None else ((pub.load or {}).get("aux") or {}).get("capture_on")
+        capture_on = facts.capture_on(pub)
         if capture_on is not None:
             self.capture_on.add_metric(labels, 1 if capture_on else 0)
         self.capture_off_steps.add_metric(labels, pub.capture_off_steps)
@@ -158,12 +141,12 @@ class _Families:
             self.aux_layers.add_metric(labels + list(_aux_layers(pub)), {})
         for v in state.violations():
             self.violation.add_metric(labels + [v.id, v.severity], 1 if v.active else 0)
-        frames, transit, dropped, failures = _loss(pub)
-        self.frames.add_metric(labels, frames)
-        self.lost.add_metric(labels + ["transit"], transit)
-        self.lost.add_metric(labels + ["shim"], dropped)
-        self.hook_failures.add_metric(labels, failures)
-        for seam, status in _hook_statuses(pub).items():
+        loss = facts.loss(pub)
+        self.frames.add_metric(labels, loss.frames)
+        self.lost.add_metric(labels + ["transit"], loss.lost_in_transit)
+        self.lost.add_metric(labels + ["shim"], loss.dropped_by_shim)
+        self.hook_failures.add_metric(labels, loss.hook_failures)
+        for seam, status in facts.seam_statuses(pub).items():
             self.hooks.add_metric(labels + [str(seam), str(status)], 1)
         if pub.last_seen_t is not None:
             self.last_frame.add_metric(labels, pub.last_seen_t / 1e9)

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 
 from eagle3scope.analysis import SessionState, Violation
-from eagle3scope.analysis.rules import RULE_IDS, SEVERITY_ORDER
+from eagle3scope.analysis.rules import RULE_IDS
+from eagle3scope.wire.severity import SEVERITY_ORDER
 
 #: Exit statuses of ``check`` and ``gate`` (README, "CI gate").
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_INCOMPLETE = 0, 1, 2, 3

@@ -138,16 +138,15 @@ def _fmt(value, digits: int = 3) -> str:
 def _summary_rows(a: Analysed) -> list[tuple[str, str]]:
     s, state = a.result["summary"], a.state
     hellos = [p.hello for p in state.publishers.values() if p.hello]
-    args = (hellos[0] or {}).get("server_args") or {} if hellos else {}
+    args = hellos[0].args if hellos else None
     rows = [
         ("recording", a.path.name),
         ("publishers", ", ".join(s["publishers"]) or "-"),
-        ("SGLang", ", ".join(sorted({str(h.get("sglang_version")) for h in hellos})) or "-"),
-        ("target", str(args.get("model_path") or "-")),
-        ("draft", str(args.get("draft_model_path") or "-")),
+        ("SGLang", ", ".join(sorted({str(h.sglang_version) for h in hellos})) or "-"),
+        ("target", str(args.model_path or "-") if args else "-"),
+        ("draft", str(args.draft_model_path or "-") if args else "-"),
         ("algorithm / steps / topk / draft tokens",
-         f"{args.get('algorithm')} / {args.get('num_steps')} / {args.get('topk')} / {args.get('num_draft_tokens')}"
-         if args else "-"),
+         f"{args.algorithm} / {args.num_steps} / {args.topk} / {args.num_draft_tokens}" if args else "-"),
         ("decode steps", str(s["steps"])),
         ("request-steps", str(s["request_steps"])),
         ("mean acceptance length (bonus included)", _fmt(s["mean_accept_length"])),

@@ -35,10 +35,28 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
-#: Each family rule in a few words, for screens.
-RULE_SUMMARY = {"+1": "captures id + 1", "+1-if-first-1": "as given; id + 1 only when the first id is 1",
-                "+1-always": "captures id + 1, the default list too", "none": "as given"}
+from eagle3scope.wire.releases import before
+
+
+class CaptureRule(StrEnum):
+    """A family's rule from configured ids to captured indices (the value is the name printed and
+    sent); each member is declared with its summary for screens, so none can lack one."""
+
+    summary: str
+
+    def __new__(cls, value: str, summary: str) -> "CaptureRule":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.summary = summary
+        return member
+
+    PLUS_ONE = "+1", "captures id + 1"
+    PLUS_ONE_IF_FIRST_1 = "+1-if-first-1", "as given; id + 1 only when the first id is 1"
+    PLUS_ONE_UNLESS_FINAL = "+1-unless-final", "as given when the largest id is the final state n; else id + 1"
+    PLUS_ONE_ALWAYS = "+1-always", "captures id + 1, the default list too"
+    NONE = "none", "as given"
 
 #: Classes that define ``set_eagle3_layers_to_capture`` themselves (or inherit it unchanged), by
 #: the rule their release line applies. ``None`` means: DeepseekV2 family, rule by version.
@@ -93,33 +111,23 @@ class LayerError(ValueError):
 _LLAMA_MODEL = ("LlamaForCausalLM", "Phi3ForCausalLM", "MistralForCausalLM", "InternLM3ForCausalLM")
 
 
-def _release(sglang_version: str | None) -> tuple[int, int, int] | None:
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", sglang_version or "")
-    return tuple(map(int, m.groups())) if m else None  # type: ignore[return-value]
-
-
-def _before(sglang_version: str | None, first: tuple[int, int, int]) -> bool:
-    """True when the release is known and older than ``first`` (an unknown release counts as newest)."""
-    release = _release(sglang_version)
-    return release is not None and release < first
-
-
-def family_rule(class_name: str, sglang_version: str | None = None) -> str | None:
+def family_rule(class_name: str, sglang_version: str | None = None) -> CaptureRule | None:
     """The rule for a target class in a release (None: the newest), or None when its family is
     unknown to eagle3scope ("unknown family: cannot predict" is the honest answer) or the release
     has no capture for it (:func:`capture_since` says which). A delegating wrapper has its inner
     model's rule."""
-    if capture_since(class_name) and _before(sglang_version, _release(capture_since(class_name))):
+    since = capture_since(class_name)
+    if since and before(sglang_version, since):
         return None
     class_name = WRAPPED.get(class_name, class_name)
     if class_name == "MiniMaxM3SparseForConditionalGeneration":
-        return "+1-always"
+        return CaptureRule.PLUS_ONE_ALWAYS
     if class_name == "GptOssForCausalLM":
-        return "+1" if _before(sglang_version, FINAL_STATE_SINCE) else "+1-unless-final"
+        return CaptureRule.PLUS_ONE if before(sglang_version, FINAL_STATE_SINCE) else CaptureRule.PLUS_ONE_UNLESS_FINAL
     if class_name in _PLUS_ONE:
-        return "+1"
+        return CaptureRule.PLUS_ONE
     if class_name in _DEEPSEEK:
-        return "+1" if _before(sglang_version, (0, 5, 13)) else "+1-if-first-1"
+        return CaptureRule.PLUS_ONE if before(sglang_version, "0.5.13") else CaptureRule.PLUS_ONE_IF_FIRST_1
     return None
 
 
@@ -164,15 +172,15 @@ def capture_problem(captured: list[int], num_layers: int | None, class_name: str
     if any(c < 0 for c in captured):
         return f"negative captured index in {captured}: SGLang never matches it"
     if num_layers is not None:
-        final_ok = class_name == "GptOssForCausalLM" and not _before(sglang_version, FINAL_STATE_SINCE)
+        final_ok = class_name == "GptOssForCausalLM" and not before(sglang_version, FINAL_STATE_SINCE)
         past = [c for c in captured if c > num_layers or (c == num_layers and not final_ok)]
         if past:
             return (f"captured index {past[0]} is past the target's layers 0..{num_layers - 1}: the scheduler "
                     "would crash on the first request")
     if 0 in captured:
-        if class_name in _LLAMA_MODEL and not _before(sglang_version, (0, 5, 22)):
+        if class_name in _LLAMA_MODEL and not before(sglang_version, "0.5.22"):
             return None
-        if class_name in _LLAMA_MODEL or _before(sglang_version, (0, 5, 22)):
+        if class_name in _LLAMA_MODEL or before(sglang_version, "0.5.22"):
             return (f"SGLang {sglang_version} cannot capture the input of layer 0 (the embeddings): it adds a "
                     "residual that is still None there and crashes; use SGLang 0.5.22+, or retrain with ids >= 1")
         return (f"capturing the input of layer 0 (the embeddings) is not checked for {class_name}: llama.py "

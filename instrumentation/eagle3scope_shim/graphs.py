@@ -24,8 +24,9 @@ Per release, from the sources (sglang-compat.md; 0.5.10 and 0.5.23 read for this
 from __future__ import annotations
 
 import logging
-import re
 import time
+
+from eagle3scope.wire.releases import before
 
 log = logging.getLogger("eagle3scope")
 
@@ -33,7 +34,7 @@ log = logging.getLogger("eagle3scope")
 GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", "prefill_cuda_graph_runner",
                "piecewise_cuda_graph_runner")
 #: First release whose graph capture keeps the aux layers in effect (sglang-compat D4, table C).
-KEEPS_AUX_SET = (0, 5, 11)
+KEEPS_AUX_SET = "0.5.11"
 RECAPTURE_ENTRY = "recapture_decode_cuda_graph"
 DEVICES = ("cuda", "musa")  # where SGLang's own weight update recaptures
 HINT = "write the ids with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live"
@@ -91,15 +92,9 @@ def plan(worker, server_args, version: str | None) -> GraphPlan:
     return GraphPlan(True, runner, _why_not(runner, worker, device, version))
 
 
-def _release(version: str | None) -> tuple[int, ...] | None:
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
-    return tuple(int(x) for x in match.groups()) if match else None
-
-
 def _why_not(runner, worker, device: str, version: str | None) -> str:
     release = version or "this release"
-    parsed = _release(version)
-    if parsed is not None and parsed < KEEPS_AUX_SET:
+    if before(version, KEEPS_AUX_SET):
         return (f"SGLang {release} resets the aux layers to the model default before every graph capture "
                 "(sglang-compat D4), so a recapture would replay the default set, not the requested one")
     if not callable(getattr(runner, RECAPTURE_ENTRY, None)):

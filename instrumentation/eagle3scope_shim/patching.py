@@ -13,9 +13,9 @@ import functools
 import importlib.abc
 import importlib.machinery
 import logging
-import re
 import sys
 
+from eagle3scope.wire.releases import release
 from eagle3scope_shim import hooks, registry, seams
 from eagle3scope_shim.state import STATE
 
@@ -28,8 +28,8 @@ _PENDING: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hoo
 def version_ok() -> bool:
     """The version guard: refuse, with a clear log line, a SGLang the shim was not built for."""
     ver = seams.sglang_version()
-    match = re.match(r"(\d+)\.(\d+)", ver or "")
-    if match is None or (int(match[1]), int(match[2])) not in seams.SUPPORTED_MAJORS:
+    parsed = release(ver)
+    if parsed is None or parsed[:2] not in seams.SUPPORTED_MAJORS:
         log.warning(
             "eagle3scope: SGLang %s is not a release line this shim knows (supported: %s); not patching",
             ver,

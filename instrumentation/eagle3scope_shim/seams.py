@@ -15,8 +15,9 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Iterable
+
+from eagle3scope.wire.releases import installed_sglang as sglang_version  # noqa: F401  (the shim's name)
 
 #: The releases whose wheels tests/test_compat_static.py checks this table against.
 COMPAT_RELEASES = (
@@ -35,14 +36,6 @@ _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
 _DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
-
-
-def sglang_version() -> str | None:
-    """The installed SGLang's version (package metadata: no SGLang import), None when absent."""
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
 
 
 @dataclass(frozen=True)

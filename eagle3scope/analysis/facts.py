@@ -1,0 +1,349 @@
+"""What one publisher said and what follows from it, defined once for every consumer.
+
+The only module that reads a ``hello`` or ``load`` body: :func:`read_hello` and :func:`read_load`
+turn them into typed facts once per frame (the state stores those on the :class:`PublisherView`),
+and the small functions below derive what rules, views, the exporter, ``report`` and ``gate``
+need (seam statuses, capture on, aux layers in effect, EAGLE-3 or not, the parallel layout, loss).
+Bodies come from an untrusted publisher: ``wire/validate.py`` has checked the types of the fields it
+knows, and everything else (``parallel`` from newer shims) is read defensively here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from eagle3scope.analysis.stats import AcceptanceStats
+from eagle3scope.wire.aux_layers import CaptureRule, captured_for, family_rule
+from eagle3scope.wire.loss import FrameLoss
+
+#: Seam statuses that mean a hook does not see its seam.
+BAD_SEAM = ("failed", "missing")
+
+
+def _map(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _names(value: object) -> tuple:
+    return tuple(value) if isinstance(value, list) else ()
+
+
+# -- what a hello says ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServerArgs:
+    """The speculative-decoding arguments a hello reports (values as sent)."""
+
+    algorithm: object = None
+    num_steps: object = None
+    topk: object = None
+    num_draft_tokens: object = None
+    cuda_graph: object = None
+    model_path: object = None
+    draft_model_path: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """The server's parallel layout (hello's ``parallel``; None in recordings of older shims)."""
+
+    tp_size: int | None = None
+    dp_size: int | None = None
+    pp_size: int | None = None
+    attn_tp_size: int | None = None
+    attn_dp_size: int | None = None
+    ep_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    pid: object
+    host: object
+    sglang_version: str | None
+    shim_version: object
+    worker: str | None
+    tp_rank: int | None
+    dp_rank: int | None
+    args: ServerArgs
+    seams: dict  # seam -> status at startup
+    parallel: Parallel | None
+    body: dict = field(repr=False)  # as sent, for the load-report screen
+
+
+def read_hello(body: dict) -> Hello:
+    args = _map(body.get("server_args"))
+    return Hello(
+        pid=body.get("pid"), host=body.get("host"), sglang_version=body.get("sglang_version"),
+        shim_version=body.get("shim_version"), worker=body.get("worker"), tp_rank=_int(body.get("tp_rank")),
+        dp_rank=_int(body.get("dp_rank")),
+        args=ServerArgs(*(args.get(name) for name in ServerArgs.__slots__)),
+        seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), body=body)
+
+
+def _parallel(value: object) -> Parallel | None:
+    if not isinstance(value, dict):
+        return None
+    return Parallel(*(_int(value.get(name)) for name in Parallel.__slots__))
+
+
+# -- what a load report says --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Aux:
+    configured: list | None = None  # the draft config's ids (None: absent, the release's default)
+    captured: list | None = None  # the target's layers_to_capture at load
+    use_aux: bool | None = None
+    capture_on: bool | None = None
+    offset_rule: str | None = None  # what the target did with the ids it was handed
+    reports_configured: bool = False  # the shim said whether ids were configured (older shims did not)
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    consumed: tuple = ()
+    skipped: tuple = ()  # checkpoint names the loader never consumed
+    unwritten: tuple = ()  # draft parameters no checkpoint tensor wrote
+
+
+@dataclass(frozen=True, slots=True)
+class D2t:
+    present: bool | None = None
+    size: int | None = None
+    min: int | None = None
+    max: int | None = None
+    target_min: int | None = None
+    target_max: int | None = None
+    out_of_range: int | None = None
+    injective: bool | None = None
+    t2d_consistent: bool | None = None
+    looks_absolute: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LmHead:
+    source: str | None = None
+    shape: list | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    draft_class: str | None
+    target_class: str | None
+    hidden_size: int | None
+    target_hidden_size: int | None
+    num_target_layers: int | None
+    draft_vocab_size: int | None
+    target_vocab_size: int | None
+    fc_in: int | None
+    fc_out: int | None
+    has_fc: bool
+    aux: Aux
+    weights: Weights | None  # None: not reported
+    d2t: D2t | None  # None: absent or not reported
+    d2t_reported: bool
+    lm_head: LmHead | None
+    embed_source: object
+    body: dict = field(repr=False)  # as sent, for the load-report screen
+
+
+def read_load(body: dict) -> Load:
+    fc, aux, weights = body.get("fc"), _map(body.get("aux")), body.get("weights")
+    d2t, head = body.get("d2t"), body.get("lm_head")
+    return Load(
+        draft_class=body.get("draft_class"), target_class=body.get("target_class"),
+        hidden_size=body.get("hidden_size"), target_hidden_size=body.get("target_hidden_size"),
+        num_target_layers=body.get("num_target_layers"), draft_vocab_size=body.get("draft_vocab_size"),
+        target_vocab_size=body.get("target_vocab_size"),
+        fc_in=_map(fc).get("in"), fc_out=_map(fc).get("out"), has_fc=bool(fc),
+        aux=Aux(*(aux.get(name) for name in Aux.__slots__[:-1]), reports_configured="configured" in aux),
+        weights=Weights(*(_names(_map(weights).get(name)) for name in Weights.__slots__)) if weights else None,
+        d2t=D2t(*(d2t.get(name) for name in D2t.__slots__)) if isinstance(d2t, dict) and d2t else None,
+        d2t_reported="d2t" in body,
+        lm_head=LmHead(head.get("source"), head.get("shape")) if isinstance(head, dict) and head else None,
+        embed_source=_map(body.get("embed_tokens")).get("source"), body=body)
+
+
+# -- the publisher's view ------------------------------------------------------------------------
+
+
+@dataclass
+class PublisherView:
+    """What one publisher (one scheduler process) has told us, plus its own step aggregates."""
+
+    src: str
+    hello: Hello | None = None
+    load: Load | None = None
+    hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
+    unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
+    applied_config: dict | None = None  # the latest applied aux-layer change (config body)
+    loss: FrameLoss = field(default_factory=FrameLoss)
+    last_seen_t: int | None = None
+    last_seq: int | None = None
+    acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
+    passes: dict = field(default_factory=dict)  # mode -> PassStats (MAX_PASS_MODES, see state.py)
+    unlisted_pass_calls: int = 0  # draft forwards in modes past MAX_PASS_MODES
+    capture: dict | None = None  # latest step's {on, layers}
+    capture_off_steps: int = 0
+    capture_off_first_seq: int | None = None
+    decode_steps: int = 0
+    draft_ids: int = 0
+    draft_id_min: int | None = None
+    draft_id_max: int | None = None
+    draft_max_rises: list = field(default_factory=list)  # (seq, new max) each time the max grows (MAX_DRAFT_MAX_RISES)
+    unkept_max_rises: int = 0  # rises after the first MAX_DRAFT_MAX_RISES
+    draft_max_seq: int | None = None  # seq where the current maximum was first seen
+    draft_min_seq: int | None = None  # seq where the current minimum was first seen
+    steps_since_rules: int = 0  # this publisher's rule schedule (state.py): steps since its last pass
+    rules_t: int = 0  # ... and the frame t of that pass
+
+
+_NO_ARGS = ServerArgs()
+_NO_LOAD = read_load({})
+
+
+# -- derived facts --------------------------------------------------------------------------------
+
+
+def server_args(pub: PublisherView) -> ServerArgs:
+    return pub.hello.args if pub.hello is not None else _NO_ARGS
+
+
+def load_of(pub: PublisherView) -> Load:
+    """The load report's facts, all None before it arrived (``pub.load is None`` tells which)."""
+    return pub.load if pub.load is not None else _NO_LOAD
+
+
+def num_steps(pub: PublisherView) -> int | None:
+    """The draft chain depth k the server runs (a positive int, else None)."""
+    value = server_args(pub).num_steps
+    return value if type(value) is int and value > 0 else None
+
+
+def seam_statuses(pub: PublisherView) -> dict[str, str]:
+    """Each seam's latest status: the hello's startup list (re-sent, for viewers that missed the
+    hook events), overridden by later ``hook`` events."""
+    startup = pub.hello.seams if pub.hello is not None else {}
+    return {**startup, **{seam: h.get("status") for seam, h in pub.hooks.items()}}
+
+
+def failed_seams(pub: PublisherView) -> dict[str, str]:
+    return {seam: status for seam, status in seam_statuses(pub).items() if status in BAD_SEAM}
+
+
+def hook_detail(pub: PublisherView, seam: str) -> object:
+    return (pub.hooks.get(seam) or {}).get("detail")
+
+
+def capture_on(pub: PublisherView) -> bool | None:
+    """Whether the target captures aux states now: the latest step says, else the load report."""
+    if pub.capture is not None:
+        return pub.capture.get("on")
+    return load_of(pub).aux.capture_on
+
+
+@dataclass(frozen=True, slots=True)
+class AuxLayers:
+    """The aux layers in effect: a live change (``config``) wins over the load report."""
+
+    configured: list | None  # ids as configured (None: the release's default)
+    expected: list | None  # the captured indices those ids should give
+    captured: list | None  # captured now: the latest step's, else what the change or the load said
+    live: bool  # ``captured`` comes from a step under this configuration
+    applied: bool  # set by a live change
+
+
+def aux_layers(pub: PublisherView) -> AuxLayers:
+    live = (pub.capture or {}).get("layers")
+    applied = pub.applied_config
+    if applied:
+        expected = applied.get("captured")
+        return AuxLayers(applied.get("layers"), expected, expected if live is None else live, live is not None, True)
+    aux = load_of(pub).aux
+    expected = apply_offset(aux.configured, aux.offset_rule)
+    return AuxLayers(aux.configured, expected, aux.captured if live is None else live, live is not None, False)
+
+
+def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
+    """Capture indices the configured ids should give.
+
+    ``offset_rule`` is what the shim saw the target do with the ids it was handed: "none" (the
+    model family uses them as given, e.g. DeepseekV2 from 0.5.13 unless the first id is 1), or
+    anything else ("+1", "default" = called without ids, "other", unknown), where the Llama rule
+    applies: capture the input of layer id + 1.
+    """
+    if ids is None:
+        return None
+    return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
+
+
+def capture_rule(pub: PublisherView) -> CaptureRule | None:
+    """How this target's family turns configured aux ids into captured layers (None: unknown family)."""
+    target = load_of(pub).target_class
+    version = pub.hello.sglang_version if pub.hello is not None else None
+    return family_rule(str(target), version) if target else None
+
+
+def wrong_algorithm(algorithm: object) -> bool:
+    """A known algorithm other than EAGLE3 ("EAGLE3" or an enum str like "SpeculativeAlgorithm.EAGLE3")."""
+    return algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
+
+
+def is_eagle3_draft(pub: PublisherView) -> bool:
+    """By class name when SGLang's is known (its EAGLE-1/2 classes, e.g. LlamaForCausalLMEagle, carry a
+    2H-wide fc over cat(embeds, hidden)), else by an fc wider than the target's hidden size."""
+    load = load_of(pub)
+    name = str(load.draft_class or "").lower()
+    if "eagle" in name:
+        return "eagle3" in name
+    hidden = load.target_hidden_size or load.hidden_size
+    return bool(load.fc_in and hidden and load.fc_in > hidden)
+
+
+def fc_trained(pub: PublisherView) -> bool | None:
+    """Whether the checkpoint brought its own fc (then the draft was trained on aux features)."""
+    weights = load_of(pub).weights
+    if weights is None:
+        return None
+    return any(str(n).endswith("fc.weight") for n in weights.consumed)
+
+
+def parallel(pub: PublisherView) -> Parallel | None:
+    return pub.hello.parallel if pub.hello is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    frames: int
+    lost_in_transit: int
+    dropped_by_shim: int
+    hook_failures: int
+
+    @property
+    def lost(self) -> int:
+        return self.lost_in_transit + self.dropped_by_shim
+
+
+def loss(pub: PublisherView) -> Loss:
+    counts = pub.loss
+    return Loss(counts.frames, counts.lost_in_transit, counts.shim_dropped, counts.hook_failures)
+
+
+def as_sent(body: dict | None) -> tuple | None:
+    """Every field of a body as (key, text), values as JSON text; None when not received."""
+    if not body:
+        return None
+    return tuple((key, json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value))
+                 for key, value in body.items())
+
+
+def sent(pub: PublisherView) -> tuple[tuple | None, tuple | None]:
+    """The hello and load report as sent."""
+    return (as_sent(pub.hello.body if pub.hello is not None else None),
+            as_sent(pub.load.body if pub.load is not None else None))
