@@ -7,7 +7,7 @@ writes so the two agree.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from eagle3scope.doctor.producers import FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
@@ -22,8 +22,27 @@ from eagle3scope.wire.aux_layers import (
 )
 from eagle3scope.wire.releases import ERAS
 
-if TYPE_CHECKING:
-    from eagle3scope.doctor.diagnose import Diagnosis
+
+class Diagnosis(Protocol):
+    """What this check reads and writes of :class:`eagle3scope.doctor.diagnose.Diagnosis` (which
+    runs it): named here, so the two modules do not import each other."""
+
+    checkpoint: Any
+    sglang_version: str
+    producer: Any
+    config: dict | None
+    config_edits: list[str]
+    mappings: dict
+    target: dict | None
+    target_class: str | None
+    trained_capture: list[int] | None
+    trained_known: bool
+    aux_ids: list[int] | None
+    aux_ids_reason: str
+
+    def add(self, id: str, severity: str, title: str, evidence: dict, fix: str = "") -> None: ...
+
+    def refuse(self, why: str) -> None: ...
 
 #: Target class assumed when neither --target nor the draft names one (the +1 families).
 ASSUMED_TARGET = "LlamaForCausalLM"
