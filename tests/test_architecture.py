@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,61 @@ def test_shim_imports_its_own_modules_at_module_top(module):
                 elif isinstance(node, ast.ImportFrom):
                     late.append(node.module or "")
     assert [m for m in late if m.split(".")[0] not in LATE_IMPORTS] == []
+
+
+def _layout_rows() -> list[list[str]]:
+    """README's Layout table: the paths of each row, in order."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Layout", 1)[1].split("\n\n", 2)[1]
+    return [re.findall(r"`([^`]+)`", line.split("|")[1]) for line in table.splitlines()[2:]]
+
+
+def test_readme_layout_names_every_package_in_layer_order():
+    """Every package and top-level module of eagle3scope has a row, every path in the table exists,
+    and the rows run in the order of pyproject's viewer layers (what the sentence under it says)."""
+    import tomllib
+
+    def module_of(path: str) -> str | None:
+        """The eagle3scope package or module a table path names (None: outside eagle3scope)."""
+        inner = path.removeprefix("eagle3scope/")
+        if inner == path and not (ROOT / "eagle3scope" / path).exists():
+            return None
+        return inner.split("/")[0].removesuffix(".py")
+
+    rows = _layout_rows()
+    paths = [p for row in rows for p in row]
+    assert all((ROOT / p).exists() or (ROOT / "eagle3scope" / p).exists() for p in paths), paths
+    top = ROOT / "eagle3scope"
+    packages = {p.name for p in top.iterdir() if (p / "__init__.py").exists()} | \
+        {p.stem for p in top.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert {module_of(p) for p in paths} - {None} == packages
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers" and "eagle3scope.cli" in c["layers"])
+    layer_of = {name.strip().split(".")[1]: i for i, layer in enumerate(layers) for name in layer.split("|")}
+    assert set(layer_of) == packages  # every package has its place in the contract
+    order = [layer_of[m] for row in rows for m in map(module_of, row) if m]
+    assert order == sorted(order), order
+    assert not config["exclude_type_checking_imports"]  # "not even for type annotations"
+
+
+def test_connect_is_declared_once():
+    """Every command that subscribes takes the same --connect/-c (one declaration, one help text)."""
+    import click
+
+    from eagle3scope.cli import main
+    from eagle3scope.commands import connect_option
+
+    def commands(group, ctx):
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            yield cmd
+            if isinstance(cmd, click.Group):
+                yield from commands(cmd, ctx)
+
+    ctx = click.Context(main)
+    reference = connect_option(click.command()(lambda endpoints: None)).params[0]
+    found = [(cmd.name, p) for cmd in commands(main, ctx) for p in cmd.params if "--connect" in p.opts]
+    assert {name for name, _ in found} >= {"watch", "record", "gate", "exporter", "cycle"}
+    for name, param in found:
+        assert (param.opts, param.name, param.multiple, param.help) == \
+            (reference.opts, reference.name, reference.multiple, reference.help), name

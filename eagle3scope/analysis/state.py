@@ -3,9 +3,11 @@
 :class:`SessionState` folds a stream of :class:`~eagle3scope.wire.Frame` objects (live or from a
 recording) into per-publisher views, acceptance statistics, draft-pass counters, aux-config
 segments and an event log. ``ingest`` is the hot path (one call per frame, no rendering). It
-also evaluates the contract rules on one schedule, for a non-step frame's sender after that frame
-and for every publisher every ``rules_every`` steps, so ``check``, ``record``, ``watch`` and ``replay`` find the same
-violations at the same ``first_seq`` whatever is on screen; ``violations()`` only reads them.
+also evaluates the contract rules on each publisher's own schedule, after each of its non-step
+frames and every ``rules_every`` of its steps, so ``check``, ``gate``, ``watch``, ``replay`` and the
+exporter (one state per publisher) find the same violations at the same ``first_seq`` whatever is
+on screen and whoever else publishes; ``violations()`` only reads them. What a hello or load
+report says is read once, into :mod:`~eagle3scope.analysis.facts`.
 
 Frames may come from a hostile publisher or file, so everything the state collects per distinct
 value a frame names (``src``, seam, forward mode, hidden width, draft-id maximum, aux config) is
@@ -27,12 +29,11 @@ from eagle3scope.analysis.facts import PublisherView, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
-from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITY_ORDER
 
-#: Steps between two rule passes over every publisher (a non-step frame triggers one for its
-#: sender): a rule without a first-seen seq of its own reports a ``first_seq`` at most this many steps late.
+#: A publisher's steps between two rule passes over it (each of its non-step frames triggers one
+#: too): a rule without a first-seen seq of its own reports a ``first_seq`` at most this many steps late.
 RULES_EVERY = 64
 #: ... or this much stream time (frame ``t``), so a slow server's break shows within a second, and
 #: every consumer of the same frames still evaluates at the same frames.

@@ -12,7 +12,8 @@ import json
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
+from eagle3scope.commands import connect_option
+from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 
 
 def _client(control: str | None, token_file: str | None, timeout: float):
@@ -120,8 +121,7 @@ def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> No
 
 
 @command.command(name="cycle")
-@click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Event endpoint(s) of the server's shim. Default {DEFAULT_ENDPOINT}.")
+@connect_option
 @click.option("--steps", type=click.IntRange(1), default=None, help="Decode steps to measure per preset (default 40).")
 @click.option("--seconds", type=click.FloatRange(0.1), default=None, help="Seconds to measure per preset.")
 @click.option("--settle", type=click.IntRange(0), default=2, show_default=True, help="Decode steps skipped after a switch.")

@@ -13,14 +13,14 @@ import threading
 
 import click
 
+from eagle3scope.commands import connect_option
 from eagle3scope.exporter.fleet import MAX_PUBLISHERS
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
+from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 
 
 @click.command(name="exporter", help=__doc__)
-@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@connect_option
 @click.option("--listen", default="127.0.0.1:9464", show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics (port 0: any free port, printed at start).")
 @click.option("--forget-after", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,

@@ -15,15 +15,15 @@ import time
 
 import click
 
+from eagle3scope.commands import connect_option
 from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
+from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 
 
 @click.command(name="gate", help=__doc__)
-@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@connect_option
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
               help="Decode steps to collect before judging.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,

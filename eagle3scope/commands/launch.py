@@ -22,7 +22,7 @@ import click
 
 from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
 from eagle3scope.wire.curve import KeyFileError, load_keys
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, free_port, guard, is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, ENV_ENDPOINT, EndpointError, free_port, guard, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, create_token_file
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -60,12 +60,12 @@ def command(endpoint: str | None, control: str | None, token_dir: str | None, cm
             say(f"CURVE key file {load_keys(create=True).path} (viewers on other hosts need a copy)")
     except (EndpointError, KeyFileError) as exc:
         raise click.BadParameter(str(exc), param_hint="--endpoint") from None
-    env = {**os.environ, "EAGLE3SCOPE_ENDPOINT": endpoint}
+    env = {**os.environ, ENV_ENDPOINT: endpoint}
     token_path = None
     if control is not None:
         extra, token_path = control_env(control, token_dir)
         env.update(extra)
-        ctl = extra["EAGLE3SCOPE_CONTROL"]
+        ctl = extra[ENV_CONTROL]
         say(f"control channel {ctl}, token file {token_path}")
         say(f"  eagle3scope aux list --control {ctl} --token-file {token_path}")
         say(f"  eagle3scope watch -c {endpoint} --control {ctl} --token-file {token_path}")

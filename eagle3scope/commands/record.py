@@ -17,8 +17,9 @@ import time
 
 import click
 
+from eagle3scope.commands import connect_option
 from eagle3scope.signals import name, stopping_on
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
+from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
@@ -31,8 +32,7 @@ def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, n
 
 
 @click.command(name="record")
-@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Publisher to subscribe to (repeatable; default {DEFAULT_ENDPOINT}).")
+@connect_option
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Session file to create.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after S seconds.")
 @click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,

@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from eagle3scope.analysis.facts import read_hello, read_load
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
 
 
@@ -37,11 +38,13 @@ def _fmt_other(frame, t0: int, last_dropped: dict) -> str | None:
     b = frame.body
     head = f"{frame.kind:>8}          +{(frame.t - t0) / 1e9:9.3f}s {frame.src}"
     if frame.kind == "hello":
-        args = b.get("server_args") or {}
-        return (f"{head} sglang {b.get('sglang_version')} worker {b.get('worker')} {args.get('algorithm')}"
-                f" steps={args.get('num_steps')} topk={args.get('topk')} draft={args.get('draft_model_path')}")
+        hello = read_hello(b)
+        args = hello.args
+        return (f"{head} sglang {hello.sglang_version} worker {hello.worker} {args.algorithm}"
+                f" steps={args.num_steps} topk={args.topk} draft={args.draft_model_path}")
     if frame.kind == "load":
-        return f"{head} draft {b.get('draft_class')} fc={b.get('fc')} aux={b.get('aux')}"
+        load = read_load(b)
+        return f"{head} draft {load.draft_class} fc={b.get('fc')} aux={b.get('aux')}"
     if frame.kind == "config":
         return f"{head} aux layers {b.get('layers')} applied={b.get('applied')} {b.get('reason') or ''}".rstrip()
     if frame.kind == "hook":

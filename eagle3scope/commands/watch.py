@@ -6,13 +6,13 @@ import importlib.util
 
 import click
 
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError, default_endpoint
+from eagle3scope.commands import connect_option
+from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
 @click.command(name="watch")
-@click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Publisher endpoint (tcp://HOST:PORT or ipc://PATH); repeat for several. Default {DEFAULT_ENDPOINT}.")
+@connect_option
 @click.option("--theme", default=None, help="Theme name (dark, light, high-contrast, ...) or a .tcss path; remembered.")
 @click.option("--control", metavar="ENDPOINT", default=None,
               help="The server's control channel (from `eagle3scope launch --control`): key c switches aux layers.")

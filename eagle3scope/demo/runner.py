@@ -16,7 +16,7 @@ from typing import Callable
 
 from eagle3scope.demo.families import TEMPERATURES, scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir
-from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+from eagle3scope.wire.endpoints import ENV_ENDPOINT, fresh_ipc_endpoint
 
 #: The demo's traffic, as production mixes it: greedy and sampled requests alternate.
 DEMO_TEMPERATURES = (0.0, 0.8)
@@ -41,7 +41,7 @@ class ScenarioRun:
         if draft_dir is not None:  # the scenario's target and arguments with another draft (a repaired copy)
             self.spec = dataclasses.replace(self.spec, draft_dir=Path(draft_dir))
         self.endpoint = fresh_ipc_endpoint("events")
-        env = {"EAGLE3SCOPE_ENDPOINT": self.endpoint, **(extra_env or {})}
+        env = {ENV_ENDPOINT: self.endpoint, **(extra_env or {})}
         self.control_endpoint = self.token_file = None
         if control:
             from eagle3scope.wire.token import create_token_file

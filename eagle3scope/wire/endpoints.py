@@ -28,6 +28,8 @@ DEFAULT_ENDPOINT = "ipc://$XDG_RUNTIME_DIR/eagle3scope/events.sock"
 #: Plain TCP (no CURVE) and ipc sockets outside private directories, at the user's word.
 ENV_TRUSTED = "EAGLE3SCOPE_TRUSTED_NETWORK"
 SOCKET_NAME = "events.sock"
+#: The server's environment variable that switches the shim on and names where it publishes.
+ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
 
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 

@@ -18,12 +18,11 @@ import socket
 import time
 from typing import Any, Callable
 
-from eagle3scope.wire.endpoints import endpoint_for_dp_rank, resolve_bind_endpoint
+from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint
 from eagle3scope_shim.publisher import Publisher
 
 log = logging.getLogger("eagle3scope")
 
-ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
 ENV_ENABLE = "EAGLE3SCOPE"
 ENV_FAULT = "EAGLE3SCOPE_FAULT"  # test support: name of a seam whose hook body raises
 ENV_SYNC_GUARD = "EAGLE3SCOPE_SYNC_GUARD"  # test support: fail on host-device syncs in hook bodies
