@@ -48,6 +48,10 @@ class ServerArgs:
     model_path: object = None
     draft_model_path: object = None
 
+    def __bool__(self) -> bool:
+        """False when the hello named none of them (no ``server_args``)."""
+        return any(getattr(self, name) is not None for name in self.__slots__)
+
 
 @dataclass(frozen=True, slots=True)
 class Parallel:

@@ -28,7 +28,7 @@ from eagle3scope.analysis import facts
 from eagle3scope.analysis.facts import PublisherView, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
-from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
+from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame, is_decode_step
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITY_ORDER
 
@@ -253,11 +253,9 @@ class SessionState:
                 if pub.draft_id_min is None or lo < pub.draft_id_min:
                     pub.draft_id_min = lo
                     pub.draft_min_seq = seq
-        if body.get("mode", "decode") != "decode":
+        if not is_decode_step(body):
             return
         accepted, bonus = body["accepted"], body["bonus"]
-        if not accepted:
-            return
         pub.decode_steps += 1
         t_ns = body.get("t_ns") or t
         k = facts.num_steps(pub)

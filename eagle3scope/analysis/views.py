@@ -118,7 +118,7 @@ def acceptance_view(state: SessionState) -> AcceptanceView:
         mean=acc.mean_accept_length,
         cumulative=acc.cumulative_mean_accept_length,
         k=acc.k,
-        draft_tokens=next((p.hello.args.num_draft_tokens for p in state.publishers.values() if p.hello), None),
+        draft_tokens=next((a.num_draft_tokens for a in map(facts.server_args, state.publishers.values()) if a), None),
         steps=acc.n_steps,
         request_steps=acc.total.n,
         steps_per_s=acc.steps_per_s,

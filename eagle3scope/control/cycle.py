@@ -17,6 +17,7 @@ from typing import Callable
 
 from eagle3scope.analysis.stats import Tally
 from eagle3scope.control.client import ControlClient, ControlError
+from eagle3scope.wire import is_decode_step
 from eagle3scope.wire.aux_layers import Preset
 from eagle3scope.live.subscriber import Subscriber
 
@@ -81,7 +82,7 @@ def measure_preset(client: ControlClient, sub: Subscriber, preset: Preset, *, st
             break
         for frame in sub.poll(timeout_ms=100):
             body = frame.body
-            if frame.src != src or frame.kind != "step" or body.get("mode", "decode") != "decode" or not body["accepted"]:
+            if frame.src != src or frame.kind != "step" or not is_decode_step(body):
                 continue
             last = time.monotonic()
             if skipped < settle:

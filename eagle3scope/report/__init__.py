@@ -138,7 +138,7 @@ def _fmt(value, digits: int = 3) -> str:
 def _summary_rows(a: Analysed) -> list[tuple[str, str]]:
     s, state = a.result["summary"], a.state
     hellos = [p.hello for p in state.publishers.values() if p.hello]
-    args = hellos[0].args if hellos else None
+    args = hellos[0].args if hellos and hellos[0].args else None
     rows = [
         ("recording", a.path.name),
         ("publishers", ", ".join(s["publishers"]) or "-"),

@@ -43,7 +43,7 @@ from typing import Iterator
 import msgpack
 import zstandard
 
-from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, FrameError, decode_frame
+from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, FrameError, decode_frame, is_decode_step
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
 from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
 
@@ -264,7 +264,7 @@ class SessionWriter:
             self._n_steps += 1
             self.steps += 1
             body = frame.body
-            if body.get("mode", "decode") == "decode" and body.get("accepted"):
+            if is_decode_step(body):
                 self.decode_steps += 1
             seq = body["seq"]
             if seq > self._seq_hi:

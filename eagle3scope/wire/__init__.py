@@ -12,4 +12,5 @@ from eagle3scope.wire.schema import (  # noqa: F401
     SchemaVersionError,
     decode_frame,
     encode_frame,
+    is_decode_step,
 )

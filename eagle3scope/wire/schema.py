@@ -71,6 +71,12 @@ KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
 #: steps feed back the draft's own H-wide state and are legitimately narrow.
 FEATURE_CARRYING_MODES = frozenset({"extend", "draft_extend", "draft_extend_v2", "mixed"})
 
+
+def is_decode_step(body: dict) -> bool:
+    """A step body that committed tokens: a decode round (not a prefill) of at least one request.
+    What ``--steps N``, ``check``, the statistics and ``aux cycle`` count as a decode step."""
+    return body.get("mode", "decode") == "decode" and bool(body.get("accepted"))
+
 #: hard ceiling for one frame (``--max-frame-bytes`` cannot go above it; recordings are read up to it)
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 #: what a subscriber accepts unless told otherwise: a step is ~300 B, a load report a few KB
