@@ -26,13 +26,13 @@ CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
 # (what, module, old text, new text, test files)
 MUTATIONS = [
     ("aux-capture-off: guard for non-EAGLE-3 drafts deleted", RULES,
-     "    if not _is_eagle3_draft(pub):\n        return None\n    algorithm", "    algorithm",
+     "    if not is_eagle3_draft(pub):\n        return None\n    algorithm", "    algorithm",
      ["tests/test_rules_non_eagle3.py"]),
     ("fc-bypassed: guard for drafts without an EAGLE-3 fc deleted", RULES,
-     "    if pub.load is not None and (fc_in is None or not _is_eagle3_draft(pub)):\n        return None",
+     "    if pub.load is not None and (fc_in is None or not is_eagle3_draft(pub)):\n        return None",
      "    if False:\n        return None", ["tests/test_rules_non_eagle3.py"]),
     ("fc-bypassed: the no-fc half of the guard deleted", RULES,
-     "(fc_in is None or not _is_eagle3_draft(pub))", "(not _is_eagle3_draft(pub))",
+     "(fc_in is None or not is_eagle3_draft(pub))", "(not is_eagle3_draft(pub))",
      ["tests/test_rules_non_eagle3.py"]),
     ("doctor d2t: out of range >= -> >", DIAGNOSE,
      "(as_offsets >= target_vocab)", "(as_offsets > target_vocab)", ["tests/test_doctor_d2t.py"]),

@@ -114,7 +114,7 @@ def test_connect_is_declared_once():
     import click
 
     from eagle3scope.cli import main
-    from eagle3scope.commands import connect_option
+    from eagle3scope.commands import CONNECT_HELP, connect_option
 
     def commands(group, ctx):
         for name in group.list_commands(ctx):
@@ -124,9 +124,10 @@ def test_connect_is_declared_once():
                 yield from commands(cmd, ctx)
 
     ctx = click.Context(main)
-    reference = connect_option(click.command()(lambda endpoints: None)).params[0]
+    reference = connect_option()(click.command()(lambda endpoints: None)).params[0]
     found = [(cmd.name, p) for cmd in commands(main, ctx) for p in cmd.params if "--connect" in p.opts]
-    assert {name for name, _ in found} >= {"watch", "record", "gate", "exporter", "cycle"}
+    assert {name for name, _ in found} >= {"watch", "record", "gate", "exporter", "cycle", "advise"}
     for name, param in found:
-        assert (param.opts, param.name, param.multiple, param.help) == \
-            (reference.opts, reference.name, reference.multiple, reference.help), name
+        assert (param.opts, param.secondary_opts, param.name, param.multiple) == \
+            (reference.opts, reference.secondary_opts, reference.name, reference.multiple), name
+        assert param.help.startswith(CONNECT_HELP + " "), name

@@ -21,7 +21,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from eagle3scope.wire import Frame
+from eagle3scope.analysis.facts import read_hello
+from eagle3scope.wire import Frame, is_decode_step
 
 #: request-steps needed before a recommendation is made (the rates' standard error is then ~0.02)
 MIN_REQUEST_STEPS = 400
@@ -61,11 +62,11 @@ class RoundLog:
         """Take a validated frame: a hello sets the setting, a decode step adds a round."""
         body = frame.body
         if frame.kind == "hello":
-            args = body.get("server_args") or {}
-            self.num_steps = _positive(args.get("num_steps")) or self.num_steps
-            self.topk = _positive(args.get("topk")) or self.topk
-            self.num_draft_tokens = _positive(args.get("num_draft_tokens")) or self.num_draft_tokens
-        elif frame.kind == "step" and body.get("mode", "decode") == "decode" and body.get("accepted"):
+            args = read_hello(body).args
+            self.num_steps = _positive(args.num_steps) or self.num_steps
+            self.topk = _positive(args.topk) or self.topk
+            self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
+        elif frame.kind == "step" and is_decode_step(body):
             accepted = tuple(body["accepted"])
             self.rounds.append(Round(len(accepted), accepted, sum(body.get("bonus") or ()),
                                      _ms(body.get("draft_ms")), _ms(body.get("verify_ms")),

@@ -7,8 +7,13 @@ import click
 
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT
 
-#: ``--connect/-c``: the shim endpoints a command subscribes to (into its ``endpoints`` argument).
-connect_option = click.option(
-    "--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
-    help=f"A server shim's event endpoint (tcp://HOST:PORT or ipc://PATH); repeat for several, e.g. one per "
-         f"data-parallel rank. Default {DEFAULT_ENDPOINT}.")
+#: What ``--connect`` names, for every command that takes it.
+CONNECT_HELP = ("A server shim's event endpoint (tcp://HOST:PORT or ipc://PATH); repeat for several, e.g. one per "
+                "data-parallel rank.")
+
+
+def connect_option(without: str = f"Default {DEFAULT_ENDPOINT}."):
+    """``--connect/-c`` into the command's ``endpoints`` argument; ``without`` says what the
+    command does when none is given."""
+    return click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
+                        help=f"{CONNECT_HELP} {without}")

@@ -14,8 +14,9 @@ import time
 
 import click
 
+from eagle3scope.commands import connect_option
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, EndpointError
+from eagle3scope.wire.endpoints import EndpointError
 
 EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
 
@@ -79,8 +80,7 @@ def _collect(logs: dict, frame) -> None:
 
 @click.command(name="advise", help=__doc__)
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
-@click.option("--connect", "endpoints", multiple=True, metavar="ENDPOINT",
-              help=f"Advise from a live server instead of a file (repeatable; e.g. {DEFAULT_ENDPOINT}).")
+@connect_option("Advise from these live servers instead of a FILE.")
 @click.option("--steps", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Live: decode steps to collect before advising.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,

@@ -121,7 +121,7 @@ def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> No
 
 
 @command.command(name="cycle")
-@connect_option
+@connect_option()
 @click.option("--steps", type=click.IntRange(1), default=None, help="Decode steps to measure per preset (default 40).")
 @click.option("--seconds", type=click.FloatRange(0.1), default=None, help="Seconds to measure per preset.")
 @click.option("--settle", type=click.IntRange(0), default=2, show_default=True, help="Decode steps skipped after a switch.")

@@ -20,7 +20,7 @@ from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 
 
 @click.command(name="exporter", help=__doc__)
-@connect_option
+@connect_option()
 @click.option("--listen", default="127.0.0.1:9464", show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics (port 0: any free port, printed at start).")
 @click.option("--forget-after", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,

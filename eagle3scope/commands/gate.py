@@ -23,7 +23,7 @@ from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 
 
 @click.command(name="gate", help=__doc__)
-@connect_option
+@connect_option()
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
               help="Decode steps to collect before judging.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,

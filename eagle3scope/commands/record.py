@@ -32,7 +32,7 @@ def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, n
 
 
 @click.command(name="record")
-@connect_option
+@connect_option()
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Session file to create.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after S seconds.")
 @click.option("--steps", "max_steps", type=click.IntRange(min=1), default=None,

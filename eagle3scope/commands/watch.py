@@ -12,7 +12,7 @@ from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 
 
 @click.command(name="watch")
-@connect_option
+@connect_option()
 @click.option("--theme", default=None, help="Theme name (dark, light, high-contrast, ...) or a .tcss path; remembered.")
 @click.option("--control", metavar="ENDPOINT", default=None,
               help="The server's control channel (from `eagle3scope launch --control`): key c switches aux layers.")
