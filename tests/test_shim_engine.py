@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import run_engine_python
 
+from eagle3scope.analysis import analyse
+from eagle3scope.analysis.views import publisher_rows
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope.demo.server import SGLangServer
 
@@ -218,6 +220,11 @@ def test_failing_hook_is_reported_once_and_changes_no_token(models, healthy):
     assert len(responses) == len(greedy) and [r["text"] for r in responses] == [r["text"] for r in greedy]
     assert _kind(frames, "step")  # the other hooks go on publishing (prefill steps)
     assert _last(frames, "heartbeat")["hook_failures"] >= 1
+    # the header counts the hello's seams with the later hook events over them (issue 27: it showed 0/1)
+    statuses = {**(_last(frames, "hello").get("seams") or {}), **{b["seam"]: b["status"] for b in _kind(frames, "hook")}}
+    (row,) = publisher_rows(analyse(frames))
+    assert (row.hooks_ok, row.hooks_total) == (sum(s == "attached" for s in statuses.values()), len(statuses))
+    assert row.hooks_total > row.hooks_ok >= 5
 
 
 def test_sync_guard_catches_syncs(engine_python):
