@@ -38,7 +38,7 @@ def _state(*bodies) -> SessionState:
 
 
 def test_every_capture_rule_has_a_summary():
-    assert {str(rule) for rule in CaptureRule} == {"+1", "+1-if-first-1", "+1-unless-final", "none"}
+    assert {str(rule) for rule in CaptureRule} == {"+1", "+1-if-first-1", "+1-unless-final", "+1-always", "none"}
     for rule in CaptureRule:
         assert rule.summary.strip(), rule
         assert CaptureRule(str(rule)) is rule  # the name sent on the wire reads back as the member

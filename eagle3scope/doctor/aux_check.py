@@ -39,6 +39,7 @@ class Diagnosis(Protocol):
     trained_known: bool
     aux_ids: list[int] | None
     aux_ids_reason: str
+    assumptions: list[str]
 
     def add(self, id: str, severity: str, title: str, evidence: dict, fix: str = "") -> None: ...
 
