@@ -9,13 +9,13 @@ extra (Textual) the command falls back to headless and says so.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 
 import click
 
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
+from eagle3scope.wire.untrusted import json_line, terminal
 
 
 def _fmt_step(frame, t0: int) -> str:
@@ -63,11 +63,12 @@ def _headless(replayer, as_json: bool, pace: bool, max_steps: int | None) -> Non
     source = iter(replayer) if pace else _unpaced(replayer)
     for frame in source:
         if as_json:
-            line = json.dumps(frame.to_dict(), separators=(",", ":"), default=repr)
+            line = json_line(frame.to_dict(), separators=(",", ":"), default=repr)
         elif frame.kind == "step":
-            line = _fmt_step(frame, t0)
+            line = terminal(_fmt_step(frame, t0))
         else:
-            line = _fmt_other(frame, t0, last_dropped)
+            other = _fmt_other(frame, t0, last_dropped)
+            line = None if other is None else terminal(other)
         if line is not None:
             out.write(line + "\n")
         if frame.kind == "step":
@@ -93,7 +94,7 @@ def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None,
     try:
         status = run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     if status:
         sys.exit(status)
     return True
@@ -130,7 +131,7 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     try:
         replayer = Replayer(file, speed=speed)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     with_errors = replayer.errors
     try:
         if from_step is not None:
@@ -145,7 +146,7 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     finally:
         replayer.close()
     for err in with_errors:
-        click.echo(f"error: {err}", err=True)
+        click.echo(terminal(f"error: {err}"), err=True)
     if not replayer.reader.complete:
         click.echo("note: the recorder did not close this file (killed or still running); showing what was committed",
                    err=True)

@@ -8,11 +8,11 @@ acceptance length floor and one per draft position floor, when asked. ``check FI
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from eagle3scope.analysis import SessionState, Violation
 from eagle3scope.analysis.rules import RULE_IDS, SEVERITY_ORDER
+from eagle3scope.wire.untrusted import json_line, lines
 
 #: Exit statuses of ``check`` and ``gate`` (README, "CI gate").
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -64,10 +64,11 @@ def parse_floors(text: str | None) -> tuple[float, ...]:
 
 
 def _evidence(v: dict) -> str:
+    """Three lines, each field kept on its own line (a newline in ``src`` cannot add one)."""
     where = "before the first step" if v["first_seq"] is None else f"from step {v['first_seq']}"
     state = "" if v["active"] else " (no longer active at the end)"
-    return (f"{v['severity']} {v['id']} on {v['src']} {where}{state}: {v['title']}\n"
-            f"evidence: {json.dumps(v['evidence'], sort_keys=True)}\nfix: {v['fix']}")
+    return lines([f"{v['severity']} {v['id']} on {v['src']} {where}{state}: {v['title']}",
+                  f"evidence: {json_line(v['evidence'], sort_keys=True)}", f"fix: {v['fix']}"])
 
 
 def judge(result: dict, thresholds: Thresholds) -> list[Check]:

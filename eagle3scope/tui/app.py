@@ -28,6 +28,7 @@ from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, Pro
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
+from eagle3scope.wire.untrusted import markup
 
 PANELS = ("overview", "aux", "draft", "events")
 PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
@@ -305,7 +306,7 @@ class ScopeApp(App):
                 try:
                     self.seek(value)
                 except ValueError as exc:
-                    self.notify(str(exc), severity="error")
+                    self.notify(markup(exc), severity="error")
 
         self.push_screen(PromptScreen("Seek to step (1234) or time from the start (12.5s, 2m, 1:30):", "step or time"), done)
 
@@ -353,7 +354,7 @@ class ScopeApp(App):
         names = sorted(available_themes())
         index = names.index(self.theme_name) if self.theme_name in names else -1
         self.apply_theme(names[(index + 1) % len(names)])
-        self.notify(f"theme: {self.theme_name}", timeout=2)
+        self.notify(f"theme: {markup(self.theme_name)}", timeout=2)
 
 
 def parse_seek(target: str) -> tuple[str, float]:
