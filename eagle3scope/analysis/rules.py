@@ -306,7 +306,7 @@ def draft_token_out_of_vocab(pub: PublisherView) -> dict | None:
 
 def hook_failed(pub: PublisherView) -> dict | None:
     # hello re-sends every seam's status (a viewer may have missed the hook frames); hook frames are newer
-    statuses = {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
+    statuses = pub.seam_statuses
     bad = {seam: status for seam, status in statuses.items() if status in ("failed", "missing")}
     failures = pub.loss.hook_failures
     if not bad and not failures:

@@ -36,7 +36,8 @@ RULES_EVERY = 64
 #: every consumer of the same frames still evaluates at the same frames.
 RULES_EVERY_NS = 250_000_000
 
-#: Hook seams listed per publisher (the shim knows 17); hook frames about further seams are counted.
+#: Hook seams listed per publisher (the shim knows 17), from hook frames and the hello's ``seams``
+#: map alike; further seams are counted. Rules, exporter labels and the TUI read only these.
 MAX_SEAMS = 64
 #: Forward modes listed per publisher and for the session (SGLang has about ten); the modes
 #: fc-bypassed reads (FEATURE_CARRYING_MODES) get a place past it, so junk modes cannot hide one.
@@ -132,6 +133,7 @@ class PublisherView:
     load: dict | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
     unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
+    unlisted_hello_seams: int = 0  # entries of hellos' seams maps past MAX_SEAMS
     applied_config: dict | None = None  # the latest applied aux-layer change (config body)
     loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
@@ -150,6 +152,11 @@ class PublisherView:
     unkept_max_rises: int = 0  # rises after the first MAX_DRAFT_MAX_RISES
     draft_max_seq: int | None = None  # seq where the current maximum was first seen
     draft_min_seq: int | None = None  # seq where the current minimum was first seen
+
+    @property
+    def seam_statuses(self) -> dict:
+        """Each listed seam's latest status (hook frames over the hello's startup list)."""
+        return {seam: h.get("status") for seam, h in self.hooks.items()}
 
     @property
     def server_args(self) -> dict:
@@ -359,6 +366,23 @@ class SessionState:
                 frame.t,
             )
         pub.hello = frame.body
+        seams = frame.body.get("seams")
+        if seams:
+            self._hello_seams(pub, seams, frame.t)
+
+    def _hello_seams(self, pub: PublisherView, seams: dict, t: int) -> None:
+        """The hello's startup status of seams no hook frame named yet, within MAX_SEAMS (the rest counted)."""
+        hooks = pub.hooks
+        for seam, status in seams.items():
+            if seam in hooks:
+                continue
+            if len(hooks) < MAX_SEAMS:
+                hooks[seam] = {"status": status, "detail": None}
+                continue
+            if not pub.unlisted_hello_seams:
+                self.note(pub.src, "warning", f"the hello names more than {MAX_SEAMS} seams: the rest are counted, "
+                          "not listed", t)
+            pub.unlisted_hello_seams += 1
 
     def _config(self, pub: PublisherView, frame: Frame) -> None:
         body = frame.body

@@ -51,11 +51,6 @@ def _loss(pub: PublisherView) -> tuple[int, int, int, int]:
     return loss.frames, loss.lost_in_transit, loss.shim_dropped, loss.hook_failures
 
 
-def _hook_statuses(pub: PublisherView) -> dict[str, str]:
-    """Each seam's latest status: the hello's startup list, overridden by later hook events."""
-    return {**((pub.hello or {}).get("seams") or {}), **{seam: h.get("status") for seam, h in pub.hooks.items()}}
-
-
 def _aux_layers(pub: PublisherView) -> tuple[str, str]:
     """(configured ids, captured layers) in effect: a live change wins over the load report."""
     aux = (pub.load or {}).get("aux") or {}
@@ -163,7 +158,7 @@ class _Families:
         self.lost.add_metric(labels + ["transit"], transit)
         self.lost.add_metric(labels + ["shim"], dropped)
         self.hook_failures.add_metric(labels, failures)
-        for seam, status in _hook_statuses(pub).items():
+        for seam, status in pub.seam_statuses.items():  # bounded by the state (MAX_SEAMS)
             self.hooks.add_metric(labels + [str(seam), str(status)], 1)
         if pub.last_seen_t is not None:
             self.last_frame.add_metric(labels, pub.last_seen_t / 1e9)
