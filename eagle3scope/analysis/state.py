@@ -12,6 +12,11 @@ value a frame names (``src``, seam, forward mode, hidden width, draft-id maximum
 bounded by a ``MAX_*`` constant far above what a real server sends. Past a bound the rest is
 counted, and the event log says so once per publisher and kind; what the rules read first (the
 first bad width, the first draft-id rises, the modes fc-bypassed names) is what is kept.
+
+Order and restarts (:mod:`eagle3scope.wire.loss`): a duplicated frame is dropped (counted, said
+once), and a publisher restarted under the same ``src`` (its counter went back with time going on,
+or its hello names another pid or start time) starts a new *run*: a fresh view with its own
+statistics and its own violations (``Violation.run``), the ended run kept as it ended.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from eagle3scope.analysis.rules import CONTRACT_RULES, SEVERITY_ORDER, Violation
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
 from eagle3scope.wire.aux_layers import family_rule
-from eagle3scope.wire.loss import FrameLoss
+from eagle3scope.wire.loss import DUPLICATE, RESTART, FrameLoss
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 
 #: Steps between two rule passes over every publisher (a non-step frame triggers one for its
@@ -48,6 +53,8 @@ MAX_WIDTHS = 16
 MAX_DRAFT_MAX_RISES = 1024
 #: Aux-config segments of the session: the first (the A/B baseline) and the latest ones.
 MAX_SEGMENTS = 64
+#: Ended runs kept (publishers restarted under the same ``src``); past it the oldest is forgotten.
+MAX_ENDED_RUNS = 64
 
 
 @dataclass(slots=True)
@@ -130,6 +137,8 @@ class PublisherView:
 
     src: str
     hello: dict | None = None
+    run: int = 1  # 2, 3, ... after restarts under the same src (a new pid or start time)
+    began: tuple[int, int] | None = None  # (n, t) of the run's first frame: where a seek finds the run
     load: dict | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
     unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
@@ -196,6 +205,9 @@ class SessionState:
         self.frames = 0
         self.unknown_frames = 0
         self.refused_frames = 0  # from publishers past MAX_PUBLISHERS
+        self.ended_runs: list[PublisherView] = []  # runs a restart under the same src ended (MAX_ENDED_RUNS)
+        self._runs_ahead: dict[str, tuple] = {}  # src -> (run, began) its first view gets (start_at_run)
+        self.forgotten_runs = 0
         self._window = window
         self._history = history
         self.rules_every = rules_every
@@ -216,8 +228,13 @@ class SessionState:
                 return
         for text in pub.loss.observe(frame):
             self.note(frame.src, "warning", text, frame.t)
-        pub.last_seen_t = frame.t
         kind = frame.kind
+        verdict = pub.loss.verdict
+        if verdict is DUPLICATE:
+            return
+        if verdict is RESTART or (kind == "hello" and pub.hello is not None and _identity(pub.hello) != _identity(frame.body)):
+            pub = self._new_run(pub, frame)
+        pub.last_seen_t = frame.t
         if kind == "step":
             self._step(pub, frame.body, frame.t)
             self._steps_since_rules += 1
@@ -251,8 +268,38 @@ class SessionState:
                           "counted, not analysed", frame.t)
             self.refused_frames += 1
             return None
-        self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+        run, began = self._runs_ahead.pop(frame.src, (1, (frame.n, frame.t)))
+        self.publishers[frame.src] = PublisherView(frame.src, run=run, began=began,
+                                                   acceptance=AcceptanceStats(self._window, self._history))
         return self.publishers[frame.src]
+
+    def start_at_run(self, src: str, run: int, began: tuple[int, int]) -> None:
+        """``src``'s first view is its run ``run``, which began at frame ``began`` (a replay seek
+        into a later run rebuilds the state there)."""
+        self._runs_ahead[src] = (run, began)
+
+    def _new_run(self, old: PublisherView, frame: Frame) -> PublisherView:
+        """``old``'s publisher restarted: judge ``old`` as it ended, keep it, start a fresh view."""
+        self._judge(old)
+        if len(self.ended_runs) >= MAX_ENDED_RUNS:
+            gone = self.ended_runs.pop(0)
+            for key in [k for k in self._fired if k[1:] == (gone.src, gone.run)]:
+                del self._fired[key]
+            if not self.forgotten_runs:
+                self.note(gone.src, "warning", f"more than {MAX_ENDED_RUNS} restarted runs: the oldest are forgotten", frame.t)
+            self.forgotten_runs += 1
+        self.ended_runs.append(old)
+        pub = PublisherView(old.src, run=old.run + 1, began=(frame.n, frame.t),
+                            acceptance=AcceptanceStats(self._window, self._history))
+        self.publishers[old.src] = pub
+        pub.loss.observe(frame)  # the new run's counting starts at this frame
+        self.note(old.src, "warning", f"publisher restarted under the same src: run {pub.run} starts, kept apart from "
+                  f"run {old.run} (its {old.decode_steps} decode steps and violations stay as they ended)", frame.t)
+        return pub
+
+    def runs(self) -> list[PublisherView]:
+        """Every run of every publisher: the ended ones (oldest first), then the current ones."""
+        return [*self.ended_runs, *self.publishers.values()]
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
@@ -445,7 +492,7 @@ class SessionState:
     def _judge(self, pub: PublisherView) -> None:
         """Evaluate every rule for one publisher."""
         for rule in CONTRACT_RULES:
-            key = (rule.id, pub.src)
+            key = (rule.id, pub.src, pub.run)
             previous = self._fired.get(key)
             current = evaluate(rule, pub, previous)
             if current is not None:
@@ -456,6 +503,11 @@ class SessionState:
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def _identity(hello: dict) -> tuple:
+    """What tells two processes apart under one ``src``: the pid and, from newer shims, the start time."""
+    return hello.get("pid"), hello.get("started")
 
 
 def _new_pass_stats(passes: dict, mode) -> PassStats | None:

@@ -41,8 +41,9 @@ def render_text(result: dict) -> str:
     for v in violations:
         state = "" if v["active"] else " (no longer active)"
         where = "before the first step" if v["first_seq"] is None else f"from step {v['first_seq']}"
+        run = f" run {v['run']}" if v.get("run", 1) > 1 else ""
         rows.append("")
-        rows.append(f"{v['severity'].upper():7} {v['id']}  [{v['src']} {where}]{state}")
+        rows.append(f"{v['severity'].upper():7} {v['id']}  [{v['src']}{run} {where}]{state}")
         rows.append(f"        {v['title']}")
         rows.append("        evidence: " + ", ".join(f"{k}={_fmt(val)}" for k, val in v["evidence"].items()))
         rows.append(f"        fix: {v['fix']}")
@@ -54,6 +55,11 @@ def render_text(result: dict) -> str:
                 rows.append(f"{'PASS' if c['passed'] else 'FAIL':7} {c['name']}: {c['message']}")
     if not s["complete"]:
         rows.append("note: the recording was not closed by its recorder (killed or still running)")
+    if s.get("restarts"):
+        rows.append(f"note: {s['restarts']} publisher restart(s) under the same src: each run is judged on its own")
+    if s.get("duplicate_frames") or s.get("counter_resets"):
+        rows.append(f"note: {s.get('duplicate_frames', 0)} duplicate frame(s) dropped, {s.get('counter_resets', 0)} "
+                    "impossible frame-counter jump(s) counted as resets, not as loss")
     for err in result["read_errors"]:
         rows.append(f"read error: {err}")
     return lines(rows)

@@ -61,7 +61,9 @@ class Fleet:
                 touched.add(frame.src)
             for src in touched:
                 self.last_heard[src] = now
-                self._count_fired(src, self.states[src].violations())
+                state = self.states[src]
+                run = state.publishers[src].run if src in state.publishers else 1
+                self._count_fired(src, [v for v in state.violations() if v.run == run])  # the current run's
 
     def _count_fired(self, src: str, violations: list[Violation]) -> None:
         for v in violations:

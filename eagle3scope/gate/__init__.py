@@ -24,6 +24,10 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary["publishers"] = sorted(state.publishers)
     summary["frames"] = state.frames
     summary["refused_frames"] = state.refused_frames  # from publishers past MAX_PUBLISHERS: not analysed
+    runs = state.runs()
+    summary["restarts"] = len(runs) - len(state.publishers) + state.forgotten_runs  # new runs under the same src
+    summary["duplicate_frames"] = sum(p.loss.duplicates for p in runs)  # dropped, not counted twice
+    summary["counter_resets"] = sum(p.loss.resets for p in runs)  # impossible jumps of n, not counted as loss
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 

@@ -115,6 +115,11 @@ class Replayer:
         idx = self.reader.seek_seq(seq)
         return self.seek_index(self.reader.count() if idx is None else idx)
 
+    def seek_run_step(self, src: str, began: tuple[int, int], seq: int) -> int:
+        """Go to the first step with ``seq`` >= ``seq`` of ``src``'s run that began at frame ``began``."""
+        idx = self.reader.seek_run_step(src, began, seq)
+        return self.seek_index(self.reader.count() if idx is None else idx)
+
     def seek_time(self, t_ns: int) -> int:
         """Go to the first frame recorded at or after ``t_ns`` (absolute ns; the end if none)."""
         idx = self.reader.seek_time(t_ns)

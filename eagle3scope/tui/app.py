@@ -284,7 +284,23 @@ class ScopeApp(App):
         return rows
 
     def on_violations_panel_selected(self, event: ViolationsPanel.Selected) -> None:
-        self.push_screen(ViolationScreen(event.violation))
+        v = event.violation
+
+        def done(result) -> None:
+            if result == "seek":
+                self.seek_violation(v)
+
+        self.push_screen(ViolationScreen(v), done)
+
+    def seek_violation(self, v) -> None:
+        """Replay from the step where ``v`` was first seen, in its own run of its publisher."""
+        began = self.feed.read(lambda s: next((p.began for p in s.runs() if p.src == v.src and p.run == v.run), None))
+        if began is None:
+            self.feed.seek_step(v.first_seq or 0)
+        else:
+            self.feed.seek_run_step(v.src, v.run, began, v.first_seq or 0)
+        self._frames_shown = -1
+        self.refresh_view(force=True)
 
     # -- replay keys ------------------------------------------------------------------------
 

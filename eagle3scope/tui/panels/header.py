@@ -39,6 +39,8 @@ class PublisherBar(Widget):
         state_style = ok if r.state in ("live", "replay") else warn
         line.append("● ", style=state_style)
         line.append(terminal(r.src if not narrow else r.src[:12]), style="bold")
+        if r.run > 1:
+            line.append(f" run {r.run}", style=warn)
         if r.state not in ("live", "replay"):
             line.append(f" {r.state}", style=warn)
         if not r.has_hello:

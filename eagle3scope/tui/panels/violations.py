@@ -55,7 +55,7 @@ class ViolationsPanel(Vertical):
             self.post_message(self.Selected(self.violations[index]))
 
     def watch_violations(self, violations: tuple) -> None:
-        key = tuple((v.id, v.src, v.severity, v.evidence, v.active) for v in violations)
+        key = tuple((v.id, v.src, v.run, v.severity, v.evidence, v.active) for v in violations)
         if key == self._shown:
             return
         self._shown = key
@@ -83,7 +83,8 @@ class ViolationsPanel(Vertical):
             if compact:
                 detail.append(f"{terminal(v.id)}\n", style=style)
             detail.append(terminal(v.title), style=style)
-            detail.append(f"\n{terminal(v.src)} · {evidence_text(v.evidence)}", style=muted)
+            run = f" run {v.run}" if v.run > 1 else ""
+            detail.append(f"\n{terminal(v.src)}{run} · {evidence_text(v.evidence)}", style=muted)
             cells = (sev, detail) if compact else (sev, plain(v.id, style), detail)
             table.add_row(*cells, key=str(i), height=None if wrap else 3 if compact else 2)
         if violations:
