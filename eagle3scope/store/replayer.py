@@ -3,7 +3,10 @@
 :class:`Replayer` hands out :class:`~eagle3scope.wire.Frame` lists like
 :meth:`Subscriber.poll <eagle3scope.live.subscriber.Subscriber.poll>` does, paced by the recorded
 time divided by ``speed``. Idle stretches longer than ``max_gap_s`` of recorded time are
-shortened to ``max_gap_s`` so a night of silence does not freeze the replay.
+shortened to ``max_gap_s`` so a night of silence does not freeze the replay. Pacing follows a
+monotonic view of the stream's time: each frame is due its gap to the frame before it, clamped to
+``[0, max_gap_s]``, so a frame stamped 0, INT64_MAX or an hour back (a publisher's clock stepped)
+costs at most one ``max_gap_s`` and the frames after it keep their pace.
 
 Two ways to drive it:
 
@@ -46,6 +49,7 @@ class Replayer:
         self._frames: list[Frame] = []
         self._i = 0  # next frame in self._frames
         self._last_t: int | None = None
+        self._pace_t: int | None = None  # recorded time of the last frame delivered, for pacing
         self._sched: float | None = None  # wall time the last frame was due; None: re-anchor at now
         self.step_seq: int | None = None
         self._load(0)
@@ -107,7 +111,7 @@ class Replayer:
             self._queue.clear()
             self._queue.extend(self.reader.state_at(self.position))
             self._sched = None
-            self._last_t = None
+            self._last_t = self._pace_t = None
             return self.position
 
     def seek_step(self, seq: int) -> int:
@@ -190,12 +194,13 @@ class Replayer:
     def _due_at(self, frame: Frame, now: float) -> float:
         """Wall time ``frame`` is due: the last frame's due time plus the recorded gap / speed.
 
-        Gaps are clamped to ``[0, max_gap_s]``; chaining due times (not delivery times) keeps
-        the pace free of drift.
+        Gaps to the previous frame (not to the latest time seen: one frame stamped in the far
+        future would leave every later one due at once) are clamped to ``[0, max_gap_s]``;
+        chaining due times (not delivery times) keeps the pace free of drift.
         """
-        if self._sched is None or self._last_t is None:
+        if self._sched is None or self._pace_t is None:
             return now if self._sched is None else self._sched
-        gap = min(max(frame.t - self._last_t, 0), self._max_gap_ns)
+        gap = min(max(frame.t - self._pace_t, 0), self._max_gap_ns)
         return self._sched + gap / 1e9 / self._speed
 
     def _load(self, idx: int) -> None:
@@ -234,6 +239,7 @@ class Replayer:
         frame = self._peek()
         if frame is not None:
             self._i += 1
+            self._pace_t = frame.t
             if self._last_t is None or frame.t > self._last_t:
                 self._last_t = frame.t
             if frame.kind == "step":
