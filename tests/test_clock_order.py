@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from click.testing import CliRunner
 
 from analysis_streams import H, session
@@ -157,3 +159,34 @@ def test_seek_to_a_violation_lands_in_its_own_run(tmp_path):
             assert pub.capture == {"on": False, "layers": None}  # the broken run's step, not the healthy one
     finally:
         feed.stop()
+
+
+def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
+    pytest.importorskip("textual")
+    from tui_support import paused_app, run_async
+    from eagle3scope.tui.screens import ViolationScreen
+
+    path = record(tmp_path / "r.e3s", _restarted(started=2))
+
+    @run_async
+    async def scenario():
+        app = paused_app(path, speed=64.0)
+        async with app.run_test(size=(140, 44)) as pilot:
+            await pilot.press("space")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if app.feed.position()["finished"]:
+                    break
+            app.refresh_view(force=True)
+            await pilot.pause()
+            app.query_one("#violations-table").focus()
+            await pilot.press("enter")
+            assert isinstance(app.screen, ViolationScreen) and app.screen.violation.run == 2
+            await pilot.press("g")
+            await pilot.pause()
+            assert not isinstance(app.screen, ViolationScreen)
+            with app.feed.lock:
+                pub = app.feed.state.publishers["r0"]
+                assert pub.run == 2 and pub.capture == {"on": False, "layers": None}
+
+    scenario()

@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from eagle3scope.analysis.views import AuxView
 from eagle3scope.tui.panels.drawing import fmt, plain
+from eagle3scope.wire.untrusted import terminal
 
 
 class AuxPanel(VerticalScroll):
@@ -38,7 +39,7 @@ class AuxPanel(VerticalScroll):
             skipped = Text(f"{p.fc_skipped:,}", style=bad if p.fc_skipped and p.fc_applied == 0 else None)
             passes.add_row(plain(p.mode), f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
         parts: list = [passes if view.passes else Text("no draft forwards seen yet", style=muted)]
-        parts.append(_SideBySide([Group(Text("\n") + plain(src, "bold"), _facts_table(facts, tones))
+        parts.append(_SideBySide([Group(Text(f"\n{terminal(src)}", style="bold"), _facts_table(facts, tones))
                                   for src, facts in view.publishers]))
         if view.segments:
             parts.append(Text())

@@ -25,7 +25,7 @@ class LoadReportPanel(VerticalScroll):
         if not self.reports:
             yield Static("no publisher has sent a load report yet")
         for report in self.reports:
-            yield Static(Text("publisher ", style="bold") + plain(report.src, "bold"), classes="load-title")
+            yield Static(plain(f"publisher {report.src}", "bold"), classes="load-title")
             yield Static(_fields_table("hello", report.hello))
             yield Static(_fields_table("load report", report.load))
 
