@@ -5,8 +5,9 @@
 time divided by ``speed``. Idle stretches longer than ``max_gap_s`` of recorded time are
 shortened to ``max_gap_s`` so a night of silence does not freeze the replay. Pacing follows a
 monotonic view of the stream's time: each frame is due its gap to the frame before it, clamped to
-``[0, max_gap_s]``, so a frame stamped 0, INT64_MAX or an hour back (a publisher's clock stepped)
-costs at most one ``max_gap_s`` and the frames after it keep their pace.
+``[0, max_gap_s]`` (a clock stepped back costs nothing, and the frames after it keep their pace),
+and a lone frame stamped far from both neighbours (0, INT64_MAX) is due at once without moving
+the view, so the frames after it are paced as if it were not there.
 
 Two ways to drive it:
 
@@ -200,8 +201,18 @@ class Replayer:
         """
         if self._sched is None or self._pace_t is None:
             return now if self._sched is None else self._sched
-        gap = min(max(frame.t - self._pace_t, 0), self._max_gap_ns)
+        gap = frame.t - self._pace_t
+        if not 0 <= gap <= self._max_gap_ns:
+            gap = 0 if self._lone(frame) else min(max(gap, 0), self._max_gap_ns)
         return self._sched + gap / 1e9 / self._speed
+
+    def _lone(self, frame: Frame) -> bool:
+        """``frame`` (the next one, out of step with the view) is an outlier: the frame after it
+        goes on from the view as if it were not there (known within a batch only)."""
+        after = self._i + 1
+        if self._pace_t is None or after >= len(self._frames) or self._frames[self._i] is not frame:
+            return False
+        return 0 <= self._frames[after].t - self._pace_t <= self._max_gap_ns
 
     def _load(self, idx: int) -> None:
         batches = self.reader.batches
@@ -238,8 +249,10 @@ class Replayer:
     def _take(self) -> Frame | None:
         frame = self._peek()
         if frame is not None:
+            pace = self._pace_t
+            if pace is None or 0 <= frame.t - pace <= self._max_gap_ns or not self._lone(frame):
+                self._pace_t = frame.t  # a lone outlier leaves the view where it was
             self._i += 1
-            self._pace_t = frame.t
             if self._last_t is None or frame.t > self._last_t:
                 self._last_t = frame.t
             if frame.kind == "step":

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from hostile_support import Tally  # noqa: E402
 from test_check import record  # noqa: E402
 from tui_support import paused_app, run_async, screen_text  # noqa: E402
 from untrusted_support import ATTACKS, UNSAFE_OUT, hostile_frames  # noqa: E402
@@ -23,6 +24,14 @@ from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScree
 from eagle3scope.tui.tokens import Decoder  # noqa: E402
 
 ALL = "".join(ATTACKS.values())
+TUI = Tally("text", "TUI panels and screens over hostile strings")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _emit_tally():
+    yield
+    print(f"\nhostile text in the TUI: {dict(TUI.counts)}")
+    TUI.emit()
 
 
 def _hostile_decoder(text: str) -> Decoder:
@@ -34,8 +43,13 @@ def _hostile_decoder(text: str) -> Decoder:
 
 
 def _clean(app, what: str) -> str:
+    TUI.add(cases=1)
     text = screen_text(app)
     bad = UNSAFE_OUT.search(text.replace("\n", " "))
+    if bad is not None:
+        TUI.add(leaks=1)
+    if app.return_code not in (None, 0):
+        TUI.add(crashes=1)
     assert bad is None, f"{what}: {bad.group()!r} on screen near {text[max(0, bad.start() - 40):bad.start() + 10]!r}"
     assert app.return_code in (None, 0), f"{what}: the app ended with {app.return_code}"
     return text

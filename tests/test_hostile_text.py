@@ -5,7 +5,7 @@ request ids, forward modes, unknown keys; tests/untrusted_support.py) is set to 
 every output runs over it through the real CLI: ``check`` (text, ``--json``, ``--junit``), ``gate``
 and ``record`` over a real PUB socket, ``replay --headless`` (text and ``--json``), ``export``
 (csv, jsonl to stdout), ``report`` (markdown, HTML) and ``salvage``; the TUI plays the same
-recording with every panel and screen opened (tests/test_untrusted_tui.py). The boundary's own
+recording with every panel and screen opened (tests/test_hostile_text_tui.py). The boundary's own
 functions are fuzzed with hypothesis.
 """
 
@@ -26,8 +26,25 @@ from rich.text import Text
 
 from eagle3scope.cli import main
 from eagle3scope.wire import untrusted
+from hostile_support import Tally
 from test_check import record
 from untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames
+
+TEXT = Tally("text", "every command over hostile strings")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _emit_tally():
+    yield
+    print(f"\nhostile text: {dict(TEXT.counts)}")
+    TEXT.emit()
+
+
+def _leak(ok: bool, message: str) -> None:
+    """Count an output that let an untrusted string through, then fail on it."""
+    if not ok:
+        TEXT.add(leaks=1)
+    assert ok, message
 
 ALL = "".join(ATTACKS.values())
 CASES = {**ATTACKS, "all": ALL}
@@ -39,14 +56,22 @@ hostile_text = st.text(st.characters(codec="utf-8") | st.sampled_from(list("\x1b
 
 def _assert_terminal_safe(out: str, what: str) -> None:
     bad = UNSAFE_OUT.search(out)
-    assert bad is None, f"{what}: raw {bad.group()!r} at {bad.start()}: {out[max(0, bad.start() - 60):bad.start() + 20]!r}"
+    _leak(bad is None, bad and f"{what}: raw {bad.group()!r} at {bad.start()}: {out[max(0, bad.start() - 60):bad.start() + 20]!r}")
     forged = [line for line in out.splitlines() if line.startswith(FORGED)]
-    assert not forged, f"{what}: a newline in a field forged lines: {forged}"
+    _leak(not forged, f"{what}: a newline in a field forged lines: {forged}")
 
 
 def _run(*args) -> tuple[int, str]:
-    done = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return done.exit_code, done.stdout + done.stderr
+    TEXT.add(cases=1)
+    try:
+        done = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    except Exception:
+        TEXT.add(crashes=1)
+        raise
+    out = done.stdout + done.stderr
+    if "Traceback" in out:
+        TEXT.add(tracebacks=1)
+    return done.exit_code, out
 
 
 # -- the functions ---------------------------------------------------------------------------------
@@ -97,7 +122,7 @@ def test_check_text_json_and_junit_stay_clean(hostile, tmp_path):
     _assert_terminal_safe(out, f"check ({name})")
     assert "aux-capture-off" in out
     raw = junit.read_text(encoding="utf-8")
-    assert XML_FORBIDDEN.search(raw) is None
+    _leak(XML_FORBIDDEN.search(raw) is None, "JUnit XML holds a character XML 1.0 forbids")
     cases = ET.fromstring(raw.encode()).iter("testcase")
     assert {c.get("name") for c in cases} >= {"aux-capture-off", "min-accept-length"}
     code, out = _run("check", path, "--json")
@@ -123,24 +148,24 @@ def test_replay_headless_export_report_and_salvage_stay_clean(hostile, tmp_path)
     assert rows
     for row in rows:
         for key in ("src", "mode", "rid", "pass_widths"):
-            assert not row[key].startswith(("=", "+", "-", "@", "\t", "\r")), (key, row[key])
-            assert UNSAFE_OUT.search(row[key]) is None and "\n" not in row[key]
+            _leak(not row[key].startswith(("=", "+", "-", "@", "\t", "\r")), f"formula cell {key}={row[key]!r}")
+            _leak(UNSAFE_OUT.search(row[key]) is None and "\n" not in row[key], f"control in csv {key}")
     md_path = tmp_path / "r.md"
     code, out = _run("report", path, "--format", "markdown", "--out", str(md_path))
     assert code == 0, out
     md = md_path.read_text(encoding="utf-8")
-    assert UNSAFE_OUT.search(md) is None
+    _leak(UNSAFE_OUT.search(md) is None, "control character in the markdown report")
     # outside code fences (whose fence is longer than any backtick run inside) nothing is markup
     outside = re.sub(r"^(`{3,})[a-z]*\n.*?\n\1$", "", md, flags=re.M | re.S)
-    assert not re.search(r"^`{3,}", outside, re.M), "a fence was closed early"
+    _leak(not re.search(r"^`{3,}", outside, re.M), "a fence was closed early")
     outside = re.sub(r"\\.", "", outside)  # what is left once every backslash escape is taken out
     for fragment in ("](https", "<img", "<script", "[bold", "[l]", "![i]", "*x*"):
-        assert fragment not in outside, fragment
+        _leak(fragment not in outside, f"markdown from data: {fragment}")
     html_path = tmp_path / "r.html"
     code, out = _run("report", path, "--format", "html", "--out", str(html_path))
     assert code == 0, out
     page = html_path.read_text(encoding="utf-8")
-    assert "<script" not in page and "<img" not in page and XML_FORBIDDEN.search(page) is None
+    _leak("<script" not in page and "<img" not in page and XML_FORBIDDEN.search(page) is None, "HTML from data")
     code, out = _run("salvage", path, "--out", str(tmp_path / "s.e3s"))
     assert code == 0, out
     _assert_terminal_safe(out, f"salvage ({name})")
