@@ -28,9 +28,15 @@ def _safe(node: ast.AST, scope: ast.AST | None = None, safe_funcs: frozenset = f
         return safe(node.left) and safe(node.right)
     if isinstance(node, ast.IfExp):
         return safe(node.body) and safe(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return all(safe(v) for v in node.values)
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp)):
+        return safe(node.elt)
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "join" and isinstance(func.value, ast.Constant) and node.args:  # "sep".join(safe strings)
+            return _safe(func.value) and safe(node.args[0])
         return name in SAFE_CALLS or (isinstance(func, ast.Name) and name in safe_funcs)
     if isinstance(node, ast.Name) and scope is not None:
         values = [a.value for a in ast.walk(scope) if isinstance(a, ast.Assign)
