@@ -178,3 +178,30 @@ def test_check_and_replay_stay_clean_for_any_text(tmp_path_factory, text):
     for args in (("check", path), ("replay", path, "--headless", "--no-pace")):
         _code, out = _run(*args)
         _assert_terminal_safe(out, f"{args[0]} ({text!r})")
+
+
+def test_gate_and_record_over_a_live_socket_stay_clean(tmp_path):
+    import subprocess
+    import sys
+
+    from test_gate import Publisher, gate
+
+    frames = hostile_frames(ALL, n_steps=300)
+    junit = tmp_path / "g.xml"
+    with Publisher(frames) as pub:
+        TEXT.add(cases=1)
+        done = gate("--connect", pub.endpoint, "--steps", "100", "--timeout", "60", "--min-accept-length", "2.5",
+                    "--junit", str(junit))
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out  # aux-off from a hostile publisher: the rules fire, the floor fails
+    _assert_terminal_safe(out, "gate")
+    assert "aux-capture-off" in out and "Traceback" not in out
+    _leak(XML_FORBIDDEN.search(junit.read_text(encoding="utf-8")) is None, "gate's JUnit XML")
+    with Publisher(frames) as pub:
+        TEXT.add(cases=1)
+        rec = subprocess.run([sys.executable, "-m", "eagle3scope", "record", "--connect", pub.endpoint, "--out",
+                              str(tmp_path / "r.e3s"), "--decode-steps", "100", "--duration", "60"],
+                             capture_output=True, text=True, timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    _assert_terminal_safe(rec.stdout + rec.stderr, "record")
+    assert "receiving from" in rec.stderr and "Traceback" not in rec.stderr
