@@ -162,7 +162,7 @@ def test_seek_to_a_violation_lands_in_its_own_run(tmp_path):
 
 def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
     pytest.importorskip("textual")
-    from tui_support import paused_app, run_async
+    from tui_support import paused_app, play_to_end, run_async
     from eagle3scope.tui.screens import ViolationScreen
 
     path = record(tmp_path / "r.e3s", _restarted(started=2))
@@ -171,13 +171,7 @@ def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
     async def scenario():
         app = paused_app(path, speed=64.0)
         async with app.run_test(size=(140, 44)) as pilot:
-            await pilot.press("space")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if app.feed.position()["finished"]:
-                    break
-            app.refresh_view(force=True)
-            await pilot.pause()
+            await play_to_end(app, pilot)
             app.query_one("#violations-table").focus()
             await pilot.press("enter")
             assert isinstance(app.screen, ViolationScreen) and app.screen.violation.run == 2

@@ -16,7 +16,7 @@ pytest.importorskip("textual")
 
 from hostile_support import Tally  # noqa: E402
 from test_check import record  # noqa: E402
-from tui_support import paused_app, run_async, screen_text  # noqa: E402
+from tui_support import paused_app, play_to_end, run_async, screen_text  # noqa: E402
 from untrusted_support import ATTACKS, UNSAFE_OUT, hostile_frames  # noqa: E402
 
 from eagle3scope.tui.panels import DraftPanel  # noqa: E402
@@ -62,11 +62,7 @@ async def test_every_panel_and_screen_survives_hostile_strings(tmp_path, name):
     path = record(tmp_path / "h.e3s", hostile_frames(text, n_steps=150))
     app = paused_app(path, speed=64.0)
     async with app.run_test(size=(140, 44)) as pilot:
-        await pilot.press("space")
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.feed.position()["finished"]:
-                break
+        await play_to_end(app, pilot)
         app.w[DraftPanel].decoder = _hostile_decoder(text)
         for key in ("1", "2", "3", "4", "v", "1"):
             await pilot.press(key)
