@@ -183,3 +183,37 @@ def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
                 assert pub.run == 2 and pub.capture == {"on": False, "layers": None}
 
     scenario()
+
+
+def test_the_subscriber_counts_a_duplicate_once():
+    from eagle3scope.live.subscriber import SourceStats
+
+    stats = SourceStats()
+    for f in session(20, bs=1):
+        stats.observe(f)
+        stats.observe(f)
+    assert (stats.steps, stats.duplicates, stats.lost_in_transit) == (20, 22, 0)
+
+
+def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from eagle3scope.exporter.fleet import Fleet
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    fleet = Fleet(forget_after_s=None)
+    frames = session(300, bs=2, **BROKEN) + _shifted(session(300, bs=2, **BROKEN), 60 * 10**9, started=2)
+    for i in range(0, len(frames), 64):
+        fleet.ingest(frames[i:i + 64])
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(fleet))
+    samples = [s for fam in text_string_to_metric_families(generate_latest(registry).decode()) for s in fam.samples]
+    keys = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
+    assert len(keys) == len(set(keys))  # one series per label set: the ended run's are gone
+    active = [s for s in samples if s.name == "eagle3scope_violation_active" and s.labels["rule"] == "aux-capture-off"]
+    assert [s.value for s in active] == [1.0]
+    steps = [s.value for s in samples if s.name == "eagle3scope_steps_total"]
+    assert steps == [300.0]  # the run now serving (a counter reset for Prometheus, as after any restart)
+    fired = [s.value for s in samples if s.name == "eagle3scope_violations_fired_total" and s.labels["rule"] == "aux-capture-off"]
+    assert fired == [2.0]  # once per run
