@@ -217,3 +217,23 @@ def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():
     assert steps == [300.0]  # the run now serving (a counter reset for Prometheus, as after any restart)
     fired = [s.value for s in samples if s.name == "eagle3scope_violations_fired_total" and s.labels["rule"] == "aux-capture-off"]
     assert fired == [2.0]  # once per run
+
+
+def test_started_is_an_optional_int_in_the_hello():
+    from analysis_streams import hello
+    from eagle3scope.wire.validate import BodyError, validate_body
+
+    validate_body("hello", hello())  # old shims: no "started"
+    validate_body("hello", {**hello(), "started": 1_764_000_000_000_000_000})
+    with pytest.raises(BodyError):
+        validate_body("hello", {**hello(), "started": "yesterday"})
+
+
+def test_the_shims_hello_names_its_start_time():
+    from eagle3scope_shim.loadreport import hello_body
+    from eagle3scope_shim.state import STATE
+    from eagle3scope.wire.validate import validate_body
+
+    body = hello_body(object(), 0, 0)  # a scheduler without server_args: the facts that need none
+    validate_body("hello", body)
+    assert body["started"] == STATE.started_ns and 0 < body["started"] <= __import__("time").time_ns()
