@@ -24,7 +24,7 @@ from pathlib import Path
 import msgpack
 
 REPO = Path(__file__).resolve().parents[1]
-FIELDS = ("cases", "crashes", "hangs", "tracebacks", "silent_losses")
+FIELDS = ("cases", "crashes", "hangs", "tracebacks", "silent_losses", "leaks")
 
 
 def run_suite() -> tuple[dict, int, float, str]:
@@ -71,14 +71,14 @@ def main() -> None:
     load = os.getloadavg()
     per_class, code, elapsed, last = run_suite()
     print(f"hostile suite: exit {code}, {elapsed:.0f} s wall, load average {load[0]:.1f} at start; pytest: {last}\n")
-    print("| class | cases tried | crashes | hangs | tracebacks | silent losses | peak memory (bound) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| class | cases tried | crashes | hangs | tracebacks | silent losses | leaks | peak memory (bound) |")
+    print("|---|---|---|---|---|---|---|---|")
     for cls in sorted(per_class):
         agg = per_class[cls]
         bound = f" ({agg['bound_bytes'] / 2**20:.0f} MiB)" if agg["bound_bytes"] else ""
         peak = f"{agg['peak_bytes'] / 2**20:.1f} MiB{bound}" if agg["peak_bytes"] else "-"
         print(f"| {cls} | {agg['cases']} | {agg['crashes']} | {agg['hangs']} | {agg['tracebacks']} |"
-              f" {agg['silent_losses']} | {peak} |")
+              f" {agg['silent_losses']} | {agg['leaks']} | {peak} |")
     size, peak = worst_frame_decode_peak()
     print(f"\nworst frame at the default bound: {size / 2**20:.2f} MiB of nested lists -> {peak / 2**20:.0f} MiB"
           " traced while decoding (then refused and freed)")

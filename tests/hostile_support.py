@@ -2,7 +2,9 @@
 
 Every test adds what it tried to one tally per class (frames, control, recordings): cases tried,
 crashes (an exception other than the documented error), hangs (a timeout), tracebacks (printed by
-a CLI), silent losses (data dropped without an error being reported), and the peak memory it saw.
+a CLI), silent losses (data dropped without an error being reported), leaks (a raw control
+character, live markup, invalid XML or a formula cell that an untrusted string put into an
+output), and the peak memory it saw.
 When ``EAGLE3SCOPE_RELIABILITY_OUT`` names a file, each test appends its tally there as one JSON
 line, which the benchmark script sums into RELIABILITY.md's table.
 """
@@ -17,7 +19,7 @@ from collections import Counter
 from hypothesis import strategies as st
 
 ENV_OUT = "EAGLE3SCOPE_RELIABILITY_OUT"
-FIELDS = ("cases", "crashes", "hangs", "tracebacks", "silent_losses")
+FIELDS = ("cases", "crashes", "hangs", "tracebacks", "silent_losses", "leaks")
 
 
 class Tally:

@@ -9,7 +9,6 @@ and the ones between where a rule changes.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
@@ -369,7 +368,7 @@ def test_text_output_says_each_refusal_once_within_80_columns_with_the_path_give
         text = runner.invoke(main, ["doctor", "draft", "--sglang-version", version]).output
         fixed = runner.invoke(main, ["fix", "draft", "--out", f"out-{version}", "--for-sglang", version]).output
         assert flat(text).startswith(report["headline"])
-        assert f"tensors in draft" in flat(text)
+        assert "tensors in draft" in flat(text)
         summary = text.split("\nproducer:")[0].split("\n\n")[0]  # headline, verdict, steps, refusals
         for out in (text, fixed):
             assert max(map(len, out.splitlines())) <= WIDTH, out

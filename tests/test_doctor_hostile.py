@@ -14,12 +14,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import draft_checkpoints as dc
-from eagle3scope.cli import main
 from eagle3scope.doctor.checkpoint import MAX_VECTOR_BYTES
 from eagle3scope.doctor.diagnose import diagnose
 from eagle3scope.doctor.repair import FixRefused, fix_checkpoint

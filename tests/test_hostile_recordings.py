@@ -35,7 +35,7 @@ from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.salvage import salvage
 from eagle3scope.store.session import CHECKPOINT_S, MAX_BATCH_BYTES
 from eagle3scope.wire import decode_frame, encode_frame
-from hostile_support import Tally, children_peak_rss
+from hostile_support import Tally
 from synthetic import session_frames, step_body
 from tui_support import paused_app, play_to_end, run_async
 

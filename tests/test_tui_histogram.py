@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("textual")
 
 from synthetic import session_frames  # noqa: E402
-from tui_support import paused_app, play_to_end, recorded_frames, run_async, screen_text, steps_of, write_recording  # noqa: E402
+from tui_support import paused_app, play_to_end, recorded_frames, run_async, steps_of, write_recording  # noqa: E402
 
 K, WINDOW = 3, 512
 

@@ -75,9 +75,10 @@ class Hello:
     tp_rank: int | None
     dp_rank: int | None
     args: ServerArgs
-    seams: dict  # seam -> status at startup
+    seams: dict  # seam -> status at startup (state.py folds them into the bounded hook table)
     parallel: Parallel | None
     body: dict = field(repr=False)  # as sent, for the load-report screen
+    started: object = None  # the shim's start time (absent from old shims): a new value is a restart
 
 
 def read_hello(body: dict) -> Hello:
@@ -87,7 +88,8 @@ def read_hello(body: dict) -> Hello:
         shim_version=body.get("shim_version"), worker=body.get("worker"), tp_rank=_int(body.get("tp_rank")),
         dp_rank=_int(body.get("dp_rank")),
         args=ServerArgs(*(args.get(name) for name in ServerArgs.__slots__)),
-        seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), body=body)
+        seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), body=body,
+        started=body.get("started"))
 
 
 def _parallel(value: object) -> Parallel | None:
@@ -183,9 +185,12 @@ class PublisherView:
 
     src: str
     hello: Hello | None = None
+    run: int = 1  # 2, 3, ... after restarts under the same src (a new pid or start time)
+    began: tuple[int, int] | None = None  # (n, t) of the run's first frame: where a seek finds the run
     load: Load | None = None
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
     unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
+    unlisted_hello_seams: int = 0  # entries of hellos' seams maps past MAX_SEAMS
     applied_config: dict | None = None  # the latest applied aux-layer change (config body)
     loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
@@ -231,10 +236,9 @@ def num_steps(pub: PublisherView) -> int | None:
 
 
 def seam_statuses(pub: PublisherView) -> dict[str, str]:
-    """Each seam's latest status: the hello's startup list (re-sent, for viewers that missed the
-    hook events), overridden by later ``hook`` events."""
-    startup = pub.hello.seams if pub.hello is not None else {}
-    return {**startup, **{seam: h.get("status") for seam, h in pub.hooks.items()}}
+    """Each listed seam's latest status: the hello's startup list (re-sent, for viewers that missed
+    the hook events) folded into the bounded hook table on ingest, overridden by later ``hook`` events."""
+    return {seam: h.get("status") for seam, h in pub.hooks.items()}
 
 
 def failed_seams(pub: PublisherView) -> dict[str, str]:

@@ -35,6 +35,7 @@ class Violation:
     first_seq: int | None
     active: bool = True  # the condition still holds at the last evaluation
     last_seq: int | None = None
+    run: int = 1  # the publisher's run (2, 3, ... after restarts under the same src)
 
     def to_dict(self) -> dict:
         return {
@@ -47,6 +48,7 @@ class Violation:
             "src": self.src,
             "first_seq": self.first_seq,
             "active": self.active,
+            "run": self.run,
         }
 
 
@@ -388,4 +390,5 @@ def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Viol
         previous.evidence, previous.active, previous.last_seq = evidence, True, pub.last_seq
         previous.severity = severity if severity == "error" else previous.severity
         return previous
-    return Violation(rule.id, severity, rule.title, evidence, rule.explanation, rule.fix, pub.src, first_seq, True, pub.last_seq)
+    return Violation(rule.id, severity, rule.title, evidence, rule.explanation, rule.fix, pub.src, first_seq, True,
+                     pub.last_seq, pub.run)

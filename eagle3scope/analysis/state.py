@@ -14,6 +14,11 @@ value a frame names (``src``, seam, forward mode, hidden width, draft-id maximum
 bounded by a ``MAX_*`` constant far above what a real server sends. Past a bound the rest is
 counted, and the event log says so once per publisher and kind; what the rules read first (the
 first bad width, the first draft-id rises, the modes fc-bypassed names) is what is kept.
+
+Order and restarts (:mod:`eagle3scope.wire.loss`): a duplicated frame is dropped (counted, said
+once), and a publisher restarted under the same ``src`` (its counter went back with time going on,
+or its hello names another pid or start time) starts a new *run*: a fresh view with its own
+statistics and its own violations (``Violation.run``), the ended run kept as it ended.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from eagle3scope.analysis import facts
-from eagle3scope.analysis.facts import PublisherView, read_hello, read_load
+from eagle3scope.analysis.facts import Hello, PublisherView, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame, is_decode_step
+from eagle3scope.wire.loss import DUPLICATE, RESTART
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITY_ORDER
 
@@ -39,7 +45,8 @@ RULES_EVERY = 64
 #: every consumer of the same frames still evaluates at the same frames.
 RULES_EVERY_NS = 250_000_000
 
-#: Hook seams listed per publisher (the shim knows 17); hook frames about further seams are counted.
+#: Hook seams listed per publisher (the shim knows 17), from hook frames and the hello's ``seams``
+#: map alike; further seams are counted. Rules, exporter labels and the TUI read only these.
 MAX_SEAMS = 64
 #: Forward modes listed per publisher and for the session (SGLang has about ten); the modes
 #: fc-bypassed reads (FEATURE_CARRYING_MODES) get a place past it, so junk modes cannot hide one.
@@ -50,6 +57,8 @@ MAX_WIDTHS = 16
 MAX_DRAFT_MAX_RISES = 1024
 #: Aux-config segments of the session: the first (the A/B baseline) and the latest ones.
 MAX_SEGMENTS = 64
+#: Ended runs kept (publishers restarted under the same ``src``); past it the oldest is forgotten.
+MAX_ENDED_RUNS = 64
 
 
 @dataclass(slots=True)
@@ -148,6 +157,9 @@ class SessionState:
         self.frames = 0
         self.unknown_frames = 0
         self.refused_frames = 0  # from publishers past MAX_PUBLISHERS
+        self.ended_runs: list[PublisherView] = []  # runs a restart under the same src ended (MAX_ENDED_RUNS)
+        self._runs_ahead: dict[str, tuple] = {}  # src -> (run, began) its first view gets (start_at_run)
+        self.forgotten_runs = 0
         self._window = window
         self._history = history
         self.rules_every = rules_every
@@ -166,16 +178,22 @@ class SessionState:
                 return
         for text in pub.loss.observe(frame):
             self.note(frame.src, "warning", text, frame.t)
-        pub.last_seen_t = frame.t
         kind = frame.kind
+        verdict = pub.loss.verdict
+        if verdict is DUPLICATE:
+            return
+        hello = read_hello(frame.body) if kind == "hello" else None
+        if verdict is RESTART or (hello is not None and pub.hello is not None and _identity(pub.hello) != _identity(hello)):
+            pub = self._new_run(pub, frame)
+        pub.last_seen_t = frame.t
         if kind == "step":
             self._step(pub, frame.body, frame.t)
             pub.steps_since_rules += 1
             if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
                 self._scheduled(pub, frame.t)
             return
-        if kind == "hello":
-            self._hello(pub, frame)
+        if hello is not None:
+            self._hello(pub, hello, frame.t)
         elif kind == "load":
             load = read_load(frame.body)
             if pub.load is None:
@@ -197,8 +215,38 @@ class SessionState:
                           "counted, not analysed", frame.t)
             self.refused_frames += 1
             return None
-        self.publishers[frame.src] = PublisherView(frame.src, acceptance=AcceptanceStats(self._window, self._history))
+        run, began = self._runs_ahead.pop(frame.src, (1, (frame.n, frame.t)))
+        self.publishers[frame.src] = PublisherView(frame.src, run=run, began=began,
+                                                   acceptance=AcceptanceStats(self._window, self._history))
         return self.publishers[frame.src]
+
+    def start_at_run(self, src: str, run: int, began: tuple[int, int]) -> None:
+        """``src``'s first view is its run ``run``, which began at frame ``began`` (a replay seek
+        into a later run rebuilds the state there)."""
+        self._runs_ahead[src] = (run, began)
+
+    def _new_run(self, old: PublisherView, frame: Frame) -> PublisherView:
+        """``old``'s publisher restarted: judge ``old`` as it ended, keep it, start a fresh view."""
+        self._judge(old)
+        if len(self.ended_runs) >= MAX_ENDED_RUNS:
+            gone = self.ended_runs.pop(0)
+            for key in [k for k in self._fired if k[1:] == (gone.src, gone.run)]:
+                del self._fired[key]
+            if not self.forgotten_runs:
+                self.note(gone.src, "warning", f"more than {MAX_ENDED_RUNS} restarted runs: the oldest are forgotten", frame.t)
+            self.forgotten_runs += 1
+        self.ended_runs.append(old)
+        pub = PublisherView(old.src, run=old.run + 1, began=(frame.n, frame.t),
+                            acceptance=AcceptanceStats(self._window, self._history))
+        self.publishers[old.src] = pub
+        pub.loss.observe(frame)  # the new run's counting starts at this frame
+        self.note(old.src, "warning", f"publisher restarted under the same src: run {pub.run} starts, kept apart from "
+                  f"run {old.run} (its {old.decode_steps} decode steps and violations stay as they ended)", frame.t)
+        return pub
+
+    def runs(self) -> list[PublisherView]:
+        """Every run of every publisher: the ended ones (oldest first), then the current ones."""
+        return [*self.ended_runs, *self.publishers.values()]
 
     def _step(self, pub: PublisherView, body: dict, t: int) -> None:
         seq = body["seq"]
@@ -298,8 +346,7 @@ class SessionState:
             self._forked = True
             self.acceptance, self.passes = copy.deepcopy(self._solo.acceptance), copy.deepcopy(self._solo.passes)
 
-    def _hello(self, pub: PublisherView, frame: Frame) -> None:
-        hello = read_hello(frame.body)
+    def _hello(self, pub: PublisherView, hello: Hello, t: int) -> None:
         if pub.hello is None or pub.hello.pid != hello.pid:
             args = hello.args
             self.note(
@@ -307,9 +354,25 @@ class SessionState:
                 "info",
                 f"publisher {pub.src}: SGLang {hello.sglang_version}, {args.algorithm} "
                 f"steps={args.num_steps} topk={args.topk} draft_tokens={args.num_draft_tokens}",
-                frame.t,
+                t,
             )
         pub.hello = hello
+        if hello.seams:
+            self._hello_seams(pub, hello.seams, t)
+
+    def _hello_seams(self, pub: PublisherView, seams: dict, t: int) -> None:
+        """The hello's startup status of seams no hook frame named yet, within MAX_SEAMS (the rest counted)."""
+        hooks = pub.hooks
+        for seam, status in seams.items():
+            if seam in hooks:
+                continue
+            if len(hooks) < MAX_SEAMS:
+                hooks[seam] = {"status": status, "detail": None}
+                continue
+            if not pub.unlisted_hello_seams:
+                self.note(pub.src, "warning", f"the hello names more than {MAX_SEAMS} seams: the rest are counted, "
+                          "not listed", t)
+            pub.unlisted_hello_seams += 1
 
     def _config(self, pub: PublisherView, frame: Frame) -> None:
         body = frame.body
@@ -378,7 +441,7 @@ class SessionState:
     def _judge(self, pub: PublisherView) -> None:
         """Evaluate every rule for one publisher."""
         for rule in CONTRACT_RULES:
-            key = (rule.id, pub.src)
+            key = (rule.id, pub.src, pub.run)
             previous = self._fired.get(key)
             current = evaluate(rule, pub, previous)
             if current is not None:
@@ -389,6 +452,11 @@ class SessionState:
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def _identity(hello: Hello) -> tuple:
+    """What tells two processes apart under one ``src``: the pid and, from newer shims, the start time."""
+    return hello.pid, hello.started
 
 
 def _new_pass_stats(passes: dict, mode) -> PassStats | None:

@@ -41,6 +41,7 @@ class PublisherRow:
     hooks_total: int
     has_hello: bool
     model_path: str | None = None
+    run: int = 1  # 2, 3, ... after restarts under the same src
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
 
 
@@ -68,6 +69,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             hooks_total=len(seams),
             has_hello=hello is not None,
             model_path=args.model_path,
+            run=pub.run,
         ))
     return rows
 

@@ -9,7 +9,6 @@ few request-steps, no timings, a tree draft), 2 when the file or the endpoint ca
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -17,6 +16,7 @@ import click
 from eagle3scope.commands import connect_option
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.endpoints import EndpointError
+from eagle3scope.wire.untrusted import json_line, lines, terminal
 
 EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
 
@@ -33,25 +33,25 @@ def render_text(src: str, advice) -> str:
     from eagle3scope.analysis.advisor import Advice
 
     assert isinstance(advice, Advice)
-    lines = [f"publisher {src!r}: recorded num_steps {advice.recorded_steps}, top-k {advice.topk or 1}, "
+    rows = [f"publisher {src!r}: recorded num_steps {advice.recorded_steps}, top-k {advice.topk or 1}, "
              f"{advice.rounds} rounds, {advice.request_steps} request-steps"]
     if advice.settings:
-        lines.append(f"  {'steps':>5}  {'accept length':<22}  {'tok/s (host)':>12}  {'vs recorded':<22}")
+        rows.append(f"  {'steps':>5}  {'accept length':<22}  {'tok/s (host)':>12}  {'vs recorded':<22}")
         for s in advice.settings:
             mark = " *" if s.num_steps == advice.recommended else ""
-            lines.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"
+            rows.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"
                          f"  {_fmt(s.tokens_per_s, '.1f'):>12}  {_fmt(s.gain, '+.1%') + _interval(s.gain_ci, '+.1%'):<22}"
                          f"{mark}")
     model = advice.model
     if model is not None:
         d, v, e = model.draft_per_step, model.verify, model.extend
-        lines.append(f"  time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
+        rows.append(f"  time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
                      f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error "
                      f"{_fmt(model.rel_error, '.0%')}" + (f"; untimed: {', '.join(model.missing)}" if model.missing else ""))
     for what in advice.not_predicted:
-        lines.append(f"  not predicted: {what}")
-    lines.append(f"  advice: {advice.headline()}")
-    return "\n".join(lines)
+        rows.append(f"  not predicted: {what}")
+    rows.append(f"  advice: {advice.headline()}")
+    return lines(rows)
 
 
 def _advise_all(logs: dict, as_json: bool) -> int:
@@ -59,7 +59,7 @@ def _advise_all(logs: dict, as_json: bool) -> int:
 
     answers = {src: advise(log) for src, log in logs.items() if log.rounds or log.num_steps}
     if as_json:
-        click.echo(json.dumps({"publishers": {src: a.to_dict() for src, a in answers.items()}}))
+        click.echo(json_line({"publishers": {src: a.to_dict() for src, a in answers.items()}}))
     else:
         click.echo("\n\n".join(render_text(src, a) for src, a in answers.items()) or "no publisher sent decode rounds")
     advised = answers and all(a.recommended is not None for a in answers.values())
@@ -98,7 +98,7 @@ def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], st
         try:
             reader = SessionReader(file)
         except StoreError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(terminal(f"Error: {exc}"), err=True)
             ctx.exit(EXIT_UNREADABLE)
         with reader:
             for _, frame in reader.frames():
@@ -111,7 +111,7 @@ def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], st
     try:
         sub = Subscriber(list(endpoints))
     except (zmq.ZMQError, EndpointError) as exc:
-        click.echo(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}", err=True)
+        click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}"), err=True)
         ctx.exit(EXIT_UNREADABLE)
     stop: list[int] = []
     started = time.monotonic()

@@ -8,12 +8,12 @@ result in the draft's profile. ``write`` edits a draft's config for the next lau
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from eagle3scope.commands import connect_option
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
+from eagle3scope.wire.untrusted import json_line, terminal
 
 
 def _client(control: str | None, token_file: str | None, timeout: float):
@@ -23,7 +23,7 @@ def _client(control: str | None, token_file: str | None, timeout: float):
     try:
         return ControlClient.from_options(control, token_file, timeout_s=timeout)
     except (ControlError, TokenError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
 
 
 def _channel_options(func):
@@ -39,7 +39,7 @@ def _call(fn):
     try:
         return fn()
     except ControlError as exc:
-        raise click.ClickException(f"refused: {exc}") from None
+        raise click.ClickException(terminal(f"refused: {exc}")) from None
 
 
 def _ids(value) -> str:
@@ -61,28 +61,28 @@ def list_cmd(control, token_file, as_json, timeout) -> None:
     reply.pop("ok", None)
     profile = profiles.lookup(reply["draft_path"]) if reply.get("draft_path") else None
     if as_json:
-        click.echo(json.dumps({**reply, "profile": profile}, indent=1))
+        click.echo(json_line({**reply, "profile": profile}, indent=1))
         return
-    click.echo(f"target: {reply['family']}, {reply['num_layers']} layers, id rule {reply['rule']}; "
-               f"draft fc takes {reply['expected']} aux states")
-    click.echo(f"draft configured: {_ids(reply['configured'])}   in effect: {_ids(reply['current'])}   "
-               f"captured: {reply['captured']} ({'on' if reply['capture_on'] else 'OFF'})")
+    click.echo(terminal(f"target: {reply['family']}, {reply['num_layers']} layers, id rule {reply['rule']}; "
+               f"draft fc takes {reply['expected']} aux states"))
+    click.echo(terminal(f"draft configured: {_ids(reply['configured'])}   in effect: {_ids(reply['current'])}   "
+               f"captured: {reply['captured']} ({'on' if reply['capture_on'] else 'OFF'})"))
     if not reply["changeable"]:
-        click.echo(f"live changes refused: {reply['why_not']}")
+        click.echo(terminal(f"live changes refused: {reply['why_not']}"))
     elif (reply.get("graphs") or {}).get("captured"):
         last = reply["graphs"].get("last_pause_ms")
-        click.echo("CUDA graphs captured: changes need --recapture (serving pauses while the target's graphs are "
-                   "captured again)" + ("" if last is None else f"; last recapture paused {last:.0f} ms"))
+        click.echo(terminal("CUDA graphs captured: changes need --recapture (serving pauses while the target's graphs are "
+                   "captured again)" + ("" if last is None else f"; last recapture paused {last:.0f} ms")))
     if reply.get("pending"):
-        click.echo(f"pending request: {reply['pending']} (applies at the next step)")
+        click.echo(terminal(f"pending request: {reply['pending']} (applies at the next step)"))
     click.echo("presets:")
     for p in reply["presets"]:
         state = ("= " + p["same_as"]) if p.get("same_as") else ("ok" if p["available"] else "unavailable: " + p["reason"])
-        click.echo(f"  {p['name']:<20} {_ids(p['layers']):<14} captures {str(p['captured'] or '-'):<12} {state}")
+        click.echo(terminal(f"  {p['name']:<20} {_ids(p['layers']):<14} captures {str(p['captured'] or '-'):<12} {state}"))
     if profile and profile.get("best"):
         b = profile["best"]
-        click.echo(f"profile: best measured {_ids(b['layers'])} ({b['preset']}), mean accept length "
-                   f"{b['mean_accept_length']:.3f} over {b['steps']} steps")
+        click.echo(terminal(f"profile: best measured {_ids(b['layers'])} ({b['preset']}), mean accept length "
+                   f"{b['mean_accept_length']:.3f} over {b['steps']} steps"))
 
 
 _RECAPTURE_HELP = ("Where the server replays CUDA graphs, recapture them with the new set between two steps "
@@ -107,17 +107,17 @@ def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> No
     try:
         layers = parse_ids(ids)
     except LayerError as exc:
-        raise click.BadParameter(str(exc), param_hint="IDS") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="IDS") from None
     if wait_s is None:
         wait_s = 120.0 if recapture else 2.0
     reply = _call(lambda: _client(control, token_file, timeout).set(layers, wait_s=wait_s, recapture=recapture))
     if as_json:
-        click.echo(json.dumps(reply))
+        click.echo(json_line(reply))
     elif reply["status"] == "applied":
-        click.echo(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}{_paused(reply)}")
+        click.echo(terminal(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}{_paused(reply)}"))
     else:
-        click.echo(f"queued {_ids(reply['layers'])} (request {reply['id']}): no step ran yet; it applies at the next "
-                   "step and a config event reports it")
+        click.echo(terminal(f"queued {_ids(reply['layers'])} (request {reply['id']}): no step ran yet; it applies at the next "
+                   "step and a config event reports it"))
 
 
 @command.command(name="cycle")
@@ -144,24 +144,24 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
     client = _client(control, token_file, timeout)
     info = _call(client.list)
     if not info["changeable"]:
-        raise click.ClickException(f"this server refuses live changes: {info['why_not']}")
+        raise click.ClickException(terminal(f"this server refuses live changes: {info['why_not']}"))
     if (info.get("graphs") or {}).get("captured") and not recapture:
         raise click.ClickException("this server replays CUDA graphs captured with the current aux set: pass "
                                    "--recapture to recapture them for each preset (serving pauses each time)")
     try:
         custom_ids = parse_ids(custom) if custom else None
     except LayerError as exc:
-        raise click.BadParameter(str(exc), param_hint="--custom") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--custom") from None
     chosen = presets(info["num_layers"], info["expected"], info["rule"], info["configured"], custom=custom_ids)
     if only:
         names = [n.strip() for n in only.split(",") if n.strip()]
         unknown = set(names) - {p.name for p in chosen}
         if unknown:
-            raise click.BadParameter(f"unknown preset(s) {', '.join(sorted(unknown))}", param_hint="--presets")
+            raise click.BadParameter(terminal(f"unknown preset(s) {', '.join(sorted(unknown))}"), param_hint="--presets")
         chosen = [p for p in chosen if p.name in names]
     if steps is None and seconds is None:
         steps = 40
-    say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
+    say = (lambda text: click.echo(terminal(text), err=True)) if as_json else click.echo
 
     def progress(m):
         mean = "-" if m.mean_accept_length is None else f"{m.mean_accept_length:.3f}"
@@ -174,7 +174,7 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
     try:
         sub = Subscriber(list(endpoints) or [default_endpoint()])
     except EndpointError as exc:
-        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
+        raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     with sub:
         try:
             wait_for_stream(sub)
@@ -182,7 +182,7 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
             results = run_cycle(client, sub, chosen, steps=steps, seconds=seconds, settle=settle, progress=progress,
                                 recapture=recapture)
         except CycleError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(terminal(str(exc))) from None
         finally:
             top = best(results)
             final = top.layers if keep == "best" and top is not None else restore
@@ -198,14 +198,14 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
             {"preset": m.preset, "layers": m.layers, "captured": m.captured, "steps": m.steps,
              "mean_accept_length": m.mean_accept_length} for m in results if m.status == "measured"])
     if as_json:
-        click.echo(json.dumps({"results": [m.to_dict() for m in results], "best": None if top is None else top.to_dict(),
+        click.echo(json_line({"results": [m.to_dict() for m in results], "best": None if top is None else top.to_dict(),
                                "kept": keep, "profile": saved}, indent=1))
         return
     if top is None:
         raise click.ClickException("nothing measured: the server produced no decode steps (send it requests)")
-    click.echo(f"best: {top.preset} {_ids(top.layers)} (captures {top.captured}) mean accept length "
+    click.echo(terminal(f"best: {top.preset} {_ids(top.layers)} (captures {top.captured}) mean accept length "
                f"{top.mean_accept_length:.3f}" + (f"; write it for restarts: eagle3scope aux write DRAFT_DIR "
-                                                 f"{','.join(map(str, top.layers))} --in-place" if top.layers != info["configured"] else ""))
+                                                 f"{','.join(map(str, top.layers))} --in-place" if top.layers != info["configured"] else "")))
 
 
 @command.command(name="write")
@@ -224,16 +224,16 @@ def write_cmd(draft_dir, ids, out, in_place, target_dir, as_json) -> None:
     try:
         result = write_aux_ids(draft_dir, parse_ids(ids), out=out, in_place=in_place, target_dir=target_dir)
     except (LayerError, ValueError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     if as_json:
-        click.echo(json.dumps({"config": str(result.path), "old": result.old, "new": result.new,
+        click.echo(json_line({"config": str(result.path), "old": result.old, "new": result.new,
                                "captured": result.captured, "backup": None if result.backup is None else str(result.backup),
                                "notes": list(result.notes)}))
         return
-    click.echo(f"{result.path}: eagle_aux_hidden_state_layer_ids {_ids(result.old)} -> {_ids(result.new)}"
-               + (f" (SGLang will capture {result.captured})" if result.captured else ""))
+    click.echo(terminal(f"{result.path}: eagle_aux_hidden_state_layer_ids {_ids(result.old)} -> {_ids(result.new)}"
+               + (f" (SGLang will capture {result.captured})" if result.captured else "")))
     if result.backup is not None:
-        click.echo(f"backup: {result.backup}")
+        click.echo(terminal(f"backup: {result.backup}"))
     for note in result.notes:
-        click.echo(f"note: {note}")
+        click.echo(terminal(f"note: {note}"))
 

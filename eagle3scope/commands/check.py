@@ -21,6 +21,7 @@ from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADA
 from eagle3scope.gate.junit import write_junit
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITIES
+from eagle3scope.wire.untrusted import json_line, lines, terminal
 
 
 def _fmt(value: object) -> str:
@@ -31,32 +32,38 @@ def render_text(result: dict) -> str:
     s = result["summary"]
     mean = s["mean_accept_length"]
     rates = ", ".join("-" if r is None else f"{r:.2f}" for r in s["per_position"])
-    lines = [
+    rows = [
         f"steps: {s['steps']}  request-steps: {s['request_steps']}  publishers: {', '.join(s['publishers']) or '-'}",
         f"mean acceptance length (bonus included): {'-' if mean is None else f'{mean:.3f}'}  per position: [{rates}]",
     ]
     violations = result["violations"]
     if not violations:
-        lines.append("no violations")
+        rows.append("no violations")
     for v in violations:
         state = "" if v["active"] else " (no longer active)"
         where = "before the first step" if v["first_seq"] is None else f"from step {v['first_seq']}"
-        lines.append("")
-        lines.append(f"{v['severity'].upper():7} {v['id']}  [{v['src']} {where}]{state}")
-        lines.append(f"        {v['title']}")
-        lines.append("        evidence: " + ", ".join(f"{k}={_fmt(val)}" for k, val in v["evidence"].items()))
-        lines.append(f"        fix: {v['fix']}")
+        run = f" run {v['run']}" if v.get("run", 1) > 1 else ""
+        rows.append("")
+        rows.append(f"{v['severity'].upper():7} {v['id']}  [{v['src']}{run} {where}]{state}")
+        rows.append(f"        {v['title']}")
+        rows.append("        evidence: " + ", ".join(f"{k}={_fmt(val)}" for k, val in v["evidence"].items()))
+        rows.append(f"        fix: {v['fix']}")
     gate = result.get("gate")
     if gate is not None and any(c["group"] != "rules" for c in gate["checks"]):
-        lines.append("")
+        rows.append("")
         for c in gate["checks"]:
             if c["group"] != "rules":
-                lines.append(f"{'PASS' if c['passed'] else 'FAIL':7} {c['name']}: {c['message']}")
+                rows.append(f"{'PASS' if c['passed'] else 'FAIL':7} {c['name']}: {c['message']}")
     if not s["complete"]:
-        lines.append("note: the recording was not closed by its recorder (killed or still running)")
+        rows.append("note: the recording was not closed by its recorder (killed or still running)")
+    if s.get("restarts"):
+        rows.append(f"note: {s['restarts']} publisher restart(s) under the same src: each run is judged on its own")
+    if s.get("duplicate_frames") or s.get("counter_resets"):
+        rows.append(f"note: {s.get('duplicate_frames', 0)} duplicate frame(s) dropped, {s.get('counter_resets', 0)} "
+                    "impossible frame-counter jump(s) counted as resets, not as loss")
     for err in result["read_errors"]:
-        lines.append(f"read error: {err}")
-    return "\n".join(lines)
+        rows.append(f"read error: {err}")
+    return lines(rows)
 
 
 def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -66,7 +73,7 @@ def _list_rules(ctx: click.Context, _param: click.Parameter, value: bool) -> Non
 
     for rule in CONTRACT_RULES:
         severity = rule.severity if isinstance(rule.severity, str) else "error|warning"
-        click.echo(f"{rule.id:26} {severity:14} {rule.title}")
+        click.echo(terminal(f"{rule.id:26} {severity:14} {rule.title}"))
     ctx.exit(0)
 
 
@@ -91,7 +98,7 @@ def thresholds_from(fail_on: str, min_accept_length: float | None, min_per_posit
     try:
         floors = parse_floors(min_per_position)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--min-per-position") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--min-per-position") from None
     return Thresholds(min_accept_length, floors, fail_on)
 
 
@@ -107,9 +114,9 @@ def conclude(ctx: click.Context, result: dict, thresholds: Thresholds, *, as_jso
     if incomplete:
         checks.append(Check("run", "complete", False, incomplete))
     result["gate"] = verdict(checks)
-    click.echo(json.dumps(result) if as_json else render_text(result))
+    click.echo(json_line(result) if as_json else render_text(result))
     if incomplete and not as_json:
-        click.echo(f"INCOMPLETE: {incomplete}", err=True)
+        click.echo(terminal(f"INCOMPLETE: {incomplete}"), err=True)
     if junit_path:
         write_junit(junit_path, checks, suite=suite, elapsed_s=elapsed_s, properties=properties)
     ctx.exit(EXIT_FAIL if failed else EXIT_INCOMPLETE if incomplete else EXIT_PASS)
@@ -131,7 +138,7 @@ def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_acce
     try:
         reader = SessionReader(file)
     except StoreError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(terminal(f"Error: {exc}"), err=True)
         ctx.exit(EXIT_UNREADABLE)
     with reader:
         state = analyse(frame for _, frame in reader.frames())

@@ -16,12 +16,13 @@ import click
 
 from eagle3scope.demo import families
 from eagle3scope.demo.server import ServerError, cache_dir, engine_python
+from eagle3scope.wire.untrusted import terminal
 
 REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def _say(message: str) -> None:
-    click.echo(f"[demo] {message}", err=True)
+    click.echo(terminal(f"[demo] {message}"), err=True)
 
 
 def ensure_engine_env() -> Path:
@@ -32,7 +33,7 @@ def ensure_engine_env() -> Path:
     script = REPO_SCRIPTS / "build-engine-env.sh"
     if not script.exists():
         raise click.ClickException(
-            f"no SGLang engine env at {python} and no build script at {script}: run the demo from a checkout")
+            terminal(f"no SGLang engine env at {python} and no build script at {script}: run the demo from a checkout"))
     _say(f"building the SGLang CPU engine env (once, a few minutes) -> {python.parent.parent}")
     if subprocess.call(["bash", str(script)]) != 0 or not python.exists():
         raise click.ClickException("building the engine env failed; see the output above")
@@ -45,7 +46,7 @@ def ensure_models(python: Path, family: str = "llama"):
     try:
         return families.ensure_models(family, cache_dir(), progress=_say, python=python)
     except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
 
 
 def _all_scenarios() -> list[str]:
@@ -86,7 +87,7 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
         raise click.UsageError("--headless needs --record FILE")
     offered = families.scenarios_of(family)
     if scenario not in offered:
-        raise click.UsageError(f"the {family} family has no scenario {scenario!r}; it has: {', '.join(sorted(offered))}")
+        raise click.UsageError(terminal(f"the {family} family has no scenario {scenario!r}; it has: {', '.join(sorted(offered))}"))
     python = ensure_engine_env()
     models = ensure_models(python, family)
     if prepare_only:
@@ -99,7 +100,7 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
             run_story(models, python=python, screen=not headless, steps=steps if headless else 60, say=_say,
                       workdir=cache_dir() / "story" / str(os.getpid()))
         except (ServerError, RuntimeError) as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(terminal(str(exc))) from None
         except KeyboardInterrupt:
             _say("interrupted; everything stopped")
         return
@@ -126,6 +127,6 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
                     client = ControlClient.from_options(run.control_endpoint, str(run.token_file))
                 run_watch([run.endpoint], theme=theme, aux_client=client)
     except (ServerError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     except KeyboardInterrupt:
         _say("interrupted; everything stopped")

@@ -10,6 +10,7 @@ import json
 import textwrap
 
 import click
+from eagle3scope.wire.untrusted import json_line, lines, terminal
 
 WIDTH = 80
 
@@ -52,43 +53,43 @@ def render(report: dict) -> str:
     """Verdict and what to do first, then producer, assumptions and findings, at 80 columns."""
     errors = sum(f["severity"] == "error" for f in report["findings"])
     warnings = sum(f["severity"] == "warning" for f in report["findings"])
-    lines = wrap(report["headline"])
+    rows = wrap(report["headline"])
     verdict = {"clean": "CLEAN", "warnings": "WARNINGS", "broken": "BROKEN"}[report["verdict"]]
-    lines += wrap(f"{verdict} for SGLang {report['sglang_version']}: {errors} error(s), {warnings} warning(s); "
+    rows += wrap(f"{verdict} for SGLang {report['sglang_version']}: {errors} error(s), {warnings} warning(s); "
                   f"{report['tensors']} tensors in {report['draft']}")
     steps = what_to_do(report)
     if steps:
-        lines.append("what to do:")
+        rows.append("what to do:")
         for i, step in enumerate(steps, 1):
-            lines += wrap(step, "     ", f"  {i}. ")
+            rows += wrap(step, "     ", f"  {i}. ")
     said = " ".join(steps)
     refusals = [why for why in report["refusals"] if why not in said]  # a step already says it
     for why in refusals[:4]:
-        lines += wrap(why, "     ", "  fix would refuse: ")
+        rows += wrap(why, "     ", "  fix would refuse: ")
     if len(refusals) > 4:
-        lines.append(f"  ... {len(refusals) - 4} more (--json lists all)")
+        rows.append(f"  ... {len(refusals) - 4} more (--json lists all)")
     producer = report.get("producer")
     if producer:
-        lines += [""] + wrap(f"producer: {producer['label']}" + (f" ({'; '.join(producer['signs'])})"
+        rows += [""] + wrap(f"producer: {producer['label']}" + (f" ({'; '.join(producer['signs'])})"
                                                                   if producer["signs"] else ""), "  ")
     for assumption in report.get("assumptions", []):
-        lines += wrap(assumption, "    ", "  assumed: ")
+        rows += wrap(assumption, "    ", "  assumed: ")
     for note in report.get("notes", []):
-        lines += wrap(note, "    ", "  note: ")
-    lines += wrap(f"loader: SGLang {report['loader']}", "  ")
+        rows += wrap(note, "    ", "  note: ")
+    rows += wrap(f"loader: SGLang {report['loader']}", "  ")
     for f in report["findings"]:
-        lines += [""] + wrap(f"{f['id']}: {f['title']}", "        ", f"{f['severity'].upper():7} ")
+        rows += [""] + wrap(f"{f['id']}: {f['title']}", "        ", f"{f['severity'].upper():7} ")
         for i, (k, v) in enumerate(f["evidence"].items()):
-            lines += wrap(f"{k}={_fmt(v)}", "            ", "        evidence: " if i == 0 else "          ")
+            rows += wrap(f"{k}={_fmt(v)}", "            ", "        evidence: " if i == 0 else "          ")
         if f["fix"]:
-            lines += wrap(f["fix"], "          ", "        fix: ")
+            rows += wrap(f["fix"], "          ", "        fix: ")
     fixable = report["fixable"]
     repairs = [f"{len(fixable['renames'])} key rename(s)"] if fixable["renames"] else []
     repairs += ["d2t absolute ids -> offsets"] if fixable["d2t_to_offsets"] else []
     repairs += fixable["config_edits"]
     if repairs:
-        lines += [""] + wrap("`eagle3scope fix` would: " + "; ".join(repairs), "  ")
-    return "\n".join(lines)
+        rows += [""] + wrap("`eagle3scope fix` would: " + "; ".join(repairs), "  ")
+    return lines(rows)
 
 
 @click.command(help=__doc__)
@@ -102,14 +103,14 @@ def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_v
     from eagle3scope.doctor import missing_extra
 
     if missing_extra():
-        click.echo(f"Error: {missing_extra()}", err=True)
+        click.echo(terminal(f"Error: {missing_extra()}"), err=True)
         ctx.exit(2)
     from eagle3scope.doctor.diagnose import diagnose
 
     try:
         dx = diagnose(draft_dir, sglang_version=sglang_version, target_dir=target_dir)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--sglang-version") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--sglang-version") from None
     report = dx.to_dict()
-    click.echo(json.dumps(report) if as_json else render(report))
+    click.echo(json_line(report) if as_json else render(report))
     ctx.exit(dx.exit_code)

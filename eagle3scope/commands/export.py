@@ -2,8 +2,10 @@
 perfetto timeline.
 
 csv/parquet hold one row per request per step (columns: :data:`eagle3scope.store.rows.COLUMNS`);
-list columns are JSON strings in csv and int lists in parquet. perfetto writes Chrome trace-event
-JSON (:mod:`eagle3scope.report.timeline`) for ui.perfetto.dev or ``chrome://tracing``. Damaged batches are reported on
+list columns are JSON strings in csv and int lists in parquet. In csv, the text columns (``src``,
+``mode``, ``rid``, ``pass_widths``) pass through :func:`~eagle3scope.wire.untrusted.csv_cell`: controls
+escaped, a formula prefix (= + - @) neutralised with a leading ``'``; jsonl keeps every string as sent.
+perfetto writes Chrome trace-event JSON (:mod:`eagle3scope.report.timeline`) for ui.perfetto.dev or ``chrome://tracing``. Damaged batches are reported on
 stderr, the rest is exported, and the exit status is 3 so a pipeline notices.
 """
 
@@ -16,8 +18,11 @@ from pathlib import Path
 
 import click
 
+from eagle3scope.wire.untrusted import csv_cell, json_line, terminal
+
 _SUFFIX = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet", "perfetto": ".trace.json"}
 _LIST_COLUMNS = ("draft_ids", "accepted_ids", "capture_layers")
+_TEXT_COLUMNS = ("src", "mode", "rid", "pass_widths")
 _PARQUET_ROW_GROUP = 65536
 
 
@@ -35,7 +40,7 @@ def _jsonl(reader, out: str, kinds: set[str] | None) -> int:
     try:
         for _, frame in reader.frames():
             if kinds is None or frame.kind in kinds:
-                fh.write(json.dumps(frame.to_dict(), separators=(",", ":"), default=_json_default) + "\n")
+                fh.write(json_line(frame.to_dict(), separators=(",", ":"), default=_json_default) + "\n")
                 count += 1
     finally:
         if fh is not sys.stdout:
@@ -69,6 +74,8 @@ def _csv(reader, out: str) -> int:
             for row in rows:
                 for key in _LIST_COLUMNS:
                     row[key] = json.dumps(row[key], separators=(",", ":"))
+                for key in _TEXT_COLUMNS:
+                    row[key] = csv_cell(row[key])
             writer.writerows(rows)
             count += len(rows)
     finally:
@@ -100,7 +107,7 @@ def _parquet(reader, out: str) -> int:
             try:
                 table = pa.Table.from_pylist(rows, schema=schema)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-                raise click.ClickException(f"a step does not fit the export schema: {exc}") from None
+                raise click.ClickException(terminal(f"a step does not fit the export schema: {exc}")) from None
             writer.write_table(table)
             count += len(rows)
     return count
@@ -143,7 +150,7 @@ def command(file: str, fmt: str, out: str | None, kind: str | None) -> None:
     try:
         reader = SessionReader(file)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     with reader:
         if fmt == "jsonl":
             count = _jsonl(reader, out, {"step"} if kind == "step" else None)
@@ -155,9 +162,9 @@ def command(file: str, fmt: str, out: str | None, kind: str | None) -> None:
             count = _parquet(reader, out)
         errors = list(reader.errors)
     what = {"jsonl": "frames", "perfetto": "trace events"}.get(fmt, "rows")
-    click.echo(f"exported {count} {what} to {out}", err=True)
+    click.echo(terminal(f"exported {count} {what} to {out}"), err=True)
     if errors:
         for err in errors:
-            click.echo(f"error: {err}", err=True)
-        click.echo(f"{len(errors)} damaged part(s) skipped; everything else was exported", err=True)
+            click.echo(terminal(f"error: {err}"), err=True)
+        click.echo(terminal(f"{len(errors)} damaged part(s) skipped; everything else was exported"), err=True)
         sys.exit(3)

@@ -17,6 +17,7 @@ from eagle3scope.commands import connect_option
 from eagle3scope.exporter.fleet import MAX_PUBLISHERS
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
+from eagle3scope.wire.untrusted import terminal
 
 
 @click.command(name="exporter", help=__doc__)
@@ -38,15 +39,15 @@ def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_pu
         endpoints = endpoints or (default_endpoint(),)
         exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after, max_publishers=max_publishers)
     except EndpointError as exc:
-        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
+        raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--listen") from None
     except (OSError, zmq.ZMQError) as exc:
-        raise click.ClickException(f"cannot start the exporter: {exc}") from None
+        raise click.ClickException(terminal(f"cannot start the exporter: {exc}")) from None
     stop = threading.Event()
     gc.freeze()  # start-up objects leave the GC's view, as in `record`
     with stopping_on(lambda _signum: stop.set()), exporter:
         if not quiet:
-            sys.stderr.write(f"exporting {', '.join(endpoints)} on {exporter.url}\n")
+            sys.stderr.write(terminal(f"exporting {', '.join(endpoints)} on {exporter.url}") + "\n")
             sys.stderr.flush()
         exporter.run(stop)

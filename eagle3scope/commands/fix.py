@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from eagle3scope.commands.doctor import wrap
+from eagle3scope.wire.untrusted import lines, terminal
 
 
 def summarised(changes: list[str]) -> list[str]:
@@ -47,29 +48,29 @@ def command(ctx: click.Context, draft_dir: str, out_dir: str, sglang_version: st
     from eagle3scope.doctor import missing_extra
 
     if missing_extra():
-        click.echo(f"Error: {missing_extra()}", err=True)
+        click.echo(terminal(f"Error: {missing_extra()}"), err=True)
         ctx.exit(2)
     from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
     try:
         result = fix_checkpoint(draft_dir, out_dir, sglang_version=sglang_version, target_dir=target_dir)
     except FixRefused as exc:
-        click.echo("\n".join(wrap(str(exc), "  ", "refused, nothing written: ")), err=True)
+        click.echo(lines(wrap(str(exc), "  ", "refused, nothing written: ")), err=True)
         ctx.exit(2)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--for-sglang") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--for-sglang") from None
     except OSError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(terminal(f"Error: {exc}"), err=True)
         ctx.exit(2)
     for change in summarised(result.changes):
-        click.echo("\n".join(wrap(change, "    ", "  ")))
+        click.echo(lines(wrap(change, "    ", "  ")))
     if not result.changes:
         click.echo("  no changes were needed (copied as is)")
     for note in result.notes:
-        click.echo("\n".join(wrap(note, "    ", "  note: ")))
+        click.echo(lines(wrap(note, "    ", "  note: ")))
     for after in result.after:
         for f in after.findings:
             if f.severity == "warning":
-                click.echo("\n".join(wrap(f"{f.id}: {f.title}", "    ", f"  still a warning on {after.sglang_version}: ")))
+                click.echo(lines(wrap(f"{f.id}: {f.title}", "    ", f"  still a warning on {after.sglang_version}: ")))
     versions = ", ".join(result.versions)
-    click.echo("\n".join(wrap(f"wrote {out_dir} (read back and checked against SGLang {versions})")))
+    click.echo(lines(wrap(f"wrote {out_dir} (read back and checked against SGLang {versions})")))

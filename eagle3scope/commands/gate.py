@@ -20,6 +20,7 @@ from eagle3scope.commands.check import conclude, threshold_options, thresholds_f
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
+from eagle3scope.wire.untrusted import terminal
 
 
 @click.command(name="gate", help=__doc__)
@@ -47,13 +48,13 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
         endpoints = endpoints or (default_endpoint(),)
         sub = Subscriber(list(endpoints))
     except (zmq.ZMQError, EndpointError) as exc:
-        click.echo(f"Error: cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}", err=True)
+        click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}"), err=True)
         ctx.exit(EXIT_UNREADABLE)
     try:
         writer = SessionWriter(record_path, endpoints=list(endpoints)) if record_path else None
     except StoreError as exc:
         sub.close()
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     state = SessionState()
     interrupted = []
     started = time.monotonic()
@@ -75,7 +76,7 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     if sub.unauthenticated:
         for _, kind, error in sub.take_reports():
             if kind == "handshake":
-                click.echo(f"Error: {error}", err=True)
+                click.echo(terminal(f"Error: {error}"), err=True)
         ctx.exit(EXIT_UNREADABLE)
     state.evaluate_rules()  # the rules ran on ingest's schedule; once more on the last frame, as check does
     elapsed = time.monotonic() - started

@@ -24,6 +24,7 @@ from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
 from eagle3scope.wire.curve import KeyFileError, load_keys
 from eagle3scope.wire.endpoints import DEFAULT_ENDPOINT, ENV_ENDPOINT, EndpointError, free_port, guard, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, create_token_file
+from eagle3scope.wire.untrusted import terminal
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -32,12 +33,12 @@ def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
     """(environment additions, token path) for a control channel on ``control`` ("auto": a free port)."""
     endpoint = f"tcp://127.0.0.1:{free_port()}" if control == "auto" else resolve_bind_endpoint(control)
     if not is_loopback(endpoint):
-        raise click.BadParameter(f"{endpoint} is not a loopback endpoint; use an SSH tunnel to reach it remotely",
+        raise click.BadParameter(terminal(f"{endpoint} is not a loopback endpoint; use an SSH tunnel to reach it remotely"),
                                  param_hint="--control")
     try:
         token = create_token_file(token_dir)
     except TokenError as exc:
-        raise click.BadParameter(str(exc), param_hint="--token-dir") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--token-dir") from None
     return {ENV_CONTROL: endpoint, ENV_TOKEN_FILE: str(token)}, str(token)
 
 
@@ -53,13 +54,13 @@ def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
 def command(endpoint: str | None, control: str | None, token_dir: str | None, cmd: tuple[str, ...]) -> None:
     """Run an SGLang server command with the eagle3scope shim (and optionally the control channel) on."""
-    say = lambda text: click.echo(f"eagle3scope: {text}", err=True)  # noqa: E731
+    say = lambda text: click.echo(terminal(f"eagle3scope: {text}"), err=True)  # noqa: E731
     try:
         endpoint = resolve_bind_endpoint(endpoint or "")
         if guard(endpoint, bind=False) == "curve":
             say(f"CURVE key file {load_keys(create=True).path} (viewers on other hosts need a copy)")
     except (EndpointError, KeyFileError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--endpoint") from None
+        raise click.BadParameter(terminal(str(exc)), param_hint="--endpoint") from None
     env = {**os.environ, ENV_ENDPOINT: endpoint}
     token_path = None
     if control is not None:
@@ -85,7 +86,7 @@ def run_forwarding(cmd: list[str], env: dict) -> int:
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     except OSError as exc:
-        raise click.ClickException(f"cannot run {cmd[0]}: {exc}") from None
+        raise click.ClickException(terminal(f"cannot run {cmd[0]}: {exc}")) from None
 
     def forward(signum, frame):
         try:

@@ -21,13 +21,14 @@ from eagle3scope.commands import connect_option
 from eagle3scope.signals import name, stopping_on
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+from eagle3scope.wire.untrusted import terminal
 
 
 def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, nbytes: int, elapsed: float,
-              end: str) -> None:
+              tty: bool) -> None:
     line = (f"recording: {steps} steps, {frames} frames from {sources} source(s), {lost} lost, {bad} bad, "
             f"{nbytes / 1e6:.1f} MB, {elapsed:.1f} s")
-    out.write(line + end)
+    out.write(terminal(line) + ("\r" if tty else "\n"))
     out.flush()
 
 
@@ -58,7 +59,7 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
         endpoints = endpoints or (default_endpoint(),)
         sub = Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)
     except (zmq.ZMQError, EndpointError) as exc:
-        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
+        raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     stop = {"why": None}
 
     def on_signal(signum):
@@ -69,17 +70,17 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
             writer = SessionWriter(out_path, endpoints=list(endpoints))
         except StoreError as exc:
             sub.close()
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(terminal(str(exc))) from None
         failed = _record(sub, writer, stop, endpoints, out_path, duration, max_steps, max_decode_steps, quiet)
     if failed:
-        raise click.ClickException(failed)
+        raise click.ClickException(terminal(failed))
     if not quiet:
         err = sys.stderr
         _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
-                  stop["elapsed"], "\n")
-        err.write(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}\n")
+                  stop["elapsed"], False)
+        err.write(terminal(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}") + "\n")
         if sub.last_error:
-            err.write(f"last bad frame: {sub.last_error}\n")
+            err.write(terminal(f"last bad frame: {sub.last_error}") + "\n")
 
 
 def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float | None, max_steps: int | None,
@@ -94,20 +95,20 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
     next_report = started + (1.0 if tty else 5.0)
     seen: set[str] = set()
     if not quiet:
-        err.write(f"recording {', '.join(endpoints)} -> {out_path}\n")
+        err.write(terminal(f"recording {', '.join(endpoints)} -> {out_path}") + "\n")
         err.flush()
     failed = None
     try:
         while stop["why"] is None:
             for src, kind, error in sub.take_reports():
-                err.write(("\n" if tty else "") + f"bad {kind or 'frame'} from {src or '?'} dropped (further ones"
-                          f" only counted): {error}\n")
+                err.write(("\n" if tty else "") + terminal(f"bad {kind or 'frame'} from {src or '?'} dropped (further"
+                                                        f" ones only counted): {error}") + "\n")
                 err.flush()
             for raw, frame in sub.poll_raw(50):
                 if frame.src not in seen:
                     seen.add(frame.src)
                     if not quiet:
-                        err.write(("\n" if tty else "") + f"receiving from {frame.src}\n")
+                        err.write(("\n" if tty else "") + terminal(f"receiving from {frame.src}") + "\n")
                         err.flush()
                 writer.add(raw, frame)
                 if max_steps is not None and writer.steps >= max_steps:
@@ -124,7 +125,7 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
                 writer.note_loss(sub.loss())
                 if not quiet:
                     _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
-                              writer.bytes, now - started, "\r" if tty else "\n")
+                              writer.bytes, now - started, tty)
                 next_report = now + (1.0 if tty else 5.0)
     except StoreError as exc:
         failed = str(exc)

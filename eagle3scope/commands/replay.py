@@ -9,7 +9,6 @@ extra (Textual) the command falls back to headless and says so.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 
@@ -17,6 +16,7 @@ import click
 
 from eagle3scope.analysis.facts import read_hello, read_load
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
+from eagle3scope.wire.untrusted import json_line, terminal
 
 
 def _fmt_step(frame, t0: int) -> str:
@@ -66,11 +66,12 @@ def _headless(replayer, as_json: bool, pace: bool, max_steps: int | None) -> Non
     source = iter(replayer) if pace else _unpaced(replayer)
     for frame in source:
         if as_json:
-            line = json.dumps(frame.to_dict(), separators=(",", ":"), default=repr)
+            line = json_line(frame.to_dict(), separators=(",", ":"), default=repr)
         elif frame.kind == "step":
-            line = _fmt_step(frame, t0)
+            line = terminal(_fmt_step(frame, t0))
         else:
-            line = _fmt_other(frame, t0, last_dropped)
+            other = _fmt_other(frame, t0, last_dropped)
+            line = None if other is None else terminal(other)
         if line is not None:
             out.write(line + "\n")
         if frame.kind == "step":
@@ -96,7 +97,7 @@ def _open_tui(path: str, speed: float, theme: str | None, from_step: int | None,
     try:
         status = run_replay(path, speed=speed, theme=theme, from_step=from_step, from_time=from_time)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     if status:
         sys.exit(status)
     return True
@@ -133,7 +134,7 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     try:
         replayer = Replayer(file, speed=speed)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal(str(exc))) from None
     with_errors = replayer.errors
     try:
         if from_step is not None:
@@ -148,7 +149,7 @@ def command(file: str, headless: bool, as_json: bool, speed: float, no_pace: boo
     finally:
         replayer.close()
     for err in with_errors:
-        click.echo(f"error: {err}", err=True)
+        click.echo(terminal(f"error: {err}"), err=True)
     if not replayer.reader.complete:
         click.echo("note: the recorder did not close this file (killed or still running); showing what was committed",
                    err=True)

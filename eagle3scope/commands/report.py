@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import click
 
+from eagle3scope.wire.untrusted import terminal
+
 
 @click.command(name="report", help=__doc__)
 @click.argument("file", type=click.Path(dir_okay=False))
@@ -23,8 +25,8 @@ def command(ctx: click.Context, file: str, fmt: str, out: str | None) -> None:
     try:
         path = write_report(file, fmt, out)
     except StoreError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(terminal(f"Error: {exc}"), err=True)
         ctx.exit(2)
     if not plots_available():
-        click.echo(NO_PLOTS, err=True)
-    click.echo(str(path))
+        click.echo(terminal(NO_PLOTS), err=True)
+    click.echo(terminal(str(path)))

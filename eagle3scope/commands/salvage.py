@@ -7,6 +7,7 @@ steps were recovered), 2 when FILE cannot be opened at all or NEW cannot be writ
 from __future__ import annotations
 
 import click
+from eagle3scope.wire.untrusted import terminal
 
 
 @click.command(name="salvage", help=__doc__)
@@ -21,10 +22,10 @@ def command(ctx: click.Context, file: str, out: str, verbose: bool) -> None:
     try:
         report = salvage(file, out)
     except StoreError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(terminal(f"Error: {exc}"), err=True)
         ctx.exit(2)
     if verbose:
         for bid, why in report.batches_lost:
-            click.echo(f"batch {bid} lost: {why}", err=True)
-    click.echo(f"{report.summary()} -> {out}")
+            click.echo(terminal(f"batch {bid} lost: {why}"), err=True)
+    click.echo(terminal(f"{report.summary()} -> {out}"))
     ctx.exit(0 if report.complete else 3)

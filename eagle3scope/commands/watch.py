@@ -9,6 +9,7 @@ import click
 from eagle3scope.commands import connect_option
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+from eagle3scope.wire.untrusted import terminal
 
 
 @click.command(name="watch")
@@ -37,7 +38,7 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
         try:
             load_theme(theme)
         except KeyError as exc:
-            raise click.BadParameter(str(exc.args[0]), param_hint="--theme") from None
+            raise click.BadParameter(terminal(str(exc.args[0])), param_hint="--theme") from None
     client = None
     if control or token_file:
         from eagle3scope.control.client import ControlClient, ControlError
@@ -46,13 +47,13 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
         try:
             client = ControlClient.from_options(control, token_file)
         except (ControlError, TokenError) as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(terminal(str(exc))) from None
     import zmq
 
     try:
         status = run_watch(list(endpoints) or [default_endpoint()], theme=theme, aux_client=client,
                            max_frame_bytes=max_frame_bytes)
     except (zmq.ZMQError, EndpointError) as exc:
-        raise click.ClickException(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}") from None
+        raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     if status:
         raise SystemExit(status)

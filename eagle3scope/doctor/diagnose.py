@@ -478,7 +478,7 @@ def _mla_draft(dx: Diagnosis) -> None:
     if MLA_DRAFT_CLASS not in registered_draft_classes(dx.sglang_version):
         dx.add("architecture-unsupported", "error", f"SGLang {dx.sglang_version} has no {MLA_DRAFT_CLASS}",
                {"architectures": dx.config.get("architectures"), "first_release": "0.5.12"},
-               f"Serve this MLA draft with SGLang 0.5.12 or newer (models/kimi_k25_eagle3.py).")
+               "Serve this MLA draft with SGLang 0.5.12 or newer (models/kimi_k25_eagle3.py).")
         dx.refuse(f"{MLA_DRAFT_CLASS} needs SGLang 0.5.12 or newer")
         return
     dx.add("not-modelled", "info", f"{MLA_DRAFT_CLASS} weights: names modelled, shapes not checked",

@@ -40,7 +40,8 @@ class Fleet:
         self.forgotten = 0
         self.bad_frames = 0  # frames the subscriber could not decode (set by the exporter's loop)
         self.lock = threading.Lock()
-        self._active: dict[tuple[str, str], bool] = {}
+        self._active: dict[tuple[str, str, int], bool] = {}  # (src, rule id, run) -> active at the last batch
+        self._runs: dict[str, int] = {}  # src -> its current run
         self._forget_after = forget_after_s
         self._clock = clock
 
@@ -61,11 +62,18 @@ class Fleet:
                 touched.add(frame.src)
             for src in touched:
                 self.last_heard[src] = now
-                self._count_fired(src, self.states[src].violations())
+                state = self.states[src]
+                run = state.publishers[src].run if src in state.publishers else 1
+                self._count_fired(src, run, [v for v in state.violations() if v.run == run])  # the current run's
 
-    def _count_fired(self, src: str, violations: list[Violation]) -> None:
+    def _count_fired(self, src: str, run: int, violations: list[Violation]) -> None:
+        """Count rules that became active; a restart's new run starts with none active."""
+        if self._runs.get(src, run) != run:  # just restarted: the ended run's states go
+            for key in [k for k in self._active if k[0] == src]:
+                del self._active[key]
+        self._runs[src] = run
         for v in violations:
-            key = (src, v.id)
+            key = (src, v.id, run)
             if v.active and not self._active.get(key):
                 self.fired[(src, v.id, v.severity)] += 1
             self._active[key] = v.active
@@ -88,4 +96,5 @@ class Fleet:
             del self.fired[key]
         for key in [k for k in self._active if k[0] == src]:
             del self._active[key]
+        self._runs.pop(src, None)
         self.forgotten += 1

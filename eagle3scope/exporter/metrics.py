@@ -140,6 +140,8 @@ class _Families:
         if pub.load is not None:
             self.aux_layers.add_metric(labels + list(_aux_layers(pub)), {})
         for v in state.violations():
+            if v.run != pub.run:  # a run ended by a restart under the same src: its series ended with it
+                continue
             self.violation.add_metric(labels + [v.id, v.severity], 1 if v.active else 0)
         loss = facts.loss(pub)
         self.frames.add_metric(labels, loss.frames)

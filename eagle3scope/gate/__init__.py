@@ -8,12 +8,12 @@ acceptance length floor and one per draft position floor, when asked. ``check FI
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from eagle3scope.analysis import SessionState, Violation
 from eagle3scope.analysis.rules import RULE_IDS
 from eagle3scope.wire.severity import SEVERITY_ORDER
+from eagle3scope.wire.untrusted import json_line, lines
 
 #: Exit statuses of ``check`` and ``gate`` (README, "CI gate").
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -25,6 +25,10 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary["publishers"] = sorted(state.publishers)
     summary["frames"] = state.frames
     summary["refused_frames"] = state.refused_frames  # from publishers past MAX_PUBLISHERS: not analysed
+    runs = state.runs()
+    summary["restarts"] = len(runs) - len(state.publishers) + state.forgotten_runs  # new runs under the same src
+    summary["duplicate_frames"] = sum(p.loss.duplicates for p in runs)  # dropped, not counted twice
+    summary["counter_resets"] = sum(p.loss.resets for p in runs)  # impossible jumps of n, not counted as loss
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
@@ -65,10 +69,11 @@ def parse_floors(text: str | None) -> tuple[float, ...]:
 
 
 def _evidence(v: dict) -> str:
+    """Three lines, each field kept on its own line (a newline in ``src`` cannot add one)."""
     where = "before the first step" if v["first_seq"] is None else f"from step {v['first_seq']}"
     state = "" if v["active"] else " (no longer active at the end)"
-    return (f"{v['severity']} {v['id']} on {v['src']} {where}{state}: {v['title']}\n"
-            f"evidence: {json.dumps(v['evidence'], sort_keys=True)}\nfix: {v['fix']}")
+    return lines([f"{v['severity']} {v['id']} on {v['src']} {where}{state}: {v['title']}",
+                  f"evidence: {json_line(v['evidence'], sort_keys=True)}", f"fix: {v['fix']}"])
 
 
 def judge(result: dict, thresholds: Thresholds) -> list[Check]:

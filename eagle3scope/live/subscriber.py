@@ -25,7 +25,7 @@ import zmq
 from eagle3scope.wire import Frame, FrameError, decode_frame
 from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
 from eagle3scope.wire.endpoints import EndpointError, guard
-from eagle3scope.wire.loss import FrameLoss
+from eagle3scope.wire.loss import DUPLICATE, FrameLoss
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
 
 #: kinds whose latest body describes the publisher (re-published periodically, kept per src)
@@ -42,6 +42,8 @@ class SourceStats(FrameLoss):
 
     def observe(self, frame: Frame) -> tuple[str, ...]:
         notes = FrameLoss.observe(self, frame)
+        if self.verdict is DUPLICATE:
+            return notes
         if frame.kind == "step":
             self.steps += 1
         elif frame.kind in STICKY_KINDS:

@@ -9,15 +9,15 @@ next to it, ready to drag into an issue.
 
 from __future__ import annotations
 
-import html
 import io
-import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.analysis import SessionState
 from eagle3scope.analysis.views import acceptance_view, segment_rows
 from eagle3scope.gate import check_result
+from eagle3scope.wire import untrusted
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
 HISTORY_STEPS = 20_000
@@ -186,9 +186,15 @@ def _where(v: dict) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    md = untrusted.markdown
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+        "| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+
+
+def _md_fence(text: str, info: str = "") -> list[str]:
+    """``text`` in a code fence longer than any backtick run inside it, so it cannot close early."""
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
+    return [fence + info, text, fence]
 
 
 def markdown(a: Analysed, out: Path) -> str:
@@ -197,7 +203,8 @@ def markdown(a: Analysed, out: Path) -> str:
     figures = _figures(a)
     if figures:
         plots_dir.mkdir(parents=True, exist_ok=True)
-    lines = [f"# {a.title}", ""]
+    md = untrusted.markdown
+    lines = [f"# {md(a.title)}", ""]
     lines += _md_table(["", ""], [list(r) for r in _summary_rows(a)])
     if not plots_available():
         lines += ["", f"*{NO_PLOTS}*"]
@@ -218,11 +225,12 @@ def markdown(a: Analysed, out: Path) -> str:
     if not a.result["violations"]:
         lines.append("No contract rule fired.")
     for v in a.result["violations"]:
-        lines += [f"### {v['severity'].upper()} `{v['id']}`: {v['title']}", "", f"*{_where(v)}*", "",
-                  v["explanation"], "", "Evidence:", "", "```json", json.dumps(v["evidence"], indent=1, sort_keys=True),
-                  "```", "", f"**Fix:** {v['fix']}", ""]
+        lines += [f"### {md(v['severity'].upper())} {md(v['id'])}: {md(v['title'])}", "", f"*{md(_where(v))}*", "",
+                  md(v["explanation"], starts_line=True), "", "Evidence:", "",
+                  *_md_fence(untrusted.json_line(v["evidence"], indent=1, sort_keys=True), "json"),
+                  "", f"**Fix:** {md(v['fix'])}", ""]
     for err in a.result["read_errors"]:
-        lines.append(f"- read error: {err}")
+        lines.append(f"- read error: {md(err)}")
     lines += ["", "*Made with `eagle3scope report`.*", ""]
     return "\n".join(lines)
 
@@ -240,14 +248,14 @@ th { background: #f3f3f3; text-align: left; } pre { background: #f6f6f6; padding
 
 
 def _html_table(header: list[str] | None, rows: list[list[str]]) -> str:
-    e = html.escape
+    e = untrusted.html
     head = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>" if header else ""
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table>{head}{body}</table>"
 
 
 def html_page(a: Analysed) -> str:
-    e = html.escape
+    e = untrusted.html
     figures = {name: _svg(fig) for name, fig in _figures(a).items()}
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(a.title)}</title>",
              f"<style>{_CSS}</style></head><body>", f"<h1>{e(a.title)}</h1>",
@@ -272,7 +280,7 @@ def html_page(a: Analysed) -> str:
             f"<div class='violation'><h3><span class='{e(v['severity'])}'>{e(v['severity'].upper())}</span> "
             f"<code>{e(v['id'])}</code>: {e(v['title'])}</h3><p><em>{e(_where(v))}</em></p>"
             f"<p>{e(v['explanation'])}</p><p>Evidence:</p>"
-            f"<pre>{e(json.dumps(v['evidence'], indent=1, sort_keys=True))}</pre>"
+            f"<pre>{e(untrusted.json_line(v['evidence'], indent=1, sort_keys=True))}</pre>"
             f"<p><strong>Fix:</strong> {e(v['fix'])}</p></div>")
     for err in a.result["read_errors"]:
         parts.append(f"<p>read error: {e(err)}</p>")

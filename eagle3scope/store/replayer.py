@@ -3,7 +3,11 @@
 :class:`Replayer` hands out :class:`~eagle3scope.wire.Frame` lists like
 :meth:`Subscriber.poll <eagle3scope.live.subscriber.Subscriber.poll>` does, paced by the recorded
 time divided by ``speed``. Idle stretches longer than ``max_gap_s`` of recorded time are
-shortened to ``max_gap_s`` so a night of silence does not freeze the replay.
+shortened to ``max_gap_s`` so a night of silence does not freeze the replay. Pacing follows a
+monotonic view of the stream's time: each frame is due its gap to the frame before it, clamped to
+``[0, max_gap_s]`` (a clock stepped back costs nothing, and the frames after it keep their pace),
+and a lone frame stamped far from both neighbours (0, INT64_MAX) is due at once without moving
+the view, so the frames after it are paced as if it were not there.
 
 Two ways to drive it:
 
@@ -46,6 +50,7 @@ class Replayer:
         self._frames: list[Frame] = []
         self._i = 0  # next frame in self._frames
         self._last_t: int | None = None
+        self._pace_t: int | None = None  # recorded time of the last frame delivered, for pacing
         self._sched: float | None = None  # wall time the last frame was due; None: re-anchor at now
         self.step_seq: int | None = None
         self._load(0)
@@ -107,12 +112,17 @@ class Replayer:
             self._queue.clear()
             self._queue.extend(self.reader.state_at(self.position))
             self._sched = None
-            self._last_t = None
+            self._last_t = self._pace_t = None
             return self.position
 
     def seek_step(self, seq: int) -> int:
         """Go to the first step with ``seq`` >= ``seq`` (the end if none)."""
         idx = self.reader.seek_seq(seq)
+        return self.seek_index(self.reader.count() if idx is None else idx)
+
+    def seek_run_step(self, src: str, began: tuple[int, int], seq: int) -> int:
+        """Go to the first step with ``seq`` >= ``seq`` of ``src``'s run that began at frame ``began``."""
+        idx = self.reader.seek_run_step(src, began, seq)
         return self.seek_index(self.reader.count() if idx is None else idx)
 
     def seek_time(self, t_ns: int) -> int:
@@ -185,13 +195,24 @@ class Replayer:
     def _due_at(self, frame: Frame, now: float) -> float:
         """Wall time ``frame`` is due: the last frame's due time plus the recorded gap / speed.
 
-        Gaps are clamped to ``[0, max_gap_s]``; chaining due times (not delivery times) keeps
-        the pace free of drift.
+        Gaps to the previous frame (not to the latest time seen: one frame stamped in the far
+        future would leave every later one due at once) are clamped to ``[0, max_gap_s]``;
+        chaining due times (not delivery times) keeps the pace free of drift.
         """
-        if self._sched is None or self._last_t is None:
+        if self._sched is None or self._pace_t is None:
             return now if self._sched is None else self._sched
-        gap = min(max(frame.t - self._last_t, 0), self._max_gap_ns)
+        gap = frame.t - self._pace_t
+        if not 0 <= gap <= self._max_gap_ns:
+            gap = 0 if self._lone(frame) else min(max(gap, 0), self._max_gap_ns)
         return self._sched + gap / 1e9 / self._speed
+
+    def _lone(self, frame: Frame) -> bool:
+        """``frame`` (the next one, out of step with the view) is an outlier: the frame after it
+        goes on from the view as if it were not there (known within a batch only)."""
+        after = self._i + 1
+        if self._pace_t is None or after >= len(self._frames) or self._frames[self._i] is not frame:
+            return False
+        return 0 <= self._frames[after].t - self._pace_t <= self._max_gap_ns
 
     def _load(self, idx: int) -> None:
         batches = self.reader.batches
@@ -228,6 +249,9 @@ class Replayer:
     def _take(self) -> Frame | None:
         frame = self._peek()
         if frame is not None:
+            pace = self._pace_t
+            if pace is None or 0 <= frame.t - pace <= self._max_gap_ns or not self._lone(frame):
+                self._pace_t = frame.t  # a lone outlier leaves the view where it was
             self._i += 1
             if self._last_t is None or frame.t > self._last_t:
                 self._last_t = frame.t

@@ -742,6 +742,20 @@ class SessionReader:
         pos = bisect.bisect_left(self._seq_keys, seq)
         return self._first_matching(pos, lambda f: f.kind == "step" and f.body["seq"] >= seq)
 
+    def seek_run_step(self, src: str, began: tuple[int, int], seq: int) -> int | None:
+        """Record index of the first step of ``src`` with ``seq`` >= ``seq`` in the run whose first
+        frame was ``began`` = (n, t): a publisher restarted under the same ``src`` counts its steps
+        from 0 again, so the first such seq in the file may belong to an earlier run."""
+        n, t = began
+        pos = bisect.bisect_left(self._t_keys, t)  # running maxima: the frame is in this batch or later
+        start = self._first_matching(pos, lambda f: f.src == src and f.n == n and f.t == t)
+        if start is None:
+            return None
+        for idx, frame in self.frames(start):
+            if frame.src == src and frame.kind == "step" and frame.body["seq"] >= seq:
+                return idx
+        return None
+
     def seek_time(self, t_ns: int) -> int | None:
         """Record index of the first frame stamped at or after ``t_ns`` (None: past the end)."""
         pos = bisect.bisect_left(self._t_keys, t_ns)

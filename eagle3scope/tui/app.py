@@ -28,6 +28,7 @@ from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, Pro
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
+from eagle3scope.wire.untrusted import markup
 
 PANELS = ("overview", "aux", "draft", "events")
 PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
@@ -283,7 +284,23 @@ class ScopeApp(App):
         return rows
 
     def on_violations_panel_selected(self, event: ViolationsPanel.Selected) -> None:
-        self.push_screen(ViolationScreen(event.violation))
+        v = event.violation
+
+        def done(result) -> None:
+            if result == "seek":
+                self.seek_violation(v)
+
+        self.push_screen(ViolationScreen(v), done)
+
+    def seek_violation(self, v) -> None:
+        """Replay from the step where ``v`` was first seen, in its own run of its publisher."""
+        began = self.feed.read(lambda s: next((p.began for p in s.runs() if p.src == v.src and p.run == v.run), None))
+        if began is None:
+            self.feed.seek_step(v.first_seq or 0)
+        else:
+            self.feed.seek_run_step(v.src, v.run, began, v.first_seq or 0)
+        self._frames_shown = -1
+        self.refresh_view(force=True)
 
     # -- replay keys ------------------------------------------------------------------------
 
@@ -305,7 +322,7 @@ class ScopeApp(App):
                 try:
                     self.seek(value)
                 except ValueError as exc:
-                    self.notify(str(exc), severity="error")
+                    self.notify(markup(exc), severity="error")
 
         self.push_screen(PromptScreen("Seek to step (1234) or time from the start (12.5s, 2m, 1:30):", "step or time"), done)
 
@@ -353,7 +370,7 @@ class ScopeApp(App):
         names = sorted(available_themes())
         index = names.index(self.theme_name) if self.theme_name in names else -1
         self.apply_theme(names[(index + 1) % len(names)])
-        self.notify(f"theme: {self.theme_name}", timeout=2)
+        self.notify(f"theme: {markup(self.theme_name)}", timeout=2)
 
 
 def parse_seek(target: str) -> tuple[str, float]:

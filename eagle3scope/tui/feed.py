@@ -184,17 +184,24 @@ class ReplayFeed(Feed):
     def seek_step(self, seq: int) -> None:
         self._seek(lambda r: r.seek_step(seq))
 
+    def seek_run_step(self, src: str, run: int, began: tuple[int, int], seq: int) -> None:
+        """Seek to step ``seq`` of ``src``'s run ``run`` (which began at frame ``began``), not an
+        earlier run's step of the same number; the rebuilt state keeps the run's number."""
+        self._seek(lambda r: r.seek_run_step(src, began, seq), runs={src: (run, began)})
+
     def seek_time(self, seconds: float) -> None:
         """Seek to ``seconds`` after the recording's first frame."""
         t0 = self.replayer.reader.t_first or 0
         self._seek(lambda r: r.seek_time(t0 + int(seconds * 1e9)))
 
-    def _seek(self, move: Callable) -> None:
+    def _seek(self, move: Callable, runs: dict | None = None) -> None:
         with self._replayer_lock:
             move(self.replayer)
             frames = self.replayer.step_one()
             with self.lock:
                 self.state = state = self._state_factory()
+                for src, (run, began) in (runs or {}).items():
+                    state.start_at_run(src, run, began)
                 for frame in frames:
                     # the recorded state frames and the target step are not consecutive: a frame
                     # counter jump here is the seek, not a loss

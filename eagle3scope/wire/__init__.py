@@ -1,6 +1,7 @@
 """The one base both sides stand on: the frame schema and codec (:mod:`schema`), endpoints
 (:mod:`endpoints`), aux-layer id semantics (:mod:`aux_layers`), the control channel's protocol
-(:mod:`control_protocol`) and token file (:mod:`token`). Imports nothing else of the project."""
+(:mod:`control_protocol`) and token file (:mod:`token`), and the boundary between untrusted strings and
+every output (:mod:`untrusted`). Imports nothing else of the project."""
 
 from eagle3scope.wire.schema import (  # noqa: F401
     KINDS,

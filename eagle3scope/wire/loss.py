@@ -4,6 +4,17 @@ Two counters on the wire say what never reached a viewer: holes in the frame cou
 in transit, between the shim's socket and this reader) and the heartbeat's ``dropped`` (frames the
 shim's own ring or socket refused). :class:`FrameLoss` folds both, with the heartbeat's other
 counters; the live subscriber, the session state and the rules read the same figures from it.
+
+Order on the wire is one publisher's: ``n`` rises by one per frame. What else can arrive, and what
+each reader makes of it (:meth:`FrameLoss.observe` says which, in ``verdict``):
+
+* a hole (``n`` jumps ahead): that many frames lost in transit;
+* an impossible hole (more than :data:`MAX_GAP` frames): a counter reset, not loss (one such jump
+  must not report 4.6e18 frames lost);
+* ``n`` again, or an earlier ``n`` whose ``t`` is not later than the last frame's: a duplicate
+  (:data:`DUPLICATE`), which readers that count must drop; the first is reported, the rest counted;
+* an earlier ``n`` with a later ``t``: the publisher restarted under the same ``src``
+  (:data:`RESTART`): counting starts again, and the session state starts a new run.
 """
 
 from __future__ import annotations
@@ -13,6 +24,10 @@ from dataclasses import dataclass
 from eagle3scope.wire.schema import Frame
 
 _NOTHING: tuple[str, ...] = ()
+#: a forward jump of ``n`` beyond this is a counter reset, not loss: at 100,000 frames/s (far above
+#: what a shim sends) it would be twelve hours without a single frame arriving
+MAX_GAP = 1 << 32
+FRESH, DUPLICATE, RESTART = "fresh", "duplicate", "restart"
 
 
 def _count(value: object, default: int) -> int:
@@ -29,8 +44,12 @@ class FrameLoss:
     shim_steps: int = 0
     hook_failures: int = 0
     queued: int = 0
-    restarts: int = 0
+    restarts: int = 0  # the counter went back with time going on: the publisher restarted
+    resets: int = 0  # impossible forward jumps of the counter (> MAX_GAP), not counted as loss
+    duplicates: int = 0  # frames whose n was seen already (dropped by the session state)
     last_n: int | None = None
+    last_t: int | None = None
+    verdict: str = FRESH  # what the last observed frame was: FRESH, DUPLICATE or RESTART
 
     @property
     def lost(self) -> int:
@@ -38,17 +57,30 @@ class FrameLoss:
         return self.lost_in_transit + self.shim_dropped
 
     def observe(self, frame: Frame) -> tuple[str, ...]:
-        """Count ``frame``; return what a reader's event log should say about it (usually nothing)."""
+        """Count ``frame`` (its kind in :attr:`verdict`); return what a reader's event log should
+        say about it (usually nothing)."""
         notes = _NOTHING
         last, n = self.last_n, frame.n
+        self.verdict = FRESH
         if last is not None and n != last + 1:
-            if n > last:
+            if n > last + MAX_GAP:
+                self.resets += 1
+                notes = (f"frame counter jumped {last} -> {n}: counted as a reset, not as loss",)
+            elif n > last:
                 self.lost_in_transit += n - last - 1
                 notes = (f"{n - last - 1} frame(s) lost in transit (frame {last} -> {n})",)
+            elif n == last or self.last_t is None or frame.t <= self.last_t:
+                self.duplicates += 1
+                self.verdict = DUPLICATE
+                if self.duplicates == 1:
+                    return (f"frame {n} arrived again (after {last}): duplicates are dropped and counted, "
+                            "reported once",)
+                return _NOTHING
             else:
                 self.restarts += 1  # restarted under the same src: counting starts again
-                notes = (f"frame counter went back ({last} -> {n}): publisher restarted?",)
-        self.last_n = n
+                self.verdict = RESTART
+                notes = (f"frame counter went back ({last} -> {n}) with time going on: publisher restarted",)
+        self.last_n, self.last_t = n, frame.t
         self.frames += 1
         if frame.kind == "heartbeat":
             notes += self._heartbeat(frame.body)

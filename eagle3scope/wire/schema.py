@@ -13,7 +13,8 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
     Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"} (the shim's hook
-    status at startup; later changes arrive as ``hook`` events).
+    status at startup; later changes arrive as ``hook`` events); started: the shim's start time
+    (ns), so a process restarted under the same pid and ``src`` (a container) is a new run.
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,

@@ -161,7 +161,7 @@ _TEXT = _str(MAX_TEXT)
 _LAYERS = _ints(-1, 1 << 20, 4096)
 
 HELLO = {
-    "pid": _int(), "host": _NAME, "tp_rank": _int(0, 1 << 20), "dp_rank": _int(0, 1 << 20),
+    "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _int(0, 1 << 20), "dp_rank": _int(0, 1 << 20),
     "sglang_version": _NAME, "shim_version": _NAME, "worker": _NAME, "control": _NAME,
     "server_args": _map({"num_steps": _int(0, MAX_DRAFT_TOKENS), "topk": _int(0, MAX_DRAFT_TOKENS),
                          "num_draft_tokens": _int(0, MAX_DRAFT_TOKENS), "cuda_graph": _bool}, _scalar),

@@ -286,6 +286,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
     hidden = bool(server_args["cuda_graph"]) or bool(getattr(sa, "enable_torch_compile", False))
     return {
         "pid": os.getpid(),
+        "started": STATE.started_ns,
         "host": socket.gethostname(),
         "tp_rank": tp_rank,
         "dp_rank": dp_rank,

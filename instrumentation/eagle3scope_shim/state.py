@@ -76,6 +76,7 @@ class ShimState:
     def __init__(self) -> None:
         self.publisher = None
         self.src = None
+        self.started_ns = time.time_ns()  # with the pid, tells a restarted process apart under the same src
         self.step: Step | None = None
         self.seq = 0
         self.disabled: set[str] = set()

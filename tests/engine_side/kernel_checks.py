@@ -8,7 +8,6 @@ tests/test_cpu_kernels.py drives it. The references are written as plain
 per-element loops, independent of the vectorised code they check.
 """
 
-import ctypes
 import json
 import math
 import random

@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from eagle3scope.analysis.views import AcceptanceView
 from eagle3scope.tui.panels.drawing import BLOCKS, bar, fmt
+from eagle3scope.wire.untrusted import markup, terminal
 
 
 class HistoryPlot(Widget):
@@ -142,7 +143,7 @@ class AcceptancePanel(Vertical):
         plot.reference = float(maximum) if maximum else None
         plot.points = tuple(view.history)
         plot.marks = tuple(view.marks)
-        plot.border_subtitle = f"╌ max {maximum} (steps {view.k}, draft tokens {view.draft_tokens})" if maximum else ""
+        plot.border_subtitle = f"╌ max {maximum} (steps {view.k}, draft tokens {markup(view.draft_tokens)})" if maximum else ""
         self.query_one("#acc-dist", Static).update(self._distribution(view, muted, bar_style, low))
 
     def _distribution(self, view: AcceptanceView, muted, bar_style, low) -> Text:
@@ -172,6 +173,6 @@ class AcceptancePanel(Vertical):
         if len(view.segments) > 1:
             dist.append("\naux-layer segments\n", style=muted)
             for s in view.segments:
-                dist.append(f" {str(s.layers):<16} {s.origin:<8} {s.steps:>7,} steps  mean {fmt(s.mean)}\n")
+                dist.append(f" {terminal(s.layers):<16} {terminal(s.origin):<8} {s.steps:>7,} steps  mean {fmt(s.mean)}\n")
         dist.rstrip()
         return dist

@@ -12,7 +12,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from eagle3scope.analysis.views import AuxView
-from eagle3scope.tui.panels.drawing import fmt
+from eagle3scope.tui.panels.drawing import fmt, plain
+from eagle3scope.wire.untrusted import terminal
 
 
 class AuxPanel(VerticalScroll):
@@ -34,11 +35,11 @@ class AuxPanel(VerticalScroll):
         for col in ("mode", "calls", "widths entering the draft", "fc applied", "fc skipped"):
             passes.add_column(col, justify="left" if col in ("mode", "widths entering the draft") else "right")
         for p in view.passes:
-            width_text = ", ".join(f"{w}×{n:,}" for w, n in p.widths)
+            width_text = plain(", ".join(f"{w}×{n:,}" for w, n in p.widths))
             skipped = Text(f"{p.fc_skipped:,}", style=bad if p.fc_skipped and p.fc_applied == 0 else None)
-            passes.add_row(p.mode, f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
+            passes.add_row(plain(p.mode), f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
         parts: list = [passes if view.passes else Text("no draft forwards seen yet", style=muted)]
-        parts.append(_SideBySide([Group(Text(f"\n{src}", style="bold"), _facts_table(facts, tones))
+        parts.append(_SideBySide([Group(Text(f"\n{terminal(src)}", style="bold"), _facts_table(facts, tones))
                                   for src, facts in view.publishers]))
         if view.segments:
             parts.append(Text())
@@ -46,7 +47,7 @@ class AuxPanel(VerticalScroll):
             for col in ("layers", "origin", "steps", "mean accept"):
                 seg.add_column(col)
             for s in view.segments:
-                seg.add_row(str(s.layers), s.origin, f"{s.steps:,}", fmt(s.mean))
+                seg.add_row(plain(s.layers), plain(s.origin), f"{s.steps:,}", fmt(s.mean))
             parts.append(seg)
         self.query_one("#aux-body", Static).update(Group(*parts))
 
@@ -76,5 +77,5 @@ def _facts_table(facts: list, tones: dict) -> Table:
     table.add_column(style=tones["muted"])
     table.add_column()
     for fact in facts:
-        table.add_row(fact.label, Text(fact.text, style=tones.get(fact.tone)) if fact.tone else fact.text)
+        table.add_row(plain(fact.label), plain(fact.text, tones.get(fact.tone)))
     return table

@@ -8,6 +8,9 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
+from eagle3scope.tui.panels.drawing import plain
+from eagle3scope.wire.untrusted import terminal
+
 
 class DraftPanel(Vertical):
     """Recent steps per request (:class:`~eagle3scope.analysis.views.DraftRow`), tokens coloured by fate."""
@@ -56,12 +59,12 @@ class DraftPanel(Vertical):
             proposed = Text(no_wrap=True, overflow="ellipsis")
             for j, piece in enumerate(self._tokens(r.proposed)):
                 style = acc_s if j < r.accepted else rej_s if j == r.accepted else unr_s
-                proposed.append(piece, style=style)
+                proposed.append(terminal(piece), style=style)
                 proposed.append(" ")
             done = Text(no_wrap=True, overflow="ellipsis")
             pieces = self._tokens(r.committed)
             for j, piece in enumerate(pieces):
-                done.append(piece, style=bonus_s if r.bonus and j == len(pieces) - 1 else acc_s)
+                done.append(terminal(piece), style=bonus_s if r.bonus and j == len(pieces) - 1 else acc_s)
                 done.append(" ")
             acc = f"{r.accepted}+{r.bonus}" if r.mode == "decode" else r.mode
-            table.add_row(str(r.seq), r.src[:8], r.rid[-16:], acc, proposed, done)
+            table.add_row(str(r.seq), plain(r.src[:8]), plain(r.rid[-16:]), plain(acc), proposed, done)

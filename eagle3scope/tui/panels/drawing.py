@@ -1,6 +1,11 @@
-"""Rendering helpers every panel shares: number formats, block bars, evidence as one line."""
+"""Rendering helpers every panel shares: number formats, block bars, evidence as one line, and
+:func:`plain`, the TUI's side of the untrusted-text boundary (:mod:`eagle3scope.wire.untrusted`)."""
 
 from __future__ import annotations
+
+from rich.text import Text
+
+from eagle3scope.wire.untrusted import terminal
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -18,8 +23,14 @@ def bar(fraction: float | None, width: int) -> str:
 
 
 def evidence_text(evidence) -> str:
-    """A rule's evidence map as one line: ``key=value`` pairs in the rule's own order."""
+    """A rule's evidence map as one safe line: ``key=value`` pairs in the rule's own order."""
     if isinstance(evidence, dict):
-        return "  ".join(f"{k}={v}" for k, v in evidence.items())
-    return str(evidence)
+        return terminal("  ".join(f"{k}={v}" for k, v in evidence.items()))
+    return terminal(evidence)
 
+
+
+def plain(value, style=None, **kwargs) -> Text:
+    """``value`` (any string a frame or file named) as Rich text: one line, no control character,
+    never parsed as markup. Panels, screens and tables put untrusted strings on screen only so."""
+    return Text(terminal(value), style=style or "", **kwargs)

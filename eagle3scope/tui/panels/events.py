@@ -7,6 +7,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import RichLog
 
+from eagle3scope.tui.panels.drawing import plain
+from eagle3scope.wire.untrusted import terminal
+
 
 class EventLog(RichLog):
     """The session's event log: publishers appearing, hooks, drops, config changes."""
@@ -40,11 +43,11 @@ class EventLog(RichLog):
             self._t0 = events[0].t_ns
         for event in events[start:]:
             stamp = Text(f"{(event.t_ns - self._t0) / 1e9:8.3f}s", style=self.get_component_rich_style("event--stamp"))
-            stamp.append(f" {event.src}", style="bold")
+            stamp.append(f" {terminal(event.src)}", style="bold")
             line = Table.grid(padding=(0, 1))  # a hanging indent: wrapped text stays right of the stamp
             line.add_column(no_wrap=True)
             line.add_column()
-            line.add_row(stamp, Text(event.text, style=self.get_component_rich_style(f"event--{event.level}") if event.level in ("info", "warning", "error") else ""))
+            line.add_row(stamp, plain(event.text, self.get_component_rich_style(f"event--{event.level}") if event.level in ("info", "warning", "error") else ""))
             self.write(line)
         if events:
             self._last = events[-1]

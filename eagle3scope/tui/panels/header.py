@@ -8,6 +8,7 @@ from textual.widget import Widget
 
 from eagle3scope.analysis.views import PublisherRow
 from eagle3scope.tui.panels.drawing import fmt
+from eagle3scope.wire.untrusted import terminal
 
 
 class PublisherBar(Widget):
@@ -37,21 +38,23 @@ class PublisherBar(Widget):
         line = Text(no_wrap=True, overflow="ellipsis")
         state_style = ok if r.state in ("live", "replay") else warn
         line.append("● ", style=state_style)
-        line.append(r.src if not narrow else r.src[:12], style="bold")
+        line.append(terminal(r.src if not narrow else r.src[:12]), style="bold")
+        if r.run > 1:
+            line.append(f" run {r.run}", style=warn)
         if r.state not in ("live", "replay"):
             line.append(f" {r.state}", style=warn)
         if not r.has_hello:
             line.append(" (no hello yet)", style=warn)
         else:
-            line.append(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}")
-            line.append(f" {r.algorithm or '?'}")
+            line.append(terminal(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}"))
+            line.append(terminal(f" {r.algorithm or '?'}"))
             if r.worker and not narrow:
-                line.append(f" {r.worker}")
-            line.append(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}")
+                line.append(terminal(f" {r.worker}"))
+            line.append(terminal(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}"))
             graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
             line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
             if not narrow:
-                line.append(f" rank tp{r.tp_rank}/dp{r.dp_rank}", style=muted)
+                line.append(terminal(f" rank tp{r.tp_rank}/dp{r.dp_rank}"), style=muted)
         line.append(" │ ", style=muted)
         line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
         lost = r.dropped + r.gaps
@@ -77,11 +80,11 @@ class Timeline(Widget):
         # "‖", not "⏸": emoji fonts draw that one two cells wide and shift the line
         text.append("‖ PAUSED " if i.get("paused") else "▶ ", style=paused if i.get("paused") else None)
         if i.get("filter"):
-            text.append(f"[filter {i['filter']}] ", style=paused)
+            text.append(terminal(f"[filter {i['filter']}] "), style=paused)
         if i.get("error"):
-            text.append(f"ingest stopped: {i['error']} ", style=paused)
+            text.append(terminal(f"ingest stopped: {i['error']} "), style=paused)
         if not i.get("replay"):
-            text.append(i.get("label", "LIVE"), style="bold")
+            text.append(terminal(i.get("label", "LIVE")), style="bold")
             text.append(f"  {i.get('frames', 0):,} frames", style=muted)
             if i.get("refresh_ms") is not None:  # live only: replay screens stay clock-free
                 text.append(f"  refresh {i['refresh_ms']:.1f} ms", style=muted)

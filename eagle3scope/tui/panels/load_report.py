@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from eagle3scope.analysis.views import LoadReport
+from eagle3scope.tui.panels.drawing import plain
 
 
 class LoadReportPanel(VerticalScroll):
@@ -24,7 +24,7 @@ class LoadReportPanel(VerticalScroll):
         if not self.reports:
             yield Static("no publisher has sent a load report yet")
         for report in self.reports:
-            yield Static(Text(f"publisher {report.src}", style="bold"), classes="load-title")
+            yield Static(plain(f"publisher {report.src}", "bold"), classes="load-title")
             yield Static(_fields_table("hello", report.hello))
             yield Static(_fields_table("load report", report.load))
 
@@ -37,5 +37,5 @@ def _fields_table(title: str, fields: tuple | None) -> Table:
         table.add_row("", "not received")
         return table
     for key, text in fields:
-        table.add_row(key, text)
+        table.add_row(plain(key), plain(text))
     return table

@@ -10,7 +10,8 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from eagle3scope.analysis.rules import Violation
-from eagle3scope.tui.panels.drawing import evidence_text
+from eagle3scope.tui.panels.drawing import evidence_text, plain
+from eagle3scope.wire.untrusted import terminal
 
 
 class ViolationsPanel(Vertical):
@@ -54,7 +55,7 @@ class ViolationsPanel(Vertical):
             self.post_message(self.Selected(self.violations[index]))
 
     def watch_violations(self, violations: tuple) -> None:
-        key = tuple((v.id, v.src, v.severity, v.evidence, v.active) for v in violations)
+        key = tuple((v.id, v.src, v.run, v.severity, v.evidence, v.active) for v in violations)
         if key == self._shown:
             return
         self._shown = key
@@ -80,10 +81,11 @@ class ViolationsPanel(Vertical):
             sev = Text({"error": "ERR", "warning": "WARN"}.get(v.severity, v.severity.upper()[:4]) if v.active else "was", style=style)
             detail = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
             if compact:
-                detail.append(f"{v.id}\n", style=style)
-            detail.append(v.title, style=style)
-            detail.append(f"\n{v.src} · {evidence_text(v.evidence)}", style=muted)
-            cells = (sev, detail) if compact else (sev, Text(v.id, style=style), detail)
+                detail.append(f"{terminal(v.id)}\n", style=style)
+            detail.append(terminal(v.title), style=style)
+            run = f" run {v.run}" if v.run > 1 else ""
+            detail.append(f"\n{terminal(v.src)}{run} · {evidence_text(v.evidence)}", style=muted)
+            cells = (sev, detail) if compact else (sev, plain(v.id, style), detail)
             table.add_row(*cells, key=str(i), height=None if wrap else 3 if compact else 2)
         if violations:
             table.move_cursor(row=min(row, len(violations) - 1))

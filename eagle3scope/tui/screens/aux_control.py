@@ -20,8 +20,10 @@ from textual.widgets import DataTable, Static
 
 from eagle3scope.analysis.views import segment_rows
 from eagle3scope.control.client import ControlError
+from eagle3scope.tui.panels.drawing import plain
 from eagle3scope.tui.screens.prompt import PromptScreen
 from eagle3scope.wire.aux_layers import LayerError, parse_ids
+from eagle3scope.wire.untrusted import lines
 
 
 def _ids(value) -> str:
@@ -75,7 +77,7 @@ class AuxScreen(ModalScreen):
     def status(self, text: str, level: str = "info") -> None:
         """The status line; its colour is the theme's (``#aux-status.-warning``/``.-error`` in app.tcss)."""
         line = self.query_one("#aux-status", Static)
-        line.update(Text(text))  # Text: ids in [brackets] are not markup
+        line.update(Text(lines(text.split("\n"))))  # Text: ids in [brackets] are not markup; no control reaches the screen
         line.set_class(level == "warning", "-warning")
         line.set_class(level == "error", "-error")
 
@@ -86,7 +88,7 @@ class AuxScreen(ModalScreen):
         table.clear()
         for r in rows:
             mark = " best" if r.mean is not None and r.mean == best and len(rows) > 1 else ""
-            table.add_row(_ids(r.layers), str(r.captured or "-"), r.origin, str(r.steps),
+            table.add_row(plain(_ids(r.layers)), plain(r.captured or "-"), plain(r.origin), str(r.steps),
                           "-" if r.mean is None else f"{r.mean:.3f}{mark}")
 
     # -- talking to the server (worker threads) ---------------------------------------------------
@@ -126,7 +128,7 @@ class AuxScreen(ModalScreen):
                 note = "" if p["available"] else f"unavailable: {p['reason']}"
             if p["layers"] == info["current"]:
                 note = ("in effect " + note).strip()
-            table.add_row(p["name"], _ids(p["layers"]), str(p["captured"] or "-"), note)
+            table.add_row(plain(p["name"]), plain(_ids(p["layers"])), plain(p["captured"] or "-"), plain(note))
         if 0 < row < table.row_count:
             table.move_cursor(row=row)
 
