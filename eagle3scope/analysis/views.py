@@ -42,6 +42,7 @@ class PublisherRow:
     has_hello: bool
     model_path: str | None = None
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
+    shim_share: float | None = None  # the shim's hook time / round time, latest heartbeat
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -68,6 +69,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             hooks_total=len(seams),
             has_hello=hello is not None,
             model_path=args.model_path,
+            shim_share=facts.shim_cost(pub).share,
         ))
     return rows
 

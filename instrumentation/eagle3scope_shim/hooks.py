@@ -118,7 +118,7 @@ def make_step(seam):
             if slot is not None:
                 HostRing.release(slot)
 
-    return around(seam, pre, post, hot=True)
+    return around(seam, pre, post, hot=True, step=True)
 
 
 def _timed(seam, slot: str, observe=None):
