@@ -36,6 +36,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     import torch
 
     from eagle3scope_shim import hooks
+    from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.state import STATE
@@ -103,14 +104,20 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             extend(self, b, r)
             return r
 
-        def hooked_round(self, b):
-            h_draft(draft, self, b)
-            h_fwd(fwd, draft_model, None, None, fb_decode)
-            h_fwd(fwd, draft_model, None, None, fb_decode)
-            r = h_verify(verify, self, b)
-            h_fwd(fwd, draft_model, None, None, fb_extend)
-            h_extend(extend, self, b, r)
+        # called through the same one-frame wrapper SGLang's HookRegistry (or the own patcher) installs
+        w_draft, w_fwd, w_verify, w_extend = (_wrap(draft, h_draft), _wrap(fwd, h_fwd), _wrap(verify, h_verify),
+                                              _wrap(extend, h_extend))
+
+        def round_(self, b):
+            w_draft(self, b)
+            w_fwd(draft_model, None, None, fb_decode)
+            w_fwd(draft_model, None, None, fb_decode)
+            r = w_verify(self, b)
+            w_fwd(draft_model, None, None, fb_extend)
+            w_extend(self, b, r)
             return r
+
+        hooked_round = _wrap(round_, h_step)
 
         def timed(fn) -> float:
             # CPU time of this (the "scheduler") thread: on a shared, loaded machine wall time
@@ -134,13 +141,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         plain = timed(lambda: plain_round(None, batch))
         before = sum(cell[0] for cell in STATE.self_ns.values())
         with sync_guard():
-            hooked = timed(lambda: h_step(hooked_round, None, batch))
+            hooked = timed(lambda: hooked_round(None, batch))
         # the shim's own account of the same rounds (heartbeat shim_us), 3 x steps of them
         self_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
         captured = []
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize)) or True
-        h_step(hooked_round, None, batch)
+        hooked_round(None, batch)
         pub.submit = pub_submit
         payload, finalize = captured[0]
         # the body must carry what the (device) tensors held, read from the ring's host buffers

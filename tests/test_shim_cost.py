@@ -66,6 +66,9 @@ def test_a_hook_that_burns_a_known_time_shows_up_in_the_next_heartbeat_as_a_delt
         assert BURN_MS * 1000 <= first["shim_us"][burn_seam] < ROUND_MS * 1000
         assert first["step_us"] >= ROUND_MS * 1000 + first["shim_us"][burn_seam]
         assert first["shim_us"].get(step_seam, 0) < BURN_MS * 1000
+        assert first["publisher_us"] == 0  # nothing was submitted: the publisher thread had no frames to make
+        pub.submit("hook", {"seam": "x", "status": "ok", "detail": ""})
+        assert _heartbeats(sub, lambda b: b["publisher_us"] > 0)["publisher_us"] < 1e6
         quiet = _heartbeats(sub, lambda b: True)
         assert burn_seam not in quiet["shim_us"] and quiet["step_us"] == 0  # deltas, not totals
         step(one_round)
@@ -94,7 +97,7 @@ def _beat(**extra) -> dict:
 
 
 @pytest.mark.parametrize("extra", [
-    {"shim_us": {"v2.step": 12.5, "v2.draft": 3}, "step_us": 5400.0},
+    {"shim_us": {"v2.step": 12.5, "v2.draft": 3}, "step_us": 5400.0, "publisher_us": 80.5},
     {"shim_us": {}, "step_us": 0},
     {"shim_us": {f"s{i}": 1.0 for i in range(MAX_SEAMS)}},
     {"shim_us": None, "step_us": None},
@@ -115,8 +118,9 @@ def test_valid_cost_fields(extra):
     {"step_us": -5},
     {"step_us": 1e16},
     {"step_us": False},
+    {"publisher_us": -1.0},
 ], ids=["too-many-seams", "long-name", "negative", "nan", "inf", "bool", "text", "list", "neg-step", "huge-step",
-        "bool-step"])
+        "bool-step", "neg-publisher"])
 def test_invalid_cost_fields_are_refused(extra):
     with pytest.raises(BodyError):
         validate_body("heartbeat", _beat(**extra))

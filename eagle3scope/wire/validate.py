@@ -208,7 +208,7 @@ def _seam_durations(value, path):
 
 
 HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT,
-             "shim_us": _seam_durations, "step_us": _duration}
+             "shim_us": _seam_durations, "step_us": _duration, "publisher_us": _duration}
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
 _PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}

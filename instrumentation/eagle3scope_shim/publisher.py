@@ -98,6 +98,7 @@ class Publisher:
         self.self_time: tuple[dict[str, list[int]], list[int]] | None = None
         self._self_seen: dict[str, int] = {}
         self._step_seen = 0
+        self._busy_ns = self._busy_seen = 0  # this thread's time turning events into frames
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -226,6 +227,8 @@ class Publisher:
         body = {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)}
         if self.self_time is not None:
             body["shim_us"], body["step_us"] = self._self_time_delta()
+            busy = self._busy_ns
+            body["publisher_us"], self._busy_seen = (busy - self._busy_seen) / 1000, busy
         self._send("heartbeat", body)
 
     def _self_time_delta(self) -> tuple[dict[str, float], float]:
@@ -276,8 +279,10 @@ class Publisher:
                 if self._stop:
                     break
                 if ring:
+                    t0 = time.perf_counter_ns()
                     for _ in range(min(len(ring), 256)):
                         self._process(ring.popleft())
+                    self._busy_ns += time.perf_counter_ns() - t0
                     continue
                 # poll: a submit wakes this thread only when a batch is full (see the module docstring)
                 if not self._sticky_dirty and not self._stop:

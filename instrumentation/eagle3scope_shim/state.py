@@ -171,12 +171,15 @@ def _never() -> bool:
     return False
 
 
-def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False) -> Callable:
+def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
+           traceable: bool = True) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
     ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
     ``post(ctx, result, *args, **kwargs)`` observes the result. Either raising disables the seam;
     ``original``'s result is returned as is. ``hot`` bodies run under the sync guard when enabled.
+    ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
+    ``torch.compiler.is_compiling`` call per hook.
     The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's
     cell of ``STATE.self_ns``; a ``step`` seam's ``original`` time in ``STATE.step_ns``. The clock is
     ``perf_counter_ns`` (vDSO, ~50 ns a read) rather than ``thread_time_ns`` (a syscall, several
@@ -190,7 +193,7 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
 
     def hook(original, *args, **kwargs):
         t0 = clock()
-        if seam in state.disabled or _compiling():
+        if seam in state.disabled or (traceable and _compiling()):
             cell[0] += clock() - t0
             return original(*args, **kwargs)
         ctx = None
