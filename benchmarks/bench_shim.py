@@ -8,13 +8,18 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
    decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
    a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
-   thread, and the publisher thread's finalize cost per round (off the hot path).
+   thread, the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats
+   carry as ``shim_us``), the publisher thread's finalize cost per round (off the hot path), the
+   cost of one read of each candidate clock and of the self-timing per hook.
 2. Engine: the real server (tiny random target + random EAGLE-3 draft, float32, greedy), one
    without and one with ``EAGLE3SCOPE_ENDPOINT``, alive together but serving in alternate blocks
    (see :func:`engine`). Reported: tokens per CPU-second of the server processes (from /proc)
    with ÷ without the shim (``cpu_ratio_on_over_off``), the same for wall time, each with a 95 %
    confidence interval over the pairs, CPU ms per token of each scheduler thread role (main,
-   shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text.
+   shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text. And the
+   attribution per decode round: each seam's self time from the heartbeats' ``shim_us``, the round
+   time (``step_us``), the publisher thread's busy time (``publisher_us``) and CPU, and the main
+   thread's CPU per round without and with the shim.
 """
 
 from __future__ import annotations
@@ -256,7 +261,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
     subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
     blocks: dict[str, list] = {"off": [], "on": []}
     frames, load = 0, [os.getloadavg()[0]]
-    cost = {"shim_us": {}, "step_us": 0.0, "decode_steps": 0, "passes": 0}  # what the shim says it cost
+    cost = {"shim_us": {}, "step_us": 0.0, "publisher_us": 0.0, "decode_steps": 0, "passes": 0}  # the shim's own account
 
     def heard(got) -> int:
         for f in got:
@@ -264,6 +269,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
                 for seam, us in f.body["shim_us"].items():
                     cost["shim_us"][seam] = cost["shim_us"].get(seam, 0.0) + us
                 cost["step_us"] += f.body.get("step_us") or 0.0
+                cost["publisher_us"] += f.body.get("publisher_us") or 0.0
             elif f.kind == "step" and f.body.get("mode") == "decode":
                 cost["decode_steps"] += 1
                 cost["passes"] += sum(p["n"] for p in f.body["passes"])
@@ -307,6 +313,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
         "draft_forwards_per_round": round(cost["passes"] / rounds, 2),
         # same text on and off, so the off server ran as many rounds as the on one reported
         "main_thread_cpu_us_per_round_off_on": [round(main(off) / rounds, 1), round(main(on) / rounds, 1)],
+        "publisher_busy_us_per_round": round(cost["publisher_us"] / rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
         "wall_ratio_on_over_off": ratio_ci(wall_ratios),  # tokens per wall second, likewise
