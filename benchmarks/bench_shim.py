@@ -301,20 +301,20 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
     per_token = lambda bl, key: 1000 * sum(b[key] for b in bl) / sum(b["tokens"] for b in bl)  # noqa: E731
     roles = lambda bl: {r: round(1000 * sum(b["scheduler_threads"].get(r, 0.0) for b in bl) / sum(b["tokens"] for b in bl), 4)  # noqa: E731
                         for r in sorted({r for b in bl for r in b["scheduler_threads"]})}
-    rounds = max(1, cost["decode_steps"])
+    n_rounds = max(1, cost["decode_steps"])
     main = lambda bl: 1e6 * sum(b["scheduler_threads"].get("main", 0.0) for b in bl)  # noqa: E731
     return {
         # the shim's own account (heartbeat shim_us / step_us) per decode round, and the main
         # thread's measured difference per round (CPU, /proc): the attribution that bounds the cost
-        "shim_self_us_per_round": {k: round(v / rounds, 2) for k, v in sorted(cost["shim_us"].items())},
-        "shim_self_us_per_round_total": round(sum(cost["shim_us"].values()) / rounds, 2),
-        "round_us": round(cost["step_us"] / rounds, 1),
+        "shim_self_us_per_round": {k: round(v / n_rounds, 2) for k, v in sorted(cost["shim_us"].items())},
+        "shim_self_us_per_round_total": round(sum(cost["shim_us"].values()) / n_rounds, 2),
+        "round_us": round(cost["step_us"] / n_rounds, 1),
         "shim_share_of_rounds": round(sum(cost["shim_us"].values()) / cost["step_us"], 5) if cost["step_us"] else None,
-        "draft_forwards_per_round": round(cost["passes"] / rounds, 2),
+        "draft_forwards_per_round": round(cost["passes"] / n_rounds, 2),
         # same text on and off, so the off server ran as many rounds as the on one reported
-        "main_thread_cpu_us_per_round_off_on": [round(main(off) / rounds, 1), round(main(on) / rounds, 1)],
-        "publisher_busy_us_per_round": round(cost["publisher_us"] / rounds, 1),  # its GIL-holding work
-        "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / rounds, 1),
+        "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
+        "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
+        "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
         "wall_ratio_on_over_off": ratio_ci(wall_ratios),  # tokens per wall second, likewise
         "cpu_ms_per_token_off": round(per_token(off, "cpu_s"), 3),
