@@ -4,13 +4,16 @@ CPU time and tokens/s per generated token with and without the shim, measured in
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
        [--steps 20000] [--hook-path-only [--device cuda]]
 
-1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter wrap trivial
+1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
+   the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
    decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
    a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
    thread, the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats
-   carry as ``shim_us``), the publisher thread's finalize cost per round (off the hot path), the
-   cost of one read of each candidate clock and of the self-timing per hook.
+   carry as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
+   a forward does: the figure that predicts the engine's), the publisher thread's finalize cost per
+   round (off the hot path), the cost of one read of each candidate clock and of the self-timing
+   per hook.
 2. Engine: the real server (tiny random target + random EAGLE-3 draft, float32, greedy), one
    without and one with ``EAGLE3SCOPE_ENDPOINT``, alive together but serving in alternate blocks
    (see :func:`engine`). Reported: tokens per CPU-second of the server processes (from /proc)
