@@ -4,17 +4,25 @@ CPU time and tokens/s per generated token with and without the shim, measured in
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
        [--steps 20000] [--hook-path-only [--device cuda]]
 
-1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter wrap trivial
+1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
+   the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
    decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
    a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
-   thread, and the publisher thread's finalize cost per round (off the hot path).
+   thread, the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats
+   carry as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
+   a forward does: the figure that predicts the engine's), the publisher thread's finalize cost per
+   round (off the hot path), the cost of one read of each candidate clock and of the self-timing
+   per hook.
 2. Engine: the real server (tiny random target + random EAGLE-3 draft, float32, greedy), one
    without and one with ``EAGLE3SCOPE_ENDPOINT``, alive together but serving in alternate blocks
    (see :func:`engine`). Reported: tokens per CPU-second of the server processes (from /proc)
    with ÷ without the shim (``cpu_ratio_on_over_off``), the same for wall time, each with a 95 %
    confidence interval over the pairs, CPU ms per token of each scheduler thread role (main,
-   shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text.
+   shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text. And the
+   attribution per decode round: each seam's self time from the heartbeats' ``shim_us``, the round
+   time (``step_us``), the publisher thread's busy time (``publisher_us``) and CPU, and the main
+   thread's CPU per round without and with the shim.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     import torch
 
     from eagle3scope_shim import hooks
+    from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.state import STATE
@@ -70,7 +79,14 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         make["draft_extend"]("b.extend"), make["draft_forward"]("b.fwd"),
     )
     draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128, device=device)))
-    out = {}
+    # as the worker-init hook records it: capture_now() walks the target's capture attributes per step
+    target = NS(capture_aux_hidden_states=True, model=NS(layers_to_capture=[2, 4, 7]))
+    STATE.workers.append(("v2", None, target, draft_model))
+    out = {"clock_read_ns": _clock_costs(), "self_timing_ns_per_hook": _self_timing_cost()}
+    # cold caches: each stand-in call first sweeps 16 MiB, as SGLang's forwards sweep weights and
+    # activations between two hooks; only the hooks' own account is read (the sweep dwarfs them)
+    scratch, cold = torch.zeros(4 << 20), False
+    torch.set_num_threads(1)  # as the CPU engine runs (OMP_NUM_THREADS=1): no OpenMP workers spinning
     for bs in (1, 64):
         batch = NS(reqs=[NS(rid=f"req-{i:04d}") for i in range(bs)], forward_mode=Mode("decode"))
         fb_decode = NS(forward_mode=Mode("decode"), spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)))
@@ -80,16 +96,18 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
                     next_token_ids=torch.randint(0, 1024, (bs * 4,), device=device))
 
         def fwd(self, ids, pos, fb):
-            return None
+            cold and scratch.add_(1)
 
         def draft(self, b):
+            cold and scratch.add_(1)
             return verify_input
 
         def verify(self, b):
+            cold and scratch.add_(1)
             return result
 
         def extend(self, b, r):
-            return None
+            cold and scratch.add_(1)
 
         def plain_round(self, b):
             draft(self, b)
@@ -100,14 +118,20 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             extend(self, b, r)
             return r
 
-        def hooked_round(self, b):
-            h_draft(draft, self, b)
-            h_fwd(fwd, draft_model, None, None, fb_decode)
-            h_fwd(fwd, draft_model, None, None, fb_decode)
-            r = h_verify(verify, self, b)
-            h_fwd(fwd, draft_model, None, None, fb_extend)
-            h_extend(extend, self, b, r)
+        # called through the same one-frame wrapper SGLang's HookRegistry (or the own patcher) installs
+        w_draft, w_fwd, w_verify, w_extend = (_wrap(draft, h_draft), _wrap(fwd, h_fwd), _wrap(verify, h_verify),
+                                              _wrap(extend, h_extend))
+
+        def round_(self, b):
+            w_draft(self, b)
+            w_fwd(draft_model, None, None, fb_decode)
+            w_fwd(draft_model, None, None, fb_decode)
+            r = w_verify(self, b)
+            w_fwd(draft_model, None, None, fb_extend)
+            w_extend(self, b, r)
             return r
+
+        hooked_round = _wrap(round_, h_step)
 
         def timed(fn) -> float:
             # CPU time of this (the "scheduler") thread: on a shared, loaded machine wall time
@@ -129,12 +153,22 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             return best
 
         plain = timed(lambda: plain_round(None, batch))
+        before = sum(cell[0] for cell in STATE.self_ns.values())
         with sync_guard():
-            hooked = timed(lambda: h_step(hooked_round, None, batch))
+            hooked = timed(lambda: hooked_round(None, batch))
+        # the shim's own account of the same rounds (heartbeat shim_us), 3 x steps of them
+        self_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
+        cold, before = True, sum(cell[0] for cell in STATE.self_ns.values())
+        for _ in range(steps // 20):
+            hooked_round(None, batch)
+            while pub.queued:
+                time.sleep(0.0002)
+        cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
+        cold = False
         captured = []
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize)) or True
-        h_step(hooked_round, None, batch)
+        hooked_round(None, batch)
         pub.submit = pub_submit
         payload, finalize = captured[0]
         # the body must carry what the (device) tensors held, read from the ring's host buffers
@@ -144,6 +178,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             body = finalize(payload)
         out[f"bs{bs}"] = {
             "hook_path_us": round(hooked - plain, 2),
+            "shim_us_self_reported": round(self_us, 2),
+            "shim_us_self_reported_cold_caches": round(cold_us, 2),
             "finalize_us_publisher_thread": round((time.thread_time_ns() - t0) / 1000 / 1000, 2),
             "step_body_bs": body["bs"],
         }
@@ -152,6 +188,40 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         out["publisher"].update(ring_slots=len(STATE.ring.slots), ring_dropped=STATE.ring.dropped)
     pub.close()
     return out
+
+
+def _best_ns(fn, n: int = 2000, tries: int = 30) -> float:
+    best = float("inf")
+    clock = time.perf_counter_ns
+    for _ in range(tries):
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        best = min(best, (clock() - t0) / n)
+    return best
+
+
+def _clock_costs() -> dict:
+    """ns per read of the clocks a hook could time itself with (best of 30 x 2,000; loop included)."""
+    return {name: round(_best_ns(getattr(time, name)), 1) for name in ("perf_counter_ns", "thread_time_ns")}
+
+
+def _self_timing_cost() -> float:
+    """ns the self-timing adds to one hook call: ``around``'s four clock reads and two adds, over the
+    same closure without them (best of 30 x 2,000)."""
+    clock, cell, rounds = time.perf_counter_ns, [0], [0]
+
+    def timed():
+        t0 = clock()
+        t1 = clock()
+        t2 = clock()
+        cell[0] += t1 - t0 + clock() - t2
+        rounds[0] += t2 - t1
+
+    def bare():
+        pass
+
+    return round(_best_ns(timed) - _best_ns(bare), 1)
 
 
 def _t95(df: int) -> float:
@@ -208,6 +278,20 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
     subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
     blocks: dict[str, list] = {"off": [], "on": []}
     frames, load = 0, [os.getloadavg()[0]]
+    cost = {"shim_us": {}, "step_us": 0.0, "publisher_us": 0.0, "decode_steps": 0, "passes": 0}  # the shim's own account
+
+    def heard(got) -> int:
+        for f in got:
+            if f.kind == "heartbeat" and f.body.get("shim_us") is not None:
+                for seam, us in f.body["shim_us"].items():
+                    cost["shim_us"][seam] = cost["shim_us"].get(seam, 0.0) + us
+                cost["step_us"] += f.body.get("step_us") or 0.0
+                cost["publisher_us"] += f.body.get("publisher_us") or 0.0
+            elif f.kind == "step" and f.body.get("mode") == "decode":
+                cost["decode_steps"] += 1
+                cost["passes"] += sum(p["n"] for p in f.body["passes"])
+        return sum(1 for f in got if f.kind == "step")
+
     warm = {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
     for session in range(sessions):
         order = ("off", "on") if session % 2 == 0 else ("on", "off")
@@ -222,8 +306,8 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
                 for pair in range(pairs):
                     for label in order if pair % 2 == 0 else order[::-1]:
                         blocks[label].append(_block(servers[label], pair, rounds, tokens))
-                    frames += sum(1 for f in sub.poll(timeout_ms=0) if f.kind == "step")
-                frames += sum(1 for f in sub.poll(timeout_ms=500) if f.kind == "step")
+                    frames += heard(sub.poll(timeout_ms=0))
+                frames += heard(sub.poll(timeout_ms=1500))
             finally:
                 for server in servers.values():
                     server.stop()
@@ -234,7 +318,20 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
     per_token = lambda bl, key: 1000 * sum(b[key] for b in bl) / sum(b["tokens"] for b in bl)  # noqa: E731
     roles = lambda bl: {r: round(1000 * sum(b["scheduler_threads"].get(r, 0.0) for b in bl) / sum(b["tokens"] for b in bl), 4)  # noqa: E731
                         for r in sorted({r for b in bl for r in b["scheduler_threads"]})}
+    n_rounds = max(1, cost["decode_steps"])
+    main = lambda bl: 1e6 * sum(b["scheduler_threads"].get("main", 0.0) for b in bl)  # noqa: E731
     return {
+        # the shim's own account (heartbeat shim_us / step_us) per decode round, and the main
+        # thread's measured difference per round (CPU, /proc): the attribution that bounds the cost
+        "shim_self_us_per_round": {k: round(v / n_rounds, 2) for k, v in sorted(cost["shim_us"].items())},
+        "shim_self_us_per_round_total": round(sum(cost["shim_us"].values()) / n_rounds, 2),
+        "round_us": round(cost["step_us"] / n_rounds, 1),
+        "shim_share_of_rounds": round(sum(cost["shim_us"].values()) / cost["step_us"], 5) if cost["step_us"] else None,
+        "draft_forwards_per_round": round(cost["passes"] / n_rounds, 2),
+        # same text on and off, so the off server ran as many rounds as the on one reported
+        "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
+        "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
+        "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
         "wall_ratio_on_over_off": ratio_ci(wall_ratios),  # tokens per wall second, likewise
         "cpu_ms_per_token_off": round(per_token(off, "cpu_s"), 3),
@@ -265,10 +362,11 @@ def main() -> None:
     if args.hook_path_only:
         print(json.dumps(hook_path(args.steps, args.device)))
         return
-    from eagle3scope.demo.server import engine_python
+    from eagle3scope.demo.server import checkout_pythonpath, engine_python
 
+    env = {**os.environ, **checkout_pythonpath(os.environ)}  # this checkout's shim, not the venv's install
     done = subprocess.run([str(engine_python()), __file__, "--hook-path-only", "--steps", str(args.steps)],
-                          check=True, capture_output=True, text=True)
+                          check=True, capture_output=True, text=True, env=env)
     print(json.dumps({"hook_path": json.loads(done.stdout.strip().splitlines()[-1])}, indent=1))
     print(json.dumps({"engine": engine(args.rounds, args.tokens, args.pairs, args.sessions)}, indent=1))
 

@@ -185,6 +185,19 @@ def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
     _check_agreement(frames, responses)  # greedy and sampled requests alike
 
 
+def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
+    """Issue 28: the hooks time themselves. Every seam a real v2 round fires shows up in some
+    heartbeat's ``shim_us``, against the rounds' ``step_us``; the shim's part is a fraction of it
+    (loose bound: the sync guard is on in this run, which makes the hooks several times dearer)."""
+    frames, _ = healthy
+    beats = [b for b in _kind(frames, "heartbeat") if b.get("step_us")]
+    assert beats, "no heartbeat over a busy interval"
+    seen = {seam for b in beats for seam in b["shim_us"]}
+    assert {"v2.step", "v2.draft", "v2.verify", "v2.draft_extend", "llama_eagle3.forward"} <= seen, seen
+    shim, rounds = sum(sum(b["shim_us"].values()) for b in beats), sum(b["step_us"] for b in beats)
+    assert 0 < shim < 0.5 * rounds, (shim, rounds)
+
+
 def test_sampled_requests_take_the_sampling_verify_path(healthy):
     _, responses = healthy
     greedy, sampled = responses[: len(PROMPTS)], responses[len(PROMPTS) :]

@@ -3,7 +3,8 @@
 The only module that reads a ``hello`` or ``load`` body: :func:`read_hello` and :func:`read_load`
 turn them into typed facts once per frame (the state stores those on the :class:`PublisherView`),
 and the small functions below derive what rules, views, the exporter, ``report`` and ``gate``
-need (seam statuses, capture on, aux layers in effect, EAGLE-3 or not, the parallel layout, loss).
+need (seam statuses, capture on, aux layers in effect, EAGLE-3 or not, the parallel layout, loss, the
+shim's own cost).
 Bodies come from an untrusted publisher: ``wire/validate.py`` has checked the types of the fields it
 knows, and everything else (``parallel`` from newer shims) is read defensively here.
 """
@@ -341,6 +342,20 @@ class Loss:
 def loss(pub: PublisherView) -> Loss:
     counts = pub.loss
     return Loss(counts.frames, counts.lost_in_transit, counts.shim_dropped, counts.hook_failures)
+
+
+@dataclass(frozen=True, slots=True)
+class ShimCost:
+    """The shim's own time as its heartbeats said (``shim_us``, ``step_us``)."""
+
+    seconds: dict[str, float]  # in its hooks, per seam, summed
+    round_seconds: float  # inside the rounds, over the same heartbeats
+    share: float | None  # hook time / round time of the latest heartbeat (None: no rounds in it)
+
+
+def shim_cost(pub: PublisherView) -> ShimCost:
+    counts = pub.loss
+    return ShimCost(dict(counts.shim_s), counts.step_s, counts.shim_share)
 
 
 def as_sent(body: dict | None) -> tuple | None:

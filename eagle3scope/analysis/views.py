@@ -43,6 +43,7 @@ class PublisherRow:
     model_path: str | None = None
     run: int = 1  # 2, 3, ... after restarts under the same src
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
+    shim_share: float | None = None  # the shim's hook time / round time, latest heartbeat
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -70,6 +71,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             has_hello=hello is not None,
             model_path=args.model_path,
             run=pub.run,
+            shim_share=facts.shim_cost(pub).share,
         ))
     return rows
 

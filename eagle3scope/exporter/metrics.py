@@ -101,6 +101,14 @@ class _Families:
             labels=L + ["cause"])
         self.hook_failures = CounterMetricFamily(
             "eagle3scope_hook_failures", "Failures inside the shim's hooks (the server kept running).", labels=L)
+        self.shim_seconds = CounterMetricFamily(
+            "eagle3scope_shim_seconds",
+            "Wall time the shim's hooks spent on the scheduler thread, per seam (SGLang's wrapped calls excluded).",
+            labels=L + ["seam"])
+        self.round_seconds = CounterMetricFamily(
+            "eagle3scope_shim_round_seconds",
+            "Wall time inside the step seams' wrapped calls (the rounds eagle3scope_shim_seconds relates to).",
+            labels=L)
         self.hooks = GaugeMetricFamily("eagle3scope_hook_status", "1 for each seam's current hook status.",
                                        labels=L + ["seam", "status"])
         self.last_frame = GaugeMetricFamily(
@@ -148,6 +156,11 @@ class _Families:
         self.lost.add_metric(labels + ["transit"], loss.lost_in_transit)
         self.lost.add_metric(labels + ["shim"], loss.dropped_by_shim)
         self.hook_failures.add_metric(labels, loss.hook_failures)
+        cost = facts.shim_cost(pub)
+        for seam, seconds in cost.seconds.items():
+            self.shim_seconds.add_metric(labels + [str(seam)], seconds)
+        if cost.seconds:
+            self.round_seconds.add_metric(labels, cost.round_seconds)
         for seam, status in facts.seam_statuses(pub).items():
             self.hooks.add_metric(labels + [str(seam), str(status)], 1)
         if pub.last_seen_t is not None:

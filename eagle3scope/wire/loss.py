@@ -3,7 +3,8 @@
 Two counters on the wire say what never reached a viewer: holes in the frame counter ``n`` (lost
 in transit, between the shim's socket and this reader) and the heartbeat's ``dropped`` (frames the
 shim's own ring or socket refused). :class:`FrameLoss` folds both, with the heartbeat's other
-counters; the live subscriber, the session state and the rules read the same figures from it.
+counters (and the shim's own cost, ``shim_us`` per seam against ``step_us``, summed); the live
+subscriber, the session state, the exporter and the rules read the same figures from it.
 
 Order on the wire is one publisher's: ``n`` rises by one per frame. What else can arrive, and what
 each reader makes of it (:meth:`FrameLoss.observe` says which, in ``verdict``):
@@ -19,9 +20,10 @@ each reader makes of it (:meth:`FrameLoss.observe` says which, in ``verdict``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eagle3scope.wire.schema import Frame
+from eagle3scope.wire.validate import MAX_SEAMS
 
 _NOTHING: tuple[str, ...] = ()
 #: a forward jump of ``n`` beyond this is a counter reset, not loss: at 100,000 frames/s (far above
@@ -50,6 +52,9 @@ class FrameLoss:
     last_n: int | None = None
     last_t: int | None = None
     verdict: str = FRESH  # what the last observed frame was: FRESH, DUPLICATE or RESTART
+    shim_s: dict[str, float] = field(default_factory=dict)  # seconds in the shim's hooks, per seam (MAX_SEAMS)
+    step_s: float = 0.0  # seconds inside the rounds over the same heartbeats
+    shim_share: float | None = None  # the latest heartbeat's shim time / round time (None: no rounds in it)
 
     @property
     def lost(self) -> int:
@@ -92,12 +97,26 @@ class FrameLoss:
         self.hook_failures = _count(body.get("hook_failures"), failures)
         self.shim_steps = _count(body.get("steps"), self.shim_steps)
         self.queued = _count(body.get("queued"), self.queued)
+        self._cost(body.get("shim_us"), body.get("step_us"))
         notes = []
         if self.shim_dropped > dropped:
             notes.append(f"{self.shim_dropped - dropped} new frame(s) dropped by the shim (total {self.shim_dropped})")
         if self.hook_failures > failures:
             notes.append(f"{self.hook_failures - failures} new hook failure(s) (total {self.hook_failures})")
         return tuple(notes)
+
+    def _cost(self, shim_us: dict | None, step_us: float | None) -> None:
+        if shim_us is None:
+            return
+        totals = self.shim_s
+        for seam, us in shim_us.items():
+            if seam in totals or len(totals) < MAX_SEAMS:  # new names past the bound are not kept
+                totals[seam] = totals.get(seam, 0.0) + us / 1e6
+        if step_us:
+            self.step_s += step_us / 1e6
+            self.shim_share = sum(shim_us.values()) / step_us
+        else:
+            self.shim_share = None
 
     def resync(self) -> None:
         """Take the next frame without a gap check (after a replay seek, the jump is the seek)."""

@@ -48,7 +48,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id, and
     pause_ms only when the change recaptured the target's CUDA graphs (the serving pause).
 ``heartbeat``
-    steps, dropped (frames the shim dropped before sending), hook_failures, queued.
+    steps, dropped (frames the shim dropped before sending), hook_failures, queued; optional
+    shim_us {seam: µs} (wall time in the shim's own hook bodies per seam since the last heartbeat,
+    SGLang's wrapped calls excluded; seams without any left out) and step_us (wall time inside the
+    step seams' wrapped calls over the same interval: the rounds that cost relates to) and
+    publisher_us (the shim's publisher thread's time turning events into frames: finalize, encode,
+    send; it holds the GIL for all of it but the send).
 ``hook``
     seam, status ("attached"|"missing"|"failed"|"disabled"), detail.
 """

@@ -23,6 +23,8 @@ MAX_DRAFT_TOKENS = 1024
 MAX_BATCH = 1 << 16
 #: characters in a name (publisher id, rid, mode, seam, version, path)
 MAX_NAME = 4096
+#: seams in a per-seam map (the shim has about 15; SGLang releases add a few)
+MAX_SEAMS = 256
 #: characters in free text (details, reasons)
 MAX_TEXT = 1 << 16
 #: nesting of maps and lists in a body
@@ -187,7 +189,26 @@ LOAD = {
 
 CONFIG = {"layers": _LAYERS, "captured": _LAYERS, "applied": _bool, "reason": _TEXT, "origin": _NAME,
           "request_id": _scalar}
-HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT}
+def _duration(value, path):
+    """A non-negative finite number (µs of some interval) or null."""
+    if value is not None and (type(value) not in (int, float) or not 0 <= value <= 1e15):
+        _fail(path, "must be a non-negative finite number or null", value)
+
+
+def _seam_durations(value, path):
+    """seam name -> µs, for at most MAX_SEAMS seams, or null."""
+    if value is None:
+        return
+    if type(value) is not dict or len(value) > MAX_SEAMS:
+        _fail(path, f"must be a map of at most {MAX_SEAMS} seams or null", value)
+    for seam, us in value.items():
+        if type(seam) is not str or len(seam) > MAX_NAME:
+            _fail(path, "keys must be seam names", seam)
+        _duration(us, f"{path}.{seam[:60]}")
+
+
+HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT,
+             "shim_us": _seam_durations, "step_us": _duration, "publisher_us": _duration}
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
 _PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}

@@ -118,7 +118,7 @@ def make_step(seam):
             if slot is not None:
                 HostRing.release(slot)
 
-    return around(seam, pre, post, hot=True)
+    return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def _timed(seam, slot: str, observe=None):
@@ -135,7 +135,7 @@ def _timed(seam, slot: str, observe=None):
         if observe is not None:
             observe(step, result)
 
-    return around(seam, pre, post, hot=True)
+    return around(seam, pre, post, hot=True, traceable=False)
 
 
 def _observe_draft(step, result):

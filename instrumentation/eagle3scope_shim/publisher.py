@@ -93,6 +93,12 @@ class Publisher:
         self._ring_dropped = 0
         self._send_dropped = 0
         self.sent = 0
+        #: (seam -> [ns], [ns of rounds]) cells the hooks add their own time to (``state.around``);
+        #: each heartbeat carries what they gained since the last one, as ``shim_us`` and ``step_us``
+        self.self_time: tuple[dict[str, list[int]], list[int]] | None = None
+        self._self_seen: dict[str, int] = {}
+        self._step_seen = 0
+        self._busy_ns = self._busy_seen = 0  # this thread's time turning events into frames
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -218,10 +224,25 @@ class Publisher:
         self._send("hook", {"seam": "publisher", "status": "failed", "detail": detail})
 
     def _heartbeat(self) -> None:
-        self._send(
-            "heartbeat",
-            {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)},
-        )
+        body = {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)}
+        if self.self_time is not None:
+            body["shim_us"], body["step_us"] = self._self_time_delta()
+            busy = self._busy_ns
+            body["publisher_us"], self._busy_seen = (busy - self._busy_seen) / 1000, busy
+        self._send("heartbeat", body)
+
+    def _self_time_delta(self) -> tuple[dict[str, float], float]:
+        """µs each seam's hooks and the rounds took since the last heartbeat (seams with none left out)."""
+        cells, rounds = self.self_time
+        seen, shim = self._self_seen, {}
+        for seam, cell in list(cells.items()):
+            ns = cell[0]
+            if ns != seen.get(seam, 0):
+                shim[seam] = (ns - seen.get(seam, 0)) / 1000
+                seen[seam] = ns
+        ns = rounds[0]
+        step_us, self._step_seen = (ns - self._step_seen) / 1000, ns
+        return shim, step_us
 
     def _send_sticky(self) -> None:
         self._sticky_dirty = False
@@ -258,8 +279,10 @@ class Publisher:
                 if self._stop:
                     break
                 if ring:
+                    t0 = time.perf_counter_ns()
                     for _ in range(min(len(ring), 256)):
                         self._process(ring.popleft())
+                    self._busy_ns += time.perf_counter_ns() - t0
                     continue
                 # poll: a submit wakes this thread only when a batch is full (see the module docstring)
                 if not self._sticky_dirty and not self._stop:

@@ -95,6 +95,10 @@ class ShimState:
         self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
         self.ring: HostRing | None = None  # host buffers of step snapshots, made at the first copy
         self.ring_capacity = 0  # elements per ring buffer: max running requests x draft tokens
+        # the shim's own cost (heartbeat ``shim_us``/``step_us``): one cell per seam, written only by
+        # the thread running the hook, read as deltas by the publisher thread (no lock: int reads)
+        self.self_ns: dict[str, list[int]] = {}  # seam -> [ns spent in its pre/post bodies]
+        self.step_ns = [0]  # ns inside the step seams' original calls (the rounds the cost relates to)
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
@@ -134,6 +138,7 @@ class ShimState:
         for body in self.pending:
             pub.submit("hook", body)
         self.pending.clear()
+        pub.self_time = (self.self_ns, self.step_ns)
         self.publisher = pub
         log.info("eagle3scope: publishing on %s as %s", pub.endpoint, self.src)
         return True
@@ -167,18 +172,30 @@ def _never() -> bool:
     return False
 
 
-def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False) -> Callable:
+def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
+           traceable: bool = True) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
     ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
     ``post(ctx, result, *args, **kwargs)`` observes the result. Either raising disables the seam;
     ``original``'s result is returned as is. ``hot`` bodies run under the sync guard when enabled.
+    ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
+    ``torch.compiler.is_compiling`` call per hook.
+    The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's
+    cell of ``STATE.self_ns``; a ``step`` seam's ``original`` time in ``STATE.step_ns``. The clock is
+    ``perf_counter_ns`` (vDSO, ~75 ns a read here) rather than ``thread_time_ns`` (a syscall, ~260 ns:
+    BENCHMARKS.md), so it is wall time, which on a loaded box includes preemption.
     """
     state = STATE
     guard = state.guard if hot else None
+    cell = state.self_ns.setdefault(seam, [0])
+    rounds = state.step_ns if step else None
+    clock = time.perf_counter_ns
 
     def hook(original, *args, **kwargs):
-        if seam in state.disabled or _compiling():
+        t0 = clock()
+        if seam in state.disabled or (traceable and _compiling()):
+            cell[0] += clock() - t0
             return original(*args, **kwargs)
         ctx = None
         if pre is not None:
@@ -195,7 +212,12 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                 return original(*args, **kwargs)
             if type(ctx) is Rewrite:
                 ctx, args, kwargs = ctx.ctx, ctx.args, ctx.kwargs
+        t1 = clock()
         result = original(*args, **kwargs)
+        if post is None and rounds is None:  # a pre-only hook (the draft forwards): two reads, not four
+            cell[0] += t1 - t0
+            return result
+        t2 = clock()
         if post is not None and seam not in state.disabled:
             try:
                 if guard is None:
@@ -205,6 +227,9 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                         post(ctx, result, *args, **kwargs)
             except Exception as exc:
                 state.fail(seam, exc)
+        cell[0] += t1 - t0 + clock() - t2
+        if rounds is not None:
+            rounds[0] += t2 - t1
         return result
 
     hook.__name__ = f"eagle3scope_{seam.replace('.', '_')}"

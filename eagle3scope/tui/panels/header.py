@@ -10,6 +10,9 @@ from eagle3scope.analysis.views import PublisherRow
 from eagle3scope.tui.panels.drawing import fmt
 from eagle3scope.wire.untrusted import terminal
 
+#: the shim's share of round time from which the header shows it as a warning
+SHIM_SHARE_WARN = 0.01
+
 
 class PublisherBar(Widget):
     """One line per publisher: identity, configuration, rates and losses."""
@@ -64,6 +67,9 @@ class PublisherBar(Widget):
         line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
         if r.hooks_total and not narrow:
             line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
+        if r.shim_share is not None:  # the shim's own time in the rounds, as the shim measured it
+            line.append(" │ ", style=muted)
+            line.append(f"shim {100 * r.shim_share:.1f} %", style=warn if r.shim_share >= SHIM_SHARE_WARN else muted)
         return line
 
 
