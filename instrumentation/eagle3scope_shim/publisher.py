@@ -93,6 +93,8 @@ class Publisher:
         self._ring_dropped = 0
         self._send_dropped = 0
         self.sent = 0
+        #: more heartbeat fields (called on the publisher thread), e.g. the shim's host-ring figures
+        self.heartbeat_extra: Callable[[], dict] | None = None
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -218,10 +220,14 @@ class Publisher:
         self._send("hook", {"seam": "publisher", "status": "failed", "detail": detail})
 
     def _heartbeat(self) -> None:
-        self._send(
-            "heartbeat",
-            {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)},
-        )
+        body = {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)}
+        extra = self.heartbeat_extra
+        if extra is not None:
+            try:
+                body.update(extra())
+            except Exception as exc:
+                self._failure("heartbeat", "extra", exc)
+        self._send("heartbeat", body)
 
     def _send_sticky(self) -> None:
         self._sticky_dirty = False
