@@ -8,7 +8,7 @@ of depth ``k``: position ``i`` is reached when ``i - 1`` drafts were accepted, a
 (topk > 1) ``j`` is the depth of the accepted path, whichever nodes it ran through. A round whose
 step budget ``b`` is smaller than ``k`` (adaptive steps) proposed nothing deeper: when it accepted
 all ``b`` drafts, position ``b + 1`` was not observed rather than rejected, so ``capped[b]``
-counts such request-steps and they leave the denominator of ``rate_{b+1}`` (and deeper ones).
+counts such request-steps and they leave the denominator of ``rate_{b+1}``.
 """
 
 from __future__ import annotations
@@ -60,11 +60,9 @@ class Tally:
             running += hist[j]
             if j <= k:
                 at_least[j] = running
-        unobserved = 0  # request-steps whose budget ended above position i
-        reached = []
-        for i in range(1, k + 1):
-            unobserved += capped[i - 1] if i - 1 < len(capped) else 0
-            reached.append(at_least[i - 1] - unobserved)
+        # position i is reached by the request-steps that accepted i - 1 drafts or more, less those
+        # whose budget was exactly i - 1 (they proposed nothing at i)
+        reached = [at_least[i - 1] - (capped[i - 1] if i - 1 < len(capped) else 0) for i in range(1, k + 1)]
         return reached, at_least[1:]
 
     def per_position(self, k: int) -> list[float | None]:

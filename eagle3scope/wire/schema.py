@@ -14,7 +14,8 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
     Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"|"unhooked"} (the shim's
     hook status at startup; later changes arrive as ``hook`` events); worker_class (the class of
-    SGLang's speculative worker, e.g. "EAGLEWorkerV2", "MultiLayerEagleWorkerV2").
+    SGLang's speculative worker, e.g. "EAGLEWorkerV2", "MultiLayerEagleWorkerV2"); unobserved:
+    {"worker"|"draft_model": why the hooks cannot see it} (the ``hook`` events' "unhooked" details).
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,

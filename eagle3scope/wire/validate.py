@@ -167,6 +167,7 @@ HELLO = {
                          "num_draft_tokens": _int(0, MAX_DRAFT_TOKENS), "cuda_graph": _bool}, _scalar),
     "observable": _map({}, _scalar),
     "seams": _map({}, _NAME),
+    "unobserved": _map({}, _TEXT),
 }
 
 _WIDTH = _int(0, MAX_TOKEN_ID)

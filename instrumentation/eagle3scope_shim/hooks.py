@@ -73,7 +73,13 @@ def _observes(obj, family: str) -> bool:
 
 
 def _observed_classes(family: str) -> str:
-    return ", ".join(registry.targets[n].rsplit(".", 2)[1] for n in seams.OBSERVING_SEAMS[family] if n in registry.targets)
+    """The hooked classes, named as ``module.Class`` (``llama_eagle3.LlamaModel``: there are several LlamaModels)."""
+    names = []
+    for name in seams.OBSERVING_SEAMS[family]:
+        if name in registry.targets:
+            module, cls_name, _ = registry.targets[name].rsplit(".", 2)
+            names.append(f"{module.rsplit('.', 1)[-1]}.{cls_name}")
+    return ", ".join(names)
 
 
 def _draft_model(worker):
@@ -88,15 +94,19 @@ def report_unobserved(worker) -> None:
     if worker is None:  # no speculative decoding, or a pipeline stage without the draft
         return
     if not _observes(worker, "worker"):
-        STATE.report("worker", "unhooked", f"SGLang runs speculative decoding with {type(worker).__name__}, which the "
-                     f"shim does not observe (it hooks {_observed_classes('worker')}): no steps, acceptance or draft "
-                     "passes are published")
+        _unhooked("worker", f"SGLang runs speculative decoding with {type(worker).__name__}, which the shim does not "
+                  f"observe (it hooks {_observed_classes('worker')}): no steps, acceptance or draft passes are published")
         return
     draft = _draft_model(worker)
     if draft is not None and not (_observes(draft, "draft_model") or _observes(getattr(draft, "model", None), "draft_model")):
-        STATE.report("draft_model", "unhooked", f"the draft model is {type(draft).__name__}, whose forward the shim does "
-                     f"not hook (it hooks {_observed_classes('draft_model')}): steps and acceptance are observed, the "
-                     "width entering the draft and whether fc ran are not")
+        _unhooked("draft_model", f"the draft model is {type(draft).__name__}, whose forward the shim does not hook (it "
+                  f"hooks {_observed_classes('draft_model')}): steps and acceptance are observed, the width entering "
+                  "the draft and whether fc ran are not")
+
+
+def _unhooked(part: str, detail: str) -> None:
+    STATE.unobserved[part] = detail  # the sticky hello repeats it: a hook frame sent at startup may be missed
+    STATE.report(part, "unhooked", detail)
 
 
 def _size_ring(worker) -> None:

@@ -312,6 +312,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         },
         "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
+        "unobserved": dict(STATE.unobserved),
     }
 
 

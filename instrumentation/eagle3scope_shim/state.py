@@ -87,6 +87,7 @@ class ShimState:
         self.disabled: set[str] = set()
         self.seam_status: dict[str, str] = {}
         self.pending: list[dict] = []  # hook events before the publisher exists
+        self.unobserved: dict[str, str] = {}  # part ("worker", "draft_model") -> why the hooks cannot see it
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
         self.guard = SyncGuard
         # load-time facts, gathered in whatever process loads the models
