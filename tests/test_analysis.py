@@ -388,5 +388,12 @@ def test_an_unobserved_worker_or_draft_is_a_finding(seams, severity):
     v = fired(state)["worker-unobserved"]
     assert v.severity == severity and v.evidence["unobserved"] == list(seams) and v.evidence["worker_class"] == "MultiLayerEagleWorkerV2"
     assert "hook-failed" not in fired(state)
+    from eagle3scope.analysis.views import publisher_rows
+    from eagle3scope.tui.panels.header import PublisherBar
+
+    (row,) = publisher_rows(state)
+    assert row.unobserved == tuple(seams) and row.worker_class == "MultiLayerEagleWorkerV2"
+    line = PublisherBar._line(row, True, None, None, None, None).plain  # the TUI's line, narrow too
+    assert ("MultiLayerEagleWorkerV2 NOT OBSERVED" if severity == "error" else "draft passes not observed") in line
     assert any("unhooked: SGLang runs MultiLayerEagleWorkerV2" in e.text for e in state.events)
     assert "worker-unobserved" not in fired(analyse([s.frame("hello", hello())]))

@@ -400,10 +400,18 @@ def committing(shim, monkeypatch):
     return STATE.publisher
 
 
+class Result:
+    """The GenerationBatchResult the scheduler later settles (weak-referenceable, as SGLang's dataclass is)."""
+
+
+KEEP: list = []  # results the scheduler still holds
+
+
 def _run_round(step_hook, batch, lens):
     def round_(self, b):
         STATE.step.verify = ("v2", Host(lens), Host([9] * 4 * len(lens)))
-        return object()  # the GenerationBatchResult the scheduler later settles
+        KEEP.append(Result())
+        return KEEP[-1]
 
     return step_hook(round_, Worker(), batch)
 
@@ -434,9 +442,11 @@ def test_steps_never_settled_are_published_as_run_and_in_order(committing):
 
 
 def test_without_the_commit_seam_a_step_is_published_at_once(committing):
-    STATE.seam_status[hooks.COMMIT_SEAM] = "missing"
-    _run_round(hooks.FACTORIES["step"]("u.step"), DecodeBatch([Req("r")]), [1])
-    assert len(committing.submitted) == 1
+    step_hook = hooks.FACTORIES["step"]("u.step")
+    _run_round(step_hook, DecodeBatch([Req("r")]), [1])
+    STATE.disabled.add(hooks.COMMIT_SEAM)  # its hook failed: the waiting step goes out with the next one
+    _run_round(step_hook, DecodeBatch([Req("r")]), [1])
+    assert [payload[0] for _, payload, _ in committing.submitted] == [1, 2] and not STATE.uncommitted
 
 
 class _Observed:

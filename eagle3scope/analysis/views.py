@@ -42,6 +42,8 @@ class PublisherRow:
     has_hello: bool
     model_path: str | None = None
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
+    worker_class: str | None = None
+    unobserved: tuple = ()  # parts the shim cannot see ("worker", "draft_model"; rules.UNOBSERVED_PARTS)
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -68,6 +70,8 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             hooks_total=len(seams),
             has_hello=hello is not None,
             model_path=args.model_path,
+            worker_class=hello.worker_class if hello else None,
+            unobserved=tuple(facts.unobserved(pub)),
         ))
     return rows
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
+import weakref
 
 from eagle3scope_shim import aux_channel, loadreport, registry, seams
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
@@ -177,13 +178,16 @@ def make_step(seam):
         if not step.prefill:
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
         payload = [None, time.time_ns(), rids, step, loadreport.capture_now()]
-        if step.prefill or not _commit_observed():
+        pending = STATE.uncommitted
+        key = _result_key(result) if not step.prefill and rids and _commit_observed() else None
+        if key is None:
+            while pending:  # the commit seam went away (disabled): what waited goes out as run
+                _submit(pending.popleft()[1])
             _submit(payload)
             return
         # SGLang decides which requests' rounds it commits when it processes the result (the
         # commit seam); until then the step waits, a few at most.
-        pending = STATE.uncommitted
-        pending.append((id(result), payload))
+        pending.append((key, payload))
         if len(pending) > MAX_UNCOMMITTED:
             _submit(pending.popleft()[1])  # never committed through the seam: published as run
 
@@ -197,6 +201,15 @@ COMMIT_SEAM = "commit.resolve"
 
 def _commit_observed() -> bool:
     return STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
+
+
+def _result_key(result):
+    """A weak reference to the round's result, which the commit hook gets back (an id could be reused
+    by a later result once this one is freed; a strong one would keep its device tensors alive)."""
+    try:
+        return weakref.ref(result)
+    except TypeError:
+        return None
 
 
 def _submit(payload) -> None:
@@ -217,9 +230,8 @@ def make_commit(seam):
         pending = STATE.uncommitted
         if not pending or STATE.publisher is None:
             return None
-        key = id(result)
         for i, (waiting, payload) in enumerate(pending):
-            if waiting == key:
+            if waiting() is result:
                 del pending[i]
                 return payload, [(req, getattr(req, "spec_verify_ct", None)) for req in batch.reqs]
         return None

@@ -103,7 +103,7 @@ class ShimState:
         self.ring_capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
         self.ring_sized = False
         self.ring_on_cpu = os.environ.get(ENV_RING_ON_CPU, "").strip() == "1"
-        #: decode steps waiting for SGLang to commit them (the commit seam): (result id, payload), oldest first
+        #: decode steps waiting for SGLang to commit them (the commit seam): (weakref to the result, payload), oldest first
         self.uncommitted: collections.deque = collections.deque()
 
     # -- reporting ----------------------------------------------------------------------------
