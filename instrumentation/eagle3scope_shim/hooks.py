@@ -224,7 +224,7 @@ def _submit(payload) -> None:
 def make_commit(seam):
     """Where SGLang settles a round per request: the requests whose ``spec_verify_ct`` it advanced
     are the ones it committed (under the overlap scheduler a request that finished runs one more
-    tick, which SGLang discards and does not count); the waiting step is published with only those."""
+    tick, which SGLang discards and does not count); the waiting step is published without the others."""
 
     def pre(self, result, batch, *args, **kwargs):
         pending = STATE.uncommitted
@@ -233,14 +233,17 @@ def make_commit(seam):
         for i, (waiting, payload) in enumerate(pending):
             if waiting() is result:
                 del pending[i]
-                return payload, [(req, getattr(req, "spec_verify_ct", None)) for req in batch.reqs]
+                reqs = batch.reqs
+                return payload, reqs, [getattr(req, "spec_verify_ct", None) for req in reqs]
         return None
 
     def post(ctx, out, *args, **kwargs):
         if ctx is None:
             return
-        payload, before = ctx
-        payload[3].committed = {req.rid: ct is None or getattr(req, "spec_verify_ct", None) != ct for req, ct in before}
+        payload, reqs, before = ctx
+        discarded = [req.rid for req, ct in zip(reqs, before) if ct is not None and req.spec_verify_ct == ct]
+        if discarded:
+            payload[3].discarded = discarded
         _submit(payload)
 
     return around(seam, pre, post, hot=True)
@@ -377,8 +380,8 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
         body["accepted_path"] = path
     if step.num_steps is not None:
         body["num_steps"] = int(step.num_steps)
-    if step.committed is not None:
-        _drop_discarded(body, step.committed)
+    if step.discarded:
+        _drop_discarded(body, set(step.discarded))
     return body
 
 
@@ -394,12 +397,12 @@ def _tree_path(index, accepted: list, bs: int, width: int) -> list:
 _PER_REQUEST = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids", "accepted_path")
 
 
-def _drop_discarded(body: dict, committed: dict) -> None:
+def _drop_discarded(body: dict, discarded: set) -> None:
     """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
-    keep = [i for i, rid in enumerate(body["rids"]) if committed.get(rid, True)]
+    keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
     if len(keep) == body["bs"]:
         return
-    body["discarded"] = [rid for rid in body["rids"] if not committed.get(rid, True)]
+    body["discarded"] = [rid for rid in body["rids"] if rid in discarded]
     for key in _PER_REQUEST:
         if key in body:
             body[key] = [body[key][i] for i in keep]

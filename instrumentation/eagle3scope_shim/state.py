@@ -52,7 +52,7 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "prefill", "slot",
-                 "dropped", "num_steps", "path", "committed")
+                 "dropped", "num_steps", "path", "discarded")
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter_ns()
@@ -61,7 +61,7 @@ class Step:
         self.verify = None  # (kind, per-request counts, token ids) snapshots
         self.path = None  # trees (topk > 1): snapshot of verify's accept_index, the nodes of the accepted path
         self.num_steps = None  # this round's step budget (adaptive steps vary it per round)
-        self.committed = None  # {rid: bool}: whether SGLang committed this round for the request
+        self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.device = "cpu"
         self.prefill = False
