@@ -357,6 +357,8 @@ def test_a_tree_step_names_the_accepted_path_by_accept_index():
     body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
     assert body["accepted_path"] == [[1], [0, 2]] and body["accepted"] == [1, 2] and body["num_steps"] == 2
+    step.path = Host([[0, 2, -1], [4, 5, 7]])  # a CPU snapshot keeps accept_index's [bs, steps + 1] shape
+    assert hooks.finalize_step((1, 0, ["a", "b"], step, None))["accepted_path"] == [[1], [0, 2]]
     assert [[d[j] for j in p] for d, p in zip(body["draft_ids"], body["accepted_path"])] == [[11], [20, 22]]
     assert [ids[:a] for ids, a in zip(body["accepted_ids"], body["accepted"])] == [[11], [20, 22]]
 

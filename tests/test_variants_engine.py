@@ -2,8 +2,9 @@
 request pool sized by SGLang itself (no --max-running-requests), and a speculative worker or draft the
 shim does not observe.
 
-Four servers, each shared by the tests of one variant: the trained demo pair as a tree at topk 2
-(6 draft tokens, no --max-running-requests, the host ring exercised on the CPU) and at topk 4;
+Four servers, each shared by the tests of one variant: a tiny pair built for real tree acceptance
+(see WRITE_TREE_PAIR) at topk 2 (6 draft tokens, no --max-running-requests, the host ring
+exercised on the CPU) and at topk 4;
 the tiny pair with ``--speculative-adaptive`` and SGLang's simulated acceptance; the tiny target
 drafting for itself under STANDALONE. What the CPU engine cannot run, read from the 0.5.23 source:
 the overlap scheduler (arg_groups/speculative_hook.py ``_disable_overlap_schedule_for_cpu`` turns
@@ -23,7 +24,6 @@ from conftest import run_engine_python
 from test_shim_engine import _check_agreement, _kind, _last, _serve
 
 from eagle3scope.analysis import analyse
-from eagle3scope.demo.models import demo_prompts
 from eagle3scope.demo.server import checkout_pythonpath
 
 pytestmark = pytest.mark.engine
@@ -33,40 +33,71 @@ TREES = {2: 6, 4: 8}  # topk -> num_draft_tokens (speculative_num_steps stays 3)
 
 def _tree_checks(frames, responses, topk):
     """Tree steps name the accepted path, and it is the right one: SGLang commits, for each accepted
-    depth d, the draft token of the path's node d (greedy and rejection-sampling verify alike)."""
+    depth d, the draft token of the path's node d."""
     _check_agreement(frames, responses, proposals=TREES[topk] - 1)
     decode = [b for b in _kind(frames, "step") if b["mode"] == "decode"]
-    off_front = 0
+    front_wrong = 0  # request-steps where the first n nodes are not what SGLang committed
     for body in decode:
         assert body["num_steps"] == 3
         for drafts, path, acc, ids in zip(body["draft_ids"], body["accepted_path"], body["accepted"], body["accepted_ids"]):
             assert len(path) == acc and len(set(path)) == acc
             assert [drafts[j] for j in path] == ids[:acc]
-            off_front += path != list(range(acc))
-    return decode, off_front
+            front_wrong += [drafts[j] for j in range(acc)] != ids[:acc]
+    return decode, front_wrong
+
+
+# A pair whose tree acceptance is real and varied without training: the target's head is zero, so
+# greedy verify always predicts token 0 (argmax of equal logits), and the draft maps every even draft
+# id to target id 0 (d2t offsets -i), so whether a node is accepted depends on which ids the random
+# draft ranks where, step by step: accepted paths run through later-ranked nodes as well as the front.
+WRITE_TREE_PAIR = r"""
+import shutil, sys, torch
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+from eagle3scope.demo import tiny
+target, out = Path(sys.argv[1]), Path(sys.argv[2])
+shutil.copytree(target, out / "target")
+weights = load_file(str(out / "target" / "model.safetensors"))
+weights["lm_head.weight"].zero_()
+save_file(weights, str(out / "target" / "model.safetensors"), metadata={"format": "pt"})
+config = tiny.draft_config(target, draft_vocab_size=64)
+state = tiny.random_draft_state(config, range(64), seed=3)
+i = torch.arange(64)
+state["d2t"] = torch.where(i % 2 == 0, -i, torch.zeros_like(i))
+tiny.write_draft(out / "draft", config, state)
+"""
+
+
+@pytest.fixture(scope="module")
+def tree_pair(engine_python, tiny_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree-pair")
+    done = run_engine_python(engine_python, "-c", WRITE_TREE_PAIR, str(tiny_models[0]), str(root),
+                             env=checkout_pythonpath(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "target", root / "draft"
 
 
 @pytest.fixture(scope="module", params=sorted(TREES), ids=lambda k: f"topk{k}")
-def tree(request, demo_models):
+def tree(request, tree_pair):
     topk = request.param
     # topk 2 runs without --max-running-requests (SGLang sizes the request pool after the worker's
     # __init__) and routes the CPU tensors through the host ring, as device tensors go on a GPU
     env = {"EAGLE3SCOPE_RING_ON_CPU": "1"} if topk == 2 else {}
-    frames, responses = _serve(demo_models.target, demo_models.draft, env, concurrent=True, temperatures=(0.0, 0.8),
-                               prompts=demo_prompts(4), max_new=32, topk=topk, num_draft_tokens=TREES[topk],
+    frames, responses = _serve(*tree_pair, env, concurrent=True, prompts=["hello world", "the quick brown fox",
+                               "one two three four", "a b c"], max_new=32, topk=topk, num_draft_tokens=TREES[topk],
                                max_running_requests=None if topk == 2 else 8)
     return topk, frames, responses
 
 
 def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree):
     topk, frames, responses = tree
-    decode, off_front = _tree_checks(frames, responses, topk)
-    assert off_front > 0  # paths through later-ranked nodes happened: the first n nodes would have been wrong
+    decode, front_wrong = _tree_checks(frames, responses, topk)
+    assert front_wrong > 0  # colouring the first n nodes as accepted would have shown tokens SGLang did not commit
     assert max(b["bs"] for b in decode) > 1
     summary = analyse(frames).acceptance.summary()
     assert len(summary["per_position"]) == 3  # per depth, not per tree node
     print(f"topk {topk}: {json.dumps({k: summary[k] for k in ('steps', 'request_steps', 'mean_accept_length', 'per_position', 'histogram')})}"
-          f" paths off the front {off_front}")
+          f" request-steps whose first n nodes were not the path {front_wrong}")
 
 
 def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree):

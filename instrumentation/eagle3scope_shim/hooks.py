@@ -390,6 +390,8 @@ def _tree_path(index, accepted: list, bs: int, width: int) -> list:
     ``accept_index`` is [root, node at depth 1, ...] in global node numbering (i * width + j, where
     node 0 is the root that ``draft_ids`` leaves out)."""
     flat = index.tolist()
+    if flat and type(flat[0]) is list:  # a CPU snapshot keeps the [bs, steps + 1] shape; ring views are flat
+        flat = [x for row in flat for x in row]
     s1 = len(flat) // bs
     return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
 
