@@ -77,20 +77,26 @@ def tree_pair(engine_python, tiny_models, tmp_path_factory):
     return root / "target", root / "draft"
 
 
-@pytest.fixture(scope="module", params=sorted(TREES), ids=lambda k: f"topk{k}")
-def tree(request, tree_pair):
-    topk = request.param
-    # topk 2 runs without --max-running-requests (SGLang sizes the request pool after the worker's
-    # __init__) and routes the CPU tensors through the host ring, as device tensors go on a GPU
-    env = {"EAGLE3SCOPE_RING_ON_CPU": "1"} if topk == 2 else {}
-    frames, responses = _serve(*tree_pair, env, concurrent=True, prompts=["hello world", "the quick brown fox",
-                               "one two three four", "a b c"], max_new=32, topk=topk, num_draft_tokens=TREES[topk],
-                               max_running_requests=None if topk == 2 else 8)
-    return topk, frames, responses
+def _serve_tree(pair, topk: int, **server):
+    return _serve(*pair, server.pop("env", {}), concurrent=True, max_new=32, topk=topk, num_draft_tokens=TREES[topk],
+                  prompts=["hello world", "the quick brown fox", "one two three four", "a b c"], **server)
 
 
-def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree):
-    topk, frames, responses = tree
+@pytest.fixture(scope="module")
+def tree2(tree_pair):
+    """topk 2 without --max-running-requests (SGLang sizes the request pool after the worker's __init__),
+    the CPU tensors routed through the host ring as device tensors go on a GPU."""
+    return _serve_tree(tree_pair, 2, env={"EAGLE3SCOPE_RING_ON_CPU": "1"}, max_running_requests=None)
+
+
+@pytest.fixture(scope="module")
+def tree4(tree_pair):
+    return _serve_tree(tree_pair, 4)
+
+
+@pytest.mark.parametrize("topk", sorted(TREES))
+def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(topk, request):
+    frames, responses = request.getfixturevalue(f"tree{topk}")
     decode, front_wrong = _tree_checks(frames, responses, topk)
     assert front_wrong > 0  # colouring the first n nodes as accepted would have shown tokens SGLang did not commit
     assert max(b["bs"] for b in decode) > 1
@@ -100,15 +106,13 @@ def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree):
           f" request-steps whose first n nodes were not the path {front_wrong}")
 
 
-def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree):
-    topk, frames, _ = tree
-    if topk != 2:
-        pytest.skip("the topk-2 server runs without --max-running-requests")
+def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree2):
+    frames, _ = tree2
     hello = _last(frames, "hello")
     rings = [b["ring"] for b in _kind(frames, "heartbeat") if "ring" in b]
     assert rings, "no heartbeat carried the host ring"
     ring = rings[-1]
-    # request pool x draft tokens: SGLang's own pool (hundreds of requests for 4096 KV tokens), not 0
+    # request pool x draft tokens: the pool SGLang sized itself (48 requests here), where __init__ saw 0
     assert ring["capacity"] >= 8 * TREES[2] and ring["capacity"] % TREES[2] == 0, ring
     # every field's buffers for every slot at the first step (draft tokens, accept lengths, ids, path)
     assert ring["allocations"] == 4 and ring["late_allocations"] == 0 and ring["oversize"] == 0, ring
