@@ -43,7 +43,7 @@ class PublisherRow:
     model_path: str | None = None
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
     worker_class: str | None = None
-    unobserved: tuple = ()  # parts the shim cannot see ("worker", "draft_model"; rules.UNOBSERVED_PARTS)
+    unobserved: tuple = ()  # parts the shim cannot see (facts.UNOBSERVED_PARTS)
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
