@@ -72,7 +72,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16)
     pub.start()
-    STATE.ring_capacity = 64 * 4  # as the worker-init hook sizes it: max running requests x draft tokens
+    STATE.ring_capacity, STATE.ring_sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
     make = hooks.FACTORIES
     h_step, h_draft, h_verify, h_extend, h_fwd = (
         make["step"]("b.step"), make["draft"]("b.draft"), make["verify_v2"]("b.verify"),

@@ -123,6 +123,21 @@ def test_trees_and_untimed_rounds_are_refused_with_the_reason():
         frames.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
     untimed = advise(log_of(frames))
     assert untimed.recommended is None and "verify" in untimed.reason
+    adaptive = []  # --speculative-adaptive: some rounds drafted fewer steps than the configured 5
+    for data in chain_frames(600):
+        f = decode_frame(data)
+        if f.kind == "step":
+            f.body["num_steps"] = 5 if f.body["seq"] % 2 or max(f.body["accepted"]) > 3 else 3
+        adaptive.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+    refused = advise(log_of(adaptive))
+    assert refused.recommended is None and not refused.settings and "adaptive" in refused.reason
+    steady = []
+    for data in chain_frames(600):  # every round at the configured budget: predicted as before
+        f = decode_frame(data)
+        if f.kind == "step":
+            f.body["num_steps"] = 5
+        steady.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+    assert advise(log_of(steady)).settings == advise(log_of(chain_frames(600))).settings
     assert untimed.settings[0].accept_length is not None and untimed.settings[0].tokens_per_s is None
 
 

@@ -324,3 +324,76 @@ def test_rules_fire_on_ingest_with_the_same_first_seq_as_analyse():
     logged = sorted(e.text.split(":")[0] for e in state.events if e.level in ("error", "warning"))
     assert logged == sorted(v[0] for v in found)  # each violation logged once, when it first fired
     assert fired(state)["zero-acceptance"].first_seq == state.rules_every - 1  # the first pass after 64 steps
+
+
+# -- worker variants: adaptive budgets, trees, unobserved workers -----------------------------------
+
+
+def test_positions_past_a_rounds_budget_are_unobserved_not_rejected():
+    stats = AcceptanceStats(window=1000)
+    stats.k_configured = 3
+    stats.add_step(0, 0, [1, 0], [1, 1], budget=1)  # budget 1: one took it (position 2 unobserved), one rejected it
+    stats.add_step(1, 10, [3, 2], [1, 1], budget=3)
+    # position 1: reached 4x, accepted 3x; position 2: reached 2x (the budget-1 round that accepted is not
+    # counted), accepted 2x; position 3: reached 2x, accepted 1x
+    assert stats.total.positions(3) == ([4, 2, 2], [3, 2, 1])
+    assert stats.cumulative_per_position == pytest.approx([3 / 4, 1.0, 1 / 2])
+    assert stats.mean_accept_length == pytest.approx((1 + 0 + 3 + 2 + 4) / 4)
+    for seq in range(2, 10):  # the window forgets the budget-1 round exactly as it counted it
+        stats.add_step(seq, seq * 10, [3], [1], budget=3)
+    stats.window_size = 4
+    stats.add_step(10, 100, [3], [1], budget=3)
+    assert stats.window.capped[:2] == [0, 0] and stats.per_position == [1.0, 1.0, 1.0]
+    # the same counts without budgets: position 2 would read 2 of 3, a rejection that never happened
+    legacy = AcceptanceStats(window=1000)
+    legacy.k_configured = 3
+    legacy.add_step(0, 0, [1, 0], [1, 1])
+    legacy.add_step(1, 10, [3, 2], [1, 1])
+    assert legacy.cumulative_per_position == pytest.approx([3 / 4, 2 / 3, 1 / 2])
+
+
+def test_adaptive_budgets_above_the_configured_steps_widen_the_positions():
+    s = Stream()
+    frames = [s.frame("hello", hello(num_steps=3))]
+    for seq, (budget, accepted) in enumerate([(3, [3]), (5, [5]), (5, [4]), (1, [1])]):
+        body = step(seq, seq, accepted, k=max(budget, 2))
+        body["num_steps"], body["draft_ids"] = budget, [ids[:budget] for ids in body["draft_ids"]]
+        frames.append(s.frame("step", body))
+    acc = analyse(frames).acceptance
+    assert acc.k == 5 and acc.cumulative_per_position == pytest.approx([1.0, 1.0, 1.0, 2 / 2, 1 / 2])
+
+
+def test_tree_rows_colour_the_accepted_path_not_the_first_nodes():
+    from eagle3scope.analysis.views import draft_rows
+
+    s = Stream()
+    body = step(0, 0, [2], k=5)
+    body["accepted_path"], body["num_steps"] = [[3, 1]], 3
+    body["accepted_ids"] = [[body["draft_ids"][0][3], body["draft_ids"][0][1], 7]]
+    state = analyse([s.frame("hello", hello()), s.frame("step", body)])
+    (row,) = draft_rows(state, None)
+    assert [row.fate(j) for j in range(5)] == ["off-path", "accepted", "off-path", "accepted", "off-path"]
+    chain = draft_rows(analyse([s.frame("step", step(1, 1, [1]))]), None)[0]
+    assert [chain.fate(j) for j in range(3)] == ["accepted", "rejected", "unreached"]
+    assert state.acceptance.cumulative_per_position == [1.0, 1.0, 0.0]  # depth 2 of 3, whatever the nodes
+
+
+@pytest.mark.parametrize("seams, severity", [({"worker": "unhooked"}, "error"), ({"draft_model": "unhooked"}, "warning")])
+def test_an_unobserved_worker_or_draft_is_a_finding(seams, severity):
+    s = Stream()
+    h = hello()
+    h["seams"], h["worker_class"] = {"v2.step": "attached", **seams}, "MultiLayerEagleWorkerV2"
+    state = analyse([s.frame("hello", h), s.frame("hook", {"seam": next(iter(seams)), "status": "unhooked",
+                                                            "detail": "SGLang runs MultiLayerEagleWorkerV2"})])
+    v = fired(state)["worker-unobserved"]
+    assert v.severity == severity and v.evidence["unobserved"] == list(seams) and v.evidence["worker_class"] == "MultiLayerEagleWorkerV2"
+    assert "hook-failed" not in fired(state)
+    from eagle3scope.analysis.views import publisher_rows
+    from eagle3scope.tui.panels.header import PublisherBar
+
+    (row,) = publisher_rows(state)
+    assert row.unobserved == tuple(seams) and row.worker_class == "MultiLayerEagleWorkerV2"
+    line = PublisherBar._line(row, True, None, None, None, None).plain  # the TUI's line, narrow too
+    assert ("MultiLayerEagleWorkerV2 NOT OBSERVED" if severity == "error" else "draft passes not observed") in line
+    assert any("unhooked: SGLang runs MultiLayerEagleWorkerV2" in e.text for e in state.events)
+    assert "worker-unobserved" not in fired(analyse([s.frame("hello", hello())]))

@@ -124,6 +124,25 @@ def test_served_values_are_checks_analysis_per_publisher():
     assert by(fams["eagle3scope_exporter_publishers"], "eagle3scope_exporter_publishers") == {(): 2.0}
 
 
+def test_positions_past_a_rounds_budget_are_not_served_as_reached():
+    """Adaptive steps: a round that accepted every draft of a shorter budget did not reach the next
+    position; the served reached/accepted counters are the analysis's, budgets included."""
+    frames = renamed(session(300, bs=2, accept_p=0.8), "host-c:3:dp0")
+    for i, f in enumerate(frames):
+        if f.kind == "step" and f.body.get("mode") == "decode" and f.body["accepted"]:
+            f.body["num_steps"] = max(f.body["accepted"]) if i % 3 else 3  # often exactly what was accepted
+    exporter, fams = feed({"host-c:3:dp0": frames})
+    exporter.close()
+    total = analyse(frames).acceptance.total
+    reached, accepted = total.positions(3)
+    assert sum(total.capped[:3]) > 0
+    mine = dict(publisher="host-c:3:dp0")
+    served_reached = by(fams["eagle3scope_draft_reached"], "eagle3scope_draft_reached_total", **mine)
+    served_accepted = by(fams["eagle3scope_draft_accepted"], "eagle3scope_draft_accepted_total", **mine)
+    assert [served_reached[(("position", str(i)),)] for i in (1, 2, 3)] == reached
+    assert [served_accepted[(("position", str(i)),)] for i in (1, 2, 3)] == accepted
+
+
 def test_labels_are_bounded_and_never_per_request():
     exporter, fams = feed({"h:1:dp0": session(400, bs=4, accept_p=0.6)})
     exporter.close()

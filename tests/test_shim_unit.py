@@ -342,3 +342,160 @@ def test_a_tensor_held_back_for_a_fused_write_counts_as_consumed(clean_state, mo
     fused = "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"
     pair = {"layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight"}
     assert (fused in watch.written) == (pair <= set(names))
+
+
+# -- trees, commits, budgets: what a step publishes ----------------------------------------------
+def test_a_tree_step_names_the_accepted_path_by_accept_index():
+    """topk > 1: draft_token holds tree nodes in score order and accept_index ([bs, steps + 1], global
+    node numbers, -1 padded; speculative/eagle_worker_common.py 0.5.23) names the accepted path; the
+    verified tokens are compacted to the front of each request's block (_compact_accept_to_front)."""
+    draft = Host([5, 10, 11, 12, 6, 20, 21, 22])  # 2 requests x 4 nodes: [root, 3 nodes]
+    step = Step()
+    step.draft, step.verify = draft, ("v2", Host([2, 3]), Host([11, 55, 0, 0, 20, 22, 66, 0]))
+    step.path = Host([0, 2, -1, 4, 5, 7])  # request 0: root, node 2; request 1: root, node 5, node 7
+    step.num_steps = 2
+    body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
+    assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
+    assert body["accepted_path"] == [[1], [0, 2]] and body["accepted"] == [1, 2] and body["num_steps"] == 2
+    step.path = Host([[0, 2, -1], [4, 5, 7]])  # a CPU snapshot keeps accept_index's [bs, steps + 1] shape
+    assert hooks.finalize_step((1, 0, ["a", "b"], step, None))["accepted_path"] == [[1], [0, 2]]
+    assert [[d[j] for j in p] for d, p in zip(body["draft_ids"], body["accepted_path"])] == [[11], [20, 22]]
+    assert [ids[:a] for ids, a in zip(body["accepted_ids"], body["accepted"])] == [[11], [20, 22]]
+
+
+class Req:
+    def __init__(self, rid, done=False):
+        self.rid, self.done, self.is_retracted, self.spec_verify_ct = rid, done, False, 0
+
+    def finished(self):
+        return self.done
+
+
+class DecodeBatch:
+    class forward_mode:  # noqa: N801
+        @staticmethod
+        def is_extend():
+            return False
+
+    def __init__(self, reqs):
+        self.reqs = reqs
+
+
+class Worker:
+    speculative_num_steps = 3
+
+
+def _settle(processor, result, batch):
+    """SGLang 0.5.23's _resolve_spec_v2_tokens as far as the commit goes: a finished or retracted
+    request's round is not counted (managers/scheduler_components/batch_result_processor.py)."""
+    for req in batch.reqs:
+        if not (req.is_retracted or req.finished()):
+            req.spec_verify_ct += 1
+
+
+@pytest.fixture
+def committing(shim, monkeypatch):
+    monkeypatch.setattr(STATE, "publisher", PublisherStub())
+    monkeypatch.setattr(STATE, "uncommitted", __import__("collections").deque())
+    monkeypatch.setattr(STATE, "ring_sized", True)
+    shim.seam_status[hooks.COMMIT_SEAM] = "attached"
+    return STATE.publisher
+
+
+class Result:
+    """The GenerationBatchResult the scheduler later settles (weak-referenceable, as SGLang's dataclass is)."""
+
+
+KEEP: list = []  # results the scheduler still holds
+
+
+def _run_round(step_hook, batch, lens):
+    def round_(self, b):
+        STATE.step.verify = ("v2", Host(lens), Host([9] * 4 * len(lens)))
+        KEEP.append(Result())
+        return KEEP[-1]
+
+    return step_hook(round_, Worker(), batch)
+
+
+def test_a_decode_step_waits_for_the_commit_and_keeps_only_the_committed_requests(committing):
+    step_hook, commit_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["commit"](hooks.COMMIT_SEAM)
+    live, done = Req("live"), Req("done", done=True)  # "done" finished last tick: the overlap scheduler's extra tick
+    batch = DecodeBatch([live, done])
+    result = _run_round(step_hook, batch, [3, 2])
+    assert committing.submitted == []  # SGLang has not settled the round yet
+    commit_hook(_settle, None, result, batch)
+    (kind, payload, finalize), = committing.submitted
+    body = finalize(payload)
+    assert body["rids"] == ["live"] and body["bs"] == 1 and body["discarded"] == ["done"]
+    assert body["accepted"] == [2] and body["accepted_ids"] == [[9, 9, 9]] and body["num_steps"] == 3
+    assert body["seq"] == 1 and live.spec_verify_ct == 1 and done.spec_verify_ct == 0
+    assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
+
+
+def test_steps_never_settled_are_published_as_run_and_in_order(committing):
+    step_hook = hooks.FACTORIES["step"]("u.step")
+    batch = DecodeBatch([Req("r")])
+    for _ in range(hooks.MAX_UNCOMMITTED + 2):
+        _run_round(step_hook, batch, [1])
+    bodies = [finalize(payload) for _, payload, finalize in committing.submitted]
+    assert [b["seq"] for b in bodies] == [1, 2] and all(b["rids"] == ["r"] and "discarded" not in b for b in bodies)
+    assert len(STATE.uncommitted) == hooks.MAX_UNCOMMITTED
+
+
+def test_without_the_commit_seam_a_step_is_published_at_once(committing):
+    step_hook = hooks.FACTORIES["step"]("u.step")
+    _run_round(step_hook, DecodeBatch([Req("r")]), [1])
+    STATE.disabled.add(hooks.COMMIT_SEAM)  # its hook failed: the waiting step goes out with the next one
+    _run_round(step_hook, DecodeBatch([Req("r")]), [1])
+    assert [payload[0] for _, payload, _ in committing.submitted] == [1, 2] and not STATE.uncommitted
+
+
+class _Observed:
+    def forward_batch_generation(self, batch):
+        return None
+
+
+class _Inherits(_Observed):
+    pass
+
+
+class _Overrides(_Observed):
+    def forward_batch_generation(self, batch):
+        return None
+
+
+class _DraftInner:
+    def forward(self):
+        return None
+
+
+def test_an_unobserved_worker_or_draft_is_reported_by_name(clean_state, monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("e3s_fake_workers")
+    module._Observed, module._DraftInner = _Observed, _DraftInner
+    monkeypatch.setitem(sys.modules, "e3s_fake_workers", module)
+    monkeypatch.setattr(hooks.registry, "targets", {"v2.step": "e3s_fake_workers._Observed.forward_batch_generation",
+                                                    "llama_eagle3.forward": "e3s_fake_workers._DraftInner.forward"})
+
+    def draft(inner):
+        return types.SimpleNamespace(draft_worker=types.SimpleNamespace(draft_runner=types.SimpleNamespace(
+            model=types.SimpleNamespace(model=inner))))
+
+    def reported(worker):
+        STATE.seam_status.clear()
+        hooks.report_unobserved(worker)
+        return {b["seam"]: b["detail"] for b in STATE.pending if b["status"] == "unhooked" and not STATE.pending.clear()}
+
+    healthy = _Inherits()
+    healthy.draft_worker = draft(_DraftInner()).draft_worker
+    assert reported(healthy) == {}
+    got = reported(_Overrides())
+    assert list(got) == ["worker"] and "_Overrides" in got["worker"] and "e3s_fake_workers._Observed" in got["worker"]
+    plain = _Inherits()
+    plain.draft_worker = draft(object()).draft_worker
+    got = reported(plain)
+    assert list(got) == ["draft_model"] and "e3s_fake_workers._DraftInner" in got["draft_model"]
+    assert reported(None) == {}  # no speculative worker at all: nothing to say

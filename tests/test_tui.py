@@ -384,6 +384,27 @@ async def test_draft_panel_decodes_with_the_targets_tokenizer(tmp_path):
 
 
 @run_async
+async def test_draft_panel_colours_a_trees_accepted_path_not_its_first_nodes(tmp_path):
+    """topk > 1: draft_ids are tree nodes in score order; the accepted one is node 2 (accepted_path),
+    so node 2 is coloured accepted, nodes 0 and 1 off-path, and no node is marked first-rejected."""
+    from eagle3scope.wire import encode_frame
+
+    step = step_body(0, t_ns=2)
+    step["draft_ids"], step["accepted"], step["accepted_ids"] = [[10, 11, 12]], [1], [[12, 13]]
+    step["accepted_path"], step["num_steps"] = [[2]], 3
+    raw = [encode_frame("hello", hello_body(), src="tree", n=0, t=1), encode_frame("step", step, src="tree", n=1, t=2)]
+    app = paused_app(write_recording(tmp_path / "tree.e3s", raw))
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.seek("0")
+        await pilot.press("3")
+        await pilot.pause()
+        proposed = app.query_one("#draft-table").get_row_at(0)[4]
+        styles = {proposed.plain[span.start : span.end]: str(span.style) for span in proposed.spans}
+        assert proposed.plain.split() == ["10", "11", "12"]
+        assert styles["10"] == styles["11"] != styles["12"] and not any("reverse" in v for v in styles.values())
+
+
+@run_async
 async def test_history_plot_marks_where_an_aux_config_segment_starts(tmp_path):
     """A live aux-layer change starts a new segment; the acceptance history shows where (┊)."""
     from eagle3scope.wire import Frame, decode_frame, encode_frame

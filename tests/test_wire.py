@@ -44,7 +44,7 @@ def step_bodies(draw):
         "mode": st.sampled_from(["draft_extend", "decode", "extend", "draft_extend_v2"]),
         "width": st.integers(min_value=1, max_value=3 * 16384), "fc": st.booleans(),
         "n": st.integers(min_value=1, max_value=8)}), max_size=4))
-    return {
+    body = {
         "seq": draw(st.integers(min_value=0, max_value=2**62)), "t_ns": draw(st.integers(min_value=0, max_value=2**63 - 1)),
         "mode": draw(st.sampled_from(["decode", "prefill"])), "bs": bs,
         "rids": [draw(st.text(min_size=1, max_size=16)) for _ in range(bs)],
@@ -55,6 +55,11 @@ def step_bodies(draw):
         "draft_ms": draw(st.none() | st.floats(0, 1e4)), "verify_ms": draw(st.none() | st.floats(0, 1e4)),
         "extend_ms": None,
     }
+    if draw(st.booleans()):  # a tree round with its own budget, and requests SGLang discarded
+        body["num_steps"] = draw(st.integers(min_value=max(accepted, default=0), max_value=16))
+        body["accepted_path"] = [draw(st.permutations(range(k)))[:a] for a in accepted]
+        body["discarded"] = draw(st.lists(st.text(max_size=16), max_size=3))
+    return body
 
 
 envelope = dict(src=st.text(max_size=24), n=st.integers(min_value=0, max_value=2**63 - 1),
@@ -80,6 +85,22 @@ def test_every_non_step_kind_round_trips_or_is_refused_by_name(kind, body, src, 
 def test_step_round_trips(body, src, n, t):
     frame = decode_frame(encode_frame("step", body, src=src, n=n, t=t))
     assert frame.kind == "step" and frame.body == body and (frame.src, frame.n, frame.t) == (src, n, t)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_steps": 1}, "b.accepted"),  # more drafts accepted than the round proposed
+    ({"num_steps": -1}, "b.num_steps"),
+    ({"accepted_path": [[0], [0, 1]]}, "b.accepted_path"),  # one node per accepted draft
+    ({"accepted_path": [[0, 1], [0, 5]]}, "b.accepted_path"),  # a node past the request's draft_ids
+    ({"accepted_path": [[0, 1]]}, "b.accepted_path"),  # one list per request
+    ({"discarded": ["r", 3]}, "b.discarded"),
+])
+def test_tree_and_budget_fields_are_checked_against_the_step(change, field):
+    body = {**step_body(1, bs=2), "accepted": [2, 2], "accepted_path": [[0, 1], [2, 0]], "num_steps": 3}
+    body["accepted_ids"] = [d[:2] + [1] for d in body["draft_ids"]]
+    assert decode_frame(encode_frame("step", body, src="s", n=0)).body == body
+    with pytest.raises(FrameError, match=field.replace(".", r"\.")):
+        decode_frame(encode_frame("step", {**body, **change}, src="s", n=0))
 
 
 def test_realistic_bodies_round_trip():

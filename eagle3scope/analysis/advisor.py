@@ -57,6 +57,7 @@ class RoundLog:
     num_draft_tokens: int | None = None
     rounds: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))
     seen: int = 0  # rounds ever added (the deque keeps the newest ROUNDS_KEPT)
+    budgets: set = field(default_factory=set)  # the rounds' own num_steps (adaptive steps vary it; validated <= 1024)
 
     def add_frame(self, frame: Frame) -> None:
         """Take a validated frame: a hello sets the setting, a decode step adds a round."""
@@ -68,6 +69,8 @@ class RoundLog:
             self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
         elif frame.kind == "step" and is_decode_step(body):
             accepted = tuple(body["accepted"])
+            if body.get("num_steps") is not None:
+                self.budgets.add(body["num_steps"])
             self.rounds.append(Round(len(accepted), accepted, sum(body.get("bonus") or ()),
                                      _ms(body.get("draft_ms")), _ms(body.get("verify_ms")),
                                      _ms(body.get("extend_ms"))))
@@ -332,6 +335,9 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
     if log.topk and log.topk > 1:
         return answer(reason="tree drafts cannot be predicted yet (record a chain, top-k 1)",
                       extra=(f"top-k {log.topk} trees: pruning needs per-node scores the frames do not carry",))
+    if log.budgets - {depth}:  # min(a, k) holds for a round drafted at the full depth only
+        return answer(reason="adaptive steps cannot be predicted (rounds ran at num_steps "
+                      f"{sorted(log.budgets)}; record with --speculative-adaptive off)")
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
     parts = _blocks(rounds, depth, blocks)

@@ -78,6 +78,8 @@ class Hello:
     args: ServerArgs
     seams: dict  # seam -> status at startup (state.py folds them into the bounded hook table)
     parallel: Parallel | None
+    worker_class: object  # the class of SGLang's speculative worker (None from older shims)
+    unobserved: dict  # part -> why the shim's hooks cannot see it (the "unhooked" details, re-sent)
     body: dict = field(repr=False)  # as sent, for the load-report screen
     started: object = None  # the shim's start time (absent from old shims): a new value is a restart
 
@@ -89,8 +91,8 @@ def read_hello(body: dict) -> Hello:
         shim_version=body.get("shim_version"), worker=body.get("worker"), tp_rank=_int(body.get("tp_rank")),
         dp_rank=_int(body.get("dp_rank")),
         args=ServerArgs(*(args.get(name) for name in ServerArgs.__slots__)),
-        seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), body=body,
-        started=body.get("started"))
+        seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), worker_class=body.get("worker_class"),
+        unobserved=_map(body.get("unobserved")), body=body, started=body.get("started"))
 
 
 def _parallel(value: object) -> Parallel | None:
@@ -248,6 +250,18 @@ def failed_seams(pub: PublisherView) -> dict[str, str]:
 
 def hook_detail(pub: PublisherView, seam: str) -> object:
     return (pub.hooks.get(seam) or {}).get("detail")
+
+
+#: The parts of a server the shim reports it cannot observe (hook status "unhooked"): SGLang's
+#: speculative worker (no rounds seen) and the draft model's forward (no widths, no fc).
+UNOBSERVED_PARTS = ("worker", "draft_model")
+
+
+def unobserved(pub: PublisherView) -> dict[str, object]:
+    """Part -> why the hooks cannot see it: the hook event's detail, else the hello's (re-sent) one."""
+    statuses = seam_statuses(pub)
+    sticky = pub.hello.unobserved if pub.hello is not None else {}
+    return {part: hook_detail(pub, part) or sticky.get(part) for part in UNOBSERVED_PARTS if statuses.get(part) == "unhooked"}
 
 
 def capture_on(pub: PublisherView) -> bool | None:

@@ -259,6 +259,19 @@ def hook_failed(pub: PublisherView) -> dict | None:
     return {"seams": bad, "hook_failures": failures, "details": {seam: facts.hook_detail(pub, seam) for seam in bad}}
 
 
+def worker_unobserved(pub: PublisherView) -> dict | None:
+    parts = facts.unobserved(pub)
+    if not parts:
+        return None
+    hello = pub.hello
+    return {"unobserved": list(parts), "worker_class": hello.worker_class if hello is not None else None,
+            "algorithm": facts.server_args(pub).algorithm, "details": parts}
+
+
+def _unobserved_severity(evidence: dict) -> str:
+    return "error" if "worker" in evidence["unobserved"] else "warning"
+
+
 def frames_lost(pub: PublisherView) -> dict | None:
     loss = facts.loss(pub)
     if not loss.lost:
@@ -363,6 +376,17 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "The shim could not attach to (or raised inside) one of its seams in this SGLang build; the server keeps "
         "running, but the numbers that seam feeds are missing or incomplete.",
         "Check the shim's supported SGLang versions; report the seam and detail shown in the evidence.",
+    ),
+    Rule(
+        "worker-unobserved", _unobserved_severity, "SGLang runs a speculative worker or draft the shim does not observe",
+        worker_unobserved,
+        "The shim hooks the EAGLE workers' rounds (EAGLEWorkerV2, EAGLEWorker) and the EAGLE-3 draft models' forward. "
+        "This server chose another worker (multi-layer EAGLE, MTP, NGRAM, DFlash, ...: no steps or acceptance "
+        "reach the viewer, an error, since every step rule is then blind) or another draft class (STANDALONE's "
+        "plain model, NEXTN layers, EAGLE-1: steps and acceptance are seen, hidden-state widths and fc are not, "
+        "a warning). Nothing here is broken in the server; the evidence is incomplete.",
+        "Judge this server by SGLang's own metrics (spec_accept_length, spec_verify_ct); for the full evidence, "
+        "serve the draft with --speculative-algorithm EAGLE3 (or EAGLE) and without --enable-multi-layer-eagle.",
     ),
     Rule(
         "frames-lost", "warning", "Frames were lost between the server and the viewer", frames_lost,

@@ -307,12 +307,16 @@ class SessionState:
         pub.decode_steps += 1
         t_ns = body.get("t_ns") or t
         k = facts.num_steps(pub)
-        if k:
+        budget = body.get("num_steps")  # the round's own budget (adaptive steps); a tree's draft_ids are nodes
+        if budget is not None:
+            depth = budget
+        elif k:
             depth = min(depth, k)
+        if k:
             pub.acceptance.k_configured = self.acceptance.k_configured = k
-        pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
+        pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
         if forked:
-            self.acceptance.add_step(seq, t_ns, accepted, bonus, depth)
+            self.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
         if not self.segments:
             layers = facts.aux_layers(pub)
             self.segments.append(ConfigSegment(layers.configured, "startup", seq, pub.src, layers.captured))
@@ -322,7 +326,7 @@ class SessionState:
         if segment.start_step is None:
             segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
-        segment.tally.add(accepted, sum(accepted) + sum(bonus))
+        segment.tally.add(accepted, sum(accepted) + sum(bonus), 1, budget)
 
     def _unlisted_passes(self, pub: PublisherView, n: int, t: int) -> None:
         if not pub.unlisted_pass_calls:
@@ -407,7 +411,7 @@ class SessionState:
                 self.note(pub.src, "warning", f"hooks on more than {MAX_SEAMS} seams: new seams are counted, not listed "
                           "(a failure still shows here)", frame.t)
             pub.unlisted_hook_frames += 1
-        if status in ("failed", "missing"):
+        if status in ("failed", "missing", "unhooked"):
             self.note(pub.src, "warning", f"hook {seam} {status}: {body.get('detail')}", frame.t)
 
     def forget_counters(self) -> None:

@@ -44,6 +44,8 @@ class PublisherRow:
     run: int = 1  # 2, 3, ... after restarts under the same src
     state: str = "live"  # "live" | "stale Ns" | "replay": set by the app, which knows the clock
     shim_share: float | None = None  # the shim's hook time / round time, latest heartbeat
+    worker_class: str | None = None
+    unobserved: tuple = ()  # parts the shim cannot see (facts.UNOBSERVED_PARTS)
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -72,6 +74,8 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             model_path=args.model_path,
             run=pub.run,
             shim_share=facts.shim_cost(pub).share,
+            worker_class=hello.worker_class if hello else None,
+            unobserved=tuple(facts.unobserved(pub)),
         ))
     return rows
 
@@ -252,17 +256,27 @@ class DraftRow:
     bonus: int
     committed: list  # token ids the step committed (accepted drafts + bonus)
     mode: str
+    path: tuple | None = None  # trees: indices into ``proposed`` of the accepted path; None: a chain
+
+    def fate(self, j: int) -> str:
+        """What became of proposed token ``j``: accepted, rejected (the chain's first rejection),
+        off-path (a tree node not on the accepted path) or unreached."""
+        if self.path is not None:
+            return "accepted" if j in self.path else "off-path"
+        return "accepted" if j < self.accepted else "rejected" if j == self.accepted else "unreached"
 
 
 def draft_rows(state: SessionState, rid_filter: str | None, limit: int = 60) -> list[DraftRow]:
     """The newest ``limit`` request-steps, newest first, of requests whose id contains ``rid_filter``."""
     rows = []
     for src, body in reversed(state.recent):
+        paths = body.get("accepted_path")
         for i, rid in enumerate(body["rids"]):
             if rid_filter and rid_filter not in str(rid):
                 continue
             rows.append(DraftRow(body["seq"], src, str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i],
-                                 body["accepted_ids"][i], body.get("mode", "decode")))
+                                 body["accepted_ids"][i], body.get("mode", "decode"),
+                                 None if paths is None else tuple(paths[i])))
             if len(rows) >= limit:
                 return rows
     return rows

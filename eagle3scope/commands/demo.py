@@ -67,6 +67,12 @@ def _all_scenarios() -> list[str]:
 @click.option("--concurrency", type=click.IntRange(1, 8), default=2, show_default=True, help="Requests in flight.")
 @click.option("--num-steps", type=click.IntRange(1, 16), default=3, show_default=True,
               help="SGLang's --speculative-num-steps: draft chain depth (record deep, then `eagle3scope advise`).")
+@click.option("--topk", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="SGLang's --speculative-eagle-topk: above 1 the draft proposes a tree, and the draft panel marks "
+                   "the accepted path.")
+@click.option("--num-draft-tokens", type=click.IntRange(2, 64), default=None,
+              help="SGLang's --speculative-num-draft-tokens: tree nodes verified per request "
+                   "(default: --num-steps + 1, the chain).")
 @click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
               help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
                    "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
@@ -79,7 +85,7 @@ def _all_scenarios() -> list[str]:
                    "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
 def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
             temperatures: tuple[float, ...], control: bool, theme: str | None, prepare_only: bool,
-            story: bool, num_steps: int) -> None:
+            story: bool, num_steps: int, topk: int, num_draft_tokens: int | None) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
     if story:
         family = "deepseek"
@@ -109,7 +115,8 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
     _say(f"{family} scenario {scenario}: {offered[scenario].summary}")
     run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
                       log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
-                      temperatures=temperatures or None, num_steps=num_steps)
+                      temperatures=temperatures or None, num_steps=num_steps, topk=topk,
+                      num_draft_tokens=num_draft_tokens)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:

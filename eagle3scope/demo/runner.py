@@ -34,7 +34,8 @@ class ScenarioRun:
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
                  python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
                  temperatures: tuple[float, ...] | None = None, family: str = "llama",
-                 draft_dir: str | Path | None = None, num_steps: int = 3):
+                 draft_dir: str | Path | None = None, num_steps: int = 3, topk: int = 1,
+                 num_draft_tokens: int | None = None):
         self.scenario = scenarios_of(family)[name]
         self.models = models
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
@@ -51,7 +52,7 @@ class ScenarioRun:
             env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
                                    extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path,
-                                   num_steps=num_steps, num_draft_tokens=num_steps + 1)
+                                   num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens or num_steps + 1)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
         self.temperatures = temperatures or TEMPERATURES.get(family)
         self.workload = None

@@ -88,7 +88,8 @@ class SGLangServer:
     """One `python -m sglang.launch_server` on 127.0.0.1, as a context manager.
 
     With `draft_dir` it serves speculative decoding (`algorithm`, default
-    EAGLE3); without it, plain decoding of the target.
+    EAGLE3); without it, plain decoding of the target. `max_running_requests=None`
+    leaves the flag out, so SGLang sizes the request pool itself.
     """
 
     def __init__(
@@ -107,7 +108,7 @@ class SGLangServer:
         log_path: str | Path | None = None,
         startup_timeout: float = 300.0,
         max_total_tokens: int = 4096,
-        max_running_requests: int = 8,
+        max_running_requests: int | None = 8,
     ):
         self.target_dir = Path(target_dir)
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
@@ -138,7 +139,7 @@ class SGLangServer:
             "--dtype", self.dtype,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-total-tokens", str(self.max_total_tokens),
-            "--max-running-requests", str(self.max_running_requests),
+            *(("--max-running-requests", str(self.max_running_requests)) if self.max_running_requests is not None else ()),
             *CPU_FLAGS,
         ]
         if self.draft_dir is not None:

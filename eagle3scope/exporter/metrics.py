@@ -128,12 +128,13 @@ class _Families:
         total = acc.total
         self.steps.add_metric(labels, total.steps)
         self.request_steps.add_metric(labels, total.n)
-        k = facts.num_steps(pub) or acc.k
+        k = max(facts.num_steps(pub) or 0, acc.k)
         hist = total.hist
         at_least = [sum(hist[j:]) for j in range(k + 2)]  # request-steps with >= j drafts accepted
+        reached, accepted = total.positions(k)
         for i in range(1, k + 1):
-            self.reached.add_metric(labels + [str(i)], at_least[i - 1])
-            self.accepted.add_metric(labels + [str(i)], at_least[i])
+            self.reached.add_metric(labels + [str(i)], reached[i - 1])
+            self.accepted.add_metric(labels + [str(i)], accepted[i - 1])
         buckets = [(str(length), total.n - at_least[length]) for length in range(1, k + 2)]
         self.accept_length.add_metric(labels, buckets + [("+Inf", total.n)], sum_value=total.tokens)
         if acc.mean_accept_length is not None:

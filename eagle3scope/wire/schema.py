@@ -12,9 +12,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
     draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
-    Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"} (the shim's hook
-    status at startup; later changes arrive as ``hook`` events); started: the shim's start time
-    (ns), so a process restarted under the same pid and ``src`` (a container) is a new run.
+    Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"|"unhooked"} (the shim's
+    hook status at startup; later changes arrive as ``hook`` events); started: the shim's start time
+    (ns), so a process restarted under the same pid and ``src`` (a container) is a new run;
+    worker_class (the class of SGLang's speculative worker, e.g. "EAGLEWorkerV2",
+    "MultiLayerEagleWorkerV2"); unobserved: {"worker"|"draft_model": why the hooks cannot see it}
+    (the ``hook`` events' "unhooked" details).
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,
@@ -44,6 +47,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     wall time around the call, not device time). A "prefill" step carries passes and capture
     only: its draft_ids/accepted_ids are empty and accepted/bonus 0. SGLang may run one more
     decode round for a request that already finished; its tokens are discarded by SGLang.
+    Optional: num_steps (this round's step budget; adaptive steps vary it, and every request's
+    accepted is at most it), accepted_path (trees, topk > 1: per request the indices into its
+    draft_ids of the accepted nodes, depth order, one per accepted draft; draft_ids are then tree
+    nodes in score order, not a chain), discarded (rids SGLang ran in this round but did not commit,
+    e.g. a finished request's extra overlap tick: the per-request lists then hold only the committed
+    requests, so every consumer counts what SGLang counts).
 ``config`` (aux-layer configuration changed or refused)
     layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id, and
     pause_ms only when the change recaptured the target's CUDA graphs (the serving pause).
@@ -54,8 +63,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     step seams' wrapped calls over the same interval: the rounds that cost relates to) and
     publisher_us (the shim's publisher thread's time turning events into frames: finalize, encode,
     send; it holds the GIL for all of it but the send).
+    Optional: ring: {slots, capacity, allocations, late_allocations, oversize} (the shim's host
+    buffers for device snapshots; late_allocations counts allocations after the first step).
 ``hook``
-    seam, status ("attached"|"missing"|"failed"|"disabled"), detail.
+    seam, status ("attached"|"missing"|"failed"|"disabled"|"unhooked"), detail. "unhooked" names a
+    part of the server the hooks cannot see: seam "worker" (SGLang's speculative worker is another
+    class) or "draft_model" (the draft's forward is not an EAGLE-3 draft class the shim hooks).
 """
 
 from __future__ import annotations

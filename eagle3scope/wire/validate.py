@@ -164,11 +164,12 @@ _LAYERS = _ints(-1, 1 << 20, 4096)
 
 HELLO = {
     "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _int(0, 1 << 20), "dp_rank": _int(0, 1 << 20),
-    "sglang_version": _NAME, "shim_version": _NAME, "worker": _NAME, "control": _NAME,
+    "sglang_version": _NAME, "shim_version": _NAME, "worker": _NAME, "worker_class": _NAME, "control": _NAME,
     "server_args": _map({"num_steps": _int(0, MAX_DRAFT_TOKENS), "topk": _int(0, MAX_DRAFT_TOKENS),
                          "num_draft_tokens": _int(0, MAX_DRAFT_TOKENS), "cuda_graph": _bool}, _scalar),
     "observable": _map({}, _scalar),
     "seams": _map({}, _NAME),
+    "unobserved": _map({}, _TEXT),
 }
 
 _WIDTH = _int(0, MAX_TOKEN_ID)
@@ -208,7 +209,9 @@ def _seam_durations(value, path):
 
 
 HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT,
-             "shim_us": _seam_durations, "step_us": _duration, "publisher_us": _duration}
+             "shim_us": _seam_durations, "step_us": _duration, "publisher_us": _duration,
+             "ring": _map({"slots": _COUNT, "capacity": _COUNT, "allocations": _COUNT, "late_allocations": _COUNT,
+                           "oversize": _COUNT})}
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
 _PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}
@@ -216,7 +219,8 @@ _PASS_KEYS = frozenset(_PASS)
 _CAPTURE = _map({"on": _bool, "layers": _LAYERS})
 _STEP_TIMES = ("draft_ms", "verify_ms", "extend_ms")
 _STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
-_STEP_KNOWN = frozenset(("seq", "bs", "passes", "t_ns", "mode", "capture", *_STEP_LISTS, *_STEP_TIMES))
+_STEP_KNOWN = frozenset(("seq", "bs", "passes", "t_ns", "mode", "capture", "num_steps", "accepted_path", "discarded",
+                         *_STEP_LISTS, *_STEP_TIMES))
 
 
 def _token_lists(lists: list, path: str, max_len: int) -> None:
@@ -283,8 +287,34 @@ def check_step(body: dict) -> None:
             _num(value, f"b.{key}")
         elif value is not None and not -1e15 <= value <= 1e15:
             _fail(f"b.{key}", "must be a finite number or null", value)
+    _check_variants(body, bs)
     if not body.keys() <= _STEP_KNOWN:
         check_plain({key: value for key, value in body.items() if key not in _STEP_KNOWN}, "b")
+
+
+def _check_variants(body: dict, bs: int) -> None:
+    """The optional fields of trees and adaptive steps, consistent with ``accepted``: a round's budget
+    bounds its accepted drafts; a tree's path names one draft node per accepted draft."""
+    get = body.get
+    budget, path, discarded = get("num_steps"), get("accepted_path"), get("discarded")
+    if budget is not None:
+        if type(budget) is not int or not 0 <= budget <= MAX_DRAFT_TOKENS:
+            _fail("b.num_steps", f"must be an integer in [0, {MAX_DRAFT_TOKENS}] or null", budget)
+        if bs and max(body["accepted"]) > budget:
+            _fail("b.accepted", f"items must not exceed the round's num_steps={budget}", max(body["accepted"]))
+    if path is not None:
+        if type(path) is not list or len(path) != bs:
+            _fail("b.accepted_path", f"must be a list of length bs={bs}", path)
+        for nodes, acc, drafts in zip(path, body["accepted"], body["draft_ids"]):
+            if type(nodes) is not list or len(nodes) != acc:
+                _fail("b.accepted_path", "items must list one draft node per accepted draft", nodes)
+            for x in nodes:
+                if type(x) is not int or not 0 <= x < len(drafts):
+                    _fail("b.accepted_path", f"nodes must index the request's {len(drafts)} draft_ids", x)
+    if discarded is not None:
+        if type(discarded) is not list or len(discarded) > MAX_BATCH:
+            _fail("b.discarded", f"must be a list of at most {MAX_BATCH} request ids", discarded)
+        _names(discarded, "b.discarded")
 
 
 _BODIES = {"hello": HELLO, "load": LOAD, "config": CONFIG, "heartbeat": HEARTBEAT, "hook": HOOK}

@@ -10,7 +10,9 @@ device tensors into the step's :class:`state.HostRing` slot; the publisher threa
 from __future__ import annotations
 
 import inspect
+import sys
 import time
+import weakref
 
 from eagle3scope_shim import aux_channel, loadreport, registry, seams
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
@@ -51,24 +53,81 @@ def make_scheduler_init(seam):
         if not STATE.start_publisher(endpoint, dp_rank):
             return  # said so on the server's log; nothing to report to
         aux_channel.start(args[0], dp_rank)
+        report_unobserved(getattr(args[0], "draft_worker", None))
         loadreport.publish_startup(args[0], tp_rank, dp_rank)
 
     return around(seam, pre, post)
 
 
+# -- which speculative worker and draft SGLang chose, and whether the hooks see them ------------
+def _observes(obj, family: str) -> bool:
+    """Whether ``obj``'s class runs the hooked method of one of ``family``'s observing seams."""
+    for name in seams.OBSERVING_SEAMS[family]:
+        target = registry.targets.get(name)
+        if target is None:
+            continue
+        module, cls_name, method = target.rsplit(".", 2)
+        cls = getattr(sys.modules.get(module), cls_name, None)
+        if isinstance(cls, type) and isinstance(obj, cls) and getattr(type(obj), method, None) is getattr(cls, method, None):
+            return True
+    return False
+
+
+def _observed_classes(family: str) -> str:
+    """The hooked classes, named as ``module.Class`` (``llama_eagle3.LlamaModel``: there are several LlamaModels)."""
+    names = []
+    for name in seams.OBSERVING_SEAMS[family]:
+        if name in registry.targets:
+            module, cls_name, _ = registry.targets[name].rsplit(".", 2)
+            names.append(f"{module.rsplit('.', 1)[-1]}.{cls_name}")
+    return ", ".join(names)
+
+
+def _draft_model(worker):
+    inner = getattr(worker, "draft_worker", None)
+    runner = getattr(inner, "draft_runner", None) if inner is not None else getattr(worker, "model_runner", None)
+    return getattr(runner, "model", None)
+
+
+def report_unobserved(worker) -> None:
+    """Say, naming it, when the speculative worker (multi-layer EAGLE, MTP, NGRAM, DFlash, ...) or
+    the draft model is one whose rounds or forwards the hooks never see: silence would read as health."""
+    if worker is None:  # no speculative decoding, or a pipeline stage without the draft
+        return
+    if not _observes(worker, "worker"):
+        _unhooked("worker", f"SGLang runs speculative decoding with {type(worker).__name__}, which the shim does not "
+                  f"observe (it hooks {_observed_classes('worker')}): no steps, acceptance or draft passes are published")
+        return
+    draft = _draft_model(worker)
+    if draft is not None and not (_observes(draft, "draft_model") or _observes(getattr(draft, "model", None), "draft_model")):
+        _unhooked("draft_model", f"the draft model is {type(draft).__name__}, whose forward the shim does not hook (it "
+                  f"hooks {_observed_classes('draft_model')}): steps and acceptance are observed, the width entering "
+                  "the draft and whether fc ran are not")
+
+
+def _unhooked(part: str, detail: str) -> None:
+    STATE.unobserved[part] = detail  # the sticky hello repeats it: a hook frame sent at startup may be missed
+    STATE.report(part, "unhooked", detail)
+
+
 def _size_ring(worker) -> None:
-    """Ring buffers hold one step's largest snapshot: max running requests x draft tokens."""
-    runner = worker.target_worker.model_runner
-    sa = getattr(worker, "server_args", None) or getattr(runner, "server_args", None)
-    max_bs = getattr(runner, "max_running_requests", None) or getattr(sa, "max_running_requests", None) or 0
-    tokens = getattr(worker, "speculative_num_draft_tokens", None) or getattr(sa, "speculative_num_draft_tokens", None) or 0
-    STATE.ring_capacity = int(max_bs) * int(tokens)
+    """Ring buffers hold one step's largest snapshot: request pool size x draft tokens. Read at the
+    first step: SGLang sizes the request pool (and, without --max-running-requests, decides the
+    capacity) only after the worker's ``__init__``. Adaptive steps widen a round up to their largest
+    candidate."""
+    runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
+    pool = getattr(worker, "req_to_token_pool", None) or getattr(runner, "req_to_token_pool", None)
+    rows = getattr(pool, "size", None) or getattr(runner, "max_running_requests", None) or 0
+    steps = [getattr(worker, "speculative_num_steps", None) or 0]
+    steps += list(getattr(getattr(worker, "adaptive_controller", None), "candidate_steps", None) or ())
+    width = max([getattr(worker, "speculative_num_draft_tokens", None) or 0] + [int(n) + 1 for n in steps])
+    STATE.ring_capacity = int(rows) * int(width)
+    STATE.ring_sized = True
 
 
 def make_worker_init_v2(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v2", self, self.target_worker.model_runner.model, self.draft_worker.draft_runner.model))
-        _size_ring(self)
 
     return around(seam, None, post)
 
@@ -76,7 +135,6 @@ def make_worker_init_v2(seam):
 def make_worker_init_v1(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
-        _size_ring(self)
 
     return around(seam, None, post)
 
@@ -92,6 +150,8 @@ def make_step(seam):
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)
+        if not STATE.ring_sized:
+            _size_ring(self)
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
         STATE.step = step
@@ -102,7 +162,11 @@ def make_step(seam):
             return
         STATE.step = None
         slot, pub = step.slot, STATE.publisher
+        if slot is not None:
+            HostRing.record(slot)
         if step.dropped:
+            if slot is not None:
+                HostRing.release(slot)
             pub.drop("step")
             return
         if not step.prefill and step.verify is None:
@@ -111,18 +175,82 @@ def make_step(seam):
             return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = [req.rid for req in batch.reqs]
-        STATE.seq += 1
-        if slot is not None:
-            HostRing.record(slot)
-        if not pub.submit("step", (STATE.seq, time.time_ns(), rids, step, loadreport.capture_now()), finalize_step):
-            if slot is not None:
-                HostRing.release(slot)
+        if not step.prefill:
+            step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
+        payload = [None, time.time_ns(), rids, step, loadreport.capture_now()]
+        pending = STATE.uncommitted
+        key = _result_key(result) if not step.prefill and rids and _commit_observed() else None
+        if key is None:
+            while pending:  # the commit seam went away (disabled): what waited goes out as run
+                _submit(pending.popleft()[1])
+            _submit(payload)
+            return
+        # SGLang decides which requests' rounds it commits when it processes the result (the
+        # commit seam); until then the step waits, a few at most.
+        pending.append((key, payload))
+        if len(pending) > MAX_UNCOMMITTED:
+            _submit(pending.popleft()[1])  # never committed through the seam: published as run
+
+    return around(seam, pre, post, hot=True)
+
+
+#: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
+MAX_UNCOMMITTED = 4
+COMMIT_SEAM = "commit.resolve"
+
+
+def _commit_observed() -> bool:
+    return STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
+
+
+def _result_key(result):
+    """A weak reference to the round's result, which the commit hook gets back (an id could be reused
+    by a later result once this one is freed; a strong one would keep its device tensors alive)."""
+    try:
+        return weakref.ref(result)
+    except TypeError:
+        return None
+
+
+def _submit(payload) -> None:
+    """Number the step (seq follows publication order) and queue it; a refused step gives its slot back."""
+    STATE.seq += 1
+    payload[0] = STATE.seq
+    slot = payload[3].slot
+    if not STATE.publisher.submit("step", payload, finalize_step) and slot is not None:
+        HostRing.release(slot)
+
+
+def make_commit(seam):
+    """Where SGLang settles a round per request: the requests whose ``spec_verify_ct`` it advanced
+    are the ones it committed (under the overlap scheduler a request that finished runs one more
+    tick, which SGLang discards and does not count); the waiting step is published without the others."""
+
+    def pre(self, result, batch, *args, **kwargs):
+        pending = STATE.uncommitted
+        if not pending or STATE.publisher is None:
+            return None
+        for i, (waiting, payload) in enumerate(pending):
+            if waiting() is result:
+                del pending[i]
+                reqs = batch.reqs
+                return payload, reqs, [getattr(req, "spec_verify_ct", None) for req in reqs]
+        return None
+
+    def post(ctx, out, *args, **kwargs):
+        if ctx is None:
+            return
+        payload, reqs, before = ctx
+        discarded = [req.rid for req, ct in zip(reqs, before) if ct is not None and req.spec_verify_ct == ct]
+        if discarded:
+            payload[3].discarded = discarded
+        _submit(payload)
 
     return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def _timed(seam, slot: str, observe=None):
-    """Host time of one worker call into ``step.<slot>``; ``observe(step, result)`` keeps data."""
+    """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data."""
 
     def pre(*args, **kwargs):
         return _now() if STATE.step is not None else None
@@ -133,22 +261,27 @@ def _timed(seam, slot: str, observe=None):
             return
         setattr(step, slot, _now() - t0)
         if observe is not None:
-            observe(step, result)
+            observe(step, result, args[0])
 
     return around(seam, pre, post, hot=True, traceable=False)
 
 
-def _observe_draft(step, result):
+def _observe_draft(step, result, worker):
     verify_input = result[0] if isinstance(result, tuple) else result
     step.draft = snap(step, "draft", verify_input.draft_token)
 
 
-def _observe_verify_v2(step, result):
-    """v2 ``accept_lens`` INCLUDES the bonus token; ``next_token_ids`` is strided per request."""
+def _observe_verify_v2(step, result, worker):
+    """v2 ``accept_lens`` INCLUDES the bonus token; ``next_token_ids`` is strided per request (for
+    trees SGLang has compacted the accepted path to the front). A tree's ``draft_token`` holds nodes
+    in score order, so which ones were accepted comes from ``accept_index`` ([bs, steps + 1] global
+    node indices, -1 padded): one more non-blocking copy."""
     step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
+    if (getattr(worker, "topk", 1) or 1) > 1:
+        step.path = snap(step, "path", getattr(result, "accept_index", None))
 
 
-def _observe_verify_v1(step, result):
+def _observe_verify_v1(step, result, worker):
     """v1 per-request counts EXCLUDE the bonus and are a CPU list already; ``verified_id`` is packed."""
     out = result[1]
     counts = next(getattr(out, f) for f in seams.V1_COUNT_FIELDS if hasattr(out, f))
@@ -205,6 +338,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
     bs = len(rids)
     draft_ids: list = [[] for _ in range(bs)]
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
+    width = 0
     if step.draft is not None and bs:
         tokens = step.draft.tolist()
         width = len(tokens) // bs
@@ -224,8 +358,9 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
                 accepted[i], bonus[i] = n, 1
                 accepted_ids[i] = ids[pos : pos + n + 1]
                 pos += n + 1
+    path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
     ms = lambda ns: None if ns is None else ns / 1e6  # noqa: E731
-    return {
+    body = {
         "seq": seq,
         "t_ns": t_ns,
         "mode": "prefill" if step.prefill else "decode",
@@ -241,6 +376,39 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
         "verify_ms": ms(step.verify_ns),
         "extend_ms": ms(step.extend_ns),
     }
+    if path is not None:
+        body["accepted_path"] = path
+    if step.num_steps is not None:
+        body["num_steps"] = int(step.num_steps)
+    if step.discarded:
+        _drop_discarded(body, set(step.discarded))
+    return body
+
+
+def _tree_path(index, accepted: list, bs: int, width: int) -> list:
+    """Per request, the accepted draft nodes as indices into its ``draft_ids`` (depth order): row i of
+    ``accept_index`` is [root, node at depth 1, ...] in global node numbering (i * width + j, where
+    node 0 is the root that ``draft_ids`` leaves out)."""
+    flat = index.tolist()
+    if flat and type(flat[0]) is list:  # a CPU snapshot keeps the [bs, steps + 1] shape; ring views are flat
+        flat = [x for row in flat for x in row]
+    s1 = len(flat) // bs
+    return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
+
+
+_PER_REQUEST = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids", "accepted_path")
+
+
+def _drop_discarded(body: dict, discarded: set) -> None:
+    """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
+    keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
+    if len(keep) == body["bs"]:
+        return
+    body["discarded"] = [rid for rid in body["rids"] if rid in discarded]
+    for key in _PER_REQUEST:
+        if key in body:
+            body[key] = [body[key][i] for i in keep]
+    body["bs"] = len(keep)
 
 
 # -- load time: draft weights and aux capture ----------------------------------------------------

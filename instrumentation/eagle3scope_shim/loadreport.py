@@ -279,6 +279,10 @@ def _server_args(sa) -> dict:
     }
 
 
+def _class_name(obj) -> str | None:
+    return None if obj is None else type(obj).__name__
+
+
 def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
@@ -293,6 +297,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         "sglang_version": sglang_version(),
         "shim_version": __version__,
         "worker": STATE.workers[-1][0] if STATE.workers else None,
+        "worker_class": _class_name(getattr(scheduler, "draft_worker", None)),
         "server_args": server_args,
         # Python inside a replayed CUDA graph (or a compiled region) does not run: draft decode steps
         # and the draft-extend pass are invisible then; draft ids and acceptance are read from eager
@@ -308,6 +313,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         },
         "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
+        "unobserved": dict(STATE.unobserved),
     }
 
 

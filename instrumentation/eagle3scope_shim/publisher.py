@@ -99,6 +99,8 @@ class Publisher:
         self._self_seen: dict[str, int] = {}
         self._step_seen = 0
         self._busy_ns = self._busy_seen = 0  # this thread's time turning events into frames
+        #: more heartbeat fields (called on the publisher thread), e.g. the shim's host-ring figures
+        self.heartbeat_extra: Callable[[], dict] | None = None
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -225,6 +227,12 @@ class Publisher:
 
     def _heartbeat(self) -> None:
         body = {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)}
+        extra = self.heartbeat_extra
+        if extra is not None:
+            try:
+                body.update(extra())
+            except Exception as exc:
+                self._failure("heartbeat", "extra", exc)
         if self.self_time is not None:
             body["shim_us"], body["step_us"] = self._self_time_delta()
             busy = self._busy_ns

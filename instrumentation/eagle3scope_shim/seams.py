@@ -36,6 +36,8 @@ _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
 _DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
+_BRP = "sglang.srt.managers.scheduler_components.batch_result_processor"
+_SOPM = "sglang.srt.managers.scheduler_output_processor_mixin"
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,19 @@ ADAPTERS: tuple[Adapter, ...] = (
     Adapter("deepseek_set_eagle3", "aux", (
         _s("aux.deepseek_set_layers", "aux_set_layers", (_DSV2, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture")),
     )),
+    # Where the scheduler settles a v2 round per request (spec_verify_ct, the accepted-drafts
+    # histogram); from 0.5.12 a finished or retracted request's extra overlap tick is not counted
+    # there (0.5.5-0.5.10 count it). Names: 0.5.5-0.5.10, 0.5.12, 0.5.14-0.5.23.
+    Adapter("commit", "commit", (
+        _s("commit.resolve", "commit", (_BRP, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"),
+           (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens"),
+           (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids")),
+    )),
 )
+
+#: Per seam family whose hooks observe a speculative round, the seam whose method a class must
+#: inherit unchanged for the shim to see it (a subclass overriding it runs code the shim never sees).
+OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"), "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward")}
 
 #: v1 ``EagleVerifyOutput``'s per-request accepted drafts (bonus excluded), renamed at 0.5.11/0.5.12.
 V1_COUNT_FIELDS = ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu")

@@ -26,6 +26,9 @@ log = logging.getLogger("eagle3scope")
 ENV_ENABLE = "EAGLE3SCOPE"
 ENV_FAULT = "EAGLE3SCOPE_FAULT"  # test support: name of a seam whose hook body raises
 ENV_SYNC_GUARD = "EAGLE3SCOPE_SYNC_GUARD"  # test support: fail on host-device syncs in hook bodies
+#: test support: CPU tensors go through the host ring as device tensors do (no pinning, no event), so
+#: the CPU engine exercises the ring's sizing and reuse
+ENV_RING_ON_CPU = "EAGLE3SCOPE_RING_ON_CPU"
 
 
 if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
@@ -49,13 +52,16 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "prefill", "slot",
-                 "dropped")
+                 "dropped", "num_steps", "path", "discarded")
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter_ns()
         self.passes: list[list] = []  # [mode, width, fc, n]
         self.draft = None  # snapshot of EagleVerifyInput.draft_token
         self.verify = None  # (kind, per-request counts, token ids) snapshots
+        self.path = None  # trees (topk > 1): snapshot of verify's accept_index, the nodes of the accepted path
+        self.num_steps = None  # this round's step budget (adaptive steps vary it per round)
+        self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.device = "cpu"
         self.prefill = False
@@ -82,6 +88,7 @@ class ShimState:
         self.disabled: set[str] = set()
         self.seam_status: dict[str, str] = {}
         self.pending: list[dict] = []  # hook events before the publisher exists
+        self.unobserved: dict[str, str] = {}  # part ("worker", "draft_model") -> why the hooks cannot see it
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
         self.guard = SyncGuard
         # load-time facts, gathered in whatever process loads the models
@@ -94,7 +101,11 @@ class ShimState:
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
         self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
         self.ring: HostRing | None = None  # host buffers of step snapshots, made at the first copy
-        self.ring_capacity = 0  # elements per ring buffer: max running requests x draft tokens
+        self.ring_capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
+        self.ring_sized = False
+        self.ring_on_cpu = os.environ.get(ENV_RING_ON_CPU, "").strip() == "1"
+        #: decode steps waiting for SGLang to commit them (the commit seam): (weakref to the result, payload), oldest first
+        self.uncommitted: collections.deque = collections.deque()
         # the shim's own cost (heartbeat ``shim_us``/``step_us``): one cell per seam, written only by
         # the thread running the hook, read as deltas by the publisher thread (no lock: int reads)
         self.self_ns: dict[str, list[int]] = {}  # seam -> [ns spent in its pre/post bodies]
@@ -129,6 +140,7 @@ class ShimState:
         try:
             wanted = endpoint_for_dp_rank(resolve_bind_endpoint(endpoint), dp_rank)
             pub = Publisher(wanted, self.src)
+            pub.heartbeat_extra = self.ring_stats
             pub.start()
         except Exception as exc:
             log.error("eagle3scope: NOT PUBLISHING: cannot bind %s: %s: %s. This server serves on, unobserved: its"
@@ -142,6 +154,14 @@ class ShimState:
         self.publisher = pub
         log.info("eagle3scope: publishing on %s as %s", pub.endpoint, self.src)
         return True
+
+    def ring_stats(self) -> dict:
+        """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
+        ring = self.ring
+        if ring is None:
+            return {}
+        return {"ring": {"slots": len(ring.slots), "capacity": ring.capacity, "allocations": ring.allocations,
+                         "late_allocations": ring.late_allocations, "oversize": ring.oversize}}
 
 
 STATE = ShimState()
@@ -255,17 +275,43 @@ class HostRing:
 
     Slots are handed out in order. The next slot is reusable only when its reader released it and
     its event completed, which is checked with ``event.query()``: the hot path never waits. A busy
-    slot means the step is not snapshotted and counts in ``dropped``. Buffers are allocated once
-    per slot and field (sized from the speculative config, grown only if a batch exceeds it), so a
-    round costs neither a host allocation nor a new event.
+    slot means the step is not snapshotted and counts in ``dropped``. A field's buffers are
+    allocated for every slot at once, at its first copy (the first step), ``capacity`` elements each
+    (request pool size x draft tokens, which no batch exceeds); a copy larger than that drops its
+    step (``oversize``) rather than allocate pinned memory on the hot path. Only a ring whose
+    capacity is unknown (0) grows a slot's buffer. So a round costs neither a host allocation nor a
+    new event; ``late_allocations`` counts allocations after the first step.
     """
 
     def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0) -> None:
         self.slots = [RingSlot(i, new_event() if new_event is not None else None) for i in range(max(1, size))]
-        self.capacity = max(0, int(capacity))  # elements per buffer: max batch x draft tokens
+        self.capacity = max(0, int(capacity))  # elements per buffer: request pool size x draft tokens
         self._next = 0
         self.acquired = 0
         self.dropped = 0
+        self.allocations = 0  # buffer allocations (a field for every slot counts once)
+        self.late_allocations = 0  # of them, after the first step
+        self.oversize = 0  # copies larger than the buffers: their steps were dropped
+
+    def buffer(self, slot: RingSlot, name: str, dtype, n: int, pin: bool):
+        """The slot's buffer for ``name`` holding ``n`` elements of ``dtype``; None when ``n`` exceeds
+        the ring's capacity (the caller drops the step)."""
+        held = slot.buffers.get(name)
+        if held is not None and held[0].dtype == dtype and held[0].numel() >= n:
+            return held
+        if self.capacity and n > self.capacity:
+            self.oversize += 1
+            return None
+        import torch
+
+        self.allocations += 1
+        if self.acquired > 1:
+            self.late_allocations += 1
+        targets = self.slots if self.capacity and held is None else (slot,)
+        for s in targets:
+            buf = torch.empty(max(n, self.capacity), dtype=dtype, pin_memory=pin)
+            s.buffers[name] = (buf, 0, buf[:0])
+        return slot.buffers[name]
 
     def acquire(self) -> RingSlot | None:
         slot = self.slots[self._next]
@@ -295,12 +341,14 @@ RING_BYTES = 16 << 20
 
 
 def ring_for(device_type: str, capacity: int) -> HostRing:
-    """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (three
-    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids)."""
+    """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
+    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids, tree accept index)."""
     import torch
 
     low, high = RING_SLOTS
-    size = max(low, min(high, RING_BYTES // max(1, 3 * 8 * capacity)))
+    size = max(low, min(high, RING_BYTES // max(1, 4 * 8 * capacity)))
+    if device_type == "cpu":  # test support (ENV_RING_ON_CPU): host copies are done when copy_ returns
+        return HostRing(size, None, capacity)
     new_event = getattr(getattr(torch, device_type, None), "Event", None)
     if new_event is None:
         raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
@@ -315,7 +363,8 @@ def snap(step: Step, name: str, tensor):
     step's copies. None when the ring had no free slot: the step is then marked dropped."""
     if tensor is None:
         return None
-    if tensor.device.type == "cpu":
+    device = tensor.device.type
+    if device == "cpu" and not STATE.ring_on_cpu:
         return tensor.clone()
     if step.dropped:
         return None
@@ -323,19 +372,17 @@ def snap(step: Step, name: str, tensor):
     if slot is None:
         ring = STATE.ring
         if ring is None:
-            ring = STATE.ring = ring_for(tensor.device.type, STATE.ring_capacity)
+            ring = STATE.ring = ring_for(device, STATE.ring_capacity)
         slot = step.slot = ring.acquire()
         if slot is None:
             step.dropped = True
             return None
     n = tensor.numel()
-    held = slot.buffers.get(name)  # (buffer, numel of the cached view, view)
-    if held is None or held[0].dtype != tensor.dtype or held[0].numel() < n:
-        import torch
-
-        buf = torch.empty(max(n, STATE.ring.capacity), dtype=tensor.dtype, pin_memory=tensor.device.type == "cuda")
-        held = slot.buffers[name] = (buf, n, buf[:n])
-    elif held[1] != n:
+    held = STATE.ring.buffer(slot, name, tensor.dtype, n, device == "cuda")  # (buffer, numel of the view, view)
+    if held is None:
+        step.dropped = True
+        return None
+    if held[1] != n:
         held = slot.buffers[name] = (held[0], n, held[0][:n])
     view = held[2]
     view.copy_(tensor if tensor.dim() == 1 else tensor.reshape(-1), non_blocking=True)

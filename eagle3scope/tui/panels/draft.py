@@ -53,13 +53,13 @@ class DraftPanel(Vertical):
         self._shown = key
         # partial styles: no background of their own, so the cursor row keeps one background
         acc_s, rej_s, unr_s, bonus_s, muted = (self.get_component_rich_style(f"draft--{n}", partial=True) for n in ("accepted", "rejected", "unreached", "bonus", "muted"))
+        styles = {"accepted": acc_s, "rejected": rej_s, "unreached": unr_s, "off-path": unr_s}
         table = self.query_one(DataTable)
         table.clear()
         for r in rows:
             proposed = Text(no_wrap=True, overflow="ellipsis")
             for j, piece in enumerate(self._tokens(r.proposed)):
-                style = acc_s if j < r.accepted else rej_s if j == r.accepted else unr_s
-                proposed.append(terminal(piece), style=style)
+                proposed.append(terminal(piece), style=styles[r.fate(j)])
                 proposed.append(" ")
             done = Text(no_wrap=True, overflow="ellipsis")
             pieces = self._tokens(r.committed)

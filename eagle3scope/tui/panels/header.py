@@ -53,6 +53,10 @@ class PublisherBar(Widget):
             line.append(terminal(f" {r.algorithm or '?'}"))
             if r.worker and not narrow:
                 line.append(terminal(f" {r.worker}"))
+            if "worker" in r.unobserved:  # the shim sees no rounds: say so before anything else
+                line.append(terminal(f" {r.worker_class or 'worker'} NOT OBSERVED"), style=bad)
+            elif "draft_model" in r.unobserved:
+                line.append(" draft passes not observed", style=warn)
             line.append(terminal(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}"))
             graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
             line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
