@@ -53,6 +53,8 @@ def _expected(version: str) -> dict[str, set[str]]:
         # set_eagle3_layers_to_capture with EAGLE-3 (DeepseekV2's from 0.5.5); the shared call site from 0.5.16
         "aux": set() if not has_eagle3 else {"llama_set_eagle3"} | ({"deepseek_set_eagle3"} if v >= (0, 5, 5) else set())
         | ({"aux_call_site"} if v >= (0, 5, 16) else set()),
+        # SchedulerRequestReceiver in managers/scheduler_components/request_receiver.py (read in 0.5.12, 0.5.14-0.5.23)
+        "broadcast": {"request_broadcast"} if v >= (0, 5, 14) else set(),
     }
 
 

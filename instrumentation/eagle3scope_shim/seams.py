@@ -36,6 +36,10 @@ _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
 _DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
+_RR = "sglang.srt.managers.scheduler_components.request_receiver"
+
+#: the seam a change under tensor parallelism rides to every TP rank (:mod:`eagle3scope_shim.collective`)
+BROADCAST = "tp.broadcast"
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ ADAPTERS: tuple[Adapter, ...] = (
     # DeepseekV2/V3 and Kimi-K2.5 (which delegates to its DeepseekV3 language model), from 0.5.5.
     Adapter("deepseek_set_eagle3", "aux", (
         _s("aux.deepseek_set_layers", "aux_set_layers", (_DSV2, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture")),
+    )),
+    # TP rank 0's per-iteration broadcast of what it pulled, from 0.5.14 (inline in Scheduler.recv_requests before).
+    Adapter("request_broadcast", "broadcast", (
+        _s(BROADCAST, "tp_broadcast", (_RR, "SchedulerRequestReceiver._broadcast_reqs_across_ranks")),
     )),
 )
 
