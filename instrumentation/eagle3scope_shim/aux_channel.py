@@ -502,10 +502,12 @@ def _recapture_here(facts: Facts) -> tuple[str, float | None]:
 
 
 def _restore_here(facts: Facts, previous, recaptured: bool) -> str:
+    if facts.target is None:
+        return "no target on this rank"
     try:
         facts.target.set_eagle3_layers_to_capture(previous)
     except Exception as exc:
-        return f"SGLang raised {type(exc).__name__}: {exc} putting {previous} back"
+        return f"SGLang raised {type(exc).__name__}: {exc}"
     if recaptured and facts.graphs.captured:
         try:
             facts.graphs.recapture()

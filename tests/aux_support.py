@@ -1,0 +1,61 @@
+"""Stand-ins shared by the aux-control tests: a target with SGLang's set_eagle3_layers_to_capture
+semantics (0.5.23 ``LlamaForCausalLM``: ``layers_to_capture = [i + 1 for i in ids]``, default
+``[2, n // 2, n - 3]``) and a publisher that records what the shim submits."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+
+class StandInTarget:
+    """SGLang 0.5.23 ``LlamaForCausalLM.set_eagle3_layers_to_capture`` semantics."""
+
+    def __init__(self, n: int) -> None:
+        self.config = SimpleNamespace(num_hidden_layers=n)
+        self.model = SimpleNamespace(layers_to_capture=[])
+        self.capture_aux_hidden_states = False
+        self.calls = []
+        self.thread = None
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.calls.append(layer_ids)
+        self.thread = threading.current_thread()
+        n = self.config.num_hidden_layers
+        self.capture_aux_hidden_states = True
+        self.model.layers_to_capture = [2, n // 2, n - 3] if layer_ids is None else [v + 1 for v in layer_ids]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events = []
+
+    def submit(self, kind, body, finalize=None):
+        self.events.append((kind, body))
+
+
+class EagerRunner:
+    pass
+
+
+class DecodeCudaGraphRunner:
+    pass
+
+
+class TargetRunner:
+    """Stands in for SGLang's target ModelRunner with a captured verify graph: a capture freezes the
+    layers the target captures at that moment, and replay (serving) uses the frozen set, as a CUDA
+    graph does. ``fail`` makes the next captures raise (e.g. out of memory)."""
+
+    def __init__(self, target, fail: int = 0) -> None:
+        self.target, self.fail, self.captures = target, fail, 0
+        self.prefill_cuda_graph_runner = EagerRunner()
+        self.recapture_decode_cuda_graph()
+
+    def recapture_decode_cuda_graph(self):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("CUDA out of memory during capture")
+        self.decode_cuda_graph_runner = DecodeCudaGraphRunner()
+        self.decode_cuda_graph_runner.replays = list(self.target.model.layers_to_capture)
+        self.captures += 1
