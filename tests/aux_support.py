@@ -1,9 +1,13 @@
-"""Stand-ins shared by the aux-control tests: a target with SGLang's set_eagle3_layers_to_capture
-semantics (0.5.23 ``LlamaForCausalLM``: ``layers_to_capture = [i + 1 for i in ids]``, default
-``[2, n // 2, n - 3]``) and a publisher that records what the shim submits."""
+"""Shared by the aux-control tests: stand-ins (a target with SGLang's set_eagle3_layers_to_capture
+semantics, 0.5.23 ``LlamaForCausalLM``: ``layers_to_capture = [i + 1 for i in ids]``, default
+``[2, n // 2, n - 3]``; a publisher that records what the shim submits; a target model runner with
+captured graphs), a scheduler-like loop, and the ``aux-offset`` scenario for the engine tests."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 from types import SimpleNamespace
 
@@ -59,3 +63,41 @@ class TargetRunner:
         self.decode_cuda_graph_runner = DecodeCudaGraphRunner()
         self.decode_cuda_graph_runner.replays = list(self.target.model.layers_to_capture)
         self.captures += 1
+
+
+@contextlib.contextmanager
+def looping(step, every: float = 0.01):
+    """Call ``step`` over and over on a thread named "scheduler" (as SGLang's loop calls the shim)
+    while the block runs."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            step()
+            stop.wait(every)
+
+    thread = threading.Thread(target=loop, name="scheduler")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def aux_offset_scenario(tmp_dir):
+    """The trained demo pair as the ``aux-offset`` scenario serves it: (model paths, scenario spec,
+    the draft config's ids). Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS=1
+    builds them; EAGLE3SCOPE_REQUIRE_ENGINE=1 demands them)."""
+    import pytest
+
+    from eagle3scope.demo import models
+    from eagle3scope.demo.scenarios import SCENARIOS
+
+    if models.cached() is None and os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") != "1" \
+            and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
+        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
+    paths = models.ensure_demo_models()
+    spec = SCENARIOS["aux-offset"].prepare(paths, tmp_dir)
+    offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    return paths, spec, offset

@@ -25,7 +25,7 @@ from eagle3scope_shim import aux_channel, seams
 from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
 
-from aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner
+from aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
 
 
 # -- id semantics and presets ----------------------------------------------------------------
@@ -182,20 +182,8 @@ def test_set_is_queued_then_applied_between_steps_on_the_stepping_thread(channel
 
 def test_set_waits_for_the_next_step_and_reports_applied(channel):
     ctl, target, client, _ = channel
-    stop = threading.Event()
-
-    def scheduler():
-        while not stop.is_set():
-            ctl.apply_pending()
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=scheduler)
-    thread.start()
-    try:
+    with looping(ctl.apply_pending):
         reply = client.set([3, 5, 6], wait_s=3)
-    finally:
-        stop.set()
-        thread.join()
     assert reply["status"] == "applied" and reply["captured"] == [4, 6, 7]
     assert target.model.layers_to_capture == [4, 6, 7]
 
@@ -587,20 +575,8 @@ def graph_channel(channel):
     ctl, target, client, recorder = channel
     runner = TargetRunner(target)
     ctl.facts.graphs = _plan(runner)
-    stop = threading.Event()
-
-    def scheduler():
-        while not stop.is_set():
-            ctl.apply_pending()
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=scheduler, name="scheduler")
-    thread.start()
-    try:
+    with looping(ctl.apply_pending):
         yield ctl, target, client, recorder, runner
-    finally:
-        stop.set()
-        thread.join()
 
 
 def test_with_graphs_a_set_needs_recapture_and_then_replays_the_new_set(graph_channel):

@@ -31,23 +31,15 @@ from eagle3scope.demo.server import SGLangServer
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.demo.workload import Workload
 
+from aux_support import aux_offset_scenario
+
 pytestmark = pytest.mark.engine
-
-REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
-
 
 @pytest.fixture(scope="module")
 def demo(engine_python, tmp_path_factory):
     """The trained demo pair and the ``aux-offset`` scenario's draft (speculators numbering)."""
-    from eagle3scope.demo import models
-    from eagle3scope.demo.scenarios import SCENARIOS
-
-    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    paths = models.ensure_demo_models()
-    spec = SCENARIOS["aux-offset"].prepare(paths, tmp_path_factory.mktemp("aux-offset"))
+    paths, spec, offset = aux_offset_scenario(tmp_path_factory.mktemp("aux-offset"))
     trained = list(paths.aux_layer_ids)
-    offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert offset == [i + 1 for i in trained]
     return {"target": str(spec.target_dir), "offset_draft": str(spec.draft_dir), "aux": trained, "offset": offset,
             "n": paths.num_target_layers, "extra_args": list(spec.extra_args)}

@@ -28,7 +28,7 @@ from eagle3scope_shim import aux_channel, collective, hooks, seams
 from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
 
-from aux_support import Recorder, StandInTarget, TargetRunner
+from aux_support import Recorder, StandInTarget, TargetRunner, looping
 
 
 # -- the change on SGLang's broadcast list ---------------------------------------------------------
@@ -269,20 +269,8 @@ def test_the_seam_carries_a_queued_set_through_the_broadcast_to_the_parked_reply
 def test_a_set_waits_in_its_reply_for_the_broadcast(tp_channel):
     ctl, target, client = tp_channel
     hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()
-    stop = threading.Event()
-
-    def scheduler_loop():
-        while not stop.is_set():
-            hook(Receiver._broadcast_reqs_across_ranks, receiver, [], [])
-            stop.wait(0.01)
-
-    loop = threading.Thread(target=scheduler_loop)
-    loop.start()
-    try:
+    with looping(lambda: hook(Receiver._broadcast_reqs_across_ranks, receiver, [], [])):
         reply = client.set([3, 5, 6], wait_s=3)
-    finally:
-        stop.set()
-        loop.join()
     assert reply["status"] == "applied" and reply["captured"] == [4, 6, 7] and "ranks" not in reply
     assert target.model.layers_to_capture == [4, 6, 7]
 

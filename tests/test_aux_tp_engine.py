@@ -18,9 +18,6 @@ request_receiver.py, 0.5.23). One shared server serves the ``aux-offset`` scenar
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 
 from eagle3scope.control.client import ControlClient, ControlError
@@ -28,24 +25,19 @@ from eagle3scope.demo.server import SGLangServer
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.wire.token import create_token_file, read_token
 
+from aux_support import aux_offset_scenario
+
 pytestmark = pytest.mark.engine
 
-REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
 FAULTY = [0, 1, 2]  # valid ids (rank 0 accepts them); rank 1's fault point fails them
 TP_ENV = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}  # one core per rank (numa_utils asserts ranks <= NUMA nodes)
 
 
 @pytest.fixture(scope="module")
 def tp2(engine_python, tmp_path_factory):
-    from eagle3scope.demo import models
     from eagle3scope.demo.models import demo_prompts
-    from eagle3scope.demo.scenarios import SCENARIOS
 
-    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    paths = models.ensure_demo_models()
-    spec = SCENARIOS["aux-offset"].prepare(paths, tmp_path_factory.mktemp("aux-offset"))
-    offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    paths, spec, offset = aux_offset_scenario(tmp_path_factory.mktemp("aux-offset"))
     token = create_token_file(tmp_path_factory.mktemp("token"))
     control = f"tcp://127.0.0.1:{free_port()}"
     env = {**TP_ENV, "EAGLE3SCOPE_ENDPOINT": f"tcp://127.0.0.1:{free_port()}", "EAGLE3SCOPE_CONTROL": control,
