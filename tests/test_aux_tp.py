@@ -289,3 +289,25 @@ def test_what_under_tp_cannot_reach_every_rank_is_refused(sa, tp_rank, attached,
     got = collective.blocker(sa, tp_rank, attached)
     assert (reason in got) if reason else got == ""
 
+
+
+def test_the_broadcast_seam_is_attached_only_where_a_control_channel_is_asked_for(monkeypatch):
+    """Read over the installed 0.5.23 source (no import): without EAGLE3SCOPE_CONTROL nothing can
+    ride the broadcast, so the seam is not even wrapped and costs SGLang's loop nothing."""
+    from eagle3scope.demo.server import engine_python
+    from eagle3scope.wire.control_protocol import ENV_CONTROL
+    from eagle3scope_shim import patching
+
+    roots = sorted(engine_python("0.5.23").parent.parent.glob("lib/python3*/site-packages"))
+    if not roots or not (roots[0] / "sglang").is_dir():
+        pytest.skip("no SGLang 0.5.23 engine venv to read the source of")
+    monkeypatch.setattr(seams, "installed_root", lambda: str(roots[0]))
+    monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.delenv(ENV_CONTROL, raising=False)
+    without = {name for name, _, _ in patching.plan()}
+    monkeypatch.setenv(ENV_CONTROL, "tcp://127.0.0.1:5560")
+    planned = {name: (target, hook) for name, target, hook in patching.plan()}
+    assert set(planned) - without == {seams.BROADCAST} and "v2.step" in without
+    assert planned[seams.BROADCAST][0] == ("sglang.srt.managers.scheduler_components.request_receiver",
+                                          "SchedulerRequestReceiver._broadcast_reqs_across_ranks")
+    assert STATE.seam_status == {}  # nothing reported missing on 0.5.23

@@ -51,6 +51,8 @@ def plan() -> list[tuple[str, str, object]]:
                 alternatives = [seams.dotted(t) for t in seam.targets]
                 STATE.report(seam.name, "missing", f"adapter {adapter.name}: none of {alternatives} in this release")
                 continue
+            if not seam.wanted():
+                continue
             registry.targets[seam.name] = seams.dotted(target)
             out.append((seam.name, target, hooks.FACTORIES[seam.hook](seam.name)))
     return out

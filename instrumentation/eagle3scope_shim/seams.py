@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from eagle3scope.wire.control_protocol import ENV_CONTROL
 from eagle3scope.wire.releases import installed_sglang as sglang_version  # noqa: F401  (the shim's name)
 
 #: The releases whose wheels tests/test_compat_static.py checks this table against.
@@ -47,6 +48,10 @@ class Seam:
     name: str
     targets: tuple[tuple[str, str], ...]  # alternatives: (module, qualname)
     hook: str
+    only_with: str = ""  # an environment variable: the seam is attached only where it is set
+
+    def wanted(self) -> bool:
+        return not self.only_with or bool(os.environ.get(self.only_with, "").strip())
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,8 @@ class Adapter:
     seams: tuple[Seam, ...]
 
 
-def _s(name: str, hook: str, *targets: tuple[str, str]) -> Seam:
-    return Seam(name, tuple(targets), hook)
+def _s(name: str, hook: str, *targets: tuple[str, str], only_with: str = "") -> Seam:
+    return Seam(name, tuple(targets), hook, only_with)
 
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -95,9 +100,11 @@ ADAPTERS: tuple[Adapter, ...] = (
     Adapter("deepseek_set_eagle3", "aux", (
         _s("aux.deepseek_set_layers", "aux_set_layers", (_DSV2, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture")),
     )),
-    # TP rank 0's per-iteration broadcast of what it pulled, from 0.5.14 (inline in Scheduler.recv_requests before).
+    # TP rank 0's per-iteration broadcast of what it pulled, from 0.5.14 (inline in Scheduler.recv_requests
+    # before); only a control channel sends anything over it, so without one it costs nothing.
     Adapter("request_broadcast", "broadcast", (
-        _s(BROADCAST, "tp_broadcast", (_RR, "SchedulerRequestReceiver._broadcast_reqs_across_ranks")),
+        _s(BROADCAST, "tp_broadcast", (_RR, "SchedulerRequestReceiver._broadcast_reqs_across_ranks"),
+           only_with=ENV_CONTROL),
     )),
 )
 
