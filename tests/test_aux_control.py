@@ -504,7 +504,7 @@ class LlamaForCausalLM(StandInTarget):
         super().set_eagle3_layers_to_capture(layer_ids)
 
 
-def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=()):
+def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=(), tp_rank=0):
     fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
     draft = SimpleNamespace(config=SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
                                                    target_hidden_size=128), model=SimpleNamespace(fc=fc))
@@ -512,7 +512,7 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
     monkeypatch.setattr(STATE, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return aux_channel.gather(SimpleNamespace(server_args=sa))
+    return aux_channel.gather(SimpleNamespace(server_args=sa), tp_rank)
 
 
 def test_gather_facts_and_blockers(monkeypatch):
@@ -544,6 +544,9 @@ def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
     monkeypatch.setattr(STATE, "disabled", {seams.BROADCAST})
     assert "no request broadcast" in _gather(monkeypatch, target, tp=2).why_not
     assert "pipeline" in _gather(monkeypatch, target, tp=2, pp=2).why_not
+    # DP attention: every attention-DP group's entry rank has a channel; only TP rank 0's broadcast reaches all
+    assert "this is TP rank 2: changes ride the broadcast from TP rank 0" in _gather(monkeypatch, target, tp=4,
+                                                                                    tp_rank=2).why_not
 
 
 # -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
