@@ -541,12 +541,12 @@ def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
     monkeypatch.setattr(STATE, "seam_status", {seams.BROADCAST: "attached"})
     facts = _gather(monkeypatch, target, tp=2)
     assert facts.why_not == "" and facts.tp_size == 2
-    monkeypatch.setattr(STATE, "disabled", {seams.BROADCAST})
-    assert "no request broadcast" in _gather(monkeypatch, target, tp=2).why_not
-    assert "pipeline" in _gather(monkeypatch, target, tp=2, pp=2).why_not
     # DP attention: every attention-DP group's entry rank has a channel; only TP rank 0's broadcast reaches all
     assert "this is TP rank 2: changes ride the broadcast from TP rank 0" in _gather(monkeypatch, target, tp=4,
                                                                                     tp_rank=2).why_not
+    monkeypatch.setattr(STATE, "disabled", {seams.BROADCAST})
+    assert "no request broadcast" in _gather(monkeypatch, target, tp=2).why_not
+    assert "pipeline" in _gather(monkeypatch, target, tp=2, pp=2).why_not
 
 
 # -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
