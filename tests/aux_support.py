@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -101,3 +103,9 @@ def aux_offset_scenario(tmp_dir):
     spec = SCENARIOS["aux-offset"].prepare(paths, tmp_dir)
     offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     return paths, spec, offset
+
+
+def aux_cli(*args, env=None) -> subprocess.CompletedProcess:
+    """``eagle3scope aux ARGS`` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "eagle3scope.cli", "aux", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})

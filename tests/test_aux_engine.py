@@ -17,9 +17,6 @@ by one more. Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -31,7 +28,7 @@ from eagle3scope.demo.server import SGLangServer
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.demo.workload import Workload
 
-from aux_support import aux_offset_scenario
+from aux_support import aux_cli, aux_offset_scenario
 
 pytestmark = pytest.mark.engine
 
@@ -58,19 +55,14 @@ def served(demo, tmp_path_factory):
                "client": ControlClient(control, read_token(token), timeout_s=10), "prompts": demo_prompts(8)}
 
 
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "eagle3scope.cli", "aux", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
-
-
 @pytest.fixture(scope="module")
 def cycled(demo, served, tmp_path_factory):
     """``eagle3scope aux cycle`` as a user runs it, under a steady greedy workload."""
     s = served
-    listed = json.loads(_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
+    listed = json.loads(aux_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
     config_home = tmp_path_factory.mktemp("config")
     with Workload(s["server"], s["prompts"], concurrency=2, max_new_tokens=48) as load:
-        out = _cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
+        out = aux_cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
                    "--presets", "configured,configured-1,configured+1,custom", "--custom", "0,1,2",
                    "--steps", "30", "--json", env={"XDG_CONFIG_HOME": str(config_home)})
         errors = list(load.errors)
@@ -118,7 +110,7 @@ def test_bad_requests_are_refused_and_change_nothing(demo, served):
         with pytest.raises(ControlError, match=reason):
             client.set(layers)
     assert client.raw(client.sign({"cmd": "reload_weights"}))["error"].startswith("unknown command")
-    out = _cli("set", "6,7,8", "--control", s["control"], "--token-file", s["token"])
+    out = aux_cli("set", "6,7,8", "--control", s["control"], "--token-file", s["token"])
     assert out.returncode == 1 and "refused" in out.stderr
     after = client.list()
     assert (after["current"], after["captured"], after["pending"]) == (before["current"], before["captured"], None)

@@ -25,7 +25,7 @@ from eagle3scope.demo.server import SGLangServer
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.wire.token import create_token_file, read_token
 
-from aux_support import aux_offset_scenario
+from aux_support import aux_cli, aux_offset_scenario
 
 pytestmark = pytest.mark.engine
 
@@ -45,6 +45,7 @@ def tp2(engine_python, tmp_path_factory):
     with SGLangServer(spec.target_dir, spec.draft_dir, env=env,
                       extra_args=[*spec.extra_args, "--tp-size", "2", "--disable-radix-cache"]) as server:
         yield {"server": server, "client": ControlClient(control, read_token(token), timeout_s=10),
+               "channel": ("--control", control, "--token-file", str(token)),
                "trained": list(paths.aux_layer_ids), "offset": offset, "prompts": demo_prompts(6)}
 
 
@@ -66,6 +67,8 @@ def test_list_says_a_set_reaches_every_rank(tp2):
     listed = tp2["client"].list()
     assert listed["tp_size"] == 2 and listed["changeable"] and listed["why_not"] == "", listed
     assert listed["current"] == tp2["offset"] and listed["captured"] == [i + 1 for i in tp2["offset"]]
+    out = aux_cli("list", *tp2["channel"])
+    assert out.returncode == 0 and "tensor parallel: 2 ranks; a set is applied by all of them" in out.stdout, out
 
 
 def test_set_changes_both_ranks_in_the_same_iteration_and_acceptance_follows(tp2):
@@ -74,14 +77,17 @@ def test_set_changes_both_ranks_in_the_same_iteration_and_acceptance_follows(tp2
     reply = client.set(trained, wait_s=5)
     _applied_on_both_ranks(reply, trained)
     right, texts_right = _accept(tp2)
-    back = client.set(offset, wait_s=5)
-    _applied_on_both_ranks(back, offset)
-    assert back["ranks"][0]["forward_ct"] > reply["ranks"][0]["forward_ct"]  # forwards ran in between
+    out = aux_cli("set", ",".join(map(str, offset)), "--wait", "5", *tp2["channel"])  # as a user does
+    assert out.returncode == 0, out
+    back = client.list()["ranks"]
+    assert [r["captured"] for r in back] == [[i + 1 for i in offset]] * 2 and back[0]["forward_ct"] == \
+        back[1]["forward_ct"] > reply["ranks"][0]["forward_ct"], back  # applied together, forwards after the last
+    for r in back:
+        assert f"TP rank {r['rank']}: captures {r['captured']} after SGLang's forward {r['forward_ct']}" in out.stdout
     wrong_again, texts_again = _accept(tp2)
     means = {"served": round(wrong, 3), "trained": round(right, 3), "served again": round(wrong_again, 3)}
     assert right > wrong + 0.3 and right > wrong_again + 0.3, means
     assert texts_right == texts and texts_again == texts  # lossless whatever the aux layers
-    assert client.list()["ranks"] == back["ranks"]  # `list` shows the latest change's per-rank reports
 
 
 def test_a_failure_on_one_rank_refuses_the_set_and_restores_both(tp2):
