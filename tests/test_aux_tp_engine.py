@@ -86,6 +86,7 @@ def test_set_changes_both_ranks_in_the_same_iteration_and_acceptance_follows(tp2
         assert f"TP rank {r['rank']}: captures {r['captured']} after SGLang's forward {r['forward_ct']}" in out.stdout
     wrong_again, texts_again = _accept(tp2)
     means = {"served": round(wrong, 3), "trained": round(right, 3), "served again": round(wrong_again, 3)}
+    print("TP-2 mean spec_accept_length", means, "forward_ct", [r["forward_ct"] for r in reply["ranks"] + back])
     assert right > wrong + 0.3 and right > wrong_again + 0.3, means
     assert texts_right == texts and texts_again == texts  # lossless whatever the aux layers
 
