@@ -21,9 +21,11 @@ from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import aux_channel
+from eagle3scope_shim import aux_channel, seams
 from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.state import STATE
+
+from aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
 
 
 # -- id semantics and presets ----------------------------------------------------------------
@@ -131,36 +133,10 @@ def test_token_file_refusals(tmp_path):
 
 
 # -- the shim's channel -------------------------------------------------------------------------
-class _Inner:
-    """SGLang 0.5.23 ``LlamaForCausalLM.set_eagle3_layers_to_capture`` semantics."""
-
-    def __init__(self, n: int) -> None:
-        self.config = SimpleNamespace(num_hidden_layers=n)
-        self.model = SimpleNamespace(layers_to_capture=[])
-        self.capture_aux_hidden_states = False
-        self.calls = []
-        self.thread = None
-
-    def set_eagle3_layers_to_capture(self, layer_ids=None):
-        self.calls.append(layer_ids)
-        self.thread = threading.current_thread()
-        n = self.config.num_hidden_layers
-        self.capture_aux_hidden_states = True
-        self.model.layers_to_capture = [2, n // 2, n - 3] if layer_ids is None else [v + 1 for v in layer_ids]
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.events = []
-
-    def submit(self, kind, body, finalize=None):
-        self.events.append((kind, body))
-
-
 @pytest.fixture
 def channel(tmp_path):
     """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
-    target = _Inner(8)
+    target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
     facts = aux_channel.Facts()
@@ -169,7 +145,7 @@ def channel(tmp_path):
     token_file = create_token_file(tmp_path)
     ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
     ctl.current = [2, 4, 5]
-    recorder = _Recorder()
+    recorder = Recorder()
     old = STATE.publisher
     STATE.publisher = recorder
     ctl.start()
@@ -206,20 +182,8 @@ def test_set_is_queued_then_applied_between_steps_on_the_stepping_thread(channel
 
 def test_set_waits_for_the_next_step_and_reports_applied(channel):
     ctl, target, client, _ = channel
-    stop = threading.Event()
-
-    def scheduler():
-        while not stop.is_set():
-            ctl.apply_pending()
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=scheduler)
-    thread.start()
-    try:
+    with looping(ctl.apply_pending):
         reply = client.set([3, 5, 6], wait_s=3)
-    finally:
-        stop.set()
-        thread.join()
     assert reply["status"] == "applied" and reply["captured"] == [4, 6, 7]
     assert target.model.layers_to_capture == [4, 6, 7]
 
@@ -533,22 +497,14 @@ def test_profiles_keep_the_best_per_draft(tmp_path, monkeypatch):
 
 
 # -- what the shim refuses up front ---------------------------------------------------------------
-class LlamaForCausalLM(_Inner):
+class LlamaForCausalLM(StandInTarget):
     """Named like SGLang's class, which defines the method itself: the family table applies."""
 
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         super().set_eagle3_layers_to_capture(layer_ids)
 
 
-class EagerRunner:
-    pass
-
-
-class DecodeCudaGraphRunner:
-    pass
-
-
-def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=()):
+def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=(), tp_rank=0):
     fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
     draft = SimpleNamespace(config=SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
                                                    target_hidden_size=128), model=SimpleNamespace(fc=fc))
@@ -556,7 +512,7 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
     monkeypatch.setattr(STATE, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return aux_channel.gather(SimpleNamespace(server_args=sa))
+    return aux_channel.gather(SimpleNamespace(server_args=sa), tp_rank)
 
 
 def test_gather_facts_and_blockers(monkeypatch):
@@ -571,40 +527,36 @@ def test_gather_facts_and_blockers(monkeypatch):
         assert facts.why_not == "" and facts.graphs.captured  # a set is refused unless it asks for a recapture
         assert "CUDA graphs" in facts.graphs.refusal(recapture=False)
     assert not _gather(monkeypatch, target, runner=eager).graphs.captured
-    assert "tensor parallelism" in _gather(monkeypatch, target, runner=eager, tp=2).why_not
     assert "pipeline" in _gather(monkeypatch, target, runner=eager, pp=2).why_not
     odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
     assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
-    assert "unknown model family" in _gather(monkeypatch, _Inner(8), runner=eager).why_not
+    assert "unknown model family" in _gather(monkeypatch, StandInTarget(8), runner=eager).why_not
+
+
+def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    monkeypatch.setattr(STATE, "seam_status", {})
+    assert _gather(monkeypatch, target, tp=2).why_not.startswith("tensor parallelism (tp_size 2): this release has no")
+    monkeypatch.setattr(STATE, "seam_status", {seams.BROADCAST: "attached"})
+    facts = _gather(monkeypatch, target, tp=2)
+    assert facts.why_not == "" and facts.tp_size == 2
+    # DP attention: every attention-DP group's entry rank has a channel; only TP rank 0's broadcast reaches all
+    assert "this is TP rank 2: changes ride the broadcast from TP rank 0" in _gather(monkeypatch, target, tp=4,
+                                                                                    tp_rank=2).why_not
+    monkeypatch.setattr(STATE, "disabled", {seams.BROADCAST})
+    assert "no request broadcast" in _gather(monkeypatch, target, tp=2).why_not
+    assert "pipeline" in _gather(monkeypatch, target, tp=2, pp=2).why_not
 
 
 # -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
-class TargetRunner:
-    """Stands in for SGLang's target ModelRunner with a captured verify graph: a capture freezes the
-    layers the target captures at that moment, and replay (serving) uses the frozen set, as a CUDA
-    graph does. ``fail`` makes the next captures raise (e.g. out of memory)."""
-
-    def __init__(self, target, fail: int = 0) -> None:
-        self.target, self.fail, self.captures = target, fail, 0
-        self.prefill_cuda_graph_runner = EagerRunner()
-        self.recapture_decode_cuda_graph()
-
-    def recapture_decode_cuda_graph(self):
-        if self.fail:
-            self.fail -= 1
-            raise RuntimeError("CUDA out of memory during capture")
-        self.decode_cuda_graph_runner = DecodeCudaGraphRunner()
-        self.decode_cuda_graph_runner.replays = list(self.target.model.layers_to_capture)
-        self.captures += 1
-
-
 def _plan(runner, version="0.5.23", device="cuda", adaptive=None):
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=adaptive)
     return shim_graphs.plan(worker, SimpleNamespace(device=device), version)
 
 
 def test_graph_plan_names_the_blocker_of_each_release_and_setup():
-    target = _Inner(8)
+    target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     assert _plan(TargetRunner(target)).describe() == {"captured": True, "recapture": True, "why_not": "",
                                                      "last_pause_ms": None}
@@ -626,20 +578,8 @@ def graph_channel(channel):
     ctl, target, client, recorder = channel
     runner = TargetRunner(target)
     ctl.facts.graphs = _plan(runner)
-    stop = threading.Event()
-
-    def scheduler():
-        while not stop.is_set():
-            ctl.apply_pending()
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=scheduler, name="scheduler")
-    thread.start()
-    try:
+    with looping(ctl.apply_pending):
         yield ctl, target, client, recorder, runner
-    finally:
-        stop.set()
-        thread.join()
 
 
 def test_with_graphs_a_set_needs_recapture_and_then_replays_the_new_set(graph_channel):

@@ -17,9 +17,6 @@ by one more. Skips unless the demo models are built (or EAGLE3SCOPE_BUILD_MODELS
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -31,23 +28,15 @@ from eagle3scope.demo.server import SGLangServer
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.demo.workload import Workload
 
+from aux_support import aux_cli, aux_offset_scenario
+
 pytestmark = pytest.mark.engine
-
-REQUIRE = os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
-
 
 @pytest.fixture(scope="module")
 def demo(engine_python, tmp_path_factory):
     """The trained demo pair and the ``aux-offset`` scenario's draft (speculators numbering)."""
-    from eagle3scope.demo import models
-    from eagle3scope.demo.scenarios import SCENARIOS
-
-    if models.cached() is None and not REQUIRE and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip("demo models not built (python -m eagle3scope.demo.models, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    paths = models.ensure_demo_models()
-    spec = SCENARIOS["aux-offset"].prepare(paths, tmp_path_factory.mktemp("aux-offset"))
+    paths, spec, offset = aux_offset_scenario(tmp_path_factory.mktemp("aux-offset"))
     trained = list(paths.aux_layer_ids)
-    offset = json.loads((spec.draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert offset == [i + 1 for i in trained]
     return {"target": str(spec.target_dir), "offset_draft": str(spec.draft_dir), "aux": trained, "offset": offset,
             "n": paths.num_target_layers, "extra_args": list(spec.extra_args)}
@@ -66,19 +55,14 @@ def served(demo, tmp_path_factory):
                "client": ControlClient(control, read_token(token), timeout_s=10), "prompts": demo_prompts(8)}
 
 
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "eagle3scope.cli", "aux", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
-
-
 @pytest.fixture(scope="module")
 def cycled(demo, served, tmp_path_factory):
     """``eagle3scope aux cycle`` as a user runs it, under a steady greedy workload."""
     s = served
-    listed = json.loads(_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
+    listed = json.loads(aux_cli("list", "--control", s["control"], "--token-file", s["token"], "--json").stdout)
     config_home = tmp_path_factory.mktemp("config")
     with Workload(s["server"], s["prompts"], concurrency=2, max_new_tokens=48) as load:
-        out = _cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
+        out = aux_cli("cycle", "--control", s["control"], "--token-file", s["token"], "-c", s["events"],
                    "--presets", "configured,configured-1,configured+1,custom", "--custom", "0,1,2",
                    "--steps", "30", "--json", env={"XDG_CONFIG_HOME": str(config_home)})
         errors = list(load.errors)
@@ -126,7 +110,7 @@ def test_bad_requests_are_refused_and_change_nothing(demo, served):
         with pytest.raises(ControlError, match=reason):
             client.set(layers)
     assert client.raw(client.sign({"cmd": "reload_weights"}))["error"].startswith("unknown command")
-    out = _cli("set", "6,7,8", "--control", s["control"], "--token-file", s["token"])
+    out = aux_cli("set", "6,7,8", "--control", s["control"], "--token-file", s["token"])
     assert out.returncode == 1 and "refused" in out.stderr
     after = client.list()
     assert (after["current"], after["captured"], after["pending"]) == (before["current"], before["captured"], None)

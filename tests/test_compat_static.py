@@ -56,6 +56,8 @@ def _expected(version: str) -> dict[str, set[str]]:
         # the scheduler's v2 round settlement (sopm from 0.5.5, brp from 0.5.14; read in the 0.5.5, 0.5.6,
         # 0.5.8, 0.5.10, 0.5.12, 0.5.14 and 0.5.23 sources)
         "commit": {"commit"} if v >= (0, 5, 5) else set(),
+        # SchedulerRequestReceiver in managers/scheduler_components/request_receiver.py (read in 0.5.12, 0.5.14-0.5.23)
+        "broadcast": {"request_broadcast"} if v >= (0, 5, 14) else set(),
     }
 
 

@@ -67,6 +67,8 @@ def list_cmd(control, token_file, as_json, timeout) -> None:
                f"draft fc takes {reply['expected']} aux states"))
     click.echo(terminal(f"draft configured: {_ids(reply['configured'])}   in effect: {_ids(reply['current'])}   "
                f"captured: {reply['captured']} ({'on' if reply['capture_on'] else 'OFF'})"))
+    if (reply.get("tp_size") or 1) > 1:
+        click.echo(terminal(f"tensor parallel: {reply['tp_size']} ranks; a set is applied by all of them in the same iteration"))
     if not reply["changeable"]:
         click.echo(terminal(f"live changes refused: {reply['why_not']}"))
     elif (reply.get("graphs") or {}).get("captured"):
@@ -115,6 +117,9 @@ def set_cmd(ids, wait_s, recapture, control, token_file, as_json, timeout) -> No
         click.echo(json_line(reply))
     elif reply["status"] == "applied":
         click.echo(terminal(f"applied {_ids(reply['layers'])}: the target now captures {reply['captured']}{_paused(reply)}"))
+        for r in reply.get("ranks") or ():  # a TP server: every rank applied it in the same iteration
+            at = "" if r.get("forward_ct") is None else f" after SGLang's forward {r['forward_ct']}"
+            click.echo(terminal(f"  TP rank {r['rank']}: captures {r['captured']}{at}"))
     else:
         click.echo(terminal(f"queued {_ids(reply['layers'])} (request {reply['id']}): no step ran yet; it applies at the next "
                    "step and a config event reports it"))

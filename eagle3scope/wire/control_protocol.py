@@ -11,9 +11,11 @@ Exactly these commands and fields:
 
 ``list``
     reply ``{ok, configured, current, captured, capture_on, num_layers, expected, rule, family,
-    draft_path, changeable, why_not, pending, presets: [Preset.to_dict()]}``. ``configured`` = the
-    draft config's ids, ``current`` = the ids in effect (None = SGLang's default), ``captured`` =
-    the target's ``layers_to_capture``, ``expected`` = states the draft's ``fc`` takes.
+    draft_path, changeable, why_not, pending, tp_size, ranks, presets: [Preset.to_dict()]}``.
+    ``configured`` = the draft config's ids, ``current`` = the ids in effect (None = SGLang's
+    default), ``captured`` = the target's ``layers_to_capture`` (TP rank 0's), ``expected`` =
+    states the draft's ``fc`` takes, ``ranks`` = every TP rank's report from the latest change
+    (None before one).
 ``set``
     fields ``layers: [int]`` (configured-id convention, like the draft config), optional ``id``
     (request id, echoed in the reply and the ``config`` event) and ``wait_s`` (how long the reply
@@ -28,6 +30,10 @@ Exactly these commands and fields:
     recapture them; then the scheduler recaptures the target's graphs right after the change,
     serving pauses meanwhile, and the applied reply and the ``config`` event carry ``pause_ms``
     (None when nothing was recaptured). ``wait_s`` may then be up to ``MAX_RECAPTURE_WAIT_S``.
+    Under tensor parallelism (``tp_size`` > 1) every TP rank applies the set in the same scheduler
+    iteration and the reply, applied or refused, adds ``ranks: [{rank, captured, on, forward_ct,
+    error}]`` (``forward_ct``: SGLang's forward count on that rank when it applied; after a refusal,
+    the lists once the previous set is back). One rank's failure refuses the set on all of them.
 
 Every refusal is ``{ok: false, error: reason}`` and changes nothing. ``cycle`` is client-side: a
 sequence of ``set`` while watching the step stream.

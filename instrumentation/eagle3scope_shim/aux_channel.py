@@ -12,14 +12,21 @@ msgpack, over 64 KiB (ZeroMQ drops the connection), not signed with the token, s
 most :data:`FAILURE_RATE`/s (the rest dropped unanswered), so a flood of wrong tokens costs little.
 It validates a ``set`` (known command, ids within the target after the family's +1 rule, as many
 as the draft's ``fc`` takes) and queues it; the requester's reply is parked, not waited for, so
-other clients are served while a ``set`` waits. The scheduler thread applies it in
+other clients are served while a ``set`` waits. On a single rank the scheduler thread applies it in
 :meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
-target's own ``set_eagle3_layers_to_capture``; the outcome goes out as a ``config`` event (origin
-``control``, ``request_id``) and back to the parked requester (or "queued" after ``wait_s``).
+target's own ``set_eagle3_layers_to_capture``. Under tensor parallelism every TP rank holds its own
+target and capture list, so the change rides SGLang's per-iteration request broadcast from TP rank 0
+(:mod:`eagle3scope_shim.collective`) and every rank applies it in :func:`apply_broadcast`, in the
+same iteration, then all gather each other's outcome: any rank's failure puts the previous set back
+on every rank; a recapture, where asked, runs on every rank too. The outcome (every rank's capture
+list under TP) goes out as a ``config`` event (origin ``control``, ``request_id``) and back to the
+parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
-with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`), tensor
-or pipeline parallelism (other ranks hold their own copy or the last
-layers), a release whose method takes no ids, an unknown model family, capture switched off.
+with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`),
+pipeline parallelism (the last stage holds the aux layers), TP where the broadcast cannot reach
+every rank (no broadcast seam in the release, DP attention keeping control messages local, a
+channel not on TP rank 0), a release whose method takes no ids, an unknown model family, capture
+switched off.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
-from eagle3scope_shim import graphs
+from eagle3scope_shim import collective, graphs, seams
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 
@@ -81,6 +88,7 @@ class Facts:
         self.draft_path: str | None = None
         self.first_layer = 0
         self.why_not = ""  # non-empty: every set is refused with this reason
+        self.tp_size = 1  # > 1: a set rides SGLang's request broadcast to every TP rank (collective.py)
         self.graphs = graphs.GraphPlan(False)  # the target's captured graphs, and whether they can be recaptured
 
 
@@ -95,10 +103,12 @@ def _defining_class(model) -> type | None:
     return None
 
 
-def gather(scheduler) -> Facts:
-    """Facts about this process's target and draft; ``why_not`` names the first blocker."""
+def gather(scheduler, tp_rank: int = 0) -> Facts:
+    """Facts about this process's target and draft; ``why_not`` names the first blocker.
+    ``scheduler``: anything holding SGLang's ``server_args`` (the scheduler, its request receiver)."""
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
+    facts.tp_size = int(getattr(sa, "tp_size", 1) or 1)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
     if not STATE.workers:
         facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
@@ -121,12 +131,12 @@ def gather(scheduler) -> Facts:
     cls = _defining_class(inner)
     facts.family = cls.__name__ if cls is not None else type(inner).__name__
     facts.rule = aux_layers.family_rule(facts.family, sglang_version())
-    facts.why_not = _blocker(facts, sa, worker, cls)
+    facts.why_not = _blocker(facts, sa, worker, cls, tp_rank)
     facts.graphs = graphs.plan(worker, sa, sglang_version())
     return facts
 
 
-def _blocker(facts: Facts, sa, worker, cls) -> str:
+def _blocker(facts: Facts, sa, worker, cls, tp_rank: int) -> str:
     if cls is None:
         return f"{type(facts.inner).__name__} has no set_eagle3_layers_to_capture in this release"
     if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
@@ -141,12 +151,14 @@ def _blocker(facts: Facts, sa, worker, cls) -> str:
                         f"{facts.rule} rule of {facts.family} predicts: unknown id semantics")
     if facts.expected is None:
         return "the draft has no fc layer: it takes no aux states"
-    tp, pp = int(getattr(sa, "tp_size", 1) or 1), int(getattr(sa, "pp_size", 1) or 1)
+    pp = int(getattr(sa, "pp_size", 1) or 1)
     if pp > 1 or not getattr(getattr(facts.inner, "pp_group", None), "is_last_rank", True):
         return (f"pipeline parallelism (pp_size {pp}): the aux capture lives on the last pipeline rank, which "
                 "this channel does not reach")
-    if tp > 1:
-        return f"tensor parallelism (tp_size {tp}): each rank holds its own capture list and only rank 0 is reachable"
+    if facts.tp_size > 1:
+        attached = STATE.seam_status.get(seams.BROADCAST) == "attached" and seams.BROADCAST not in STATE.disabled
+        why = collective.blocker(sa, tp_rank, attached)
+        return f"tensor parallelism (tp_size {facts.tp_size}): {why}" if why else ""
     return ""
 
 
@@ -184,6 +196,9 @@ class AuxChannel:
         self._nonces: OrderedDict[str, float] = OrderedDict()
         self._parked: list[tuple[bytes, str, float, dict]] = []  # (peer, request id, deadline, queued reply)
         self._failures = _Budget(FAILURE_RATE)
+        self.collective = facts.tp_size > 1  # a set rides the broadcast seam, not the step hook
+        self._inflight: dict | None = None  # the entry riding the broadcast now (scheduler thread)
+        self.ranks: list[dict] | None = None  # every TP rank's report from the latest change
         self.refused_tokens = 0
         self.dropped = 0  # failures left unanswered by the rate limit
         calls = STATE.aux_calls
@@ -300,14 +315,9 @@ class AuxChannel:
             raise ProtocolError("replayed request: this nonce was used before")
         nonces[nonce] = now
 
-    def _capture(self) -> tuple[bool, list[int]]:
-        inner = self.facts.inner
-        return (bool(getattr(inner, "capture_aux_hidden_states", False)),
-                _ids(getattr(getattr(inner, "model", None), "layers_to_capture", None) or []))
-
     def describe(self) -> dict:
         f = self.facts
-        on, captured = self._capture()
+        on, captured = _capture_of(f)
         pending = self._pending
         why_not = f.why_not or ("" if on else _CAPTURE_OFF) or f.graphs.refusal(recapture=True)
         return {
@@ -324,6 +334,8 @@ class AuxChannel:
             "changeable": not why_not,  # with graphs captured: only by a set that asks to recapture them
             "why_not": why_not,
             "pending": None if pending is None else pending["id"],
+            "tp_size": f.tp_size,
+            "ranks": self.ranks,
             "graphs": f.graphs.describe(),
             "presets": [p.to_dict() for p in aux_layers.presets(f.num_layers, f.expected, f.rule, f.configured,
                                                                   first_layer=f.first_layer)],
@@ -333,7 +345,7 @@ class AuxChannel:
         f = self.facts
         rid = req.get("id") or uuid.uuid4().hex[:12]
         layers = req.get("layers")
-        reason = f.why_not or ("" if self._capture()[0] else _CAPTURE_OFF) or f.graphs.refusal(bool(req.get("recapture")))
+        reason = f.why_not or ("" if _capture_of(f)[0] else _CAPTURE_OFF) or f.graphs.refusal(bool(req.get("recapture")))
         captured = None
         if not reason:
             try:
@@ -376,57 +388,51 @@ class AuxChannel:
         self._parked = still
 
     # -- applying (scheduler thread) ------------------------------------------------------------
-    def apply_pending(self) -> None:
-        """Apply a queued ``set``; called by the step hook before SGLang's step runs. Never raises."""
+    def _take(self) -> dict | None:
         if self._pending is None:
-            return
+            return None
         with self._cond:
             entry, self._pending = self._pending, None
-        if entry is None:
+        return entry
+
+    def apply_pending(self) -> None:
+        """Apply a queued ``set`` on a single-rank server; called by the step hook before SGLang's
+        step runs (under TP the broadcast seam carries it instead). Never raises."""
+        if self._pending is None or self.collective:
             return
-        try:
-            outcome = self._apply(entry)
-        except Exception as exc:
-            outcome = refusal(f"internal error: {type(exc).__name__}: {exc}", id=entry["id"])
+        entry = self._take()
+        if entry is not None:
+            self._conclude(entry, _apply_guarded(self.change(entry), self.facts, _alone, 0))
+
+    def take_for_broadcast(self) -> dict | None:
+        """TP rank 0, as it broadcasts what it pulled: the queued ``set`` as the change every rank applies."""
+        if self._pending is None or not self.collective:
+            return None
+        entry = self._take()
+        if entry is not None:
+            self._inflight = entry
+            return self.change(entry)
+        return None
+
+    def change(self, entry: dict) -> dict:
+        """What every rank needs to apply ``entry`` (and to put the set in effect now back)."""
+        return {"id": entry["id"], "layers": entry["layers"], "captured": entry["captured"], "previous": self.current,
+                "recapture": entry["recapture"]}
+
+    def concluded(self, change: dict, outcome: dict) -> None:
+        """The broadcast seam's outcome for a change this channel sent."""
+        entry, self._inflight = self._inflight, None
+        if entry is not None and entry["id"] == change["id"]:
+            self._conclude(entry, outcome)
+
+    def _conclude(self, entry: dict, outcome: dict) -> None:
+        if outcome.get("ok"):
+            self.current = list(entry["layers"])
+            log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", entry["layers"],
+                     outcome.get("captured"), entry["id"])
+        if "ranks" in outcome:
+            self.ranks = outcome["ranks"]
         self._finish(entry, outcome, entry["layers"])
-
-    def _apply(self, entry: dict) -> dict:
-        f, layers, previous = self.facts, entry["layers"], self.current
-        STATE.aux_change_applying = True
-        try:
-            try:
-                f.target.set_eagle3_layers_to_capture(list(layers))
-            except Exception as exc:
-                f.target.set_eagle3_layers_to_capture(previous)
-                return refusal(f"SGLang raised {type(exc).__name__}: {exc}; restored {previous}", id=entry["id"])
-            on, captured = self._capture()
-            if not on or captured != entry["captured"]:
-                f.target.set_eagle3_layers_to_capture(previous)
-                return refusal(f"SGLang captured {captured} (on={on}) for {layers}, expected {entry['captured']}; "
-                               f"restored {previous}", id=entry["id"])
-            pause_ms = None
-            if entry["recapture"]:
-                try:
-                    pause_ms = f.graphs.recapture()
-                except Exception as exc:
-                    return self._recapture_failed(entry, previous, exc)
-        finally:
-            STATE.aux_change_applying = False
-        self.current = list(layers)
-        log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", layers, captured, entry["id"])
-        applied = {"ok": True, "status": "applied", "id": entry["id"], "layers": list(layers), "captured": captured}
-        return applied if pause_ms is None else {**applied, "pause_ms": pause_ms}
-
-    def _recapture_failed(self, entry: dict, previous, exc: Exception) -> dict:
-        """Put the previous set back and try to recapture its graphs; the refusal says how it ended."""
-        self.facts.target.set_eagle3_layers_to_capture(previous)
-        try:
-            self.facts.graphs.recapture()
-            state = "its graphs recaptured"
-        except Exception as again:
-            state = f"its graphs not recaptured either ({type(again).__name__}: {again}): SGLang serves eagerly"
-        return refusal(f"recapturing the target's graphs failed ({type(exc).__name__}: {exc}); restored {previous}, "
-                       f"{state}", id=entry["id"])
 
     def _finish(self, entry: dict, outcome: dict, layers) -> None:
         applied = bool(outcome.get("ok"))
@@ -448,21 +454,174 @@ class AuxChannel:
             pub.submit("config", body)
 
 
+# -- one change, applied by every TP rank together -------------------------------------------------
+def _alone(report: dict) -> list[dict]:
+    """The "gather" of a single-rank server."""
+    return [report]
+
+
+def _capture_of(facts: Facts) -> tuple[bool, list[int]]:
+    try:
+        inner = facts.inner
+        return (bool(getattr(inner, "capture_aux_hidden_states", False)),
+                _ids(getattr(getattr(inner, "model", None), "layers_to_capture", None) or []))
+    except Exception:
+        return False, []
+
+
+def _report(facts: Facts, rank: int, error: str, **extra) -> dict:
+    on, captured = _capture_of(facts)
+    return {"rank": rank, "captured": captured, "on": on,
+            "forward_ct": getattr(STATE.scheduler, "forward_ct", None), "error": error, **extra}
+
+
+def _set_here(facts: Facts, change: dict, rank: int) -> str:
+    """Put the change's ids in effect on this rank; what went wrong ("" if nothing)."""
+    layers = list(change["layers"])
+    if STATE.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (ENV_FAULT)
+        return f"fault injected into aux.apply on TP rank {rank} by EAGLE3SCOPE_FAULT"
+    if facts.target is None:
+        return f"no target to change on this rank: {facts.why_not}"
+    try:
+        facts.target.set_eagle3_layers_to_capture(layers)
+    except Exception as exc:
+        return f"SGLang raised {type(exc).__name__}: {exc}"
+    on, captured = _capture_of(facts)
+    if not on or captured != change["captured"]:
+        return f"SGLang captured {captured} (on={on}) for {layers}, expected {change['captured']}"
+    return ""
+
+
+def _recapture_here(facts: Facts) -> tuple[str, float | None]:
+    if not facts.graphs.captured:
+        return "", None
+    try:
+        return "", facts.graphs.recapture()
+    except Exception as exc:
+        return f"recapturing the target's graphs failed ({type(exc).__name__}: {exc})", None
+
+
+def _restore_here(facts: Facts, previous, recaptured: bool) -> str:
+    if facts.target is None:
+        return "no target on this rank"
+    try:
+        facts.target.set_eagle3_layers_to_capture(previous)
+    except Exception as exc:
+        return f"SGLang raised {type(exc).__name__}: {exc}"
+    if recaptured and facts.graphs.captured:
+        try:
+            facts.graphs.recapture()
+        except Exception as again:
+            return f"its graphs not recaptured either ({type(again).__name__}: {again}): SGLang serves eagerly"
+    return ""
+
+
+def apply_everywhere(change: dict, facts: Facts, gather, rank: int) -> dict:
+    """Apply ``change`` on this rank in step with the others; the outcome, the same on every rank.
+
+    ``gather`` turns this rank's report into every rank's (a collective over the TP CPU group;
+    :func:`_alone` on one rank). Each rank's own failure is caught before the next gather, so
+    every rank reaches every gather and, seeing the same reports, takes the same branch: all
+    keep the new set, or all put the previous one back (and recapture again where they did)."""
+    STATE.aux_change_applying = True
+    try:
+        reports = gather(_report(facts, rank, _set_here(facts, change, rank)))
+        recaptured = bool(change["recapture"]) and not _failed(reports)
+        if recaptured:
+            error, pause_ms = _recapture_here(facts)
+            reports = gather(_report(facts, rank, error, pause_ms=pause_ms))
+        failed = _failed(reports)
+        if failed:
+            restored = gather(_report(facts, rank, _restore_here(facts, change["previous"], recaptured)))
+            return _refused(change, failed, restored, recaptured)
+    finally:
+        STATE.aux_change_applying = False
+    return _applied(change, reports)
+
+
+def _failed(reports: list[dict]) -> list[dict]:
+    return [r for r in reports if r["error"]]
+
+
+def _ranks(reports: list[dict]) -> dict:
+    """The per-rank capture lists, in replies of a TP server only (a single rank's is ``captured``)."""
+    if len(reports) == 1:
+        return {}
+    return {"ranks": [{k: r[k] for k in ("rank", "captured", "on", "forward_ct", "error")} for r in reports]}
+
+
+def _refused(change: dict, failed: list[dict], restored: list[dict], recaptured: bool) -> dict:
+    where = (lambda r: "") if len(restored) == 1 else (lambda r: f"TP rank {r['rank']}: ")
+    reason = "; ".join(where(r) + r["error"] for r in failed)
+    previous, broken = change["previous"], _failed(restored)
+    if broken:
+        reason += f"; putting {previous} back: " + "; ".join(where(r) + r["error"] for r in broken)
+    else:
+        reason += f"; restored {previous}" + ("" if len(restored) == 1 else " on every TP rank") + (
+            ", its graphs recaptured" if recaptured else "")
+    return refusal(reason, id=change["id"], **_ranks(restored))
+
+
+def _applied(change: dict, reports: list[dict]) -> dict:
+    applied = {"ok": True, "status": "applied", "id": change["id"], "layers": list(change["layers"]),
+               "captured": reports[0]["captured"], **_ranks(reports)}
+    pauses = [r["pause_ms"] for r in reports if r.get("pause_ms") is not None]
+    return applied if not pauses else {**applied, "pause_ms": max(pauses)}
+
+
+def _apply_guarded(change: dict, facts: Facts, gather, rank: int) -> dict:
+    try:
+        return apply_everywhere(change, facts, gather, rank)
+    except Exception as exc:  # a failed gather: the TP group itself is broken
+        return refusal(f"internal error: {type(exc).__name__}: {exc}", id=change["id"])
+
+
+_HERE: Facts | None = None  # the facts of a TP rank without a channel, gathered at its first change
+
+
+def apply_broadcast(receiver, changes: list[dict]) -> None:
+    """Every TP rank, right after SGLang's broadcast carried ``changes``: apply each, all ranks
+    together. Never raises (the seam must stay attached, or the next change would reach SGLang's
+    dispatcher on this rank and leave the others waiting in the gather)."""
+    global _HERE
+    try:
+        group = collective.tp_group(receiver)
+        gather_all, rank = collective.gather_over(group), group.rank_in_group
+    except Exception as exc:
+        log.warning("eagle3scope: aux change dropped: no TP group: %s: %s", type(exc).__name__, exc)
+        return
+    channel = STATE.aux_channel
+    if channel is not None:
+        facts = channel.facts
+    else:
+        if _HERE is None:
+            try:
+                _HERE = gather(receiver)
+            except Exception as exc:  # applying then fails on this rank, in step with the others
+                _HERE = Facts()
+                _HERE.why_not = f"{type(exc).__name__}: {exc}"
+        facts = _HERE
+    for change in changes:
+        outcome = _apply_guarded(change, facts, gather_all, rank)
+        if channel is not None:
+            channel.concluded(change, outcome)
+
+
 _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is false); switching capture on "
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int) -> AuxChannel | None:
+def start(scheduler, dp_rank: int, tp_rank: int = 0) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
-        return _start(scheduler, dp_rank)
+        return _start(scheduler, dp_rank, tp_rank)
     except Exception as exc:
         log.warning("eagle3scope: control channel not started: %s: %s", type(exc).__name__, exc)
         return None
 
 
-def _start(scheduler, dp_rank: int) -> AuxChannel | None:
+def _start(scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -479,7 +638,7 @@ def _start(scheduler, dp_rank: int) -> AuxChannel | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    channel = AuxChannel(endpoint, token, gather(scheduler))
+    channel = AuxChannel(endpoint, token, gather(scheduler, tp_rank))
     try:
         channel.start()
     except zmq.ZMQError as exc:

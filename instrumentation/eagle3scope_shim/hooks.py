@@ -10,14 +10,16 @@ device tensors into the step's :class:`state.HostRing` slot; the publisher threa
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 import time
 import weakref
 
-from eagle3scope_shim import aux_channel, loadreport, registry, seams
+from eagle3scope_shim import aux_channel, collective, loadreport, registry, seams
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
 
 _now = time.perf_counter_ns
+log = logging.getLogger("eagle3scope")
 
 
 
@@ -46,13 +48,14 @@ def make_scheduler_init(seam):
     def post(endpoint, result, *args, **kwargs):
         if endpoint is None or STATE.publisher is not None:
             return
+        STATE.scheduler = args[0]
         tp_rank, dp_rank = _ranks(args, kwargs)
         if tp_rank != 0:
             return
         registry.confirm_registered()
         if not STATE.start_publisher(endpoint, dp_rank):
             return  # said so on the server's log; nothing to report to
-        aux_channel.start(args[0], dp_rank)
+        aux_channel.start(args[0], dp_rank, tp_rank)
         report_unobserved(getattr(args[0], "draft_worker", None))
         loadreport.publish_startup(args[0], tp_rank, dp_rank)
 
@@ -306,6 +309,36 @@ def make_draft_extend(seam):
 
 
 # -- draft model forward: width entering the draft and whether fc ran ----------------------------
+# -- TP: a control change rides the broadcast of what rank 0 pulled -----------------------------
+def make_tp_broadcast(seam):
+    def pre(self, *args, **kwargs):
+        channel = STATE.aux_channel
+        if channel is None or channel._pending is None:  # the per-iteration cost: two attribute reads
+            return None
+        reqs = kwargs["recv_reqs"] if "recv_reqs" in kwargs else args[0]
+        if reqs is None:  # not the rank that pulls requests
+            return None
+        change = channel.take_for_broadcast()
+        if change is None:
+            return None
+        if "recv_reqs" in kwargs:
+            return Rewrite(None, (self, *args), {**kwargs, "recv_reqs": collective.inject(reqs, change)})
+        return Rewrite(None, (self, collective.inject(reqs, change), *args[1:]), kwargs)
+
+    def post(ctx, result, self, *args, **kwargs):
+        if not result:  # empty on most iterations
+            return
+        try:  # never disable this seam: a change it did not take out would reach SGLang's dispatcher
+            changes = collective.take(result)
+        except Exception as exc:
+            log.warning("eagle3scope: reading SGLang's broadcast failed: %s: %s", type(exc).__name__, exc)
+            return
+        if changes:
+            aux_channel.apply_broadcast(self, changes)
+
+    return around(seam, pre, post)
+
+
 def make_draft_forward(seam):
     def pre(self, *args, **kwargs):
         step = STATE.step

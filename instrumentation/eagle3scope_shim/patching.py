@@ -47,6 +47,8 @@ def plan() -> list[tuple[str, str, object]]:
     out = []
     for adapter, resolved in seams.choose(seams.source_lookup(root)):
         for seam, target in resolved:
+            if not seam.wanted():
+                continue
             if target is None:
                 alternatives = [seams.dotted(t) for t in seam.targets]
                 STATE.report(seam.name, "missing", f"adapter {adapter.name}: none of {alternatives} in this release")

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from eagle3scope.wire.control_protocol import ENV_CONTROL
 from eagle3scope.wire.releases import installed_sglang as sglang_version  # noqa: F401  (the shim's name)
 
 #: The releases whose wheels tests/test_compat_static.py checks this table against.
@@ -38,6 +39,10 @@ _DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor"
 _SOPM = "sglang.srt.managers.scheduler_output_processor_mixin"
+_RR = "sglang.srt.managers.scheduler_components.request_receiver"
+
+#: the seam a change under tensor parallelism rides to every TP rank (:mod:`eagle3scope_shim.collective`)
+BROADCAST = "tp.broadcast"
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class Seam:
     name: str
     targets: tuple[tuple[str, str], ...]  # alternatives: (module, qualname)
     hook: str
+    only_with: str = ""  # an environment variable: the seam is attached only where it is set
+
+    def wanted(self) -> bool:
+        return not self.only_with or bool(os.environ.get(self.only_with, "").strip())
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,8 @@ class Adapter:
     seams: tuple[Seam, ...]
 
 
-def _s(name: str, hook: str, *targets: tuple[str, str]) -> Seam:
-    return Seam(name, tuple(targets), hook)
+def _s(name: str, hook: str, *targets: tuple[str, str], only_with: str = "") -> Seam:
+    return Seam(name, tuple(targets), hook, only_with)
 
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -100,6 +109,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("commit.resolve", "commit", (_BRP, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"),
            (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens"),
            (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids")),
+    )),
+    # TP rank 0's per-iteration broadcast of what it pulled, from 0.5.14 (inline in Scheduler.recv_requests
+    # before); only a control channel sends anything over it, so without one it costs nothing.
+    Adapter("request_broadcast", "broadcast", (
+        _s(BROADCAST, "tp_broadcast", (_RR, "SchedulerRequestReceiver._broadcast_reqs_across_ranks"),
+           only_with=ENV_CONTROL),
     )),
 )
 

@@ -99,6 +99,7 @@ class ShimState:
         self.capture: dict | None = None
         self._capture_key = None
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
+        self.scheduler = None  # this process's SGLang Scheduler (every TP rank): its forward_ct dates a change
         self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
         self.ring: HostRing | None = None  # host buffers of step snapshots, made at the first copy
         self.ring_capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
