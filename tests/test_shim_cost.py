@@ -12,7 +12,7 @@ import zmq
 from analysis_streams import Stream, hello, session
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.views import publisher_rows
-from eagle3scope.wire import decode_frame
+from eagle3scope.wire import Frame, decode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.validate import MAX_NAME, MAX_SEAMS, BodyError, validate_body
@@ -166,7 +166,10 @@ def test_the_tui_header_shows_the_share_of_round_time():
 def test_the_exporter_counts_the_seconds_per_seam():
     from test_exporter import by, feed
 
-    frames = session(20) + _cost_stream(BEATS, src="r0")[1:]
+    frames = session(20)
+    last = frames[-1]  # the heartbeats continue the session's own counter and clock (else they are duplicates)
+    frames += [Frame(f.kind, last.src, last.n + 1 + i, last.t + 1 + i, f.body)
+               for i, f in enumerate(_cost_stream(BEATS, src=last.src)[1:])]
     exporter, fams = feed({"r0": frames})
     exporter.close()
     shim = by(fams["eagle3scope_shim_seconds"], "eagle3scope_shim_seconds_total")
