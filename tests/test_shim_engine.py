@@ -200,9 +200,13 @@ def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
     beats = [b for b in _kind(frames, "heartbeat") if b.get("step_us")]
     assert beats, "no heartbeat over a busy interval"
     seen = {seam for b in beats for seam in b["shim_us"]}
-    assert {"v2.step", "v2.draft", "v2.verify", "v2.draft_extend", "llama_eagle3.forward"} <= seen, seen
-    shim, rounds = sum(sum(b["shim_us"].values()) for b in beats), sum(b["step_us"] for b in beats)
-    assert 0 < shim < 0.5 * rounds, (shim, rounds)
+    round_seams = {"v2.step", "v2.draft", "v2.verify", "v2.draft_extend", "llama_eagle3.forward"}
+    assert round_seams <= seen, seen
+    # the round's own seams against the rounds (load-time hooks, e.g. the weight watch, land in the
+    # first heartbeat too and relate to no round)
+    shim = sum(us for b in beats for seam, us in b["shim_us"].items() if seam in round_seams)
+    rounds = sum(b["step_us"] for b in beats)
+    assert 0 < shim < 0.5 * rounds, (shim, rounds, [b["shim_us"] for b in beats[:2]])
 
 
 def test_sampled_requests_take_the_sampling_verify_path(healthy):
