@@ -100,7 +100,10 @@ def test_full_shapes_of_sharded_weights():
 
 
 def _pub(load: dict):
-    return SimpleNamespace(load=load)
+    """The publisher view a session state makes of this load report (typed facts, as rules read them)."""
+    state = SessionState()
+    state.ingest(decode_frame(encode_frame("load", load, src="h:1:dp0", n=0, t=1)))
+    return state.publishers["h:1:dp0"]
 
 
 def test_lm_head_judged_on_the_full_head():
@@ -144,6 +147,7 @@ def test_hello_parallel_facts_validate_and_are_bounded():
 def test_sibling_endpoints_follow_the_dp_rank_rule():
     assert sibling_endpoints("tcp://127.0.0.1:5557", 3) == [f"tcp://127.0.0.1:{p}" for p in (5557, 5558, 5559)]
     assert sibling_endpoints("ipc:///run/e3s/events", 2) == ["ipc:///run/e3s/events", "ipc:///run/e3s/events-dp1"]
+    assert sibling_endpoints("ipc:///run/e3s/events.sock", 2)[1] == "ipc:///run/e3s/events-dp1.sock"
     assert sibling_endpoints("tcp://127.0.0.1:*", 2) is None  # ephemeral ports: cannot be derived
     assert sibling_endpoints("tcp://127.0.0.1:*", 1) == ["tcp://127.0.0.1:0"]
 
@@ -152,6 +156,9 @@ def test_reach_sibling_keeps_the_viewers_route():
     # an SSH forward 6000 -> 5557: the sibling on 5558 is reached on 6001, on the host the viewer used
     assert reach_sibling("tcp://127.0.0.1:6000", "tcp://0.0.0.0:5557", "tcp://10.0.0.9:5558") == "tcp://127.0.0.1:6001"
     assert reach_sibling("ipc:///d/ev", "ipc:///d/ev", "ipc:///d/ev-dp1") == "ipc:///d/ev-dp1"
+    # a forwarded socket (ssh -L ~/.e3s/gpu.sock:/run/.../events.sock): its rank names beside it
+    assert reach_sibling("ipc:///l/gpu.sock", "ipc:///r/events.sock", "ipc:///r/events-dp1.sock") == "ipc:///l/gpu-dp1.sock"
+    assert reach_sibling("ipc:///l/gpu.sock", "ipc:///r/events.sock", "ipc:///r/other.sock") is None
     assert reach_sibling("ipc:///d/ev", "ipc:///d/ev", "ipc:///elsewhere/x") is None
     assert reach_sibling("ipc:///d/ev", "ipc:///d/ev", "ipc:///d/../x") is None
     assert reach_sibling("tcp://127.0.0.1:6000", "tcp://0.0.0.0:5557", "ipc:///d/x") is None

@@ -145,7 +145,7 @@ def rank_rows(state: SessionState) -> tuple[list[RankRow], RankSkew | None]:
     """Per-publisher acceptance and the skew between ranks; nothing for a single publisher."""
     if len(state.publishers) < 2:
         return [], None
-    labels = {src: f"dp{pub.hello['dp_rank']}" if (pub.hello or {}).get("dp_rank") is not None else src
+    labels = {src: f"dp{pub.hello.dp_rank}" if pub.hello is not None and pub.hello.dp_rank is not None else src
               for src, pub in state.publishers.items()}
     if len(set(labels.values())) < len(labels):  # several servers (or old hellos) share DP ranks
         labels = {src: src for src in labels}
