@@ -234,6 +234,6 @@ def test_the_shims_hello_names_its_start_time():
     from eagle3scope_shim.state import STATE
     from eagle3scope.wire.validate import validate_body
 
-    body = hello_body(object(), 0, 0)  # a scheduler without server_args: the facts that need none
+    body = hello_body(object())  # a scheduler without server_args: the facts that need none
     validate_body("hello", body)
     assert body["started"] == STATE.started_ns and 0 < body["started"] <= __import__("time").time_ns()

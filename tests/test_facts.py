@@ -164,11 +164,11 @@ def test_a_publishers_violations_do_not_depend_on_its_neighbours():
 
 
 def test_parallel_layout_read_defensively():
-    parallel = {"tp_size": 2, "dp_size": 2, "pp_size": 1, "attn_tp_size": 1, "attn_dp_size": 2, "ep_size": "x"}
+    parallel = {"tp_size": 2, "dp_size": 2, "pp_size": 1, "attn_tp_size": 1, "attn_dp_size": 2, "ep_size": None}
     pub = _state(("hello", hello_body(parallel=parallel))).publishers["dp0"]
     assert facts.parallel(pub) == facts.Parallel(2, 2, 1, 1, 2, None)
     assert facts.parallel(_state(("hello", hello_body())).publishers["dp0"]) is None  # an older shim
-    assert facts.parallel(_state(("hello", hello_body(parallel=[1]))).publishers["dp0"]) is None
+    assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/validate.py (tests/test_topology.py)
 
 
 def test_aux_layers_in_effect_follow_a_live_change():

@@ -83,9 +83,10 @@ def models(engine_python, tiny_models, tmp_path_factory):
 
 
 def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperatures=(0.0,), prompts=PROMPTS,
-           max_new=MAX_NEW, **server):
+           max_new=MAX_NEW, publishers=1, **server):
     """Run the prompts at each temperature (greedy first) with the shim publishing; return (frames, responses).
-    ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...)."""
+    ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...); requests start
+    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = fresh_ipc_endpoint()
@@ -93,6 +94,9 @@ def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperat
     with Subscriber([endpoint]) as sub:
         with SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}, **server) as srv:
             frames += sub.poll(timeout_ms=200)
+            deadline = time.monotonic() + 30
+            while len({f.src for f in frames if f.kind == "hello"}) < publishers and time.monotonic() < deadline:
+                frames += sub.poll(timeout_ms=200)
 
             def ask(request):
                 prompt, temperature = request

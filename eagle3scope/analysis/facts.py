@@ -138,7 +138,10 @@ class D2t:
 @dataclass(frozen=True, slots=True)
 class LmHead:
     source: str | None = None
-    shape: list | None = None
+    shape: list | None = None  # the full head on a TP-N server; older shims: the publishing rank's shard
+    org_vocab_size: int | None = None  # the rows asked for (shape[0] is SGLang's padded count)
+    shard_shape: list | None = None  # this rank's shard, when the head is vocab-parallel
+    parallel_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +178,7 @@ def read_load(body: dict) -> Load:
         weights=Weights(*(_names(_map(weights).get(name)) for name in Weights.__slots__)) if weights else None,
         d2t=D2t(*(d2t.get(name) for name in D2t.__slots__)) if isinstance(d2t, dict) and d2t else None,
         d2t_reported="d2t" in body,
-        lm_head=LmHead(head.get("source"), head.get("shape")) if isinstance(head, dict) and head else None,
+        lm_head=LmHead(*(head.get(name) for name in LmHead.__slots__)) if isinstance(head, dict) and head else None,
         embed_source=_map(body.get("embed_tokens")).get("source"), body=body)
 
 

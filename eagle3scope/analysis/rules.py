@@ -172,7 +172,10 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
     head = load.lm_head
     if head is None:
         return None
-    source, shape = head.source, head.shape or [None, None]
+    # shape is the full head on a TP-N server (older recordings: the publishing rank's own shard);
+    # SGLang pads the rows (vocab_parallel_embedding.py), org_vocab_size is what was asked for
+    source, shape = head.source, list(head.shape or [None, None]) + [None, None]
+    rows = head.org_vocab_size if head.org_vocab_size is not None else shape[0]
     draft_vocab, target_vocab, hidden = load.draft_vocab_size, load.target_vocab_size, load.hidden_size
     consumed = load.weights.consumed if load.weights is not None else ()
     problems = []
@@ -182,14 +185,17 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
         problems.append("checkpoint head overwritten by the target's")
     if source == "target" and draft_vocab and target_vocab and draft_vocab != target_vocab:
         problems.append("target head used with a smaller draft vocabulary")
-    if draft_vocab and shape[0] is not None and shape[0] != draft_vocab:
+    if draft_vocab and rows is not None and rows != draft_vocab:
         problems.append("rows differ from draft_vocab_size")
     if hidden and shape[1] is not None and shape[1] != hidden:
         problems.append("columns differ from hidden_size")
     if not problems:
         return None
-    return {"source": source, "shape": list(shape), "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
-            "hidden_size": hidden, "problems": problems}
+    evidence = {"source": source, "shape": shape[:2], "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
+                "hidden_size": hidden, "problems": problems}
+    evidence.update({k: getattr(head, k) for k in ("org_vocab_size", "shard_shape", "parallel_size")
+                     if getattr(head, k) is not None})
+    return evidence
 
 
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:

@@ -99,6 +99,29 @@ def segment_rows(state: SessionState) -> list[SegmentRow]:
     return [SegmentRow(s.layers, s.captured, s.origin, s.steps, s.mean_accept_length, s.start_seq) for s in state.segments]
 
 
+@dataclass(frozen=True)
+class RankRow:
+    """One publisher (a DP or attention-DP rank) of a server with several: its rolling acceptance."""
+
+    label: str  # "dp1"; the publisher id when its hello has not arrived or DP ranks repeat (several servers)
+    mean: float | None
+    steps: int
+
+
+@dataclass(frozen=True)
+class RankSkew:
+    """The spread of rolling acceptance across ranks, the worst rank named (fleet monitors' replica skew)."""
+
+    worst: str
+    worst_mean: float
+    best: str
+    best_mean: float
+
+    @property
+    def spread(self) -> float:
+        return self.best_mean - self.worst_mean
+
+
 @dataclass
 class AcceptanceView:
     mean: float | None = None
@@ -114,6 +137,23 @@ class AcceptanceView:
     history: list = field(default_factory=list)  # rolling mean per decode step, oldest first
     marks: list = field(default_factory=list)  # indexes into history where a later aux segment starts
     segments: list = field(default_factory=list)  # SegmentRow
+    ranks: list = field(default_factory=list)  # RankRow per publisher, only when there are several
+    skew: RankSkew | None = None
+
+
+def rank_rows(state: SessionState) -> tuple[list[RankRow], RankSkew | None]:
+    """Per-publisher acceptance and the skew between ranks; nothing for a single publisher."""
+    if len(state.publishers) < 2:
+        return [], None
+    labels = {src: f"dp{pub.hello.dp_rank}" if pub.hello is not None and pub.hello.dp_rank is not None else src
+              for src, pub in state.publishers.items()}
+    if len(set(labels.values())) < len(labels):  # several servers (or old hellos) share DP ranks
+        labels = {src: src for src in labels}
+    rows = [RankRow(labels[src], pub.acceptance.mean_accept_length, pub.acceptance.n_steps)
+            for src, pub in state.publishers.items()]
+    judged = sorted((r for r in rows if r.mean is not None), key=lambda r: r.mean)
+    skew = RankSkew(judged[0].label, judged[0].mean, judged[-1].label, judged[-1].mean) if len(judged) >= 2 else None
+    return rows, skew
 
 
 def acceptance_view(state: SessionState) -> AcceptanceView:
@@ -122,6 +162,7 @@ def acceptance_view(state: SessionState) -> AcceptanceView:
     first_step = acc.n_steps - len(history)  # the session step of history[0]
     marks = [s.start_step - first_step for s in state.segments[1:]
              if s.start_step is not None and 0 <= s.start_step - first_step < len(history)]
+    ranks, skew = rank_rows(state)
     return AcceptanceView(
         mean=acc.mean_accept_length,
         cumulative=acc.cumulative_mean_accept_length,
@@ -136,6 +177,8 @@ def acceptance_view(state: SessionState) -> AcceptanceView:
         history=[h[2] for h in history],
         marks=marks,
         segments=segment_rows(state),
+        ranks=ranks,
+        skew=skew,
     )
 
 

@@ -17,3 +17,9 @@ def connect_option(without: str = f"Default {DEFAULT_ENDPOINT}."):
     command does when none is given."""
     return click.option("--connect", "-c", "endpoints", multiple=True, metavar="ENDPOINT",
                         help=f"{CONNECT_HELP} {without}")
+
+
+#: shared by every command that subscribes (watch, record, gate, exporter)
+discover_option = click.option(
+    "--no-discover", "no_discover", is_flag=True,
+    help="Subscribe only to the endpoints given; by default the other DP ranks a server's hello lists are found too.")

@@ -79,14 +79,22 @@ def _all_scenarios() -> list[str]:
 @click.option("--control/--no-control", default=True, show_default=True,
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
 @click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
+@click.option("--tp", "tp", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Tensor-parallel ranks (SGLang's --tp-size), one CPU core each (SGLANG_CPU_OMP_THREADS_BIND).")
+@click.option("--dp", "dp", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Data-parallel ranks (SGLang's --dp-size): one shim publisher each, found from one endpoint.")
+@click.option("--dp-attention", is_flag=True,
+              help="SGLang's --enable-dp-attention: the TP group split into --dp attention-DP groups.")
 @click.option("--prepare-only", is_flag=True, help="Build the engine env and demo models, then exit.")
 @click.option("--story", is_flag=True,
               help="The seeds' investigation on their model family (DeepseekV3 as Kimi-K2.5): the broken setup served, "
                    "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
 def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
-            temperatures: tuple[float, ...], control: bool, theme: str | None, prepare_only: bool,
-            story: bool, num_steps: int, topk: int, num_draft_tokens: int | None) -> None:
+            temperatures: tuple[float, ...], control: bool, theme: str | None, tp: int, dp: int, dp_attention: bool,
+            prepare_only: bool, story: bool, num_steps: int, topk: int, num_draft_tokens: int | None) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
+    if dp_attention and (dp < 2 or tp % dp):
+        raise click.UsageError("--dp-attention needs --dp 2 or more dividing --tp (e.g. --tp 2 --dp 2)")
     if story:
         family = "deepseek"
     elif headless and not record_path:
@@ -116,7 +124,7 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
     run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
                       log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
                       temperatures=temperatures or None, num_steps=num_steps, topk=topk,
-                      num_draft_tokens=num_draft_tokens)
+                      num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:

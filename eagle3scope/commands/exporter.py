@@ -13,7 +13,7 @@ import threading
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, discover_option
 from eagle3scope.exporter.fleet import MAX_PUBLISHERS
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
@@ -30,14 +30,17 @@ from eagle3scope.wire.untrusted import terminal
               help="Track at most N publishers at once; frames from more are counted "
                    "(eagle3scope_exporter_refused_frames_total) until silent ones are forgotten.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")
-def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_publishers: int, quiet: bool) -> None:
+@discover_option
+def command(endpoints: tuple[str, ...], listen: str, forget_after: float, max_publishers: int, quiet: bool,
+            no_discover: bool) -> None:
     import zmq
 
     from eagle3scope.exporter.service import Exporter
 
     try:
         endpoints = endpoints or (default_endpoint(),)
-        exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after, max_publishers=max_publishers)
+        exporter = Exporter(list(endpoints), listen, forget_after_s=forget_after, max_publishers=max_publishers,
+                            discover=not no_discover)
     except EndpointError as exc:
         raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     except ValueError as exc:

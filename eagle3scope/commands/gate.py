@@ -15,7 +15,7 @@ import time
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, discover_option
 from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.signals import stopping_on
@@ -33,10 +33,11 @@ from eagle3scope.wire.untrusted import terminal
               help="Also write the collected frames to a session file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (check's, plus 'gate').")
 @threshold_options
+@discover_option
 @click.pass_context
 def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout: float, record_path: str | None,
             as_json: bool, fail_on: str, min_accept_length: float | None, min_per_position: str | None,
-            junit_path: str | None) -> None:
+            junit_path: str | None, no_discover: bool) -> None:
     import zmq
 
     from eagle3scope.analysis import SessionState
@@ -46,7 +47,7 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
     try:
         endpoints = endpoints or (default_endpoint(),)
-        sub = Subscriber(list(endpoints))
+        sub = Subscriber(list(endpoints), discover=not no_discover)
     except (zmq.ZMQError, EndpointError) as exc:
         click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}"), err=True)
         ctx.exit(EXIT_UNREADABLE)

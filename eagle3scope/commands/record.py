@@ -17,7 +17,7 @@ import time
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, discover_option
 from eagle3scope.signals import name, stopping_on
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
@@ -43,8 +43,9 @@ def _progress(out, steps: int, frames: int, sources: int, lost: int, bad: int, n
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @click.option("--max-frame-bytes", type=click.IntRange(1024, MAX_FRAME_BYTES), default=DEFAULT_MAX_FRAME_BYTES,
               show_default=True, help="Larger frames are refused before they are buffered.")
+@discover_option
 def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, max_steps: int | None,
-            max_decode_steps: int | None, quiet: bool, max_frame_bytes: int) -> None:
+            max_decode_steps: int | None, quiet: bool, max_frame_bytes: int, no_discover: bool) -> None:
     """Record a live server's events to a session file (headless).
 
     Prints a progress line to stderr; stop with Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT), --duration, --steps or
@@ -57,7 +58,7 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
 
     try:
         endpoints = endpoints or (default_endpoint(),)
-        sub = Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)
+        sub = Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes, discover=not no_discover)
     except (zmq.ZMQError, EndpointError) as exc:
         raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     stop = {"why": None}
@@ -94,6 +95,7 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
     started = time.monotonic()
     next_report = started + (1.0 if tty else 5.0)
     seen: set[str] = set()
+    found: list[str] = []
     if not quiet:
         err.write(terminal(f"recording {', '.join(endpoints)} -> {out_path}") + "\n")
         err.flush()
@@ -104,6 +106,11 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
                 err.write(("\n" if tty else "") + terminal(f"bad {kind or 'frame'} from {src or '?'} dropped (further"
                                                         f" ones only counted): {error}") + "\n")
                 err.flush()
+            for endpoint in sub.discovered[len(found):]:
+                found.append(endpoint)
+                if not quiet:
+                    err.write(("\n" if tty else "") + f"subscribed to {endpoint} too (a DP rank its server's hello lists)\n")
+                    err.flush()
             for raw, frame in sub.poll_raw(50):
                 if frame.src not in seen:
                     seen.add(frame.src)

@@ -6,7 +6,7 @@ import importlib.util
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, discover_option
 from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 from eagle3scope.wire.untrusted import terminal
@@ -20,8 +20,9 @@ from eagle3scope.wire.untrusted import terminal
 @click.option("--token-file", metavar="PATH", default=None, help="The control channel's token file.")
 @click.option("--max-frame-bytes", type=click.IntRange(1024, MAX_FRAME_BYTES), default=DEFAULT_MAX_FRAME_BYTES,
               show_default=True, help="Larger frames are refused before they are buffered.")
+@discover_option
 def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, token_file: str | None,
-            max_frame_bytes: int) -> None:
+            max_frame_bytes: int, no_discover: bool) -> None:
     """Open the live TUI on one or more running servers.
 
     Keys: space pause, s step, v/1-4 panels, f filter by request, l load report, c aux layers, t theme,
@@ -52,7 +53,7 @@ def command(endpoints: tuple[str, ...], theme: str | None, control: str | None, 
 
     try:
         status = run_watch(list(endpoints) or [default_endpoint()], theme=theme, aux_client=client,
-                           max_frame_bytes=max_frame_bytes)
+                           max_frame_bytes=max_frame_bytes, discover=not no_discover)
     except (zmq.ZMQError, EndpointError) as exc:
         raise click.ClickException(terminal(f"cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}")) from None
     if status:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from eagle3scope.demo.families import TEMPERATURES, scenarios_of
-from eagle3scope.demo.server import SGLangServer, cache_dir
+from eagle3scope.demo.server import SGLangServer, cache_dir, parallel_launch
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, fresh_ipc_endpoint
 
 #: The demo's traffic, as production mixes it: greedy and sampled requests alternate.
@@ -35,14 +35,15 @@ class ScenarioRun:
                  python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
                  temperatures: tuple[float, ...] | None = None, family: str = "llama",
                  draft_dir: str | Path | None = None, num_steps: int = 3, topk: int = 1,
-                 num_draft_tokens: int | None = None):
+                 num_draft_tokens: int | None = None, tp: int = 1, dp: int = 1, dp_attention: bool = False):
         self.scenario = scenarios_of(family)[name]
         self.models = models
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
         if draft_dir is not None:  # the scenario's target and arguments with another draft (a repaired copy)
             self.spec = dataclasses.replace(self.spec, draft_dir=Path(draft_dir))
         self.endpoint = fresh_ipc_endpoint("events")
-        env = {ENV_ENDPOINT: self.endpoint, **(extra_env or {})}
+        parallel_args, parallel_env = parallel_launch(tp, dp, dp_attention)
+        env = {ENV_ENDPOINT: self.endpoint, **parallel_env, **(extra_env or {})}
         self.control_endpoint = self.token_file = None
         if control:
             from eagle3scope.wire.token import create_token_file
@@ -51,8 +52,9 @@ class ScenarioRun:
             self.control_endpoint = fresh_ipc_endpoint("control")
             env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
-                                   extra_args=self.spec.extra_args, env=env, python=python, log_path=log_path,
-                                   num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens or num_steps + 1)
+                                   extra_args=self.spec.extra_args + parallel_args, env=env, python=python,
+                                   log_path=log_path, num_steps=num_steps, topk=topk,
+                                   num_draft_tokens=num_draft_tokens or num_steps + 1)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
         self.temperatures = temperatures or TEMPERATURES.get(family)
         self.workload = None

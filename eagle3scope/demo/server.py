@@ -42,6 +42,29 @@ CPU_FLAGS = (
 )
 
 
+def parallel_launch(tp: int = 1, dp: int = 1, dp_attention: bool = False, cpus: int | None = None) -> tuple[tuple, dict]:
+    """Server arguments and environment for tensor / data / attention-data parallelism on a CPU.
+
+    SGLang binds each rank's OpenMP threads to one NUMA node unless ``SGLANG_CPU_OMP_THREADS_BIND``
+    names cores per rank (``utils/numa_utils.py: init_threads_binding``, one ``|``-separated entry per
+    rank of dp x tp x pp, indexed by the rank's global device id); a one-node machine needs it from
+    two ranks on. Ranks share the cores round-robin when there are more ranks than cores.
+    """
+    args: list[str] = []
+    if tp > 1:
+        args += ["--tp-size", str(tp)]
+    if dp > 1:
+        args += ["--dp-size", str(dp)]
+    if dp_attention:
+        args.append("--enable-dp-attention")
+    ranks = tp * (1 if dp_attention else dp)  # DP attention splits the TP group instead of adding ranks
+    env = {}
+    if ranks > 1:
+        cpus = cpus or os.cpu_count() or 1
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(i % cpus) for i in range(ranks))
+    return tuple(args), env
+
+
 class ServerError(RuntimeError):
     """The server could not start or answer; the message quotes the end of its log."""
 

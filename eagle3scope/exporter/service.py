@@ -33,13 +33,13 @@ class Exporter:
     """``with Exporter([endpoint], "127.0.0.1:0") as ex: ex.run(stop)``; ``ex.port`` is the bound port."""
 
     def __init__(self, endpoints: list[str], listen: str = DEFAULT_LISTEN, *, forget_after_s: float | None = 600.0,
-                 poll_ms: int = 100, max_publishers: int = MAX_PUBLISHERS) -> None:
+                 poll_ms: int = 100, max_publishers: int = MAX_PUBLISHERS, discover: bool = True) -> None:
         self.host, port = parse_listen(listen)
         self.fleet = Fleet(forget_after_s=forget_after_s, max_publishers=max_publishers)
         self.registry = CollectorRegistry()
         self.registry.register(FleetCollector(self.fleet))
         ProcessCollector(namespace="eagle3scope_exporter", registry=self.registry)
-        self.subscriber = Subscriber(endpoints)
+        self.subscriber = Subscriber(endpoints, discover=discover)
         self._poll_ms = poll_ms
         try:
             self._httpd, self._http_thread = start_http_server(port, addr=self.host, registry=self.registry)

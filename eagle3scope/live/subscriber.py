@@ -14,6 +14,10 @@ Only publishers it can authenticate as the server asked for are heard
 TCP through CURVE with the key file's server key (a publisher without the secret fails the
 handshake, is reported once per endpoint and never delivers a frame), plain TCP only on a
 network the user trusts.
+Discovery: a hello lists the endpoints of every publisher of the same server (one per DP or
+attention-DP rank); unless ``discover=False`` the socket connects to those it does not have yet,
+reached the way the announcing publisher was (:func:`~eagle3scope.wire.endpoints.reach_sibling`,
+which keeps the host or ipc directory the user named), at most MAX_PUBLISHERS endpoints in all.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
 from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
-from eagle3scope.wire.endpoints import EndpointError, guard
+from eagle3scope.wire.endpoints import EndpointError, guard, reach_sibling
 from eagle3scope.wire.loss import DUPLICATE, FrameLoss
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
 
@@ -58,10 +62,14 @@ class Subscriber:
     a TCP one without a usable CURVE key file), ``zmq.ZMQError`` for one ZeroMQ refuses."""
 
     def __init__(self, endpoints: list[str], *, rcvhwm: int = 200_000,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, discover: bool = True) -> None:
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         self.endpoints = list(endpoints)
+        self.discover = discover
+        #: endpoints connected because a hello named them, and how each was reached
+        self.discovered: list[str] = []
+        self._anchors: list[tuple[str, str]] = []  # (endpoint connected to, endpoint its hello announced)
         self.max_frame_bytes = max(1024, min(int(max_frame_bytes), MAX_FRAME_BYTES))
         # The process-wide context: a private one dropped inside a reference cycle (an exception
         # in a click runner, a forgotten viewer) would block the garbage collector in term().
@@ -142,6 +150,8 @@ class Subscriber:
                 return None
             stats = self.sources[frame.src] = SourceStats()
         stats.observe(frame)
+        if frame.kind == "hello" and self.discover:
+            self._discover(frame.body)
         return frame
 
     def _check_handshakes(self) -> None:
@@ -159,6 +169,36 @@ class Subscriber:
                                       f" server of {self.curve_key}: the CURVE handshake failed (another server's key,"
                                       " or someone else bound the port); nothing from it is accepted"))
             self.unauthenticated[endpoint] = self.unauthenticated.get(endpoint, 0) + 1
+
+    def _discover(self, hello: dict) -> None:
+        """Connect to the siblings a hello lists, reached as the publisher that sent it was."""
+        announced, siblings = hello.get("endpoint"), hello.get("siblings")
+        if not isinstance(announced, str) or not siblings:
+            return
+        anchor = next(((here, own) for here, own in self._anchors
+                       if reach_sibling(here, own, announced) in self.endpoints), None)
+        if anchor is None:
+            unanchored = [e for e in self.endpoints if e not in {here for here, _ in self._anchors}]
+            if announced in unanchored:
+                anchor = (announced, announced)
+            elif len(unanchored) == 1 and not self.discovered:
+                anchor = (unanchored[0], announced)  # the one endpoint given (a port forward, a 0.0.0.0 bind)
+            else:
+                return  # cannot tell which connection this hello came through
+            self._anchors.append(anchor)
+        for sibling in siblings:
+            endpoint = reach_sibling(anchor[0], anchor[1], sibling)
+            if endpoint is None or endpoint in self.endpoints or len(self.endpoints) >= MAX_PUBLISHERS:
+                continue
+            try:  # trusted as the endpoints given are (private ipc directory, CURVE for TCP)
+                if guard(endpoint, bind=False) == "curve" and self.curve_key is None:
+                    raise EndpointError("a TCP sibling of a publisher reached without CURVE")
+                self._sock.connect(endpoint)
+            except (zmq.ZMQError, EndpointError) as exc:
+                self._bad(None, "hello", f"not subscribing to sibling {endpoint}: {exc}")
+                continue
+            self.endpoints.append(endpoint)
+            self.discovered.append(endpoint)
 
     def _bad(self, src: str | None, kind: str | None, error: str) -> None:
         self.bad_frames += 1

@@ -397,13 +397,13 @@ def parse_seek(target: str) -> tuple[str, float]:
 
 
 def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
-              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+              max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, discover: bool = True) -> int:
     """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``);
     returns the app's exit status (non-zero after a crash)."""
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.tui.feed import LiveFeed
 
-    app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes)), theme=theme)
+    app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes, discover=discover)), theme=theme)
     app.aux_client = aux_client
     app.run()
     return app.return_code or 0

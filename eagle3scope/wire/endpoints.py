@@ -1,5 +1,6 @@
 """Endpoints both sides agree on: the default, what binds where, one per data-parallel rank, and
-which of them are private.
+which of them are private, and where a viewer finds a publisher's siblings (the other DP ranks
+of the same server).
 
 The default is an ``ipc://`` socket in a per-user 0700 runtime directory (:func:`runtime_dir`):
 on a shared host no other user can read the stream or bind its name first. The shim binds with
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from eagle3scope.wire.private import PrivateFileError, check_private_dir, ensure_private_dir
+from eagle3scope.wire.validate import MAX_PUBLISHERS  # the most siblings a hello may list
 
 #: How help texts name the default (the path depends on the user: :func:`default_endpoint`).
 DEFAULT_ENDPOINT = "ipc://$XDG_RUNTIME_DIR/eagle3scope/events.sock"
@@ -176,6 +178,39 @@ def _serving(path: Path) -> bool:
         except OSError as exc:
             return exc.errno not in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
         return True
+
+
+def sibling_endpoints(endpoint: str, publishers: int) -> list[str] | None:
+    """Every publisher's bind endpoint of one server, index = DP rank, derived from rank 0's by
+    :func:`endpoint_for_dp_rank`; None when they cannot be told apart (an ephemeral tcp port)."""
+    out = [resolve_bind_endpoint(endpoint_for_dp_rank(endpoint, i)) for i in range(max(1, publishers))]
+    return out if len(set(out)) == len(out) else None
+
+
+def _tcp_port(endpoint: str) -> tuple[str, int] | None:
+    host, sep, port = endpoint[6:].rpartition(":") if endpoint.startswith("tcp://") else ("", "", "")
+    return (host, int(port)) if sep and host and port.isdigit() else None
+
+
+def reach_sibling(connected: str, announced: str, sibling: str) -> str | None:
+    """Where a viewer that reaches the publisher announcing itself as ``announced`` at ``connected``
+    reaches ``sibling`` (from the same hello), or None when that would leave what it connected to.
+
+    tcp keeps the host the viewer used and moves the port by the siblings' distance (SSH
+    forwards in the same order, ``-L 6000:...:5557 -L 6001:...:5558``, keep working); ipc takes
+    the sibling's DP index from :func:`endpoint_for_dp_rank` of the announced path and applies it to
+    the path the viewer used (a forwarded ``gpu.sock`` finds ``gpu-dp1.sock`` beside it). The hello
+    is untrusted: it can point a viewer at other ports of a host it already reads from, or at the
+    rank names beside the socket it connected to, nowhere else.
+    """
+    here, own, other = _tcp_port(connected), _tcp_port(announced), _tcp_port(sibling)
+    if here and own and other:
+        port = here[1] + other[1] - own[1]
+        return f"tcp://{here[0]}:{port}" if 0 < port < 65536 else None
+    if connected.startswith("ipc://") and announced.startswith("ipc://") and sibling.startswith("ipc://"):
+        index = next((i for i in range(MAX_PUBLISHERS) if endpoint_for_dp_rank(announced, i) == sibling), None)
+        return None if index is None else endpoint_for_dp_rank(connected, index)
+    return None
 
 
 def free_port() -> int:

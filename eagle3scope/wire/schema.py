@@ -8,7 +8,7 @@ A frame is a msgpack map ``{"v": [major, minor], "k": kind, "src": publisher, "n
 that frames were lost in transit. Bodies per kind (all keys are short ASCII strings):
 
 ``hello`` (process identity, re-sent periodically so late viewers learn it)
-    pid, host, tp_rank, dp_rank, sglang_version, shim_version, worker ("v1"|"v2"|None),
+    pid, host, tp_rank, dp_rank (the publishing scheduler's), sglang_version, shim_version, worker ("v1"|"v2"|None),
     server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
     draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
@@ -17,7 +17,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     (ns), so a process restarted under the same pid and ``src`` (a container) is a new run;
     worker_class (the class of SGLang's speculative worker, e.g. "EAGLEWorkerV2",
     "MultiLayerEagleWorkerV2"); unobserved: {"worker"|"draft_model": why the hooks cannot see it}
-    (the ``hook`` events' "unhooked" details).
+    (the ``hook`` events' "unhooked" details);
+    parallel: {tp_size, dp_size, pp_size, attn_tp_size, attn_dp_size, ep_size} (SGLang's names);
+    publisher_rank: {tp_rank, dp_rank, attn_tp_rank, pp_rank, reason} (why this scheduler publishes:
+    SGLang's entry rank of its DP replica or attention-DP group, on the last pipeline stage);
+    endpoint (the one bound) and siblings: [endpoint of every publisher of this server, by DP
+    index] (None when they cannot be derived), which viewers subscribe to as well.
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,
@@ -31,6 +36,10 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
           t2d_consistent, looks_absolute} | None,
     lm_head: {source: "checkpoint"|"target"|"init"|"tied", shape: [rows, cols]},
     embed_tokens: {source: ...}
+    Optional on lm_head, embed_tokens and fc (on a TP-N server): shape is the full tensor (all
+    ranks), shard_shape / parallel_dim / parallel_size this rank's shard when it holds one,
+    org_vocab_size / padded_size the real and padded rows of a vocabulary layer. Recordings
+    without them hold the publishing rank's own shape. d2t is always the checkpoint's full tensor.
     Meanings the contract rules rely on: aux.configured = the draft config's
     eagle_aux_hidden_state_layer_ids (None when absent), aux.captured = the target's
     layers_to_capture (input-of-layer indices), aux.offset_rule = what the target did with the
@@ -79,7 +88,7 @@ from typing import Any
 
 import msgpack
 
-from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, BodyError, validate_body
+from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, MAX_PUBLISHERS, BodyError, validate_body  # noqa: F401
 
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
@@ -100,9 +109,6 @@ def is_decode_step(body: dict) -> bool:
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 #: what a subscriber accepts unless told otherwise: a step is ~300 B, a load report a few KB
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
-#: publishers one reader tracks (the subscriber, a session state, the exporter): ``src`` is whatever a
-#: frame says, so without a bound a publisher cycling its ``src`` would grow every reader without end
-MAX_PUBLISHERS = 256
 _LIMITS = dict(
     max_str_len=1 << 20,
     max_bin_len=1 << 22,

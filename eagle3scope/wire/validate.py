@@ -29,6 +29,10 @@ MAX_SEAMS = 256
 MAX_TEXT = 1 << 16
 #: nesting of maps and lists in a body
 MAX_DEPTH = 8
+#: publishers one reader tracks (the subscriber, a session state, the exporter): ``src`` is whatever a
+#: frame says, so without a bound a publisher cycling its ``src`` would grow every reader without end;
+#: also the most sibling endpoints a hello may list
+MAX_PUBLISHERS = 256
 
 _SCALARS = (type(None), bool, str, bytes)
 
@@ -123,11 +127,11 @@ def _ints(lo: int, hi: int, max_len: int):
     return check
 
 
-def _names(value, path):
+def _names(value, path, max_len: int | None = None):
     if value is None:
         return
-    if type(value) is not list:
-        _fail(path, "must be a list of names or null", value)
+    if type(value) is not list or (max_len is not None and len(value) > max_len):
+        _fail(path, "must be a list of names or null" + (f" (at most {max_len})" if max_len else ""), value)
     for x in value:
         if type(x) is not str or len(x) > MAX_NAME:
             _fail(path, "items must be names (strings)", x)
@@ -162,8 +166,14 @@ _NAME = _str()
 _TEXT = _str(MAX_TEXT)
 _LAYERS = _ints(-1, 1 << 20, 4096)
 
+_RANK = _int(0, 1 << 20)
+_SIZE = _int(1, 1 << 20)
 HELLO = {
-    "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _int(0, 1 << 20), "dp_rank": _int(0, 1 << 20),
+    "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _RANK, "dp_rank": _RANK,
+    "parallel": _map({k: _SIZE for k in ("tp_size", "dp_size", "pp_size", "attn_tp_size", "attn_dp_size", "ep_size")}),
+    "publisher_rank": _map({"tp_rank": _RANK, "dp_rank": _RANK, "attn_tp_rank": _RANK, "pp_rank": _RANK,
+                            "reason": _TEXT}),
+    "endpoint": _NAME, "siblings": lambda value, path: _names(value, path, MAX_PUBLISHERS),
     "sglang_version": _NAME, "shim_version": _NAME, "worker": _NAME, "worker_class": _NAME, "control": _NAME,
     "server_args": _map({"num_steps": _int(0, MAX_DRAFT_TOKENS), "topk": _int(0, MAX_DRAFT_TOKENS),
                          "num_draft_tokens": _int(0, MAX_DRAFT_TOKENS), "cuda_graph": _bool}, _scalar),
@@ -173,19 +183,23 @@ HELLO = {
 }
 
 _WIDTH = _int(0, MAX_TOKEN_ID)
+_SHAPE = _ints(0, MAX_TOKEN_ID, 8)
+#: a weight's full shape on a TP-N server and this rank's shard of it (loadreport.tensor_facts)
+_TENSOR = {"shape": _SHAPE, "shard_shape": _SHAPE, "parallel_dim": _int(0, 7), "parallel_size": _SIZE,
+           "org_vocab_size": _WIDTH, "padded_size": _WIDTH}
 LOAD = {
     "draft_class": _NAME, "target_class": _NAME,
     "hidden_size": _WIDTH, "target_hidden_size": _WIDTH, "num_target_layers": _int(0, 1 << 20),
     "draft_vocab_size": _WIDTH, "target_vocab_size": _WIDTH,
-    "fc": _map({"in": _WIDTH, "out": _WIDTH}),
+    "fc": _map({"in": _WIDTH, "out": _WIDTH, **_TENSOR}),
     "aux": _map({"configured": _LAYERS, "captured": _LAYERS, "requested": _LAYERS, "use_aux": _bool,
                  "capture_on": _bool, "offset_rule": _NAME, "calls": _COUNT}),
     "weights": _map({"consumed": _names, "skipped": _names, "unwritten": _names, "ignored": _names}),
     "d2t": _map({"present": _bool, "size": _COUNT, "min": _int(INT64_MIN), "max": _int(INT64_MIN),
                  "target_min": _int(INT64_MIN), "target_max": _int(INT64_MIN), "out_of_range": _COUNT,
                  "injective": _bool, "t2d_consistent": _bool, "looks_absolute": _bool}),
-    "lm_head": _map({"source": _NAME, "shape": _ints(0, MAX_TOKEN_ID, 8)}),
-    "embed_tokens": _map({"source": _NAME}),
+    "lm_head": _map({"source": _NAME, **_TENSOR}),
+    "embed_tokens": _map({"source": _NAME, **_TENSOR}),
 }
 
 CONFIG = {"layers": _LAYERS, "captured": _LAYERS, "applied": _bool, "reason": _TEXT, "origin": _NAME,

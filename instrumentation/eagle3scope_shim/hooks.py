@@ -9,13 +9,12 @@ device tensors into the step's :class:`state.HostRing` slot; the publisher threa
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import time
 import weakref
 
-from eagle3scope_shim import aux_channel, collective, loadreport, registry, seams
+from eagle3scope_shim import aux_channel, collective, loadreport, registry, seams, topology
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
 
 _now = time.perf_counter_ns
@@ -23,24 +22,7 @@ log = logging.getLogger("eagle3scope")
 
 
 
-# -- process: the scheduler of TP rank 0 publishes ----------------------------------------------
-def _ranks(args, kwargs) -> tuple[int, int]:
-    self = args[0]
-    try:
-        bound = inspect.signature(type(self).__init__).bind(*args, **kwargs).arguments
-    except TypeError:
-        bound = {}
-    tp, dp = bound.get("tp_rank"), bound.get("dp_rank")
-    tp = getattr(self, "tp_rank", None) if tp is None else tp
-    dp = getattr(self, "dp_rank", None) if dp is None else dp
-    if tp is None:
-        from sglang.srt.runtime_context import get_parallel  # releases where ranks live in a context
-
-        parallel = get_parallel()
-        tp, dp = parallel.tp_rank, parallel.dp_rank if dp is None else dp
-    return int(tp or 0), int(dp or 0)
-
-
+# -- process: SGLang's entry ranks publish (topology.entry_rank) -------------------------------
 def make_scheduler_init(seam):
     def pre(*args, **kwargs):
         return requested_endpoint()
@@ -48,16 +30,19 @@ def make_scheduler_init(seam):
     def post(endpoint, result, *args, **kwargs):
         if endpoint is None or STATE.publisher is not None:
             return
-        STATE.scheduler = args[0]
-        tp_rank, dp_rank = _ranks(args, kwargs)
-        if tp_rank != 0:
+        STATE.scheduler = args[0]  # every rank: the TP collective of aux changes reaches them all
+        parallel, rank = topology.read(args[0], args, kwargs)
+        publishes, reason = topology.entry_rank(parallel, rank)
+        index = topology.publisher_index(parallel, rank)
+        STATE.topology = {"parallel": parallel, "rank": rank, "index": index, "publishes": publishes, "reason": reason}
+        if not publishes:
             return
         registry.confirm_registered()
-        if not STATE.start_publisher(endpoint, dp_rank):
+        if not STATE.start_publisher(endpoint, index, parallel["publishers"]):
             return  # said so on the server's log; nothing to report to
-        aux_channel.start(args[0], dp_rank, tp_rank)
+        aux_channel.start(args[0], index, rank["tp_rank"])
         report_unobserved(getattr(args[0], "draft_worker", None))
-        loadreport.publish_startup(args[0], tp_rank, dp_rank)
+        loadreport.publish_startup(args[0])
 
     return around(seam, pre, post)
 
@@ -130,6 +115,8 @@ def _size_ring(worker) -> None:
 
 def make_worker_init_v2(seam):
     def post(ctx, result, self, *args, **kwargs):
+        if getattr(self, "_draft_worker", self) is None:  # a pipeline stage without the draft
+            return
         STATE.workers.append(("v2", self, self.target_worker.model_runner.model, self.draft_worker.draft_runner.model))
 
     return around(seam, None, post)
@@ -150,6 +137,9 @@ def make_step(seam):
         if STATE.aux_channel is not None:
             STATE.aux_channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
+        idle = getattr(batch.forward_mode, "is_idle", None)
+        if idle is not None and idle():  # an idle attention-DP rank's collective-only pass: nothing to report
+            return None
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)

@@ -1,6 +1,6 @@
 """Load-time facts: which draft weights SGLang consumed, skipped or never wrote, what ``d2t`` says,
 where ``lm_head``/``embed_tokens`` came from, what the target captures; published as the sticky
-``hello`` and ``load`` events (and a ``config`` event) once the scheduler of TP rank 0 is built.
+``hello`` and ``load`` events (and a ``config`` event) once a publishing scheduler is built.
 
 Runs only at startup, never on the decode hot path. Unwritten parameters are found exactly: every
 parameter's ``weight_loader`` is wrapped for the duration of ``load_weights`` (the loader looks it
@@ -203,10 +203,49 @@ def _resolved_use_aux(worker, target):
     return None if value is None else bool(value)
 
 
+def tensor_facts(module) -> dict:
+    """The full shape of ``module.weight`` on a TP-N server, from SGLang's own layer attributes:
+    ``shape`` (all ranks together) and, only when this rank holds a shard, ``shard_shape``,
+    ``parallel_dim`` and ``parallel_size``; vocabulary layers add ``org_vocab_size`` (the real
+    rows) and ``padded_size`` (rows after SGLang's padding). ``layers/vocab_parallel_embedding.py``
+    shards rows by ``num_embeddings_per_partition`` of ``num_embeddings_padded``; ``layers/linear.py``
+    ColumnParallelLinear rows by ``output_size_per_partition``, RowParallelLinear columns by
+    ``input_size_per_partition`` (0.5.23; the same names in 0.5.10)."""
+    weight = getattr(module, "weight", None)
+    if weight is None:
+        return {}
+    shard = [int(x) for x in weight.shape]
+    full = list(shard)
+    dim = None
+    padded, per = getattr(module, "num_embeddings_padded", None), getattr(module, "num_embeddings_per_partition", None)
+    if padded is not None and per is not None:
+        dim, full[0] = 0, int(padded)
+    elif getattr(module, "output_size_per_partition", None) is not None and len(full) == 2:
+        dim, full[0] = 0, int(module.output_size)
+    elif getattr(module, "input_size_per_partition", None) is not None and len(full) == 2:
+        dim, full[1] = 1, int(module.input_size)
+    facts: dict = {"shape": full}
+    if dim is not None and full[dim] != shard[dim] and shard[dim]:
+        facts.update(shard_shape=shard, parallel_dim=dim, parallel_size=full[dim] // shard[dim])
+    if getattr(module, "org_vocab_size", None) is not None:
+        facts.update(org_vocab_size=int(module.org_vocab_size), padded_size=int(padded if padded is not None else full[0]))
+    return facts
+
+
 def _source(param, target_param, written: bool) -> str:
     if target_param is not None and param is target_param:
         return "target"
     return "checkpoint" if written else "init"
+
+
+def _fc(facts: dict) -> dict | None:
+    """``{in, out}`` of the full fc (a column-parallel one, the MLA draft's, is sharded by out),
+    plus where this rank's shard lies when it holds one."""
+    if not facts:
+        return None
+    out, in_ = facts["shape"][:2]
+    extra = {k: facts[k] for k in ("shard_shape", "parallel_dim", "parallel_size") if k in facts}
+    return {"in": in_, "out": out, **extra}
 
 
 def load_body(kind: str, worker, target, draft) -> dict:
@@ -220,7 +259,7 @@ def load_body(kind: str, worker, target, draft) -> dict:
     requested = last_call["requested"] if last_call else None
     inner = getattr(draft, "model", None)
     fc = getattr(inner, "fc", None)
-    fc_w = getattr(fc, "weight", None)
+    fc_facts = tensor_facts(fc) if fc is not None else {}
     lm_head, embed = getattr(draft, "lm_head", None), getattr(inner, "embed_tokens", None)
     target_lm = getattr(getattr(text_model, "lm_head", None), "weight", None)
     target_embed = getattr(getattr(getattr(text_model, "model", None), "embed_tokens", None), "weight", None)
@@ -243,7 +282,7 @@ def load_body(kind: str, worker, target, draft) -> dict:
         "num_target_layers": int(tcfg.num_hidden_layers),
         "draft_vocab_size": getattr(cfg, "draft_vocab_size", None),
         "target_vocab_size": int(tcfg.vocab_size),
-        "fc": None if fc_w is None else {"in": int(fc_w.shape[1]), "out": int(fc_w.shape[0])},
+        "fc": _fc(fc_facts),
         "aux": {
             "configured": _ids(eagle_cfg.get("eagle_aux_hidden_state_layer_ids")),
             "use_aux": _resolved_use_aux(worker, target),
@@ -255,8 +294,9 @@ def load_body(kind: str, worker, target, draft) -> dict:
         },
         "weights": weights,
         "d2t": d2t_summary(watch.tensors.get("d2t") if watch else None, watch.tensors.get("t2d") if watch else None, int(tcfg.vocab_size)),
-        "lm_head": {"source": lm_source, "shape": None if lm_head is None else [int(x) for x in lm_head.weight.shape]},
-        "embed_tokens": {"source": None if embed is None else _source(embed.weight, target_embed, "model.embed_tokens.weight" in written)},
+        "lm_head": {"source": lm_source, "shape": None, **(tensor_facts(lm_head) if lm_head is not None else {})},
+        "embed_tokens": {"source": None if embed is None else _source(embed.weight, target_embed, "model.embed_tokens.weight" in written),
+                         **(tensor_facts(embed) if embed is not None else {})},
     }
 
 
@@ -283,7 +323,27 @@ def _class_name(obj) -> str | None:
     return None if obj is None else type(obj).__name__
 
 
-def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
+def _parallel_facts() -> dict:
+    """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``STATE.topology``."""
+    topo = STATE.topology or {}
+    parallel = {k: v for k, v in (topo.get("parallel") or {}).items() if k != "publishers"} or None
+    rank = topo.get("rank") or {}
+    pub = STATE.publisher
+    return {
+        "tp_rank": rank.get("tp_rank", 0),
+        "dp_rank": topo.get("index", 0),  # which of the server's publishers: its DP or attention-DP rank
+        "parallel": parallel,
+        "publisher_rank": {
+            "tp_rank": rank.get("tp_rank", 0), "dp_rank": rank.get("dp_rank", 0),
+            "attn_tp_rank": rank.get("attn_tp_rank", 0), "pp_rank": rank.get("pp_rank", 0),
+            "reason": topo.get("reason") or "",
+        },
+        "endpoint": None if pub is None else pub.endpoint,
+        "siblings": STATE.siblings,
+    }
+
+
+def hello_body(scheduler) -> dict:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     # graph replay or a torch.compile'd model hides the Python of the passes it covers
@@ -292,8 +352,7 @@ def hello_body(scheduler, tp_rank: int, dp_rank: int) -> dict:
         "pid": os.getpid(),
         "started": STATE.started_ns,
         "host": socket.gethostname(),
-        "tp_rank": tp_rank,
-        "dp_rank": dp_rank,
+        **_parallel_facts(),
         "sglang_version": sglang_version(),
         "shim_version": __version__,
         "worker": STATE.workers[-1][0] if STATE.workers else None,
@@ -334,9 +393,9 @@ def publish_config(origin: str) -> None:
         STATE.publisher.submit("config", config_body(origin))
 
 
-def publish_startup(scheduler, tp_rank: int, dp_rank: int) -> None:
+def publish_startup(scheduler) -> None:
     pub = STATE.publisher
-    pub.set_sticky("hello", hello_body(scheduler, tp_rank, dp_rank))
+    pub.set_sticky("hello", hello_body(scheduler))
     if STATE.workers:
         kind, worker, target, draft = STATE.workers[-1]
         pub.set_sticky("load", load_body(kind, worker, target, draft))

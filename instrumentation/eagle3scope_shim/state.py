@@ -1,4 +1,4 @@
-"""Process-wide shim state: the publisher (scheduler of TP rank 0 only), the step being built,
+"""Process-wide shim state: the publisher (SGLang's entry ranks only, see ``topology``), the step being built,
 the facts gathered at load time, and the fail-closed wrapper every hook runs in.
 
 A hook body that raises is disabled for the rest of the process, reported once (a ``hook`` event
@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint
+from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
 from eagle3scope_shim.publisher import Publisher
 
 log = logging.getLogger("eagle3scope")
@@ -111,6 +111,10 @@ class ShimState:
         # the thread running the hook, read as deltas by the publisher thread (no lock: int reads)
         self.self_ns: dict[str, list[int]] = {}  # seam -> [ns spent in its pre/post bodies]
         self.step_ns = [0]  # ns inside the step seams' original calls (the rounds the cost relates to)
+        #: {"parallel", "rank", "index", "publishes", "reason"} of this scheduler (topology), once it is built;
+        #: the aux channel reads the ranks from here
+        self.topology: dict | None = None
+        self.siblings: list[str] | None = None  # every publisher's endpoint of this server, by index
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
@@ -132,14 +136,16 @@ class ShimState:
         self.report(seam, "failed", detail)
 
     # -- publisher ----------------------------------------------------------------------------
-    def start_publisher(self, endpoint: str, dp_rank: int) -> bool:
-        """Publish this scheduler's events on its rank's endpoint. One that cannot be bound (taken,
-        not private, no CURVE key for TCP) is an error line on the server's log, and nothing is
-        published: the server serves on, its hello goes to nobody. False then."""
-        self.src = f"{socket.gethostname()}:{os.getpid()}:dp{dp_rank}"
+    def start_publisher(self, endpoint: str, index: int, publishers: int = 1) -> bool:
+        """Publish this scheduler's events on its endpoint, the server's ``index``-th of ``publishers``
+        (one per DP scheduler, ``topology``). One that cannot be bound (taken, not private, no CURVE
+        key for TCP) is an error line on the server's log, and nothing is published: the server
+        serves on, its hello goes to nobody. False then."""
+        self.src = f"{socket.gethostname()}:{os.getpid()}:dp{index}"
         wanted = endpoint or "the default endpoint"
         try:
-            wanted = endpoint_for_dp_rank(resolve_bind_endpoint(endpoint), dp_rank)
+            base = resolve_bind_endpoint(endpoint)
+            wanted = endpoint_for_dp_rank(base, index)
             pub = Publisher(wanted, self.src)
             pub.heartbeat_extra = self.ring_stats
             pub.start()
@@ -148,6 +154,7 @@ class ShimState:
                       " hello goes to nobody, and no viewer, recorder, gate or exporter will see it.",
                       wanted, type(exc).__name__, exc)
             return False
+        self.siblings = sibling_endpoints(base, publishers)
         for body in self.pending:
             pub.submit("hook", body)
         self.pending.clear()

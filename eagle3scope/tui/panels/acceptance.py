@@ -1,4 +1,5 @@
-"""Acceptance: rolling mean, its history (aux-config changes marked), per-position rates, histogram."""
+"""Acceptance: rolling mean, its history (aux-config changes marked), per-position rates, histogram;
+per rank and the rank skew when a server has several publishers (DP ranks)."""
 
 from __future__ import annotations
 
@@ -138,13 +139,36 @@ class AcceptancePanel(Vertical):
         rates.append(f"{view.steps:,} steps  {fmt(view.steps_per_s, ',.1f')} steps/s  ")
         rates.append(fmt(view.tokens_per_s, ",.1f"), style=value)
         rates.append(" accepted tok/s")
-        self.query_one("#acc-summary", Static).update(Text("\n").join([head, rates]))
+        lines = [head, rates]
+        if view.ranks:
+            lines += self._ranks(view, value, muted, low)
+        summary = self.query_one("#acc-summary", Static)
+        summary.update(Text("\n").join(lines))
+        if summary.styles.height is None or summary.styles.height.value != len(lines):
+            summary.styles.height = len(lines)  # 2 lines; 4 with several ranks
         plot = self.query_one("#acc-history", HistoryPlot)
         plot.reference = float(maximum) if maximum else None
         plot.points = tuple(view.history)
         plot.marks = tuple(view.marks)
         plot.border_subtitle = f"╌ max {maximum} (steps {view.k}, draft tokens {markup(view.draft_tokens)})" if maximum else ""
         self.query_one("#acc-dist", Static).update(self._distribution(view, muted, bar_style, low))
+
+    @staticmethod
+    def _ranks(view: AcceptanceView, value, muted, low) -> list[Text]:
+        """``ranks dp0 3.05 dp1 2.10`` and ``rank skew 0.95: worst dp1 2.10 (best dp0 3.05)``."""
+        ranks = Text(no_wrap=True, overflow="ellipsis")
+        ranks.append("ranks", style=muted)
+        worst = view.skew.worst if view.skew is not None else None
+        for row in view.ranks:
+            ranks.append(f"  {row.label} ")
+            ranks.append(fmt(row.mean), style=low if row.label == worst else value)
+        if view.skew is None:
+            return [ranks]
+        skew = Text(no_wrap=True, overflow="ellipsis")
+        skew.append("rank skew ", style=muted)
+        skew.append(fmt(view.skew.spread), style=low if view.skew.spread >= 0.5 else value)
+        skew.append(f": worst {view.skew.worst} {fmt(view.skew.worst_mean)} (best {view.skew.best} {fmt(view.skew.best_mean)})")
+        return [ranks, skew]
 
     def _distribution(self, view: AcceptanceView, muted, bar_style, low) -> Text:
         """Per-position rates and the histogram: bars when there is room, one line each when not."""

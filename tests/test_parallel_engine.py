@@ -1,0 +1,160 @@
+"""Tensor and data parallelism through the real SGLang 0.5.23 CPU engine.
+
+Three servers, one per topology, each shared by its module's tests, on the tiny pair
+(tests/conftest.py: tiny_models; a vocab-parallel draft head of 256 rows, 128 per rank at TP-2)
+with SGLang's simulated acceptance (``SGLANG_SIMULATE_ACC_LEN``, as tests/test_shim_engine.py), so
+per-request counts are not trivial: the healthy draft at ``--tp-size 2``, the same draft with
+``use_aux_hidden_state`` false (aux capture off, its trained-looking fc skipped) at
+``--tp-size 2``, the healthy draft at ``--dp-size 2`` seen through one endpoint. Ranks get one core
+each (``SGLANG_CPU_OMP_THREADS_BIND``, demo/server.py: parallel_launch). The demo's trained
+scenarios at TP-2 / DP-2 are the issue's done-when check (``demo --tp 2 --scenario ...``).
+
+DP attention (``--tp-size 2 --dp-size 2 --enable-dp-attention``) does not run on SGLang's CPU path:
+the server starts, and the first request kills the idle attention-DP rank, whose
+``_execute_idle`` pass (``model_executor/runner/eager_runner.py``) reaches the target's native
+rotary embedding with zero tokens (``layers/rotary_embedding/base.py: forward_native``,
+``query.view(num_tokens, -1, head_size)``: "cannot reshape tensor of 0 elements into shape
+[0, -1, 32]"). So the publisher selection under DP attention is tested against SGLang's own rank
+arithmetic (``layers/dp_attention.py: compute_dp_attention_world_info``) in the engine venv.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_engine_python
+from test_shim_engine import _check_agreement, _kind, _last, _serve
+
+from eagle3scope.analysis.state import analyse
+from eagle3scope.demo.server import checkout_pythonpath, parallel_launch
+
+pytestmark = pytest.mark.engine
+
+TEMPERATURES = (0.0, 0.8)  # greedy and SGLang's sampling verify
+
+
+#: tiny.py's own writers: the healthy draft's config with aux capture switched off
+WRITE_AUX_OFF_DRAFT = r"""
+import sys
+from pathlib import Path
+from eagle3scope.demo import tiny
+target, out = Path(sys.argv[1]), Path(sys.argv[2])
+config = tiny.draft_config(target, use_aux_hidden_state=False)
+tiny.write_draft(out, config, tiny.random_draft_state(config, range(config["draft_vocab_size"]), seed=7))
+"""
+
+
+def _serve_parallel(target, draft, tmp_path_factory, name, *, tp=1, dp=1):
+    args, env = parallel_launch(tp, dp)
+    log = tmp_path_factory.mktemp("logs") / f"{name}-tp{tp}-dp{dp}.log"
+    return _serve(target, draft, {**env, "SGLANG_SIMULATE_ACC_LEN": "2.5"}, concurrent=True, temperatures=TEMPERATURES,
+                  extra_args=args, log_path=log, publishers=dp)
+
+
+def _fired(frames, severity="error") -> set[str]:
+    state = analyse(frames)
+    return {v.id for v in state.violations() if v.severity == severity}
+
+
+@pytest.fixture(scope="module")
+def tp2(tiny_models, tmp_path_factory):
+    return _serve_parallel(*tiny_models, tmp_path_factory, "healthy", tp=2)
+
+
+@pytest.fixture(scope="module")
+def tp2_aux_off(engine_python, tiny_models, tmp_path_factory):
+    target, _ = tiny_models
+    draft = tmp_path_factory.mktemp("aux-off") / "draft"
+    done = run_engine_python(engine_python, "-c", WRITE_AUX_OFF_DRAFT, str(target), str(draft))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _serve_parallel(target, draft, tmp_path_factory, "aux-off", tp=2)
+
+
+@pytest.fixture(scope="module")
+def dp2(tiny_models, tmp_path_factory):
+    return _serve_parallel(*tiny_models, tmp_path_factory, "healthy", dp=2)
+
+
+def test_healthy_tp2_states_its_topology_and_fires_nothing(tp2):
+    frames, responses = tp2
+    assert len({f.src for f in frames}) == 1  # tp_rank 0 of 2 publishes alone
+    hello, load = _last(frames, "hello"), _last(frames, "load")
+    assert hello["parallel"] == {"tp_size": 2, "dp_size": 1, "pp_size": 1, "attn_tp_size": 2, "attn_dp_size": 1,
+                                 "ep_size": 1}
+    assert hello["publisher_rank"]["tp_rank"] == 0 and hello["publisher_rank"]["reason"]
+    assert hello["siblings"] == [hello["endpoint"]]
+    head, draft_vocab = load["lm_head"], load["draft_vocab_size"]
+    assert head["shape"] == [draft_vocab, load["hidden_size"]] and head["org_vocab_size"] == draft_vocab
+    assert head["shard_shape"] == [draft_vocab // 2, load["hidden_size"]] and head["parallel_size"] == 2
+    assert load["embed_tokens"]["parallel_size"] == 2  # the target's vocab-parallel embedding, shared
+    assert load["d2t"]["size"] == draft_vocab  # the checkpoint's full tensor
+    assert _fired(frames) == set() and _fired(frames, "warning") == set()
+    assert all(r["meta_info"]["spec_accept_length"] > 1.5 for r in responses if r["meta_info"]["spec_verify_ct"] > 2)
+
+
+def test_tp2_counts_agree_with_meta_info(tp2):
+    _check_agreement(*tp2)
+
+
+def test_aux_off_tp2_is_flagged(tp2_aux_off):
+    frames, _ = tp2_aux_off
+    assert _fired(frames) & {"aux-capture-off", "fc-bypassed"}
+    assert "lm-head-mismatch" not in _fired(frames)  # the TP-2 head is no false alarm beside the real break
+
+
+def test_dp2_seen_from_one_endpoint(dp2):
+    frames, responses = dp2
+    hellos = {f.src: f.body for f in frames if f.kind == "hello"}
+    assert sorted(h["dp_rank"] for h in hellos.values()) == [0, 1], hellos.keys()
+    (first, second) = sorted(hellos.values(), key=lambda h: h["dp_rank"])
+    assert first["siblings"] == second["siblings"] == [first["endpoint"], second["endpoint"]]
+    assert first["parallel"]["dp_size"] == 2 and "DP replica 1" in second["publisher_rank"]["reason"]
+    stepping = {f.src for f in frames if f.kind == "step" and f.body["mode"] == "decode"}
+    assert len(stepping) == 2  # both replicas served requests
+    _check_agreement(frames, responses)
+    assert _fired(frames) == set()
+    assert len(_kind(frames, "step")) < 4 * sum(r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
+
+
+#: SGLang's rank arithmetic against the shim's choice, for every scheduler of each layout.
+RANK_ARITHMETIC = r"""
+import inspect, json, sys
+from eagle3scope_shim import topology
+from sglang.srt.layers.dp_attention import compute_dp_attention_world_info as world_info
+new = "enable_dp_attention" not in inspect.signature(world_info).parameters  # 0.5.23: (tp_rank, tp_size, attn_dp_size, ...)
+out = []
+for tp, dp, pp, dpa in json.loads(sys.argv[1]):
+    chosen = []
+    for stage in range(pp):
+        for tp_rank in range(tp):
+            attn_dp = dp if dpa else 1
+            if new:
+                attn_tp_rank, attn_tp_size, attn_dp_rank, _ = world_info(tp_rank, tp, attn_dp, 1)
+            else:
+                attn_tp_rank, attn_tp_size, attn_dp_rank = world_info(dpa, tp_rank, tp, dp, 1)
+            parallel = {"tp_size": tp, "dp_size": 1 if dpa else dp, "pp_size": pp, "attn_tp_size": attn_tp_size,
+                        "attn_dp_size": attn_dp, "ep_size": 1}
+            # the data-parallel controller hands a DP-attention scheduler its attn_dp_rank as dp_rank
+            rank = {"tp_rank": tp_rank, "dp_rank": attn_dp_rank, "attn_tp_rank": attn_tp_rank,
+                    "attn_dp_rank": attn_dp_rank, "attn_cp_rank": 0, "pp_rank": stage}
+            if topology.entry_rank(parallel, rank)[0]:
+                sglang_entry = attn_tp_rank == 0  # scheduler.py: attn_tp_rank == 0 and attn_cp_rank == 0
+                chosen.append([tp_rank, stage, topology.publisher_index(parallel, rank), attn_dp_rank, sglang_entry])
+    out.append(chosen)
+print(json.dumps(out))
+"""
+
+LAYOUTS = [(2, 2, 1, True), (8, 4, 1, True), (8, 8, 1, True), (4, 2, 2, True), (2, 1, 1, False), (4, 1, 2, False)]
+
+
+def test_dp_attention_publishers_follow_sglangs_rank_arithmetic(engine_python):
+    """0.5.23's function; the script also speaks 0.5.10's signature (enable_dp_attention first)."""
+    done = run_engine_python(engine_python, "-c", RANK_ARITHMETIC, json.dumps(LAYOUTS), env=checkout_pythonpath({}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for (tp, dp, pp, dpa), chosen in zip(LAYOUTS, json.loads(done.stdout)):
+        groups = dp if dpa else 1
+        assert len(chosen) == groups, (tp, dp, pp, chosen)  # one per attention-DP group
+        assert all(entry and stage == pp - 1 for _, stage, _, _, entry in chosen)
+        assert sorted(index for _, _, index, _, _ in chosen) == list(range(groups))
+        assert all(index == attn_dp_rank for _, _, index, attn_dp_rank, _ in chosen)
