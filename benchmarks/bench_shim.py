@@ -7,10 +7,12 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
    the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
    stand-ins for SGLang's step/draft/verify/draft-extend and three draft-model forwards (two draft
-   decode passes, one draft-extend pass), with tensors shaped like SGLang's at batch 1 and 64, and
-   a real Publisher. Reported: (hooked - unhooked) CPU µs per round on the calling (scheduler)
-   thread, the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats
-   carry as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
+   decode passes inside draft, one draft-extend pass inside draft-extend), with tensors shaped like
+   SGLang's at batch 1 and 64, and a real Publisher. Reported: (hooked - unhooked) CPU µs per round
+   on the calling (scheduler) thread, with the forwards eager (``hook_path_us``) and replayed from
+   graphs (``hook_path_graphs_us``: no forward runs, the callers' width reads give the passes),
+   the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats carry
+   as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
    a forward does: the figure that predicts the engine's), the publisher thread's finalize cost per
    round (off the hot path), the cost of one read of each candidate clock and of the self-timing
    per hook.
@@ -74,10 +76,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     pub.start()
     STATE.ring_capacity, STATE.ring_sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
     make = hooks.FACTORIES
+    # the v2 adapter's seam names: the draft and draft-extend callers read the width they hand over
     h_step, h_draft, h_verify, h_extend, h_fwd = (
-        make["step"]("b.step"), make["draft"]("b.draft"), make["verify_v2"]("b.verify"),
-        make["draft_extend"]("b.extend"), make["draft_forward"]("b.fwd"),
+        make["step"]("v2.step"), make["draft"]("v2.draft"), make["verify_v2"]("v2.verify"),
+        make["draft_extend"]("v2.draft_extend"), make["draft_forward"]("llama_eagle3.forward"),
     )
+    STATE.draft_embed_width = 128
+    worker = NS(speculative_num_steps=3)
     draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128, device=device)))
     # as the worker-init hook records it: capture_now() walks the target's capture attributes per step
     target = NS(capture_aux_hidden_states=True, model=NS(layers_to_capture=[2, 4, 7]))
@@ -88,18 +93,27 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     scratch, cold = torch.zeros(4 << 20), False
     torch.set_num_threads(1)  # as the CPU engine runs (OMP_NUM_THREADS=1): no OpenMP workers spinning
     for bs in (1, 64):
-        batch = NS(reqs=[NS(rid=f"req-{i:04d}") for i in range(bs)], forward_mode=Mode("decode"))
-        fb_decode = NS(forward_mode=Mode("decode"), spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)))
-        fb_extend = NS(forward_mode=Mode("draft_extend_v2"), spec_info=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
+        batch = NS(reqs=[NS(rid=f"req-{i:04d}") for i in range(bs)], forward_mode=Mode("decode"),
+                   spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)),
+                   seq_lens=torch.zeros(bs, dtype=torch.int64, device=device))
+        fb_decode = NS(forward_mode=Mode("decode"), batch_size=bs,
+                       spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)))
+        fb_extend = NS(forward_mode=Mode("draft_extend_v2"), batch_size=bs,
+                       spec_info=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
         verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,), device=device))
         result = NS(accept_lens=torch.randint(1, 5, (bs,), dtype=torch.int32, device=device),
-                    next_token_ids=torch.randint(0, 1024, (bs * 4,), device=device))
+                    next_token_ids=torch.randint(0, 1024, (bs * 4,), device=device),
+                    logits_output=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
+        forward = None  # the draft model's forward as the worker calls it: plain, hooked, or replayed (None)
 
         def fwd(self, ids, pos, fb):
             cold and scratch.add_(1)
 
         def draft(self, b):
             cold and scratch.add_(1)
+            if forward is not None:  # SGLang runs the draft decode forwards inside draft
+                forward(draft_model, None, None, fb_decode)
+                forward(draft_model, None, None, fb_decode)
             return verify_input
 
         def verify(self, b):
@@ -108,13 +122,12 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
         def extend(self, b, r):
             cold and scratch.add_(1)
+            if forward is not None:
+                forward(draft_model, None, None, fb_extend)
 
         def plain_round(self, b):
             draft(self, b)
-            fwd(draft_model, None, None, fb_decode)
-            fwd(draft_model, None, None, fb_decode)
             r = verify(self, b)
-            fwd(draft_model, None, None, fb_extend)
             extend(self, b, r)
             return r
 
@@ -124,10 +137,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
         def round_(self, b):
             w_draft(self, b)
-            w_fwd(draft_model, None, None, fb_decode)
-            w_fwd(draft_model, None, None, fb_decode)
             r = w_verify(self, b)
-            w_fwd(draft_model, None, None, fb_extend)
             w_extend(self, b, r)
             return r
 
@@ -152,15 +162,23 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
                 best = min(best, spent / (steps // 16 * 16) / 1000)
             return best
 
-        plain = timed(lambda: plain_round(None, batch))
+        # graphs: the draft model's forward is replayed, so none of it runs; the callers' eager reads
+        # publish the passes (as replayed). Then eager, which the rest of the figures are about.
+        forward = None
+        plain_graphs = timed(lambda: plain_round(worker, batch))
+        with sync_guard():
+            hooked_graphs = timed(lambda: hooked_round(worker, batch))
+        forward = fwd
+        plain = timed(lambda: plain_round(worker, batch))
+        forward = w_fwd
         before = sum(cell[0] for cell in STATE.self_ns.values())
         with sync_guard():
-            hooked = timed(lambda: hooked_round(None, batch))
+            hooked = timed(lambda: hooked_round(worker, batch))
         # the shim's own account of the same rounds (heartbeat shim_us), 3 x steps of them
         self_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
         cold, before = True, sum(cell[0] for cell in STATE.self_ns.values())
         for _ in range(steps // 20):
-            hooked_round(None, batch)
+            hooked_round(worker, batch)
             while pub.queued:
                 time.sleep(0.0002)
         cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
@@ -168,16 +186,23 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         captured = []
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize)) or True
-        hooked_round(None, batch)
+        hooked_round(worker, batch)
+        forward = None
+        hooked_round(worker, batch)
         pub.submit = pub_submit
-        payload, finalize = captured[0]
         # the body must carry what the (device) tensors held, read from the ring's host buffers
-        assert finalize(payload)["accepted"] == [n - 1 for n in result.accept_lens.tolist()]
+        for (payload, finalize), replayed in zip(captured, (False, True)):
+            body = finalize(payload)
+            assert body["accepted"] == [n - 1 for n in result.accept_lens.tolist()]
+            assert [(p["mode"], p["width"], p["fc"], p["n"], p.get("replayed", False)) for p in body["passes"]] == [
+                ("decode", 128, False, 2, replayed), ("draft_extend_v2", 384, True, 1, replayed)], body["passes"]
+        payload, finalize = captured[0]
         t0 = time.thread_time_ns()
         for _ in range(1000):
             body = finalize(payload)
         out[f"bs{bs}"] = {
             "hook_path_us": round(hooked - plain, 2),
+            "hook_path_graphs_us": round(hooked_graphs - plain_graphs, 2),
             "shim_us_self_reported": round(self_us, 2),
             "shim_us_self_reported_cold_caches": round(cold_us, 2),
             "finalize_us_publisher_thread": round((time.thread_time_ns() - t0) / 1000 / 1000, 2),

@@ -13,9 +13,12 @@ are checked statically over this release (and every other) in test_compat_static
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import run_engine_python
+
+from eagle3scope.demo.server import checkout_pythonpath
 
 pytestmark = pytest.mark.engine
 
@@ -47,8 +50,10 @@ print("RESULT " + json.dumps({
 
 
 def _probe(python, draft_dir) -> dict:
+    # this checkout's shim first: the shared venv's editable install maps it to whichever checkout built it
     done = run_engine_python(python, "-c", SCRIPT, str(draft_dir),
-                             env={"EAGLE3SCOPE_ENDPOINT": "tcp://127.0.0.1:5999", "SGLANG_USE_CPU_ENGINE": "1"})
+                             env={**checkout_pythonpath(os.environ), "EAGLE3SCOPE_ENDPOINT": "tcp://127.0.0.1:5999",
+                                  "SGLANG_USE_CPU_ENGINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.split("RESULT ", 1)[1])
 
@@ -64,7 +69,8 @@ def test_silent_drop_of_layers_0_names_is_reported(bootstrapped, tiny_models):
     _, draft = tiny_models  # speculators naming: layers.0.*
     result = _probe(bootstrapped, draft)
     assert result["decoder_module"] == "midlayer"
-    assert result["adapters"] == ["deepseek_set_eagle3", "llama_eagle3", "llama_set_eagle3", "scheduler", "v1", "v2"]
+    assert result["adapters"] == ["commit", "deepseek_set_eagle3", "llama_eagle3", "llama_set_eagle3", "scheduler",
+                                  "target_graph_capture", "v1", "v2"]
     assert result["seams"]["llama_eagle3.load"] == "attached" and result["seams"]["llama_eagle3.forward"] == "attached"
     assert result["skipped"] and all(name.startswith("layers.0.") for name in result["skipped"])
     assert "layers.0.self_attn.q_proj.weight" in result["skipped"]
@@ -73,7 +79,8 @@ def test_silent_drop_of_layers_0_names_is_reported(bootstrapped, tiny_models):
     # the embedding comes from the target at serving time; the probe leaves it out
     assert set(result["unwritten"]) - {"model.embed_tokens.weight"} == set(result["probe_not_loaded"])
     assert {"fc.weight", "d2t", "lm_head.weight"} <= set(result["consumed"]) and result["ignored"] == ["t2d"]
-    assert result["passes"] == [["extend", AUX * H, True, 1]] and result["fc_input_widths"] == [AUX * H]
+    # [mode, width, fc, n, graph]: None = the forward ran eagerly, not a replay
+    assert result["passes"] == [["extend", AUX * H, True, 1, None]] and result["fc_input_widths"] == [AUX * H]
 
 
 def test_midlayer_names_load_fully(bootstrapped, tiny_models):

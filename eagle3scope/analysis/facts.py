@@ -82,6 +82,8 @@ class Hello:
     unobserved: dict  # part -> why the shim's hooks cannot see it (the "unhooked" details, re-sent)
     body: dict = field(repr=False)  # as sent, for the load-report screen
     started: object = None  # the shim's start time (absent from old shims): a new value is a restart
+    observable: dict = field(default_factory=dict)  # what the shim sees on this server (hello.observable)
+    graphs: dict = field(default_factory=dict)  # what the draft graphs captured, the target graphs' aux set
 
 
 def read_hello(body: dict) -> Hello:
@@ -92,7 +94,36 @@ def read_hello(body: dict) -> Hello:
         dp_rank=_int(body.get("dp_rank")),
         args=ServerArgs(*(args.get(name) for name in ServerArgs.__slots__)),
         seams=_map(body.get("seams")), parallel=_parallel(body.get("parallel")), worker_class=body.get("worker_class"),
-        unobserved=_map(body.get("unobserved")), body=body, started=body.get("started"))
+        unobserved=_map(body.get("unobserved")), body=body, started=body.get("started"),
+        observable=_map(body.get("observable")), graphs=_map(body.get("graphs")))
+
+
+#: hello.observable names of the draft passes whose width and fc the rules read.
+PASS_FACTS = {"passes_prefill": "prefill", "passes_draft_decode": "draft decode", "passes_draft_extend": "draft extend"}
+
+
+def pass_visibility(hello: Hello | None) -> dict[str, str]:
+    """How the shim sees each draft pass on a publisher, from its hello.observable: "eager" (the draft
+    forward's own hook), "graph" (the pass replays a captured graph; width and fc read where SGLang
+    hands the draft its hidden states), "unseen", or "unknown" (an older shim's hello)."""
+    observable = hello.observable if hello is not None else {}
+    out = {}
+    for fact, name in PASS_FACTS.items():
+        seen, graph = observable.get(fact), observable.get("graph_" + fact.removeprefix("passes_"))
+        out[name] = "unseen" if seen is False else "graph" if graph is True else "eager" if graph is False else "unknown"
+    return out
+
+
+def graphs_captured(hello: Hello | None) -> list:
+    """What each draft graph captured ({mode, bs, width, fc} maps; hello.graphs.captured)."""
+    captured = (hello.graphs if hello is not None else {}).get("captured")
+    return [g for g in captured if isinstance(g, dict)] if isinstance(captured, list) else []
+
+
+def target_graph_aux(hello: Hello | None) -> dict | None:
+    """The aux capture the target's graphs were captured with ({on, layers}), None when unknown."""
+    value = (hello.graphs if hello is not None else {}).get("target_aux")
+    return value if isinstance(value, dict) else None
 
 
 def _parallel(value: object) -> Parallel | None:

@@ -101,9 +101,11 @@ def fc_bypassed(pub: PublisherView) -> dict | None:
         return None
     skipped = {m: pub.passes[m].fc_skipped for m in modes}
     widths = sorted({w for m in modes for w in pub.passes[m].widths if w != fc_in})
+    replayed = {m: pub.passes[m].replayed for m in modes if pub.passes[m].replayed}
     return {
         "skipped_calls": sum(skipped.values()),
         "skipped_by_mode": skipped,
+        **({"replayed_by_mode": replayed} if replayed else {}),  # passes seen at their caller, graphs replaying
         "width_seen": widths,
         "fc_in": fc_in,
         "use_aux_hidden_state": load.aux.use_aux,
@@ -126,6 +128,35 @@ def hidden_width_mismatch(pub: PublisherView) -> dict | None:
         return None
     first = min(pub.passes[m].width_first_seq[w] for m, ws in bad.items() for w in ws)
     return {"widths_by_mode": bad, "expected": sorted(expected), "fc_in": load.fc_in, "hidden_size": hidden, "first_seq": first}
+
+
+def graph_aux_reset(pub: PublisherView) -> dict | None:
+    """The target's graphs hold other aux layers than its eager passes (and the shim's capture
+    field) show: SGLang <= 0.5.10 sets the default set right before capturing and the configured
+    ids after it (cuda_graph_runner.py / model_runner.py), so every replayed verify feeds the draft
+    the default layers."""
+    in_graphs = facts.target_graph_aux(pub.hello)
+    if not in_graphs:
+        return None
+    on_now, shown = facts.capture_on(pub), list(facts.aux_layers(pub).captured or [])
+    held = list(in_graphs.get("layers") or [])
+    if on_now is None or (bool(on_now) == bool(in_graphs.get("on")) and sorted(shown) == sorted(held)):
+        return None
+    return {"graph_layers": held, "graph_capture_on": in_graphs.get("on"), "shown_layers": shown,
+            "shown_capture_on": on_now, "configured": load_of(pub).aux.configured,
+            "sglang_version": pub.hello.sglang_version}
+
+
+def passes_unobserved(pub: PublisherView) -> dict | None:
+    """Draft passes whose width and fc this server hides from the shim: fc-bypassed and
+    hidden-width-mismatch cannot judge them, so say so instead of staying silent."""
+    seen = facts.pass_visibility(pub.hello)
+    hidden = [name for name, how in seen.items() if how == "unseen"]
+    if not hidden:
+        return None
+    observable = pub.hello.observable
+    replayed = [name for fact, name in facts.PASS_FACTS.items() if observable.get("graph_" + fact.removeprefix("passes_"))]
+    return {"unobserved": hidden, "replay_graphs": replayed, "seams": dict(pub.hello.seams)}
 
 
 def weights_dropped(pub: PublisherView) -> dict | None:
@@ -325,6 +356,23 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "trained for, or the target's hidden size differs from the draft's target_hidden_size.",
         "Make eagle_aux_hidden_state_layer_ids have as many entries as fc.in / target_hidden_size, and set "
         "target_hidden_size in the draft config to the target's hidden_size.",
+    ),
+    Rule(
+        "graph-aux-reset", "error", "The target's graphs replay other aux layers than the ones shown",
+        graph_aux_reset,
+        "The target's CUDA graphs were captured with one aux-layer set, while its eager passes (and the capture "
+        "field the shim shows) use another. SGLang up to 0.5.10 resets aux capture to the model default right "
+        "before capturing graphs and applies the configured eagle_aux_hidden_state_layer_ids only after, so every "
+        "replayed verify hands the draft the default layers, whatever the draft was trained on.",
+        "Serve with SGLang 0.5.11 or later (it captures the configured set), or with --disable-cuda-graph; or make "
+        "eagle_aux_hidden_state_layer_ids the target's default set.",
+    ),
+    Rule(
+        "passes-unobserved", "info", "Some draft passes cannot be seen on this server", passes_unobserved,
+        "The width and fc of these draft passes are not visible: they replay captured graphs (or run compiled) and "
+        "the eager caller that hands them their hidden states is not hooked in this release. fc-bypassed and "
+        "hidden-width-mismatch say nothing about them.",
+        "See hook-failed for the seam that is missing; serve with --disable-cuda-graph to see every pass eagerly.",
     ),
     Rule(
         "weights-dropped", "error", "Draft weights were silently dropped at load", weights_dropped,

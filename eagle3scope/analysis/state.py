@@ -72,10 +72,13 @@ class PassStats:
     first_skip_seq: int | None = None
     width_first_seq: dict = field(default_factory=dict)  # width -> seq where first seen
     unlisted_width_calls: int = 0  # calls with a width first seen after MAX_WIDTHS others
+    replayed: int = 0  # calls that replayed a captured graph (width and fc read at the caller)
 
-    def add(self, seq: int, width, fc, n: int) -> bool:
+    def add(self, seq: int, width, fc, n: int, replayed: bool = False) -> bool:
         """Count ``n`` calls; True the first time a width finds no place, for the caller to report."""
         self.calls += n
+        if replayed:
+            self.replayed += n
         if fc:
             self.fc_applied += n
         else:
@@ -266,20 +269,20 @@ class SessionState:
         if passes:
             for p in passes:
                 mode = p.get("mode")
-                width, fc, n = p.get("width"), p.get("fc"), p.get("n", 1)
+                width, fc, n, replayed = p.get("width"), p.get("fc"), p.get("n", 1), p.get("replayed") is True
                 ps = pub.passes.get(mode)
                 if ps is None:
                     ps = _new_pass_stats(pub.passes, mode)
                     if ps is None:
                         self._unlisted_passes(pub, n, t)
                         continue
-                if ps.add(seq, width, fc, n):
+                if ps.add(seq, width, fc, n, replayed):
                     self.note(pub.src, "warning", f"draft forwards in mode {mode} came in more than {MAX_WIDTHS} widths: "
                               "the rest are counted as other", t)
                 if forked:
                     gs = self.passes.get(mode) or _new_pass_stats(self.passes, mode)
                     if gs is not None:
-                        gs.add(seq, width, fc, n)
+                        gs.add(seq, width, fc, n, replayed)
         draft_ids = body["draft_ids"]
         depth = 0
         if draft_ids:

@@ -206,6 +206,7 @@ class PassRow:
     widths: tuple  # ((width, count), ...), then ("other", count) past MAX_WIDTHS
     fc_applied: int
     fc_skipped: int
+    replayed: int = 0  # calls that replayed a captured graph (width and fc read at their caller)
 
 
 @dataclass(frozen=True)
@@ -222,15 +223,38 @@ class AuxView:
     passes: list = field(default_factory=list)  # PassRow, by mode
     publishers: list = field(default_factory=list)  # (src, [Fact])
     segments: list = field(default_factory=list)  # SegmentRow
+    seen: list = field(default_factory=list)  # (src, text, tone): draft passes replayed from graphs or not seen
 
 
 def aux_view(state: SessionState) -> AuxView:
     return AuxView(
-        passes=[PassRow(m, p.calls, _widths(p), p.fc_applied, p.fc_skipped)
+        passes=[PassRow(m, p.calls, _widths(p), p.fc_applied, p.fc_skipped, p.replayed)
                 for m, p in sorted(state.passes.items(), key=lambda kv: str(kv[0]))],  # a mode may be None
         publishers=[(src, load_summary(pub.load, pub.capture, facts.capture_rule(pub))) for src, pub in state.publishers.items()],
         segments=segment_rows(state),
+        seen=[line for src, pub in state.publishers.items() for line in _pass_lines(src, pub.hello)],
     )
+
+
+def _pass_lines(src: str, hello: facts.Hello | None) -> list[tuple[str, str, str | None]]:
+    """What the shim could not watch run on this publisher, said rather than left out."""
+    lines = []
+    captured = facts.graphs_captured(hello)
+    for name, how in facts.pass_visibility(hello).items():
+        if how == "graph":
+            sizes = sorted({g.get("bs") for g in captured if _GRAPH_PASS.get(g.get("mode")) == name} - {None})
+            where = f" (captured for batch sizes {', '.join(map(str, sizes))})" if sizes else " (capture not seen)"
+            lines.append((src, f"{name}: replayed from graphs{where}; width and fc read where SGLang hands the draft "
+                          "its hidden states", "muted"))
+        elif how == "unseen":
+            lines.append((src, f"{name}: not seen on this server (replays a graph, and its caller is not hooked): "
+                          "fc and widths cannot be judged for it", "bad"))
+    return lines
+
+
+#: Draft forward modes of each pass (hello.graphs.captured names modes).
+_GRAPH_PASS = {"decode": "draft decode", "draft_extend": "draft extend", "draft_extend_v2": "draft extend",
+               "extend": "prefill"}
 
 
 def _widths(p: PassStats) -> tuple:

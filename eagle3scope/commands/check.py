@@ -28,6 +28,10 @@ def _fmt(value: object) -> str:
     return json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
 
 
+_SEEN = {"eager": "seen eagerly", "graph": "replayed from graphs (width and fc read at its caller)",
+         "unseen": "NOT SEEN (rules on widths and fc cannot judge it)", "unknown": "seen (shim predates this field)"}
+
+
 def render_text(result: dict) -> str:
     s = result["summary"]
     mean = s["mean_accept_length"]
@@ -36,6 +40,10 @@ def render_text(result: dict) -> str:
         f"steps: {s['steps']}  request-steps: {s['request_steps']}  publishers: {', '.join(s['publishers']) or '-'}",
         f"mean acceptance length (bonus included): {'-' if mean is None else f'{mean:.3f}'}  per position: [{rates}]",
     ]
+    for src, seen in (s.get("draft_passes") or {}).items():
+        if set(seen.values()) <= {"eager", "unknown"}:
+            continue  # the ordinary case: every pass's own Python ran
+        rows.append(f"draft passes of {src}: " + ", ".join(f"{name} {_SEEN[how]}" for name, how in seen.items()))
     violations = result["violations"]
     if not violations:
         rows.append("no violations")

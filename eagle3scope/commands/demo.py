@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from eagle3scope.demo import families
-from eagle3scope.demo.server import ServerError, cache_dir, engine_python
+from eagle3scope.demo.server import CPU_GRAPHS_ENV, ServerError, cache_dir, engine_python
 from eagle3scope.wire.untrusted import terminal
 
 REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -78,6 +78,9 @@ def _all_scenarios() -> list[str]:
                    "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
 @click.option("--control/--no-control", default=True, show_default=True,
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
+@click.option("--graphs", is_flag=True,
+              help="Run the draft's decode and draft-extend passes from captured graphs, as a default CUDA server "
+                   "does (the CPU engine's stand-in for SGLang's CUDA graph runners).")
 @click.option("--theme", default=None, help="TUI theme (dark, light, high-contrast).")
 @click.option("--tp", "tp", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Tensor-parallel ranks (SGLang's --tp-size), one CPU core each (SGLANG_CPU_OMP_THREADS_BIND).")
@@ -90,8 +93,9 @@ def _all_scenarios() -> list[str]:
               help="The seeds' investigation on their model family (DeepseekV3 as Kimi-K2.5): the broken setup served, "
                    "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
 def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
-            temperatures: tuple[float, ...], control: bool, theme: str | None, tp: int, dp: int, dp_attention: bool,
-            prepare_only: bool, story: bool, num_steps: int, topk: int, num_draft_tokens: int | None) -> None:
+            temperatures: tuple[float, ...], control: bool, graphs: bool, theme: str | None, tp: int, dp: int,
+            dp_attention: bool, prepare_only: bool, story: bool, num_steps: int, topk: int,
+            num_draft_tokens: int | None) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
     if dp_attention and (dp < 2 or tp % dp):
         raise click.UsageError("--dp-attention needs --dp 2 or more dividing --tp (e.g. --tp 2 --dp 2)")
@@ -124,7 +128,8 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
     run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
                       log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
                       temperatures=temperatures or None, num_steps=num_steps, topk=topk,
-                      num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention)
+                      num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention,
+                      extra_env=CPU_GRAPHS_ENV if graphs else None)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:

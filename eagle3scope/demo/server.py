@@ -30,6 +30,9 @@ ENGINE_SGLANG_VERSION = "0.5.23"
 # machine spinning OpenMP workers made an EAGLE-3 request 5-10x slower (BENCHMARKS.md).
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": "1"}
+#: Environment switch of the CPU engine's graph stand-in (cpu_engine/.../graphs.py): the draft's decode
+#: and draft-extend passes replay CPU graphs with CUDA-graph semantics instead of running their Python.
+CPU_GRAPHS_ENV = {"EAGLE3SCOPE_CPU_GRAPHS": "1"}
 # --sleep-on-idle: an idle CPU scheduler otherwise busy-polls a whole core (1.01 cores measured,
 # 0.03 with the flag; BENCHMARKS.md), on a laptop running the demo and under every test server.
 CPU_FLAGS = (

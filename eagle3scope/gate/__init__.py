@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle3scope.analysis import SessionState, Violation
+from eagle3scope.analysis.facts import pass_visibility
 from eagle3scope.analysis.rules import RULE_IDS
 from eagle3scope.wire.severity import SEVERITY_ORDER
 from eagle3scope.wire.untrusted import json_line, lines
@@ -30,6 +31,7 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary["duplicate_frames"] = sum(p.loss.duplicates for p in runs)  # dropped, not counted twice
     summary["counter_resets"] = sum(p.loss.resets for p in runs)  # impossible jumps of n, not counted as loss
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
+    summary["draft_passes"] = {src: pass_visibility(pub.hello) for src, pub in sorted(state.publishers.items())}
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 

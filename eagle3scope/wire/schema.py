@@ -23,6 +23,12 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     SGLang's entry rank of its DP replica or attention-DP group, on the last pipeline stage);
     endpoint (the one bound) and siblings: [endpoint of every publisher of this server, by DP
     index] (None when they cannot be derived), which viewers subscribe to as well.
+    observable names the shim sends: steps, draft_ids, accepted, passes_prefill /
+    passes_draft_decode / passes_draft_extend (the width and fc of those draft passes are seen,
+    eagerly or at their caller), graph_prefill / graph_draft_decode / graph_draft_extend (that pass
+    replays a captured graph on this server), device_timings. graphs: {captured: [{mode, bs,
+    width, fc}] (what each draft graph captured, once), target_aux: {on, layers} | None (the aux
+    layers the target's graphs were captured with)}; hello is re-sent when a graph is captured.
 ``load`` (load-time report of the draft; re-sent periodically)
     draft_class, target_class, hidden_size, target_hidden_size, num_target_layers,
     draft_vocab_size, target_vocab_size, fc: {in, out} | None,
@@ -51,7 +57,10 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
     draft_ids: [[target-vocab ids proposed per request]], accepted: [drafts accepted, bonus
     EXCLUDED], bonus: [0|1 per request], accepted_ids: [[committed ids incl. bonus]],
     passes: [{mode, width, fc, n}] (draft-model forwards: forward mode, width of the hidden
-    states entering the draft, whether fc ran, how many such calls were folded in),
+    states entering the draft, whether fc ran, how many such calls were folded in; optional
+    replayed: true and graph_bs for passes whose draft forward ran no Python (a replayed graph, or
+    a compiled region), read where SGLang hands the draft its hidden states; graph_bs = the batch
+    size of the captured graph it pads to, 0 = no capture of it was seen),
     capture: {on, layers} | None, draft_ms, verify_ms, extend_ms (None when unknown; host
     wall time around the call, not device time). A "prefill" step carries passes and capture
     only: its draft_ids/accepted_ids are empty and accepted/bonus 0. SGLang may run one more

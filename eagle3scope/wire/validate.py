@@ -168,6 +168,18 @@ _LAYERS = _ints(-1, 1 << 20, 4096)
 
 _RANK = _int(0, 1 << 20)
 _SIZE = _int(1, 1 << 20)
+
+def _maps(fields: dict, max_len: int):
+    """A list of at most ``max_len`` maps of ``fields``, or null."""
+    item = _map(fields)
+
+    def check(value, path):
+        if value is not None and (type(value) is not list or len(value) > max_len or None in value):
+            _fail(path, f"must be a list of at most {max_len} maps or null", value)
+        for x in value or ():
+            item(x, f"{path}[]")
+    return check
+
 HELLO = {
     "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _RANK, "dp_rank": _RANK,
     "parallel": _map({k: _SIZE for k in ("tp_size", "dp_size", "pp_size", "attn_tp_size", "attn_dp_size", "ep_size")}),
@@ -180,6 +192,9 @@ HELLO = {
     "observable": _map({}, _scalar),
     "seams": _map({}, _NAME),
     "unobserved": _map({}, _TEXT),
+    "graphs": _map({"captured": _maps({"mode": _NAME, "bs": _int(0, MAX_BATCH), "width": _int(0, MAX_TOKEN_ID),
+                                       "fc": _bool}, 4096),
+                    "target_aux": _map({"on": _bool, "layers": _LAYERS})}),
 }
 
 _WIDTH = _int(0, MAX_TOKEN_ID)
@@ -228,7 +243,8 @@ HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queue
                            "oversize": _COUNT})}
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
 
-_PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False)}
+_PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False), "replayed": _bool,
+         "graph_bs": _int(0, MAX_BATCH)}
 _PASS_KEYS = frozenset(_PASS)
 _CAPTURE = _map({"on": _bool, "layers": _LAYERS})
 _STEP_TIMES = ("draft_ms", "verify_ms", "extend_ms")

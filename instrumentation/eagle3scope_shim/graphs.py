@@ -1,4 +1,11 @@
-"""The target's captured graphs and an aux-layer change: the adapter of the graph seam family.
+"""Captured graphs: what each draft graph captured and which passes replay one; the target's
+captured graphs and an aux-layer change. The adapter of the graph seam family.
+
+Python inside a replayed graph does not run, so the draft-forward hook sees a graphed pass only
+at capture (SGLang's ``get_is_capture_mode()`` is true then, warm-ups included): it records the
+pass's width and fc per (mode, batch size) once, here. Each step the callers that hand the draft
+its hidden states (``seams.DRAFT_INPUTS``, eager code) read the width; a call in which the
+draft's forward did not run was a replay, attributed to the captured graph it pads to.
 
 A captured CUDA graph replays the aux layers it was captured with (sglang-compat D3/D4): after
 ``set_eagle3_layers_to_capture`` only eager passes see the new set. So a live change on a server
@@ -24,11 +31,17 @@ Per release, from the sources (sglang-compat.md; 0.5.10 and 0.5.23 read for this
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from eagle3scope.wire.releases import before
+from eagle3scope_shim import seams
+from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
+
+#: Draft graphs recorded per process ((mode, batch size) pairs; SGLang captures a few dozen sizes).
+MAX_GRAPHS = 256
 
 #: Model-runner attributes that hold captured graphs in some release.
 GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", "prefill_cuda_graph_runner",
@@ -109,3 +122,52 @@ def _why_not(runner, worker, device: str, version: str | None) -> str:
         return ("adaptive speculative steps keep one target graph runner per step count; recapturing the active "
                 "one would leave the others on the old set")
     return ""
+
+
+# -- draft graphs: capture and replay ---------------------------------------------------------
+def capture_flag():
+    """SGLang's capture flag of this release (``seams.CAPTURE_FLAG``), or None while the module
+    that holds it is not imported (then no graph can be being captured). Looked up in
+    ``sys.modules`` only: the hook that asks must never import SGLang."""
+    for module, name in seams.CAPTURE_FLAG:
+        flag = getattr(sys.modules.get(module), name, None)
+        if callable(flag):
+            return flag
+    return None
+
+
+def record_capture(mode: str, bs: int, width: int, fc: bool) -> bool:
+    """A draft forward ran inside a graph capture; True when that graph is new."""
+    key = (mode, bs)
+    if key in STATE.graphs or len(STATE.graphs) >= MAX_GRAPHS:
+        return False
+    STATE.graphs[key] = [width, fc]
+    STATE.graph_for.clear()
+    return True
+
+
+def graph_bs(mode: str, raw_bs: int) -> int:
+    """Batch size of the captured graph a replay of ``raw_bs`` requests runs (SGLang pads up to
+    the next captured size); 0 when no capture of that mode was seen."""
+    key = (mode, raw_bs)
+    found = STATE.graph_for.get(key)
+    if found is None:
+        sizes = [bs for m, bs in STATE.graphs if m == mode and bs >= raw_bs]
+        found = STATE.graph_for[key] = min(sizes) if sizes else 0
+    return found
+
+
+def captured() -> list[dict]:
+    return [{"mode": m, "bs": bs, "width": w, "fc": bool(fc)} for (m, bs), (w, fc) in sorted(STATE.graphs.items())]
+
+
+def _slot(worker, path: tuple[str, ...]):
+    for attr in path:
+        worker = getattr(worker, attr, None)
+    return worker
+
+
+def replayed_passes(kind: str | None, worker) -> dict[str, bool]:
+    """Which draft passes replay a captured graph on this server (``seams.DRAFT_GRAPH_SLOTS``)."""
+    slots = seams.DRAFT_GRAPH_SLOTS.get(kind or "", {})
+    return {name: _is_graph(_slot(worker, path)) for name, path in slots.items()}

@@ -14,7 +14,8 @@ import sys
 import time
 import weakref
 
-from eagle3scope_shim import aux_channel, collective, loadreport, registry, seams, topology
+from eagle3scope.wire.aux_layers import capture_owner
+from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
 
 _now = time.perf_counter_ns
@@ -113,11 +114,18 @@ def _size_ring(worker) -> None:
     STATE.ring_sized = True
 
 
+def _embed_width(draft) -> int | None:
+    weight = getattr(getattr(getattr(draft, "model", None), "embed_tokens", None), "weight", None)
+    return None if weight is None else int(weight.shape[-1])
+
+
 def make_worker_init_v2(seam):
     def post(ctx, result, self, *args, **kwargs):
         if getattr(self, "_draft_worker", self) is None:  # a pipeline stage without the draft
             return
-        STATE.workers.append(("v2", self, self.target_worker.model_runner.model, self.draft_worker.draft_runner.model))
+        draft = self.draft_worker.draft_runner.model
+        STATE.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
+        STATE.draft_embed_width = _embed_width(draft) or STATE.draft_embed_width
 
     return around(seam, None, post)
 
@@ -125,6 +133,7 @@ def make_worker_init_v2(seam):
 def make_worker_init_v1(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
+        STATE.draft_embed_width = _embed_width(self.model_runner.model) or STATE.draft_embed_width
 
     return around(seam, None, post)
 
@@ -242,21 +251,51 @@ def make_commit(seam):
     return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
-def _timed(seam, slot: str, observe=None):
-    """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data."""
+def _timed(seam, slot: str | None, observe=None):
+    """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data.
+    For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
+    the draft (a shape: host metadata) and, when the draft's forward did not run during the call
+    (the pass replayed a graph), counts that pass from this eager read."""
+    feeds = seams.DRAFT_INPUTS.get(seam)
 
     def pre(*args, **kwargs):
-        return _now() if STATE.step is not None else None
-
-    def post(t0, result, *args, **kwargs):
         step = STATE.step
-        if t0 is None or step is None:
+        if step is None:
+            return None
+        width = None
+        if feeds is not None:
+            index, name, path, _ = feeds
+            states = args[index] if len(args) > index else kwargs.get(name)
+            for attr in path:
+                states = getattr(states, attr)
+            width = None if states is None else int(states.shape[-1])
+        return _now(), width, step.forwards
+
+    def post(ctx, result, *args, **kwargs):
+        step = STATE.step
+        if ctx is None or step is None:
             return
-        setattr(step, slot, _now() - t0)
+        t0, width, forwards = ctx
+        if slot is not None:
+            setattr(step, slot, _now() - t0)
         if observe is not None:
             observe(step, result, args[0])
+        if width is not None and step.forwards == forwards:
+            _replayed(step, args, feeds[3], width)
 
     return around(seam, pre, post, hot=True, traceable=False)
+
+
+def _replayed(step, args, mode: str, width: int) -> None:
+    """The caller ran, the draft's forward did not: its pass replayed a captured graph."""
+    worker = args[0]
+    batch = args[1]
+    n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
+    if n < 1:
+        return  # a one-step draft runs no decode forward at all
+    raw_bs = len(batch.seq_lens)
+    embed = STATE.draft_embed_width
+    step.add_pass(mode, width, embed is not None and width != embed, n, graphs.graph_bs(mode, raw_bs))
 
 
 def _observe_draft(step, result, worker):
@@ -298,6 +337,10 @@ def make_draft_extend(seam):
     return _timed(seam, "extend_ns")
 
 
+def make_draft_extend_prefill(seam):
+    return _timed(seam, None)
+
+
 # -- draft model forward: width entering the draft and whether fc ran ----------------------------
 # -- TP: a control change rides the broadcast of what rank 0 pulled -----------------------------
 def make_tp_broadcast(seam):
@@ -330,18 +373,46 @@ def make_tp_broadcast(seam):
 
 
 def make_draft_forward(seam):
+    capturing = None
+
     def pre(self, *args, **kwargs):
+        nonlocal capturing
+        if capturing is None:
+            capturing = graphs.capture_flag()  # kept once found
         step = STATE.step
-        if step is None:
+        in_capture = capturing is not None and capturing()
+        if step is None and not in_capture:
             return None
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-        width = forward_batch.spec_info.hidden_states.shape[-1]
-        embed_width = self.embed_tokens.weight.shape[-1]
+        width = int(forward_batch.spec_info.hidden_states.shape[-1])
+        embed_width = int(self.embed_tokens.weight.shape[-1])
         # SGLang applies fc iff the incoming width differs from the embedding width.
-        step.add_pass(forward_batch.forward_mode.name.lower(), int(width), width != embed_width)
+        mode, fc = forward_batch.forward_mode.name.lower(), width != embed_width
+        if in_capture:  # runs once per graph; its replays run none of this
+            if graphs.record_capture(mode, int(forward_batch.batch_size), width, fc):
+                loadreport.refresh_hello()
+            return None
+        step.forwards += 1
+        step.add_pass(mode, width, fc)
         return None
 
     return around(seam, pre, None, hot=True)
+
+
+def make_target_graph_capture(seam):
+    def pre(self, *args, **kwargs):
+        """The aux layers the target's graphs are captured with (the runner of another model,
+        e.g. the draft's, holds none)."""
+        owner = capture_owner(getattr(getattr(self, "model_runner", None), "model", None))
+        layers = getattr(getattr(owner, "model", None), "layers_to_capture", None)
+        if layers is None:
+            return None
+        STATE.target_graph_aux = {"on": bool(getattr(owner, "capture_aux_hidden_states", False)),
+                                  "layers": [int(x) for x in layers]}
+        loadreport.refresh_hello()
+        return None
+
+    return around(seam, pre, None)
 
 
 def finalize_step(payload) -> dict:
@@ -393,7 +464,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
         "accepted": accepted,
         "bonus": bonus,
         "accepted_ids": accepted_ids,
-        "passes": [{"mode": m, "width": w, "fc": bool(fc), "n": n} for m, w, fc, n in step.passes],
+        "passes": [_pass(*p) for p in step.passes],
         "capture": capture,
         "draft_ms": ms(step.draft_ns),
         "verify_ms": ms(step.verify_ns),
@@ -432,6 +503,14 @@ def _drop_discarded(body: dict, discarded: set) -> None:
         if key in body:
             body[key] = [body[key][i] for i in keep]
     body["bs"] = len(keep)
+
+
+def _pass(mode, width, fc, n, graph=None) -> dict:
+    body = {"mode": mode, "width": width, "fc": bool(fc), "n": n}
+    if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
+        body["replayed"] = True
+        body["graph_bs"] = graph
+    return body
 
 
 # -- load time: draft weights and aux capture ----------------------------------------------------

@@ -16,6 +16,7 @@ import socket
 import sys
 
 from eagle3scope.wire.aux_layers import capture_owner
+from eagle3scope_shim import graphs
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 from eagle3scope_shim.version import __version__
@@ -343,11 +344,38 @@ def _parallel_facts() -> dict:
     }
 
 
+def _observable(sa) -> dict:
+    """What the shim sees on this server, as facts. A pass that replays a graph (or runs compiled)
+    runs none of the draft forward's Python; its width and fc are then read at the caller that
+    hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
+    caller's seam is attached."""
+    kind, worker = (STATE.workers[-1][0], STATE.workers[-1][1]) if STATE.workers else (None, None)
+    replays = graphs.replayed_passes(kind, worker)
+    compiled = bool(getattr(sa, "enable_torch_compile", False))
+    forward_seen = any(STATE.seam_status.get(n) == "attached" for n in ("llama_eagle3.forward", "kimi_k25_eagle3.forward"))
+    callers = {"prefill": "draft_extend_prefill", "decode": "draft", "draft_extend": "draft_extend"}
+
+    def seen(name: str) -> bool:
+        eager = forward_seen and not replays.get(name, False) and not compiled
+        return eager or STATE.seam_status.get(f"{kind}.{callers[name]}") == "attached"
+
+    return {
+        "steps": True,
+        "draft_ids": True,
+        "accepted": True,
+        "passes_prefill": seen("prefill"),
+        "passes_draft_decode": seen("decode"),
+        "passes_draft_extend": seen("draft_extend"),
+        "graph_prefill": replays.get("prefill", False),
+        "graph_draft_decode": replays.get("decode", False),
+        "graph_draft_extend": replays.get("draft_extend", False),
+        "device_timings": False,
+    }
+
+
 def hello_body(scheduler) -> dict:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
-    # graph replay or a torch.compile'd model hides the Python of the passes it covers
-    hidden = bool(server_args["cuda_graph"]) or bool(getattr(sa, "enable_torch_compile", False))
     return {
         "pid": os.getpid(),
         "started": STATE.started_ns,
@@ -358,18 +386,10 @@ def hello_body(scheduler) -> dict:
         "worker": STATE.workers[-1][0] if STATE.workers else None,
         "worker_class": _class_name(getattr(scheduler, "draft_worker", None)),
         "server_args": server_args,
-        # Python inside a replayed CUDA graph (or a compiled region) does not run: draft decode steps
-        # and the draft-extend pass are invisible then; draft ids and acceptance are read from eager
-        # code and stay visible.
-        "observable": {
-            "steps": True,
-            "draft_ids": True,
-            "accepted": True,
-            "passes_prefill": True,
-            "passes_draft_decode": not hidden,
-            "passes_draft_extend": not hidden,
-            "device_timings": False,
-        },
+        "observable": _observable(sa),
+        # what each draft graph captured (width, fc per mode and batch size) and the aux layers the
+        # target's graphs hold: replays run with these, whatever is configured since
+        "graphs": {"captured": graphs.captured(), "target_aux": STATE.target_graph_aux},
         "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
         "unobserved": dict(STATE.unobserved),
@@ -393,8 +413,15 @@ def publish_config(origin: str) -> None:
         STATE.publisher.submit("config", config_body(origin))
 
 
+def refresh_hello() -> None:
+    """Re-send hello after a graph capture (a recapture, or a graph captured after startup)."""
+    if STATE.publisher is not None and STATE.hello_args is not None:
+        STATE.publisher.set_sticky("hello", hello_body(*STATE.hello_args))
+
+
 def publish_startup(scheduler) -> None:
     pub = STATE.publisher
+    STATE.hello_args = (scheduler,)
     pub.set_sticky("hello", hello_body(scheduler))
     if STATE.workers:
         kind, worker, target, draft = STATE.workers[-1]

@@ -40,6 +40,8 @@ _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setu
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor"
 _SOPM = "sglang.srt.managers.scheduler_output_processor_mixin"
 _RR = "sglang.srt.managers.scheduler_components.request_receiver"
+_CGR = "sglang.srt.model_executor.cuda_graph_runner"  # the target's graph runner up to 0.5.12
+_DCGR = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"  # from 0.5.14
 
 #: the seam a change under tensor parallelism rides to every TP rank (:mod:`eagle3scope_shim.collective`)
 BROADCAST = "tp.broadcast"
@@ -75,6 +77,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("v2.draft", "draft", (_EW2, "EagleDraftWorker.draft")),
         _s("v2.verify", "verify_v2", (_EW2, "EAGLEWorkerV2.verify")),
         _s("v2.draft_extend", "draft_extend", (_EW2, "EagleDraftWorker._draft_extend_for_decode")),
+        _s("v2.draft_extend_prefill", "draft_extend_prefill", (_EW2, "EagleDraftWorker._draft_extend_for_prefill")),
     )),
     Adapter("v1", "worker", (
         _s("v1.init", "worker_init_v1", (_EW, "EAGLEWorker.__init__")),
@@ -83,6 +86,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("v1.draft", "draft", (_EW, "EAGLEWorker.draft")),
         _s("v1.verify", "verify_v1", (_EW, "EAGLEWorker.verify")),
         _s("v1.draft_extend", "draft_extend", (_EW, "EAGLEWorker.forward_draft_extend_after_decode")),
+        _s("v1.draft_extend_prefill", "draft_extend_prefill", (_EW, "EAGLEWorker.forward_draft_extend")),
     )),
     Adapter("llama_eagle3", "draft_model", (
         _s("llama_eagle3.forward", "draft_forward", (_LE3, "LlamaModel.forward")),
@@ -116,11 +120,45 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s(BROADCAST, "tp_broadcast", (_RR, "SchedulerRequestReceiver._broadcast_reqs_across_ranks"),
            only_with=ENV_CONTROL),
     )),
+    # The target's graph capture: which aux layers its graphs hold (<= 0.5.10 resets them to the
+    # default set right before, cuda_graph_runner.py; sglang-compat D4).
+    Adapter("target_graph_capture", "graphs", (
+        _s("graphs.target_capture", "target_graph_capture", (_CGR, "CudaGraphRunner.capture"),
+           (_DCGR, "DecodeCudaGraphRunner.capture")),
+    )),
 )
 
 #: Per seam family whose hooks observe a speculative round, the seam whose method a class must
 #: inherit unchanged for the shim to see it (a subclass overriding it runs code the shim never sees).
 OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"), "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward")}
+
+#: Where each caller holds the hidden states it hands the draft, read in eager code whether or not
+#: the draft pass then replays a graph: seam -> (argument index, self = 0; its keyword; attribute
+#: path from it; the draft forward mode it feeds, as ``ForwardBatch.forward_mode`` names it).
+DRAFT_INPUTS: dict[str, tuple[int, str, tuple[str, ...], str]] = {
+    "v2.draft": (1, "batch", ("spec_info", "hidden_states"), "decode"),
+    "v1.draft": (1, "batch", ("spec_info", "hidden_states"), "decode"),
+    "v2.draft_extend": (2, "batch_result", ("logits_output", "hidden_states"), "draft_extend_v2"),
+    "v1.draft_extend": (1, "batch", ("spec_info", "hidden_states"), "draft_extend"),
+    "v2.draft_extend_prefill": (2, "target_hidden_states", (), "extend"),
+    "v1.draft_extend_prefill": (2, "hidden_states", (), "extend"),
+}
+
+#: SGLang's own "a graph is being captured" flag (set by ``model_capture_mode()`` around every
+#: capture, warm-ups included), per release: runner_utils from 0.5.14, cuda_graph_runner 0.4.6-0.5.12.
+CAPTURE_FLAG = (
+    ("sglang.srt.model_executor.runner_utils.capture_mode", "get_is_capture_mode"),
+    (_CGR, "get_is_capture_mode"),
+)
+
+#: Where each worker kind keeps the draft's graph runners (None: that pass never replays a graph).
+DRAFT_GRAPH_SLOTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "v2": {"decode": ("draft_worker", "cuda_graph_runner"),
+           "draft_extend": ("draft_worker", "cuda_graph_runner_for_draft_extend"),
+           "prefill": ("draft_worker", "draft_runner", "prefill_cuda_graph_runner")},
+    "v1": {"decode": ("cuda_graph_runner",), "draft_extend": ("cuda_graph_runner_for_draft_extend",),
+           "prefill": ("model_runner", "prefill_cuda_graph_runner")},
+}
 
 #: v1 ``EagleVerifyOutput``'s per-request accepted drafts (bonus excluded), renamed at 0.5.11/0.5.12.
 V1_COUNT_FIELDS = ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu")

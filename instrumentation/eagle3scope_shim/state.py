@@ -52,11 +52,12 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "prefill", "slot",
-                 "dropped", "num_steps", "path", "discarded")
+                 "dropped", "num_steps", "path", "discarded", "forwards")
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter_ns()
-        self.passes: list[list] = []  # [mode, width, fc, n]
+        self.passes: list[list] = []  # [mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None]
+        self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
         self.draft = None  # snapshot of EagleVerifyInput.draft_token
         self.verify = None  # (kind, per-request counts, token ids) snapshots
         self.path = None  # trees (topk > 1): snapshot of verify's accept_index, the nodes of the accepted path
@@ -68,14 +69,14 @@ class Step:
         self.slot: RingSlot | None = None  # host buffers of this step's snapshots, taken on first use
         self.dropped = False  # every ring slot was busy: the step is counted as dropped, not published
 
-    def add_pass(self, mode: str, width: int, fc: bool) -> None:
+    def add_pass(self, mode: str, width: int, fc: bool, n: int = 1, graph: int | None = None) -> None:
         passes = self.passes
         if passes:
             last = passes[-1]
-            if last[0] == mode and last[1] == width and last[2] == fc:
-                last[3] += 1
+            if last[0] == mode and last[1] == width and last[2] == fc and last[4] == graph:
+                last[3] += n
                 return
-        passes.append([mode, width, fc, 1])
+        passes.append([mode, width, fc, n, graph])
 
 
 class ShimState:
@@ -115,6 +116,12 @@ class ShimState:
         #: the aux channel reads the ranks from here
         self.topology: dict | None = None
         self.siblings: list[str] | None = None  # every publisher's endpoint of this server, by index
+        # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
+        self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
+        self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays
+        self.target_graph_aux: dict | None = None  # {"on", "layers"} at the target's last graph capture
+        self.draft_embed_width: int | None = None  # fc applies iff the incoming width differs from it
+        self.hello_args: tuple | None = None  # (scheduler,): hello is rebuilt on a new capture
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:

@@ -16,6 +16,9 @@ argmax on CPU whatever the temperature. With the pure-torch kernel in place (``s
 the slot MUSA fills the same way) the CPU is no longer a reason to go greedy: requests with
 temperature > 0 are verified by rejection sampling against the target's distribution, as on a
 GPU. ``EAGLE3SCOPE_CPU_SAMPLING=0`` keeps the greedy-only behaviour.
+
+``EAGLE3SCOPE_CPU_GRAPHS=1`` runs the draft's decode and draft-extend passes from CPU graphs
+that stand in for SGLang's CUDA graph runners (:mod:`eagle3scope_cpu_engine.graphs`).
 """
 
 import logging
@@ -44,6 +47,10 @@ def load() -> None:
     if os.environ.get("EAGLE3SCOPE_CPU_SAMPLING", "1") != "0":
         _enable_sampling_verify()
     _no_device_to_wait_for()
+    from eagle3scope_cpu_engine import graphs
+
+    if graphs.enabled():
+        graphs.install()
 
 
 def _no_device_to_wait_for() -> None:

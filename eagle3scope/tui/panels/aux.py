@@ -39,6 +39,11 @@ class AuxPanel(VerticalScroll):
             skipped = Text(f"{p.fc_skipped:,}", style=bad if p.fc_skipped and p.fc_applied == 0 else None)
             passes.add_row(plain(p.mode), f"{p.calls:,}", width_text, f"{p.fc_applied:,}", skipped)
         parts: list = [passes if view.passes else Text("no draft forwards seen yet", style=muted)]
+        replayed = [f"{terminal(p.mode)} {p.replayed:,}" for p in view.passes if p.replayed]
+        if replayed:
+            parts.append(Text(f"of these, replayed from captured graphs: {', '.join(replayed)}", style=muted))
+        for src, text, tone in view.seen:
+            parts.append(Text(f"{terminal(src)}: {text}", style=tones.get(tone)))
         parts.append(_SideBySide([Group(Text(f"\n{terminal(src)}", style="bold"), _facts_table(facts, tones))
                                   for src, facts in view.publishers]))
         if view.segments:

@@ -1,0 +1,187 @@
+"""Graph evidence without an engine: the shim's graph ledger (capture recorded once, replays padded to
+the captured batch size as SGLang's ``_pad_to_bucket`` does, base_cuda_graph_runner.py of 0.5.23), the
+wire form of replayed passes, and the rules that read them: graph-aux-reset (SGLang <= 0.5.10 resets
+aux capture to the default before the target's graph capture: cuda_graph_runner.py:643-653 of 0.5.10,
+then model_runner.py:667 applies the configured ids) and passes-unobserved.
+"""
+
+from __future__ import annotations
+
+import pytest
+from analysis_streams import LAYERS, Stream, healthy_load, hello, step
+
+from eagle3scope.analysis import analyse
+from eagle3scope.analysis.facts import pass_visibility, read_hello
+from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire.aux_layers import default_capture
+from eagle3scope_shim import graphs, hooks
+from eagle3scope_shim.state import STATE, Step
+
+
+@pytest.fixture
+def ledger(monkeypatch):
+    monkeypatch.setattr(STATE, "graphs", {})
+    monkeypatch.setattr(STATE, "graph_for", {})
+    return STATE
+
+
+def test_a_graph_is_recorded_once_and_replays_go_to_the_bucket_they_pad_to(ledger):
+    for bs in (1, 2, 4, 8):
+        assert graphs.record_capture("decode", bs, 128, False)
+    assert not graphs.record_capture("decode", 4, 128, False)  # warm-ups and the capture run: one graph
+    assert graphs.record_capture("draft_extend_v2", 8, 384, True)
+    assert [graphs.graph_bs("decode", raw) for raw in (1, 3, 4, 5, 8, 9)] == [1, 4, 4, 8, 8, 0]
+    assert graphs.graph_bs("draft_extend_v2", 2) == 8 and graphs.graph_bs("extend", 1) == 0
+    assert graphs.captured()[0] == {"mode": "decode", "bs": 1, "width": 128, "fc": False}
+    graphs.record_capture("decode", 16, 128, False)  # a later capture (a recapture) re-resolves
+    assert graphs.graph_bs("decode", 9) == 16
+
+
+def test_the_ledger_is_bounded(ledger):
+    for bs in range(graphs.MAX_GRAPHS + 10):
+        graphs.record_capture("decode", bs, 128, False)
+    assert len(STATE.graphs) == graphs.MAX_GRAPHS
+
+
+def test_replayed_passes_fold_apart_from_eager_ones_and_reach_the_wire():
+    step_ = Step()
+    step_.add_pass("decode", 128, False, 2, 4)
+    step_.add_pass("decode", 128, False, 2, 4)
+    step_.add_pass("decode", 128, False)  # an eager pass of the same shape is its own entry
+    step_.add_pass("draft_extend_v2", 384, True, 1, 0)
+    body = hooks.finalize_step((1, 0, ["a"], step_, None))
+    assert body["passes"] == [
+        {"mode": "decode", "width": 128, "fc": False, "n": 4, "replayed": True, "graph_bs": 4},
+        {"mode": "decode", "width": 128, "fc": False, "n": 1},
+        {"mode": "draft_extend_v2", "width": 384, "fc": True, "n": 1, "replayed": True, "graph_bs": 0},
+    ]
+    assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
+
+
+def _graphed_hello(**observable) -> dict:
+    body = hello()
+    body["observable"] = {"passes_prefill": True, "passes_draft_decode": True, "passes_draft_extend": True,
+                          "graph_prefill": False, "graph_draft_decode": True, "graph_draft_extend": True, **observable}
+    body["graphs"] = {"captured": [{"mode": "decode", "bs": 1, "width": 64, "fc": False}], "target_aux": None}
+    return body
+
+
+def _run(hello_body, load=None, steps=8, **step_args):
+    stream = Stream()
+    frames = [stream.frame("hello", hello_body), stream.frame("load", load or healthy_load())]
+    frames += [stream.frame("step", step(i, 0, [1, 2], **step_args)) for i in range(steps)]
+    return {v.id: v for v in analyse(frames).violations()}
+
+
+def test_graph_aux_reset_fires_when_the_targets_graphs_hold_the_default_set():
+    load = healthy_load()
+    load["aux"]["configured"], load["aux"]["captured"] = [1, 3, 5], [2, 4, 6]  # trained on other than the default
+    shown = load["aux"]["captured"]
+    default = default_capture(LAYERS)
+    assert sorted(default) != sorted(shown)
+    body = _graphed_hello()
+    body["graphs"]["target_aux"] = {"on": True, "layers": default}
+    fired = _run(body, load, capture={"on": True, "layers": shown})
+    v = fired["graph-aux-reset"]
+    assert v.severity == "error" and v.evidence["graph_layers"] == default and v.evidence["shown_layers"] == shown
+    assert v.evidence["configured"] == load["aux"]["configured"] and "0.5.11" in v.fix
+
+
+def test_graph_aux_reset_stays_quiet_when_the_graphs_hold_what_is_shown():
+    load = healthy_load()
+    body = _graphed_hello()
+    body["graphs"]["target_aux"] = {"on": True, "layers": list(reversed(load["aux"]["captured"]))}
+    fired = _run(body, load, capture={"on": True, "layers": load["aux"]["captured"]})
+    assert "graph-aux-reset" not in fired
+    assert "graph-aux-reset" not in _run(hello(), load)  # no graph facts at all: nothing to judge
+
+
+def test_passes_unobserved_names_what_could_not_be_seen():
+    fired = _run(_graphed_hello(passes_draft_extend=False))
+    v = fired["passes-unobserved"]
+    assert v.severity == "info" and v.evidence["unobserved"] == ["draft extend"]
+    assert v.evidence["replay_graphs"] == ["draft decode", "draft extend"]
+    assert "passes-unobserved" not in _run(_graphed_hello())
+
+
+def test_pass_visibility_reads_old_and_new_hellos():
+    assert pass_visibility(read_hello(_graphed_hello())) == {"prefill": "eager", "draft decode": "graph",
+                                                             "draft extend": "graph"}
+    assert set(pass_visibility(read_hello(hello())).values()) == {"unknown"}  # an older shim's observable
+    assert pass_visibility(None) == {"prefill": "unknown", "draft decode": "unknown", "draft extend": "unknown"}
+
+
+def test_fc_bypassed_evidence_counts_the_passes_read_at_their_caller():
+    stream = Stream()
+    frames = [stream.frame("hello", _graphed_hello()), stream.frame("load", healthy_load())]
+    for i in range(6):
+        body = step(i, 0, [0, 0], feature_width=64, fc=False)
+        body["passes"] = [{**p, "replayed": True, "graph_bs": 2} for p in body["passes"]]
+        frames.append(stream.frame("step", body))
+    v = {v.id: v for v in analyse(frames).violations()}["fc-bypassed"]
+    assert v.evidence["width_seen"] == [64] and v.evidence["replayed_by_mode"] == {"draft_extend_v2": 6}
+
+
+class _NS:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def test_the_target_capture_hook_records_the_layers_its_graphs_hold(monkeypatch):
+    """The hook around CudaGraphRunner.capture (<= 0.5.12) / DecodeCudaGraphRunner.capture reads the
+    target's capture state at that moment; a runner of a model without aux capture (the draft's) is
+    ignored. (A CUDA graph capture cannot run here: the runner is a stand-in, the hook is the shim's.)"""
+    monkeypatch.setattr(STATE, "target_graph_aux", None)
+    monkeypatch.setattr(STATE, "publisher", None)
+    hook = hooks.FACTORIES["target_graph_capture"]("graphs.target_capture")
+    target = _NS(capture_aux_hidden_states=True, model=_NS(layers_to_capture=[2, 4, 5]))
+    ran = []
+    hook(lambda runner: ran.append(runner), _NS(model_runner=_NS(model=target)))
+    assert STATE.target_graph_aux == {"on": True, "layers": [2, 4, 5]} and len(ran) == 1
+    target.model.layers_to_capture = [3, 5, 6]  # 0.5.10's model_runner applies the configured ids after capture
+    hook(lambda runner: None, _NS(model_runner=_NS(model=_NS(model=_NS()))))  # the draft's runner
+    assert STATE.target_graph_aux == {"on": True, "layers": [2, 4, 5]}  # what the graphs hold, not what is shown
+
+
+def test_the_aux_view_says_which_passes_replay_graphs_and_which_are_not_seen():
+    from eagle3scope.analysis.views import aux_view
+
+    stream = Stream()
+    frames = [stream.frame("hello", _graphed_hello(passes_prefill=False)), stream.frame("load", healthy_load())]
+    for i in range(3):
+        body = step(i, 0, [1])
+        body["passes"] = [{**p, "replayed": True, "graph_bs": 1} for p in body["passes"]]
+        frames.append(stream.frame("step", body))
+    view = aux_view(analyse(frames))
+    assert {row.mode: row.replayed for row in view.passes} == {"decode": 6, "draft_extend_v2": 3}
+    lines = {text.split(":")[0]: (text, tone) for _, text, tone in view.seen}
+    assert set(lines) == {"prefill", "draft decode", "draft extend"}
+    assert "not seen" in lines["prefill"][0] and lines["prefill"][1] == "bad"
+    assert "batch sizes 1" in lines["draft decode"][0] and "capture not seen" in lines["draft extend"][0]
+    assert aux_view(analyse([Stream().frame("hello", hello())])).seen == []  # an eager server: nothing to say
+
+
+def test_the_aux_panel_prints_them(tmp_path):
+    """The real app over a recording of a graphed server: the aux panel names the replayed passes and
+    the one it could not see, instead of staying silent."""
+    pytest.importorskip("textual")
+    from tui_support import paused_app, play_to_end, run_async, write_recording
+
+    raws = [encode_frame("hello", _graphed_hello(passes_prefill=False), src="r0", n=0, t=1_000_000_000),
+            encode_frame("load", healthy_load(), src="r0", n=1, t=1_000_000_001)]
+    for i in range(4):
+        body = step(i, 0, [1, 2])
+        body["passes"] = [{**p, "replayed": True, "graph_bs": 2} for p in body["passes"]]
+        raws.append(encode_frame("step", body, src="r0", n=2 + i, t=1_000_000_002 + i * 1_000_000))
+    recording = write_recording(tmp_path / "graphed.e3s", raws)
+
+    @run_async
+    async def shown():
+        app = paused_app(recording, speed=64.0)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.press("2")
+            return await play_to_end(app, pilot)
+
+    text = " ".join(shown().split())
+    assert "replayed from captured graphs: decode 8, draft_extend_v2 4" in text
+    assert "prefill: not seen on this server" in text and "draft decode: replayed from graphs" in text
