@@ -109,7 +109,7 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
             for endpoint in sub.discovered[len(found):]:
                 found.append(endpoint)
                 if not quiet:
-                    err.write(("\n" if tty else "") + f"subscribed to {endpoint} too (a DP rank its server's hello lists)\n")
+                    err.write(("\n" if tty else "") + terminal(f"subscribed to {endpoint} too (a DP rank its server's hello lists)") + "\n")
                     err.flush()
             for raw, frame in sub.poll_raw(50):
                 if frame.src not in seen:
