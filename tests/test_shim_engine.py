@@ -282,7 +282,7 @@ print(caught, len(bad))
 
 
 
-@pytest.mark.xfail(reason="fails since this session's last merges (topo, graphs); not yet diagnosed", strict=False)
+@pytest.mark.xfail(reason="regression from the graphs/variants merges: fc-bypassed, worker-unobserved and zero-acceptance fire on a valid EAGLE-1 draft (next session)", strict=False)
 def test_eagle1_draft_under_eagle_is_a_valid_setup(models):
     """--speculative-algorithm EAGLE with an EAGLE-1 draft: no aux capture and a 2H fc by design, so
     neither aux rule may fire (the same flags with an EAGLE-3 draft are the wrong-algorithm break)."""
