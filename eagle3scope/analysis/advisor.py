@@ -10,8 +10,8 @@ per draft step against batch size, verify and draft-extend time against the toke
 with its fit error. Trees (top-k > 1) are not predicted: pruning a tree needs the per-node scores,
 which the step frame does not carry.
 
-Pure functions over :class:`RoundLog`, which the CLI (``eagle3scope advise``) and the TUI feed
-one frame at a time; memory is bounded by ``RoundLog.capacity`` rounds per publisher.
+Pure functions over :class:`RoundLog`, which ``eagle3scope advise`` feeds one frame at a time;
+memory is bounded by :data:`ROUNDS_KEPT` rounds per publisher.
 """
 
 from __future__ import annotations
