@@ -18,8 +18,6 @@ from eagle3scope.tui.screens import ViolationScreen  # noqa: E402
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.xfail(reason="the header's shim share reads 858 % (step_us undercounts the rounds, issue 28) and "
-                   "the wider header drops the 'sglang' label", strict=False)
 @run_async
 async def test_healthy_recording_shows_the_streams_acceptance(scenario_result):
     recording = scenario_result("healthy")["recording"]

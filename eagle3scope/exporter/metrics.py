@@ -107,7 +107,7 @@ class _Families:
             labels=L + ["seam"])
         self.round_seconds = CounterMetricFamily(
             "eagle3scope_shim_round_seconds",
-            "Wall time inside the step seams' wrapped calls (the rounds eagle3scope_shim_seconds relates to).",
+            "Wall time of the step seams' calls, their hooks included (the rounds eagle3scope_shim_seconds relates to).",
             labels=L)
         self.hooks = GaugeMetricFamily("eagle3scope_hook_status", "1 for each seam's current hook status.",
                                        labels=L + ["seam", "status"])

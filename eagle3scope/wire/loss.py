@@ -54,7 +54,7 @@ class FrameLoss:
     verdict: str = FRESH  # what the last observed frame was: FRESH, DUPLICATE or RESTART
     shim_s: dict[str, float] = field(default_factory=dict)  # seconds in the shim's hooks, per seam (MAX_SEAMS)
     step_s: float = 0.0  # seconds inside the rounds over the same heartbeats
-    shim_share: float | None = None  # the latest heartbeat's shim time / round time (None: no rounds in it)
+    shim_share: float | None = None  # the latest heartbeat's shim time within the rounds / round time (None: no rounds in it)
 
     @property
     def lost(self) -> int:
@@ -97,7 +97,7 @@ class FrameLoss:
         self.hook_failures = _count(body.get("hook_failures"), failures)
         self.shim_steps = _count(body.get("steps"), self.shim_steps)
         self.queued = _count(body.get("queued"), self.queued)
-        self._cost(body.get("shim_us"), body.get("step_us"))
+        self._cost(body.get("shim_us"), body.get("step_us"), body.get("round_shim_us"))
         notes = []
         if self.shim_dropped > dropped:
             notes.append(f"{self.shim_dropped - dropped} new frame(s) dropped by the shim (total {self.shim_dropped})")
@@ -105,7 +105,7 @@ class FrameLoss:
             notes.append(f"{self.hook_failures - failures} new hook failure(s) (total {self.hook_failures})")
         return tuple(notes)
 
-    def _cost(self, shim_us: dict | None, step_us: float | None) -> None:
+    def _cost(self, shim_us: dict | None, step_us: float | None, round_shim_us: float | None) -> None:
         if shim_us is None:
             return
         totals = self.shim_s
@@ -114,7 +114,8 @@ class FrameLoss:
                 totals[seam] = totals.get(seam, 0.0) + us / 1e6
         if step_us:
             self.step_s += step_us / 1e6
-            self.shim_share = sum(shim_us.values()) / step_us
+            # the rounds' own hooks over the rounds; a shim without round_shim_us: all of them
+            self.shim_share = (sum(shim_us.values()) if round_shim_us is None else round_shim_us) / step_us
         else:
             self.shim_share = None
 

@@ -77,9 +77,11 @@ that frames were lost in transit. Bodies per kind (all keys are short ASCII stri
 ``heartbeat``
     steps, dropped (frames the shim dropped before sending), hook_failures, queued; optional
     shim_us {seam: µs} (wall time in the shim's own hook bodies per seam since the last heartbeat,
-    SGLang's wrapped calls excluded; seams without any left out) and step_us (wall time inside the
-    step seams' wrapped calls over the same interval: the rounds that cost relates to) and
-    publisher_us (the shim's publisher thread's time turning events into frames: finalize, encode,
+    SGLang's wrapped calls excluded; seams without any left out), step_us (wall time of the step
+    seams' whole calls over the same interval, their hooks included: the rounds), round_shim_us (the
+    part of shim_us spent within those calls: the step seam's hooks and the hooks that run inside
+    it, so round_shim_us / step_us is the shim's share of the rounds; the commit seam and load-time
+    hooks run outside them) and publisher_us (the shim's publisher thread's time turning events into frames: finalize, encode,
     send; it holds the GIL for all of it but the send).
     Optional: ring: {slots, capacity, allocations, late_allocations, oversize} (the shim's host
     buffers for device snapshots; late_allocations counts allocations after the first step).

@@ -238,7 +238,8 @@ def _seam_durations(value, path):
 
 
 HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT,
-             "shim_us": _seam_durations, "step_us": _duration, "publisher_us": _duration,
+             "shim_us": _seam_durations, "step_us": _duration, "round_shim_us": _duration,
+             "publisher_us": _duration,
              "ring": _map({"slots": _COUNT, "capacity": _COUNT, "allocations": _COUNT, "late_allocations": _COUNT,
                            "oversize": _COUNT})}
 HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}

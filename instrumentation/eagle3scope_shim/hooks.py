@@ -193,7 +193,7 @@ def make_step(seam):
         if len(pending) > MAX_UNCOMMITTED:
             _submit(pending.popleft()[1])  # never committed through the seam: published as run
 
-    return around(seam, pre, post, hot=True)
+    return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
@@ -248,7 +248,7 @@ def make_commit(seam):
             payload[3].discarded = discarded
         _submit(payload)
 
-    return around(seam, pre, post, hot=True, step=True, traceable=False)
+    return around(seam, pre, post, hot=True, traceable=False)
 
 
 def _timed(seam, slot: str | None, observe=None):
@@ -283,7 +283,7 @@ def _timed(seam, slot: str | None, observe=None):
         if width is not None and step.forwards == forwards:
             _replayed(step, args, feeds[3], width)
 
-    return around(seam, pre, post, hot=True, traceable=False)
+    return around(seam, pre, post, hot=True, in_step=True, traceable=False)
 
 
 def _replayed(step, args, mode: str, width: int) -> None:
@@ -396,7 +396,7 @@ def make_draft_forward(seam):
         step.add_pass(mode, width, fc)
         return None
 
-    return around(seam, pre, None, hot=True)
+    return around(seam, pre, None, hot=True, in_step=True)
 
 
 def make_target_graph_capture(seam):

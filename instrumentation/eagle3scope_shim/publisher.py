@@ -93,9 +93,10 @@ class Publisher:
         self._ring_dropped = 0
         self._send_dropped = 0
         self.sent = 0
-        #: (seam -> [ns], [ns of rounds]) cells the hooks add their own time to (``state.around``);
-        #: each heartbeat carries what they gained since the last one, as ``shim_us`` and ``step_us``
-        self.self_time: tuple[dict[str, list[int]], list[int]] | None = None
+        #: (seam -> [ns], [ns of rounds], seams within the rounds) cells the hooks add their own time to
+        #: (``state.around``); each heartbeat carries what they gained since the last one, as ``shim_us``,
+        #: ``step_us`` and ``round_shim_us``
+        self.self_time: tuple[dict[str, list[int]], list[int], set[str]] | None = None
         self._self_seen: dict[str, int] = {}
         self._step_seen = 0
         self._busy_ns = self._busy_seen = 0  # this thread's time turning events into frames
@@ -234,14 +235,15 @@ class Publisher:
             except Exception as exc:
                 self._failure("heartbeat", "extra", exc)
         if self.self_time is not None:
-            body["shim_us"], body["step_us"] = self._self_time_delta()
+            body["shim_us"], body["step_us"], body["round_shim_us"] = self._self_time_delta()
             busy = self._busy_ns
             body["publisher_us"], self._busy_seen = (busy - self._busy_seen) / 1000, busy
         self._send("heartbeat", body)
 
-    def _self_time_delta(self) -> tuple[dict[str, float], float]:
-        """µs each seam's hooks and the rounds took since the last heartbeat (seams with none left out)."""
-        cells, rounds = self.self_time
+    def _self_time_delta(self) -> tuple[dict[str, float], float, float]:
+        """µs each seam's hooks (seams with none left out), the rounds, and the round seams' hooks took
+        since the last heartbeat."""
+        cells, rounds, round_seams = self.self_time
         seen, shim = self._self_seen, {}
         for seam, cell in list(cells.items()):
             ns = cell[0]
@@ -250,7 +252,7 @@ class Publisher:
                 seen[seam] = ns
         ns = rounds[0]
         step_us, self._step_seen = (ns - self._step_seen) / 1000, ns
-        return shim, step_us
+        return shim, step_us, sum(us for seam, us in shim.items() if seam in round_seams)
 
     def _send_sticky(self) -> None:
         self._sticky_dirty = False

@@ -111,7 +111,8 @@ class ShimState:
         # the shim's own cost (heartbeat ``shim_us``/``step_us``): one cell per seam, written only by
         # the thread running the hook, read as deltas by the publisher thread (no lock: int reads)
         self.self_ns: dict[str, list[int]] = {}  # seam -> [ns spent in its pre/post bodies]
-        self.step_ns = [0]  # ns inside the step seams' original calls (the rounds the cost relates to)
+        self.step_ns = [0]  # ns of the step seams' whole calls, hooks included (the rounds the cost relates to)
+        self.round_seams: set[str] = set()  # seams whose hooks run within those calls (the rounds' share)
         #: {"parallel", "rank", "index", "publishes", "reason"} of this scheduler (topology), once it is built;
         #: the aux channel reads the ranks from here
         self.topology: dict | None = None
@@ -165,7 +166,7 @@ class ShimState:
         for body in self.pending:
             pub.submit("hook", body)
         self.pending.clear()
-        pub.self_time = (self.self_ns, self.step_ns)
+        pub.self_time = (self.self_ns, self.step_ns, self.round_seams)
         self.publisher = pub
         log.info("eagle3scope: publishing on %s as %s", pub.endpoint, self.src)
         return True
@@ -208,7 +209,7 @@ def _never() -> bool:
 
 
 def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
-           traceable: bool = True) -> Callable:
+           in_step: bool = False, traceable: bool = True) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
     ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
@@ -217,7 +218,10 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
     ``torch.compiler.is_compiling`` call per hook.
     The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's
-    cell of ``STATE.self_ns``; a ``step`` seam's ``original`` time in ``STATE.step_ns``. The clock is
+    cell of ``STATE.self_ns``; a ``step`` seam's whole call (the round, its own hook time included) in
+    ``STATE.step_ns``. ``step`` and ``in_step`` seams (those whose hooks run only within a step
+    seam's call) are ``STATE.round_seams``: their time over ``step_ns`` is the shim's share of the
+    rounds, which cannot exceed 1 (other seams, e.g. the commit seam or load time, run outside). The clock is
     ``perf_counter_ns`` (vDSO, ~75 ns a read here) rather than ``thread_time_ns`` (a syscall, ~260 ns:
     BENCHMARKS.md), so it is wall time, which on a loaded box includes preemption.
     """
@@ -225,6 +229,8 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     guard = state.guard if hot else None
     cell = state.self_ns.setdefault(seam, [0])
     rounds = state.step_ns if step else None
+    if step or in_step:
+        state.round_seams.add(seam)
     clock = time.perf_counter_ns
 
     def hook(original, *args, **kwargs):
@@ -262,9 +268,10 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                         post(ctx, result, *args, **kwargs)
             except Exception as exc:
                 state.fail(seam, exc)
-        cell[0] += t1 - t0 + clock() - t2
+        t3 = clock()
+        cell[0] += t1 - t0 + t3 - t2
         if rounds is not None:
-            rounds[0] += t2 - t1
+            rounds[0] += t3 - t0
         return result
 
     hook.__name__ = f"eagle3scope_{seam.replace('.', '_')}"

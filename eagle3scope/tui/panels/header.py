@@ -29,19 +29,24 @@ class PublisherBar(Widget):
             return Text("waiting for a publisher…", style=styles[3])
         lines = []
         for r in self.rows:
-            line = self._line(r, False, *styles)  # the long form where it fits, else the short one
-            if line.cell_len > self.size.width:
-                line = self._line(r, True, *styles)
+            for level in range(LEVELS):  # the fullest form that fits
+                line = self._line(r, level, *styles)
+                if line.cell_len <= self.size.width:
+                    break
             line.truncate(self.size.width, overflow="ellipsis")
             lines.append(line)
         return Text("\n").join(lines)
 
     @staticmethod
-    def _line(r: PublisherRow, narrow: bool, ok, warn, bad, muted) -> Text:
+    def _line(r: PublisherRow, level: int, ok, warn, bad, muted) -> Text:
+        """The line at ``level`` (0: everything): each level leaves out or shortens one more piece,
+        the least telling first, and every value shown keeps its label; warnings (an unobserved
+        worker, losses, hook failures, seams not attached, the shim's share) are never left out."""
         line = Text(no_wrap=True, overflow="ellipsis")
         state_style = ok if r.state in ("live", "replay") else warn
         line.append("● ", style=state_style)
-        line.append(terminal(r.src if not narrow else r.src[:12]), style="bold")
+        src = r.src if level < 5 or len(r.src) <= 16 else "…" + r.src[-15:]  # the tail tells ranks apart
+        line.append(terminal(src), style="bold")
         if r.run > 1:
             line.append(f" run {r.run}", style=warn)
         if r.state not in ("live", "replay"):
@@ -49,32 +54,40 @@ class PublisherBar(Widget):
         if not r.has_hello:
             line.append(" (no hello yet)", style=warn)
         else:
-            line.append(terminal(f" {r.version or '?'}" if narrow else f" sglang {r.version or '?'}"))
+            if level < 7:
+                line.append(terminal(f" sglang {r.version or '?'}"))
             line.append(terminal(f" {r.algorithm or '?'}"))
-            if r.worker and not narrow:
+            if r.worker and level < 2:
                 line.append(terminal(f" {r.worker}"))
             if "worker" in r.unobserved:  # the shim sees no rounds: say so before anything else
                 line.append(terminal(f" {r.worker_class or 'worker'} NOT OBSERVED"), style=bad)
             elif "draft_model" in r.unobserved:
                 line.append(" draft passes not observed", style=warn)
-            line.append(terminal(f" {r.steps}/{r.topk}/{r.draft_tokens}" if narrow else f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}"))
+            if level < 9:
+                line.append(terminal(f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}"))
             graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
-            line.append(f" cg:{graph}" if narrow else f" cuda-graph {graph}")
-            if not narrow:
+            if level < 8:
+                line.append(f" cuda-graph {graph}" if level < 4 else f" cg {graph}")
+            if level < 1:
                 line.append(terminal(f" rank tp{r.tp_rank}/dp{r.dp_rank}"), style=muted)
         line.append(" │ ", style=muted)
         line.append(f"{fmt(r.steps_per_s, ',.1f')} steps/s")
         lost = r.dropped + r.gaps
         line.append(" │ ", style=muted)
-        line.append(f"drop {lost:,}" if narrow else f"dropped {r.dropped:,} lost {r.gaps:,}", style=bad if lost else None)
+        line.append(f"dropped {r.dropped:,} lost {r.gaps:,}" if level < 6 else f"drop {lost:,}", style=bad if lost else None)
         line.append(" │ ", style=muted)
-        line.append(f"hookfail {r.hook_failures}" if narrow else f"hook failures {r.hook_failures}", style=bad if r.hook_failures else None)
-        if r.hooks_total and not narrow:
+        line.append(f"hook failures {r.hook_failures}" if level < 6 else f"hookfail {r.hook_failures}",
+                    style=bad if r.hook_failures else None)
+        if r.hooks_total and (level < 3 or r.hooks_ok < r.hooks_total):
             line.append(f" ({r.hooks_ok}/{r.hooks_total} seams)", style=warn if r.hooks_ok < r.hooks_total else muted)
         if r.shim_share is not None:  # the shim's own time in the rounds, as the shim measured it
             line.append(" │ ", style=muted)
             line.append(f"shim {100 * r.shim_share:.1f} %", style=warn if r.shim_share >= SHIM_SHARE_WARN else muted)
         return line
+
+
+#: forms of a publisher's line, fullest first (``PublisherBar._line``)
+LEVELS = 10
 
 
 class Timeline(Widget):
