@@ -49,7 +49,8 @@ def _expected(version: str) -> dict[str, set[str]]:
         "process": {"scheduler"},
         # v1 only up to 0.5.3; v1 + v2 (EAGLEWorkerV2 from 0.5.4) until v1 is deleted in 0.5.13
         "worker": {"v1"} if v < (0, 5, 4) else {"v1", "v2"} if v < (0, 5, 13) else {"v2"},
-        "draft_model": set() if not has_eagle3 else {"llama_eagle3"} | ({"kimi_k25_eagle3"} if v >= (0, 5, 12) else set()),
+        # EAGLE-1/2's llama_eagle in every release; EAGLE-3's from 0.4.4.post2
+        "draft_model": {"llama_eagle"} | (set() if not has_eagle3 else {"llama_eagle3"} | ({"kimi_k25_eagle3"} if v >= (0, 5, 12) else set())),
         # set_eagle3_layers_to_capture with EAGLE-3 (DeepseekV2's from 0.5.5); the shared call site from 0.5.16
         "aux": set() if not has_eagle3 else {"llama_set_eagle3"} | ({"deepseek_set_eagle3"} if v >= (0, 5, 5) else set())
         | ({"aux_call_site"} if v >= (0, 5, 16) else set()),

@@ -185,3 +185,54 @@ def test_the_aux_panel_prints_them(tmp_path):
     text = " ".join(shown().split())
     assert "replayed from captured graphs: decode 8, draft_extend_v2 4" in text
     assert "prefill: not seen on this server" in text and "draft decode: replayed from graphs" in text
+
+
+# -- which caller reads count as replays, and what fc means there (the EAGLE-1 regression) -----------
+@pytest.fixture
+def caller(ledger, monkeypatch):
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "draft_embed_width", 128)
+    monkeypatch.setattr(STATE, "draft_fc_always", False)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    hook = hooks.FACTORIES["draft_extend"]("v2.draft_extend")  # reads batch_result.logits_output.hidden_states
+
+    def call(width, forward_runs=False):
+        def original(worker, batch, batch_result):
+            if forward_runs:  # the hooked draft forward ran eagerly inside the call
+                STATE.step.forwards += 1
+        result = _NS(logits_output=_NS(hidden_states=_NS(shape=(1, width))))
+        hook(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result)
+        passes, STATE.step.passes = STATE.step.passes, []
+        return passes
+
+    return call
+
+
+def test_a_caller_read_counts_as_a_replay_only_when_the_hooked_forward_did_not_run(caller):
+    assert caller(384) == [["draft_extend_v2", 384, True, 1, 0]]  # EAGLE-3: fc iff width != embedding width
+    assert caller(128) == [["draft_extend_v2", 128, False, 1, 0]]
+    assert caller(384, forward_runs=True) == []  # the forward hook counted it, eagerly
+
+
+def test_a_draft_whose_forward_is_unhooked_says_nothing_at_its_caller(caller):
+    """SGLang ran the forward, unseen: the caller read is no replay (it read as fc-bypassed on EAGLE-1)."""
+    STATE.unobserved["draft_model"] = "the draft model is X, whose forward the shim does not hook"
+    assert caller(128) == []
+
+
+def test_an_eagle1_draft_applies_fc_on_every_pass(caller, monkeypatch):
+    """llama_eagle.LlamaModel.forward: fc over cat(embeds, hidden), H-wide states in (llama_eagle.py of 0.5.23)."""
+    monkeypatch.setattr(STATE, "draft_fc_always", True)
+    assert caller(128) == [["draft_extend_v2", 128, True, 1, 0]]
+
+
+def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    inner = _NS(embed_tokens=_NS(weight=_NS(shape=(1024, 128))))
+    batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(3, 128))), forward_mode=_NS(name="DECODE"), batch_size=3)
+    for seam, fc in (("llama_eagle3.forward", False), ("llama_eagle.forward", True)):
+        hooks.FACTORIES["draft_forward"](seam)(lambda *a: None, inner, None, None, batch)
+        assert STATE.step.passes[-1][:3] == ["decode", 128, fc]
+    assert STATE.step.forwards == 2

@@ -9,7 +9,7 @@ no ``weights`` (the draft-load seam is EAGLE-3 only), no aux capture.
 
 from __future__ import annotations
 
-from analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, healthy_load, session
+from analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import analyse
 
 EAGLE3_ONLY_RULES = {"aux-capture-off", "fc-bypassed", "hidden-width-mismatch", "aux-layers-mismatch"}
@@ -35,6 +35,21 @@ def test_eagle1_draft_under_eagle_fires_no_eagle3_rule():
     frames = session(200, accept_p=0.6, algorithm="EAGLE", load=eagle1_load({"in": 2 * H, "out": H}),
                      step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": []}})
     assert fired_ids(frames) & EAGLE3_ONLY_RULES == set()
+
+
+def test_steps_before_the_load_report_fire_no_eagle3_rule():
+    """A subscriber that joins late gets the first steps before the sticky hello and load (as the
+    EAGLE-1 engine test's did): fc skipped means nothing until the load says the draft is EAGLE-3."""
+    s, off = Stream(), {"on": False, "layers": []}
+    frames = [s.frame("step", step(seq, s.t, [0], feature_width=H, fc=False, capture=off)) for seq in range(3)]
+    frames += [s.frame("hello", hello("EAGLE")), s.frame("load", eagle1_load({"in": 2 * H, "out": H}))]
+    frames += [s.frame("step", step(seq, s.t, [1], feature_width=H, fc=True, capture=off)) for seq in range(3, 20)]
+    assert fired_ids(frames) & EAGLE3_ONLY_RULES == set()
+    s = Stream()  # the same late load of an EAGLE-3 draft: the break fires once the load is in
+    frames = [s.frame("step", step(seq, s.t, [0], feature_width=H, fc=False)) for seq in range(3)]
+    frames += [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    frames += [s.frame("step", step(seq, s.t, [0], feature_width=H, fc=False)) for seq in range(3, 6)]
+    assert "fc-bypassed" in fired_ids(frames)
 
 
 def test_draft_without_fc_has_nothing_to_bypass():

@@ -499,3 +499,33 @@ def test_an_unobserved_worker_or_draft_is_reported_by_name(clean_state, monkeypa
     got = reported(plain)
     assert list(got) == ["draft_model"] and "e3s_fake_workers._DraftInner" in got["draft_model"]
     assert reported(None) == {}  # no speculative worker at all: nothing to say
+
+
+class _Eagle1Inner:  # stands for llama_eagle.LlamaModel (EAGLE-1/2: fc on every pass)
+    def forward(self):
+        return None
+
+
+def test_an_eagle1_draft_is_observed_and_known_to_apply_fc_always(clean_state, monkeypatch):
+    """LlamaForCausalLMEagle under --speculative-algorithm EAGLE: its forward is hooked (no
+    "draft_model" unhooked warning), and caller-side reads know its fc runs whatever the width."""
+    import sys
+    import types
+
+    module = types.ModuleType("e3s_fake_drafts")
+    module._Observed, module._DraftInner, module._Eagle1Inner = _Observed, _DraftInner, _Eagle1Inner
+    monkeypatch.setitem(sys.modules, "e3s_fake_drafts", module)
+    monkeypatch.setattr(hooks.registry, "targets", {"v2.step": "e3s_fake_drafts._Observed.forward_batch_generation",
+                                                    "llama_eagle3.forward": "e3s_fake_drafts._DraftInner.forward",
+                                                    "llama_eagle.forward": "e3s_fake_drafts._Eagle1Inner.forward"})
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "draft_fc_always", False)
+    worker = _Inherits()
+    worker.draft_worker = types.SimpleNamespace(draft_runner=types.SimpleNamespace(
+        model=types.SimpleNamespace(model=_Eagle1Inner())))
+    hooks.report_unobserved(worker)
+    assert STATE.unobserved == {}
+    hooks._draft_facts(worker.draft_worker.draft_runner.model)
+    assert STATE.draft_fc_always is True
+    hooks._draft_facts(types.SimpleNamespace(model=_DraftInner()))
+    assert STATE.draft_fc_always is False

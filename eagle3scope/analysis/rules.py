@@ -94,8 +94,10 @@ def aux_capture_off(pub: PublisherView) -> dict | None:
 def fc_bypassed(pub: PublisherView) -> dict | None:
     load = load_of(pub)
     fc_in = load.fc_in
-    if pub.load is not None and (fc_in is None or not is_eagle3_draft(pub)):
-        return None  # no fc to bypass, or an EAGLE-1/2 fc, which takes H-wide target states by design
+    if fc_in is None or not is_eagle3_draft(pub):
+        # no fc to bypass, an EAGLE-1/2 fc (it takes H-wide target states by design), or no load
+        # report yet (steps may arrive before it): what "fc skipped" means depends on the draft's class
+        return None
     modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
     if not modes:
         return None

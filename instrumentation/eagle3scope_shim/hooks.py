@@ -51,7 +51,12 @@ def make_scheduler_init(seam):
 # -- which speculative worker and draft SGLang chose, and whether the hooks see them ------------
 def _observes(obj, family: str) -> bool:
     """Whether ``obj``'s class runs the hooked method of one of ``family``'s observing seams."""
-    for name in seams.OBSERVING_SEAMS[family]:
+    return _runs(obj, seams.OBSERVING_SEAMS[family])
+
+
+def _runs(obj, names) -> bool:
+    """Whether ``obj``'s class runs, unchanged, the hooked method of one of the seams ``names``."""
+    for name in names:
         target = registry.targets.get(name)
         if target is None:
             continue
@@ -119,13 +124,20 @@ def _embed_width(draft) -> int | None:
     return None if weight is None else int(weight.shape[-1])
 
 
+def _draft_facts(draft) -> None:
+    """What decides ``fc`` on a pass read at its caller: the draft's embedding width, or an
+    EAGLE-1/2 draft (``seams.FC_ALWAYS``), whose fc runs whatever the width."""
+    STATE.draft_embed_width = _embed_width(draft) or STATE.draft_embed_width
+    STATE.draft_fc_always = _runs(getattr(draft, "model", None), seams.FC_ALWAYS)
+
+
 def make_worker_init_v2(seam):
     def post(ctx, result, self, *args, **kwargs):
         if getattr(self, "_draft_worker", self) is None:  # a pipeline stage without the draft
             return
         draft = self.draft_worker.draft_runner.model
         STATE.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
-        STATE.draft_embed_width = _embed_width(draft) or STATE.draft_embed_width
+        _draft_facts(draft)
 
     return around(seam, None, post)
 
@@ -133,7 +145,7 @@ def make_worker_init_v2(seam):
 def make_worker_init_v1(seam):
     def post(ctx, result, self, *args, **kwargs):
         STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
-        STATE.draft_embed_width = _embed_width(self.model_runner.model) or STATE.draft_embed_width
+        _draft_facts(self.model_runner.model)
 
     return around(seam, None, post)
 
@@ -287,7 +299,10 @@ def _timed(seam, slot: str | None, observe=None):
 
 
 def _replayed(step, args, mode: str, width: int) -> None:
-    """The caller ran, the draft's forward did not: its pass replayed a captured graph."""
+    """The caller ran, the draft's forward did not: its pass replayed a captured graph. Not on a
+    draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
+    if "draft_model" in STATE.unobserved:
+        return
     worker = args[0]
     batch = args[1]
     n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
@@ -295,7 +310,8 @@ def _replayed(step, args, mode: str, width: int) -> None:
         return  # a one-step draft runs no decode forward at all
     raw_bs = len(batch.seq_lens)
     embed = STATE.draft_embed_width
-    step.add_pass(mode, width, embed is not None and width != embed, n, graphs.graph_bs(mode, raw_bs))
+    fc = STATE.draft_fc_always or (embed is not None and width != embed)
+    step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, raw_bs))
 
 
 def _observe_draft(step, result, worker):
@@ -374,6 +390,7 @@ def make_tp_broadcast(seam):
 
 def make_draft_forward(seam):
     capturing = None
+    fc_always = seam in seams.FC_ALWAYS
 
     def pre(self, *args, **kwargs):
         nonlocal capturing
@@ -386,8 +403,8 @@ def make_draft_forward(seam):
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         width = int(forward_batch.spec_info.hidden_states.shape[-1])
         embed_width = int(self.embed_tokens.weight.shape[-1])
-        # SGLang applies fc iff the incoming width differs from the embedding width.
-        mode, fc = forward_batch.forward_mode.name.lower(), width != embed_width
+        # EAGLE-3: SGLang applies fc iff the incoming width differs from the embedding width.
+        mode, fc = forward_batch.forward_mode.name.lower(), fc_always or width != embed_width
         if in_capture:  # runs once per graph; its replays run none of this
             if graphs.record_capture(mode, int(forward_batch.batch_size), width, fc):
                 loadreport.refresh_hello()

@@ -16,7 +16,7 @@ import socket
 import sys
 
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import graphs
+from eagle3scope_shim import graphs, seams
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 from eagle3scope_shim.version import __version__
@@ -352,12 +352,13 @@ def _observable(sa) -> dict:
     kind, worker = (STATE.workers[-1][0], STATE.workers[-1][1]) if STATE.workers else (None, None)
     replays = graphs.replayed_passes(kind, worker)
     compiled = bool(getattr(sa, "enable_torch_compile", False))
-    forward_seen = any(STATE.seam_status.get(n) == "attached" for n in ("llama_eagle3.forward", "kimi_k25_eagle3.forward"))
+    draft_seen = "draft_model" not in STATE.unobserved  # else its passes say nothing, eager or replayed
+    forward_seen = draft_seen and any(STATE.seam_status.get(n) == "attached" for n in seams.OBSERVING_SEAMS["draft_model"])
     callers = {"prefill": "draft_extend_prefill", "decode": "draft", "draft_extend": "draft_extend"}
 
     def seen(name: str) -> bool:
         eager = forward_seen and not replays.get(name, False) and not compiled
-        return eager or STATE.seam_status.get(f"{kind}.{callers[name]}") == "attached"
+        return eager or (draft_seen and STATE.seam_status.get(f"{kind}.{callers[name]}") == "attached")
 
     return {
         "steps": True,

@@ -32,6 +32,7 @@ SUPPORTED_MAJORS = {(0, 4), (0, 5)}
 _SCHED = "sglang.srt.managers.scheduler"
 _EW = "sglang.srt.speculative.eagle_worker"
 _EW2 = "sglang.srt.speculative.eagle_worker_v2"
+_LE = "sglang.srt.models.llama_eagle"
 _LE3 = "sglang.srt.models.llama_eagle3"
 _KIMI = "sglang.srt.models.kimi_k25_eagle3"
 _LLAMA = "sglang.srt.models.llama"
@@ -92,6 +93,11 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("llama_eagle3.forward", "draft_forward", (_LE3, "LlamaModel.forward")),
         _s("llama_eagle3.load", "draft_load", (_LE3, "LlamaForCausalLMEagle3.load_weights")),
     )),
+    # EAGLE-1/2 (LlamaForCausalLMEagle under --speculative-algorithm EAGLE), in every release: its fc
+    # runs over cat(embeds, hidden) on every pass (llama_eagle.py, 0.4.4 line 95 to 0.5.23 line 106).
+    Adapter("llama_eagle", "draft_model", (
+        _s("llama_eagle.forward", "draft_forward", (_LE, "LlamaModel.forward")),
+    )),
     Adapter("kimi_k25_eagle3", "draft_model", (
         _s("kimi_k25_eagle3.forward", "draft_forward", (_KIMI, "Eagle3MLAModel.forward")),
         _s("kimi_k25_eagle3.load", "draft_load", (_KIMI, "Eagle3DeepseekV2ForCausalLM.load_weights")),
@@ -130,7 +136,12 @@ ADAPTERS: tuple[Adapter, ...] = (
 
 #: Per seam family whose hooks observe a speculative round, the seam whose method a class must
 #: inherit unchanged for the shim to see it (a subclass overriding it runs code the shim never sees).
-OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"), "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward")}
+OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"),
+                   "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward", "llama_eagle.forward")}
+
+#: Draft forwards whose fc applies on every pass (EAGLE-1/2: 2H -> H over cat(embeds, hidden)); the
+#: EAGLE-3 ones apply it iff the incoming width differs from the embedding width (llama_eagle3.py).
+FC_ALWAYS = ("llama_eagle.forward",)
 
 #: Where each caller holds the hidden states it hands the draft, read in eager code whether or not
 #: the draft pass then replays a graph: seam -> (argument index, self = 0; its keyword; attribute

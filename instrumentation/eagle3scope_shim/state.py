@@ -122,6 +122,7 @@ class ShimState:
         self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays
         self.target_graph_aux: dict | None = None  # {"on", "layers"} at the target's last graph capture
         self.draft_embed_width: int | None = None  # fc applies iff the incoming width differs from it
+        self.draft_fc_always = False  # an EAGLE-1/2 draft: fc applies on every pass (seams.FC_ALWAYS)
         self.hello_args: tuple | None = None  # (scheduler,): hello is rebuilt on a new capture
 
     # -- reporting ----------------------------------------------------------------------------
