@@ -87,35 +87,98 @@ def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperat
     """Run the prompts at each temperature (greedy first) with the shim publishing; return (frames, responses).
     ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...); requests start
     once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
+    launched = _launch(target, draft, env, algorithm=algorithm, **server)
+    return _drive(launched, concurrent=concurrent, temperatures=temperatures, prompts=prompts, max_new=max_new,
+                  publishers=publishers)
+
+
+def _launch(target, draft, env, *, algorithm="EAGLE3", **server):
+    """Subscribe, then spawn the server without waiting for it: (subscriber, server), for :func:`_drive`."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = fresh_ipc_endpoint()
+    sub = Subscriber([endpoint])
+    try:
+        srv = SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}, **server)
+        return sub, srv.launch()
+    except BaseException:
+        sub.close()
+        raise
+
+
+def _drive(launched, *, concurrent=False, temperatures=(0.0,), prompts=PROMPTS, max_new=MAX_NEW, publishers=1):
+    """:func:`_serve`'s requests on a launched server, once it is ready; stops it and closes the subscriber."""
+    sub, srv = launched
     frames = []
-    with Subscriber([endpoint]) as sub:
-        with SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}, **server) as srv:
+    try:
+        srv.wait_ready()
+        frames += sub.poll(timeout_ms=200)
+        deadline = time.monotonic() + 30
+        while len({f.src for f in frames if f.kind == "hello"}) < publishers and time.monotonic() < deadline:
             frames += sub.poll(timeout_ms=200)
-            deadline = time.monotonic() + 30
-            while len({f.src for f in frames if f.kind == "hello"}) < publishers and time.monotonic() < deadline:
-                frames += sub.poll(timeout_ms=200)
 
-            def ask(request):
-                prompt, temperature = request
-                params = {"max_new_tokens": max_new, "temperature": temperature, "ignore_eos": True}
-                return srv.post("/generate", {"text": prompt, "sampling_params": params})
+        def ask(request):
+            prompt, temperature = request
+            params = {"max_new_tokens": max_new, "temperature": temperature, "ignore_eos": True}
+            return srv.post("/generate", {"text": prompt, "sampling_params": params})
 
-            requests = [(p, t) for t in temperatures for p in prompts]
-            if concurrent:
-                with ThreadPoolExecutor(len(prompts)) as pool:
-                    responses = list(pool.map(ask, requests))
-            else:
-                responses = [ask(r) for r in requests]
-            quiet_since = time.monotonic()
-            while time.monotonic() - quiet_since < 1.5:
-                new = sub.poll(timeout_ms=200)
-                frames += new
-                if any(f.kind == "step" for f in new):
-                    quiet_since = time.monotonic()
+        requests = [(p, t) for t in temperatures for p in prompts]
+        if concurrent:
+            with ThreadPoolExecutor(len(prompts)) as pool:
+                responses = list(pool.map(ask, requests))
+        else:
+            responses = [ask(r) for r in requests]
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 1.5:
+            new = sub.poll(timeout_ms=200)
+            frames += new
+            if any(f.kind == "step" for f in new):
+                quiet_since = time.monotonic()
+    finally:
+        srv.stop()  # not ``with srv``: entering a server starts it (it was launched already)
+        sub.close()
     return frames, responses
+
+
+class ServerPool:
+    """The servers of one test module, started ahead: taking one's results launches the next ones
+    (``AHEAD`` alive at once), so one server's startup overlaps another's startup or requests instead
+    of following them. ``jobs``: fixture name -> ((:func:`_launch` args, kwargs), :func:`_drive` kwargs);
+    a job runs when a selected test of the module uses its fixture or is parametrised with its name,
+    in the order the tests ask for them (a ``-k`` run starts only what it needs)."""
+
+    AHEAD = 2  # servers alive at once: the two cores of the test machine
+    STARTUP_TIMEOUT = 600.0  # counted from the launch, which may now come while another server runs
+
+    def __init__(self, request, jobs: dict):
+        order = []
+        for item in request.session.items:
+            if getattr(item, "module", None) is not request.module:
+                continue
+            callspec = getattr(item, "callspec", None)
+            for name in (*item.fixturenames, *(callspec.params.values() if callspec else ())):
+                if isinstance(name, str) and name in jobs and name not in order:
+                    order.append(name)
+        self.jobs = {name: jobs[name] for name in order}
+        self.launched: dict = {}
+        request.addfinalizer(self.close)
+
+    def take(self, name: str):
+        """(frames, responses) of the job ``name``; launches it and the next jobs first."""
+        order = list(self.jobs)
+        for ahead in order[order.index(name):][: self.AHEAD]:
+            if ahead not in self.launched:
+                (args, kwargs), _ = self.jobs[ahead]
+                self.launched[ahead] = _launch(*args, startup_timeout=self.STARTUP_TIMEOUT, **kwargs)
+        _, drive = self.jobs.pop(name)
+        return _drive(self.launched.pop(name), **drive)
+
+    def close(self) -> None:
+        """Stop servers launched ahead for tests that did not run (a failure, -x)."""
+        for sub, srv in self.launched.values():
+            srv.stop()
+            sub.close()
+        self.launched.clear()
 
 
 def _kind(frames, kind):

@@ -2,7 +2,8 @@
 request pool sized by SGLang itself (no --max-running-requests), and a speculative worker or draft the
 shim does not observe.
 
-Four servers, each shared by the tests of one variant: a tiny pair built for real tree acceptance
+Four servers, each shared by the tests of one variant and started while the one before it runs
+(ServerPool): a tiny pair built for real tree acceptance
 (see WRITE_TREE_PAIR) at topk 2 (6 draft tokens, no --max-running-requests, the host ring
 exercised on the CPU) and at topk 4;
 the tiny pair with ``--speculative-adaptive`` and SGLang's simulated acceptance; the tiny target
@@ -21,7 +22,7 @@ import os
 
 import pytest
 from conftest import run_engine_python
-from test_shim_engine import _check_agreement, _kind, _last, _serve
+from test_shim_engine import ServerPool, _check_agreement, _kind, _last
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.server import checkout_pythonpath
@@ -77,26 +78,58 @@ def tree_pair(engine_python, tiny_models, tmp_path_factory):
     return root / "target", root / "draft"
 
 
-def _serve_tree(pair, topk: int, **server):
-    return _serve(*pair, server.pop("env", {}), concurrent=True, max_new=32, topk=topk, num_draft_tokens=TREES[topk],
-                  prompts=["hello world", "the quick brown fox", "one two three four", "a b c"], **server)
+def _tree_job(pair, topk: int, env=None, **server):
+    launch = ((*pair, env or {}), {"topk": topk, "num_draft_tokens": TREES[topk], **server})
+    return launch, {"concurrent": True, "max_new": 32, "prompts": ["hello world", "the quick brown fox", "one two three four", "a b c"]}
+
+
+ADAPTIVE_CONFIG = {"1": {"candidate_steps": [1, 2, 3], "warmup_batches": 0, "update_interval": 1, "ema_alpha": 0.6,
+                         "down_hysteresis": 0.0, "up_hysteresis": 0.0}}
 
 
 @pytest.fixture(scope="module")
-def tree2(tree_pair):
-    """topk 2 without --max-running-requests (SGLang sizes the request pool after the worker's __init__),
-    the CPU tensors routed through the host ring as device tensors go on a GPU."""
-    return _serve_tree(tree_pair, 2, env={"EAGLE3SCOPE_RING_ON_CPU": "1"}, max_running_requests=None)
+def pool(request, tree_pair, tiny_models, tmp_path_factory):
+    """The module's four servers, each started while the one before it runs (ServerPool)."""
+    config = tmp_path_factory.mktemp("adaptive") / "adaptive.json"
+    config.write_text(json.dumps(ADAPTIVE_CONFIG))
+    target, draft = tiny_models
+    return ServerPool(request, {
+        # topk 2 without --max-running-requests (SGLang sizes the request pool after the worker's
+        # __init__), the CPU tensors routed through the host ring as device tensors go on a GPU
+        "tree2": _tree_job(tree_pair, 2, {"EAGLE3SCOPE_RING_ON_CPU": "1"}, max_running_requests=None),
+        "tree4": _tree_job(tree_pair, 4),
+        "adaptive": (((target, draft, {"SGLANG_SIMULATE_ACC_LEN": "2.2"}),
+                      {"extra_args": ["--speculative-adaptive", "--speculative-adaptive-config", str(config)]}),
+                     {"temperatures": (0.0,), "prompts": ["hello world", "a b c"], "max_new": 40}),
+        "standalone": (((target, target, {}), {"algorithm": "STANDALONE"}), {"prompts": ["hello world"], "max_new": 16}),
+    })
 
 
 @pytest.fixture(scope="module")
-def tree4(tree_pair):
-    return _serve_tree(tree_pair, 4)
+def tree2(pool):
+    return pool.take("tree2")
 
 
-@pytest.mark.parametrize("topk", sorted(TREES))
-def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(topk, request):
-    frames, responses = request.getfixturevalue(f"tree{topk}")
+@pytest.fixture(scope="module")
+def tree4(pool):
+    return pool.take("tree4")
+
+
+@pytest.fixture(scope="module")
+def adaptive(pool):
+    return pool.take("adaptive")
+
+
+@pytest.fixture(scope="module")
+def standalone(pool):
+    return pool.take("standalone")
+
+
+@pytest.mark.parametrize("tree", [f"tree{k}" for k in sorted(TREES)])
+def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree, request):
+    """topk 2 with 6 draft tokens (issue 24's done-when) and topk 4 with 8: counts equal meta_info."""
+    topk = int(tree.removeprefix("tree"))
+    frames, responses = request.getfixturevalue(tree)
     decode, front_wrong = _tree_checks(frames, responses, topk)
     assert front_wrong > 0  # colouring the first n nodes as accepted would have shown tokens SGLang did not commit
     assert max(b["bs"] for b in decode) > 1
@@ -118,19 +151,6 @@ def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree2)
     assert ring["allocations"] == 4 and ring["late_allocations"] == 0 and ring["oversize"] == 0, ring
     assert hello["worker_class"] == "EAGLEWorkerV2" and all(s == "attached" for s in hello["seams"].values())
     assert _last(frames, "heartbeat")["dropped"] == 0
-
-
-ADAPTIVE_CONFIG = {"1": {"candidate_steps": [1, 2, 3], "warmup_batches": 0, "update_interval": 1, "ema_alpha": 0.6,
-                         "down_hysteresis": 0.0, "up_hysteresis": 0.0}}
-
-
-@pytest.fixture(scope="module")
-def adaptive(engine_python, tiny_models, tmp_path_factory):
-    config = tmp_path_factory.mktemp("adaptive") / "adaptive.json"
-    config.write_text(json.dumps(ADAPTIVE_CONFIG))
-    target, draft = tiny_models
-    return _serve(target, draft, {"SGLANG_SIMULATE_ACC_LEN": "2.2"}, temperatures=(0.0,), prompts=["hello world", "a b c"],
-                  max_new=40, extra_args=["--speculative-adaptive", "--speculative-adaptive-config", str(config)])
 
 
 def test_adaptive_rounds_carry_their_budget_and_deeper_positions_are_unobserved(adaptive):
@@ -157,9 +177,8 @@ def test_adaptive_rounds_carry_their_budget_and_deeper_positions_are_unobserved(
     print(f"adaptive: budgets {sorted(set(budgets))} ({len(budgets)} rounds), per position {state.acceptance.cumulative_per_position}")
 
 
-def test_standalone_worker_is_observed_but_its_draft_is_named_as_unhooked(tiny_models):
-    target, _ = tiny_models
-    frames, responses = _serve(target, target, {}, algorithm="STANDALONE", prompts=["hello world"], max_new=16)
+def test_standalone_worker_is_observed_but_its_draft_is_named_as_unhooked(standalone):
+    frames, responses = standalone
     hello = _last(frames, "hello")
     assert hello["worker_class"] == "StandaloneWorkerV2" and hello["seams"]["draft_model"] == "unhooked"
     detail = hello["unobserved"]["draft_model"]
