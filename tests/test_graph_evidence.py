@@ -236,3 +236,17 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
         hooks.FACTORIES["draft_forward"](seam)(lambda *a: None, inner, None, None, batch)
         assert STATE.step.passes[-1][:3] == ["decode", 128, fc]
     assert STATE.step.forwards == 2
+
+
+def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monkeypatch):
+    """hello.observable: caller reads stand for a replayed pass only on a draft the hooks see."""
+    from eagle3scope_shim import loadreport
+
+    monkeypatch.setattr(STATE, "workers", [("v2", _NS(), None, None)])
+    monkeypatch.setattr(STATE, "seam_status", {"llama_eagle3.forward": "attached", "v2.draft": "attached",
+                                               "v2.draft_extend": "attached", "v2.draft_extend_prefill": "attached"})
+    monkeypatch.setattr(STATE, "unobserved", {})
+    seen = ("passes_prefill", "passes_draft_decode", "passes_draft_extend")
+    assert [loadreport._observable(_NS())[k] for k in seen] == [True, True, True]
+    STATE.unobserved["draft_model"] = "the draft model is LlamaForCausalLM, whose forward the shim does not hook"
+    assert [loadreport._observable(_NS())[k] for k in seen] == [False, False, False]

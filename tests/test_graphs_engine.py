@@ -4,8 +4,8 @@ hook inside it, run only when a graph is captured; the width and fc of every rep
 the eager callers (``EagleDraftWorker.draft`` / ``_draft_extend_for_decode``, eagle_worker_v2.py of
 0.5.23), and the rules read them as they read eager passes.
 
-Three servers of the trained demo models (about 25 s each): eager and graphed serving the same greedy
-prompts one at a time (so batching cannot change them: same tokens and the same draft proposals per
+Three servers of the trained demo models (about 25 s each, each started while the one before it runs:
+ServerPool): eager and graphed serving the same greedy prompts one at a time (so batching cannot change them: same tokens and the same draft proposals per
 step), the graphed one also sampled and under the sync guard; and the aux-off scenario's draft graphed.
 """
 
@@ -15,7 +15,7 @@ import json
 
 import pytest
 from conftest import run_engine_python
-from test_shim_engine import PROMPTS, _check_agreement, _kind, _last, _serve
+from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.families import scenarios_of
@@ -43,11 +43,35 @@ def test_stand_in_has_cuda_graph_semantics(engine_python):
 
 
 @pytest.fixture(scope="module")
-def served(demo_models):
-    """(eager frames, eager responses, graphed frames, graphed responses)."""
+def pool(request, demo_models, tmp_path_factory):
+    """The module's three servers, each started while the one before it runs (ServerPool)."""
     target, draft = demo_models.target, demo_models.draft
-    eager = _serve(target, draft, {})
-    graphed = _serve(target, draft, {**CPU_GRAPHS_ENV, "EAGLE3SCOPE_SYNC_GUARD": "1"}, temperatures=(0.0, 0.8))
+    aux_off = scenarios_of("llama")["aux-off"].prepare(demo_models, tmp_path_factory.mktemp("aux-off"))
+    return ServerPool(request, {
+        "eager": (((target, draft, {}), {}), {}),
+        "graphed": (((target, draft, {**CPU_GRAPHS_ENV, "EAGLE3SCOPE_SYNC_GUARD": "1"}), {}), {"temperatures": (0.0, 0.8)}),
+        "aux_off": (((aux_off.target_dir, aux_off.draft_dir, CPU_GRAPHS_ENV), {}), {}),
+    })
+
+
+@pytest.fixture(scope="module")
+def eager(pool):
+    return pool.take("eager")
+
+
+@pytest.fixture(scope="module")
+def graphed(pool):
+    return pool.take("graphed")
+
+
+@pytest.fixture(scope="module")
+def aux_off(pool):
+    return pool.take("aux_off")
+
+
+@pytest.fixture(scope="module")
+def served(eager, graphed):
+    """(eager frames, eager responses, graphed frames, graphed responses)."""
     return (*eager, *graphed)
 
 
@@ -95,9 +119,8 @@ def test_graphed_healthy_run_is_clean_and_agrees_with_meta_info(served):
     assert "passes-unobserved" not in {v.id for v in state.violations()}
 
 
-def test_aux_off_under_graphs_fires_fc_bypassed_with_width_evidence(demo_models, tmp_path):
-    spec = scenarios_of("llama")["aux-off"].prepare(demo_models, tmp_path)
-    frames, responses = _serve(spec.target_dir, spec.draft_dir, CPU_GRAPHS_ENV)
+def test_aux_off_under_graphs_fires_fc_bypassed_with_width_evidence(aux_off):
+    frames, responses = aux_off
     state = analyse(frames)
     fired = {v.id: v for v in state.violations()}
     assert "fc-bypassed" in fired, sorted(fired)
