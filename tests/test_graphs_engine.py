@@ -15,7 +15,7 @@ import json
 
 import pytest
 from conftest import run_engine_python
-from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last
+from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.families import scenarios_of
@@ -54,19 +54,7 @@ def pool(request, demo_models, tmp_path_factory):
     })
 
 
-@pytest.fixture(scope="module")
-def eager(pool):
-    return pool.take("eager")
-
-
-@pytest.fixture(scope="module")
-def graphed(pool):
-    return pool.take("graphed")
-
-
-@pytest.fixture(scope="module")
-def aux_off(pool):
-    return pool.take("aux_off")
+eager, graphed, aux_off = (pooled(name) for name in ("eager", "graphed", "aux_off"))
 
 
 @pytest.fixture(scope="module")

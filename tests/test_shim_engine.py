@@ -181,6 +181,15 @@ class ServerPool:
         self.launched.clear()
 
 
+def pooled(name: str):
+    """A module fixture with the (frames, responses) of the module's ``pool`` fixture's job ``name``."""
+    @pytest.fixture(scope="module", name=name)
+    def results(pool):
+        return pool.take(name)
+
+    return results
+
+
 def _kind(frames, kind):
     return [f.body for f in frames if f.kind == kind]
 

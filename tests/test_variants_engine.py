@@ -22,7 +22,7 @@ import os
 
 import pytest
 from conftest import run_engine_python
-from test_shim_engine import ServerPool, _check_agreement, _kind, _last
+from test_shim_engine import ServerPool, _check_agreement, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.server import checkout_pythonpath
@@ -105,24 +105,7 @@ def pool(request, tree_pair, tiny_models, tmp_path_factory):
     })
 
 
-@pytest.fixture(scope="module")
-def tree2(pool):
-    return pool.take("tree2")
-
-
-@pytest.fixture(scope="module")
-def tree4(pool):
-    return pool.take("tree4")
-
-
-@pytest.fixture(scope="module")
-def adaptive(pool):
-    return pool.take("adaptive")
-
-
-@pytest.fixture(scope="module")
-def standalone(pool):
-    return pool.take("standalone")
+tree2, tree4, adaptive, standalone = (pooled(name) for name in ("tree2", "tree4", "adaptive", "standalone"))
 
 
 @pytest.mark.parametrize("tree", [f"tree{k}" for k in sorted(TREES)])
