@@ -8,13 +8,16 @@ serving in alternate blocks: the demo's healthy draft (``--tiny``: the tiny rand
 ``--requests`` concurrent requests of ``--tokens`` new tokens each after one warm-up request.
 Reported: verify steps per second (SGLang's own ``spec_verify_ct`` summed over a block's requests,
 divided by its wall time; DP ranks serve in parallel), median and all blocks, tokens per second;
-with the shim on, the decode steps its publishers sent, all seen from one endpoint.
+with the shim on, the decode steps its publishers sent, all seen from one endpoint; the box's
+1/5/15-minute load averages before the servers start and after the last block (``load_before``,
+``load_after``: on a shared machine they say what else competed for the cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +45,7 @@ def run(target: Path, draft: Path, tp: int, dp: int, requests: int, tokens: int,
     args, env = parallel_launch(tp, dp)
     prompts = demo_prompts(requests, seed=3)
     endpoint = fresh_ipc_endpoint()
+    load_before = [round(x, 1) for x in os.getloadavg()]
     with ExitStack() as stack:
         sub = stack.enter_context(Subscriber([endpoint]))
         servers = {False: stack.enter_context(SGLangServer(target, draft, extra_args=args, env=env)),
@@ -58,6 +62,7 @@ def run(target: Path, draft: Path, tp: int, dp: int, requests: int, tokens: int,
             for frame in sub.poll(100):
                 if frame.kind == "step" and frame.body.get("mode") == "decode":
                     published[frame.src] = published.get(frame.src, 0) + 1
+        load_after = [round(x, 1) for x in os.getloadavg()]
     out = []
     for shim, server in servers.items():
         rates = sorted(v / w for w, v, _ in blocks[shim])
@@ -67,7 +72,8 @@ def run(target: Path, draft: Path, tp: int, dp: int, requests: int, tokens: int,
                     "verify_steps_per_s_all": [round(r, 1) for r in rates],
                     "tokens_per_s_median": round(tok[len(tok) // 2], 1),
                     "accept_length": round(sum(c for *_, c in blocks[shim]) / sum(v for _, v, _ in blocks[shim]), 2),
-                    "published_decode_steps": published if shim else None})
+                    "published_decode_steps": published if shim else None,
+                    "load_before": load_before, "load_after": load_after})
     return out
 
 

@@ -6,17 +6,20 @@ checkpoint with its load_weights and runs one extend pass.
 """
 
 import json
+import os
 
 import pytest
 
 from conftest import run_engine_python
+
+from eagle3scope.demo.server import checkout_pythonpath
 
 pytestmark = pytest.mark.engine
 
 
 def probe(python, draft_dir):
     done = run_engine_python(python, "-m", "eagle3scope.demo.draft_probe", str(draft_dir),
-                             env={"TORCHDYNAMO_DISABLE": "1"}, timeout=600)
+                             env={**checkout_pythonpath(os.environ), "TORCHDYNAMO_DISABLE": "1"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
