@@ -42,12 +42,8 @@ def render_text(src: str, advice) -> str:
             rows.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"
                          f"  {_fmt(s.tokens_per_s, '.1f'):>12}  {_fmt(s.gain, '+.1%') + _interval(s.gain_ci, '+.1%'):<22}"
                          f"{mark}")
-    model = advice.model
-    if model is not None:
-        d, v, e = model.draft_per_step, model.verify, model.extend
-        rows.append(f"  time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
-                     f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error "
-                     f"{_fmt(model.rel_error, '.0%')}" + (f"; untimed: {', '.join(model.missing)}" if model.missing else ""))
+    if advice.model is not None:
+        rows.append(f"  {advice.model.describe()}")
     for what in advice.not_predicted:
         rows.append(f"  not predicted: {what}")
     rows.append(f"  advice: {advice.headline()}")
