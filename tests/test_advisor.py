@@ -268,3 +268,16 @@ def test_tui_says_how_many_more_request_steps_a_short_recording_needs(tmp_path):
             assert app.query_one("#advisor-table").row_count == 5  # the table shows what can be told already
 
     drive()
+
+
+def test_check_advise_and_gate_say_one_error_line_and_exit_2_on_what_they_cannot_read(tmp_path):
+    """commands/__init__.py's open_recording and subscribe, shared by the three commands."""
+    junk = tmp_path / "junk.e3s"
+    junk.write_bytes(b"not a session file")
+    runner = CliRunner()
+    for args in (["check", str(junk)], ["advise", str(junk)], ["advise", str(tmp_path / "missing.e3s")]):
+        done = runner.invoke(main, args)
+        assert done.exit_code == 2 and done.output.startswith("Error: ") and done.output.count("\n") == 1, (args, done.output)
+    for args in (["advise", "--connect", "not-an-endpoint"], ["gate", "--connect", "not-an-endpoint", "--steps", "1"]):
+        done = runner.invoke(main, args)
+        assert done.exit_code == 2 and done.output.startswith("Error: cannot subscribe to not-an-endpoint"), done.output

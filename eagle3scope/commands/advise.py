@@ -13,10 +13,9 @@ import time
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, open_recording, subscribe
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import EndpointError
-from eagle3scope.wire.untrusted import json_line, lines, terminal
+from eagle3scope.wire.untrusted import json_line, lines
 
 EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
 
@@ -89,26 +88,11 @@ def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], st
         raise click.UsageError("give a recording FILE or --connect ENDPOINT, not both")
     logs: dict = {}
     if file is not None:
-        from eagle3scope.store import SessionReader, StoreError
-
-        try:
-            reader = SessionReader(file)
-        except StoreError as exc:
-            click.echo(terminal(f"Error: {exc}"), err=True)
-            ctx.exit(EXIT_UNREADABLE)
-        with reader:
+        with open_recording(ctx, file, EXIT_UNREADABLE) as reader:
             for _, frame in reader.frames():
                 _collect(logs, frame)
         ctx.exit(_advise_all(logs, as_json))
-    import zmq
-
-    from eagle3scope.live.subscriber import Subscriber
-
-    try:
-        sub = Subscriber(list(endpoints))
-    except (zmq.ZMQError, EndpointError) as exc:
-        click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}"), err=True)
-        ctx.exit(EXIT_UNREADABLE)
+    sub = subscribe(ctx, list(endpoints), EXIT_UNREADABLE)
     stop: list[int] = []
     started = time.monotonic()
     try:
