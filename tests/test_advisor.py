@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
@@ -68,10 +69,10 @@ def test_accept_length_at_the_recorded_depth_is_checks_mean_and_shallower_ones_t
     state = analyse(decode_frame(f) for f in frames)
     assert advice.settings[-1].num_steps == 5
     assert abs(advice.settings[-1].accept_length - state.acceptance.total.mean_accept_length) < 1e-12
-    log = log_of(frames)
+    rounds = [accepted for accepted, *_ in log_of(frames).rounds]
     for s in advice.settings:
-        n = sum(r.bs for r in log.rounds)
-        expected = sum(min(a, s.num_steps) + 1 for r in log.rounds for a in r.accepted) / n
+        n = sum(map(len, rounds))
+        expected = sum(min(a, s.num_steps) + 1 for accepted in rounds for a in accepted) / n
         assert abs(s.accept_length - expected) < 1e-12
         lo, hi = s.accept_length_ci
         assert lo <= s.accept_length <= hi
@@ -105,7 +106,7 @@ def test_time_model_recovers_the_machine_and_the_best_setting():
 def test_too_few_request_steps_gives_no_advice_and_says_how_many_more():
     log = log_of(chain_frames(20))
     advice = advise(log)
-    have = sum(r.bs for r in log.rounds)
+    have = sum(len(accepted) for accepted, *_ in log.rounds)
     assert advice.recommended is None
     assert advice.needs_request_steps == MIN_REQUEST_STEPS - have
     assert f"needs {MIN_REQUEST_STEPS - have} more request-steps" in advice.headline()
@@ -188,3 +189,95 @@ def test_advise_command_on_a_recording_prints_the_table_and_json(tmp_path):
     assert runner.invoke(main, ["advise", str(thin)]).exit_code == 3
     assert runner.invoke(main, ["advise", str(tmp_path / "missing.e3s")]).exit_code == 2
     assert runner.invoke(main, ["advise"]).exit_code == 2  # usage: neither a file nor --connect
+
+
+# -- the TUI's advisor line and panel ------------------------------------------------------------
+
+
+def _recording(tmp_path, frames) -> str:
+    from tui_support import write_recording
+
+    return str(write_recording(tmp_path / "run.e3s", frames))
+
+
+def test_the_state_feeds_each_publisher_the_log_advise_reads_from_a_file():
+    frames = chain_frames(900, seed=5)
+    state = analyse(decode_frame(f) for f in frames)
+    (pub,) = state.publishers.values()
+    assert advise(pub.rounds).to_dict() == advise(log_of(frames)).to_dict()  # 900 rounds: under both bounds
+
+
+def test_the_state_keeps_the_newest_rounds_and_forgets_an_ended_runs():
+    from eagle3scope.analysis.state import ADVISOR_ROUNDS
+
+    frames = chain_frames(ADVISOR_ROUNDS + 100)
+    state = analyse(decode_frame(f) for f in frames)
+    log = state.publishers["dp0"].rounds
+    assert len(log.rounds) == ADVISOR_ROUNDS and log.seen == ADVISOR_ROUNDS + 100
+    newest = decode_frame(frames[-1]).body
+    assert log.rounds[-1][:2] == (newest["accepted"], newest["bonus"])
+    restarted = hello_body(pid=4343, server_args=dict(hello_body()["server_args"], num_steps=5, topk=1))
+    state.ingest(decode_frame(encode_frame("hello", restarted, src="dp0", n=len(frames), t=10 ** 6)))
+    assert state.publishers["dp0"].run == 2 and state.publishers["dp0"].rounds.seen == 0
+    assert not state.ended_runs[-1].rounds.rounds
+
+
+def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
+    from tui_support import paused_app, play_to_end, run_async, screen_text
+
+    frames = chain_frames(1500)
+    cli = json.loads(CliRunner().invoke(main, ["advise", _recording(tmp_path, frames), "--json"]).output)
+    expected = cli["publishers"]["dp0"]
+    rec = expected["recommended_num_steps"]
+    assert rec not in (None, 5)  # the known machine is faster at fewer steps
+
+    @run_async
+    async def drive():
+        app = paused_app(tmp_path / "run.e3s", speed=64.0)
+        async with app.run_test(size=(120, 40)) as pilot:
+            text = await play_to_end(app, pilot)
+            (line,) = [row for row in text.splitlines() if "advisor " in row]
+            assert re.search(rf"advisor steps 5 → {rec}: \+\d+ % tok/s, ±\d+ %", line), line
+            await pilot.press("5")
+            assert app.query_one("#panels").current == "advisor" and app.focused.id == "advisor-table"
+            table = app.query_one("#advisor-table")
+            rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+            assert [int(r[1]) for r in rows] == [1, 2, 3, 4, 5]
+            assert [r[5] for r in rows] == ["advised" if k == rec else "served" if k == 5 else "" for k in range(1, 6)]
+            for r, s in zip(rows, expected["settings"]):
+                assert r[2].startswith(f"{s['accept_length']:.3f}")  # lengths need no bootstrap: the CLI's
+            text = screen_text(app)
+            assert "time model (host ms): draft" in text and "not predicted: num_steps > 5" in text
+
+    drive()
+
+
+def test_tui_says_how_many_more_request_steps_a_short_recording_needs(tmp_path):
+    from tui_support import paused_app, play_to_end, run_async
+
+    frames = chain_frames(20)
+    have = sum(len(decode_frame(f).body["accepted"]) for f in frames if decode_frame(f).kind == "step")
+
+    @run_async
+    async def drive():
+        app = paused_app(_recording(tmp_path, frames), speed=64.0)
+        async with app.run_test(size=(120, 40)) as pilot:
+            text = await play_to_end(app, pilot)
+            assert f"advisor needs {MIN_REQUEST_STEPS - have} more request-steps before advising" in text
+            await pilot.press("5")
+            assert app.query_one("#advisor-table").row_count == 5  # the table shows what can be told already
+
+    drive()
+
+
+def test_check_advise_and_gate_say_one_error_line_and_exit_2_on_what_they_cannot_read(tmp_path):
+    """commands/__init__.py's open_recording and subscribe, shared by the three commands."""
+    junk = tmp_path / "junk.e3s"
+    junk.write_bytes(b"not a session file")
+    runner = CliRunner()
+    for args in (["check", str(junk)], ["advise", str(junk)], ["advise", str(tmp_path / "missing.e3s")]):
+        done = runner.invoke(main, args)
+        assert done.exit_code == 2 and done.output.startswith("Error: ") and done.output.count("\n") == 1, (args, done.output)
+    for args in (["advise", "--connect", "not-an-endpoint"], ["gate", "--connect", "not-an-endpoint", "--steps", "1"]):
+        done = runner.invoke(main, args)
+        assert done.exit_code == 2 and done.output.startswith("Error: cannot subscribe to not-an-endpoint"), done.output

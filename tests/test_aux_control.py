@@ -164,6 +164,56 @@ def test_list_reports_ids_and_presets(channel):
     assert [p["name"] for p in reply["presets"]][:4] == ["configured", "sglang-default", "configured-1", "configured+1"]
 
 
+def test_list_marks_presets_unavailable_while_the_server_refuses_every_change(channel, tmp_path):
+    """The demo's aux-off target (capture off) and a graph-replaying one: ``aux list`` once said "ok" beside each
+    preset that the channel then refused; it marks them with the channel's own reason, as ``cycle`` and the TUI's
+    aux screen do (control/offer.py)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from eagle3scope.commands.aux import command as aux
+
+    ctl, target, client, _ = channel
+    (token,) = tmp_path.glob("control-*.token")
+    runner = CliRunner()
+    opts = ["--control", ctl.endpoint, "--token-file", str(token)]
+
+    def listed():
+        text = runner.invoke(aux, ["list", *opts])
+        data = runner.invoke(aux, ["list", *opts, "--json"])
+        assert text.exit_code == 0 and data.exit_code == 0, text.output + data.output
+        return text.output, json.loads(data.output)["presets"]
+
+    text, presets = listed()
+    offered_ok = [p["name"] for p in presets if p["available"]]
+    assert offered_ok and "  ok" in text  # a server that takes changes: presets as the ids allow
+    target.capture_aux_hidden_states = False  # aux capture off, as the aux-off scenario serves
+    why = client.list()["why_not"]
+    assert "does not capture aux states" in why
+    with pytest.raises(ControlError, match="does not capture aux states"):
+        client.set(next(p["layers"] for p in presets if p["available"]))  # what "ok" would have led to
+    text, presets = listed()
+    assert all(not p["available"] for p in presets) and {p["reason"] for p in presets if p["name"] in offered_ok} == {why}
+    rows = [line for line in text.splitlines() if line.startswith("  ") and line.split()[0] in offered_ok]
+    assert len(rows) == len(offered_ok) and all("unavailable: the target does not capture" in r for r in rows), text
+    cycle = runner.invoke(aux, ["cycle", *opts, "-c", "tcp://127.0.0.1:9", "--steps", "1"])
+    assert cycle.exit_code == 1 and why in " ".join(cycle.output.split()), cycle.output  # refused before subscribing
+
+
+def test_offered_presets_need_a_recapture_on_a_graph_server():
+    from eagle3scope.control.offer import GRAPHS_NEED_RECAPTURE, change_refusal, offered
+
+    presets = L.presets(8, 3, "+1", [2, 4, 5])
+    info = {"changeable": True, "why_not": "", "graphs": {"captured": True, "recapture": True}}
+    assert change_refusal(info) == GRAPHS_NEED_RECAPTURE and change_refusal(info, recapture=True) == ""
+    assert offered(presets, info, recapture=True) == presets
+    marked = offered(presets, info)
+    assert [p.available for p in marked] == [False] * len(presets)
+    assert {p.reason for p, q in zip(marked, presets) if q.available} == {GRAPHS_NEED_RECAPTURE}
+    assert [p.reason for p, q in zip(marked, presets) if not q.available] == [q.reason for q in presets if not q.available]
+
+
 def test_set_is_queued_then_applied_between_steps_on_the_stepping_thread(channel):
     ctl, target, client, recorder = channel
     reply = client.set([1, 3, 4], request_id="r1", wait_s=0)
@@ -639,8 +689,8 @@ def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_c
     async def run():
         async with aux_screen_app(client, frames, (160, 44)) as (app, pilot):
             await wait_for(app, pilot, "not allowed yet")
-            await pilot.press("down", "down", "enter")  # configured-1, refused without recapture
-            await wait_for(app, pilot, "refused: CUDA graphs were captured")
+            await pilot.press("down", "down", "enter")  # configured-1: unavailable without recapture, not sent
+            await wait_for(app, pilot, "configured-1 is unavailable: this server replays CUDA graphs")
             assert runner.captures == 1 and target.calls == []
             await pilot.press("g", "enter")
             await wait_for(app, pilot, "graphs recaptured")

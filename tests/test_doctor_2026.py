@@ -469,3 +469,17 @@ def test_a_trained_head_beside_a_null_draft_vocab_is_replaced_by_the_target_s(tm
     fix_checkpoint(tied, tmp_path / "fixed")
     config = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert config["tie_word_embeddings"] is False and config["draft_vocab_size"] == dc.TARGET_VOCAB
+
+
+def test_the_story_says_a_clean_verdict_once_and_names_the_others(tmp_path):
+    """``demo --story``'s "doctor on the fixed copy" line (commands/demo_story.py): a clean headline
+    already starts with ``clean:``, which the verdict before it once repeated ("clean: clean: ...")."""
+    from eagle3scope.commands.demo_story import verdict_line
+
+    clean = assert_clean(dc.specforge(tmp_path / "clean"), "0.5.23")
+    assert verdict_line(clean) == clean["headline"] and verdict_line(clean).startswith("clean: SGLang 0.5.23")
+    broken = diagnose(angelslim(tmp_path / "broken"), sglang_version="0.5.23").to_dict()
+    assert broken["verdict"] == "broken"
+    assert verdict_line(broken) == f"broken: {broken['headline']}"
+    for report in (clean, broken):
+        assert not verdict_line(report).startswith(f"{report['verdict']}: {report['verdict']}:")

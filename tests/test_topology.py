@@ -246,12 +246,17 @@ def test_overview_names_the_worst_rank():
     assert acceptance_view(single).ranks == [] and acceptance_view(single).skew is None
 
 
-def test_ranks_of_several_servers_keep_their_publisher_ids():
-    state = SessionState()
-    for src in ("a:1:dp0", "b:2:dp0"):  # two single-rank servers: both DP rank 0
-        state.ingest(decode_frame(encode_frame("hello", hello_body(dp_rank=0), src=src, n=0, t=1)))
-        state.ingest(decode_frame(encode_frame("step", step_body(0), src=src, n=1, t=2)))
-    assert [r.label for r in acceptance_view(state).ranks] == ["a:1:dp0", "b:2:dp0"]
+def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_them_apart():
+    def labels(srcs):
+        state = SessionState()
+        for src in srcs:  # single-rank servers: all DP rank 0
+            state.ingest(decode_frame(encode_frame("hello", hello_body(dp_rank=0), src=src, n=0, t=1)))
+            state.ingest(decode_frame(encode_frame("step", step_body(0), src=src, n=1, t=2)))
+        return [r.label for r in acceptance_view(state).ranks]
+
+    assert labels(["a:1:dp0", "b:2:dp0"]) == ["1:dp0", "2:dp0"]  # the pids tell them apart
+    assert labels(["a:1:dp0", "b:1:dp0"]) == ["a:1:dp0", "b:1:dp0"]  # only the hosts do: the whole id
+    assert labels(["dp0", "h:1:dp0", "x"]) == ["dp0", "1:dp0", "x"]  # ids not in the shim's form
 
 
 @pytest.fixture

@@ -131,7 +131,8 @@ async def test_keys(recording, frames, config_home):
         assert "PAUSED" in screen_text(app)
         # panels
         switcher = app.query_one("#panels")
-        for key, panel in (("2", "aux"), ("3", "draft"), ("4", "events"), ("1", "overview"), ("v", "aux"), ("a", "aux"), ("e", "events")):
+        for key, panel in (("2", "aux"), ("3", "draft"), ("4", "events"), ("1", "overview"), ("v", "aux"), ("a", "aux"), ("e", "events"),
+                           ("5", "advisor"), ("v", "overview"), ("n", "advisor")):
             await pilot.press(key)
             assert switcher.current == panel, key
         # speed: bounded 0.25x..64x
@@ -180,6 +181,22 @@ async def test_filter_by_request(recording, frames):
         assert table.row_count > 0
         assert all(rid[-16:] in str(table.get_row_at(i)[2]) for i in range(table.row_count))
         assert f"filter {rid}" in screen_text(app)
+
+
+@run_async
+async def test_draft_panel_src_tells_two_servers_on_one_host_apart(tmp_path):
+    """Both servers are DP rank 0 on the same host: the column shows the pid tail that differs, where the
+    first 8 characters of ``host:pid:dp0`` showed the same host twice."""
+    host = "gpu-node-17.cluster.example"
+    srcs = [f"{host}:4711:dp0", f"{host}:4712:dp0"]
+    path = write_recording(tmp_path / "two-servers.e3s", *(session_frames(30, src=src, seed=i) for i, src in enumerate(srcs)))
+    app = paused_app(path, speed=64.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await play_to_end(app, pilot)
+        await pilot.press("3")
+        table = app.query_one("#draft-table")
+        shown = {str(table.get_row_at(i)[1]) for i in range(table.row_count)}
+        assert shown == {"4711:dp0", "4712:dp0"}, shown
 
 
 async def past_aux_off(app, pilot, frames, steps: int = 3) -> None:
@@ -256,7 +273,8 @@ async def test_panel_keys_focus_the_panels_table(recording, frames):
     app = paused_app(recording)
     async with app.run_test(size=(120, 40)) as pilot:
         await past_aux_off(app, pilot, frames, steps=1)
-        for key, focused in (("3", "draft-table"), ("4", "events"), ("2", "aux"), ("1", "violations-table")):
+        for key, focused in (("3", "draft-table"), ("4", "events"), ("2", "aux"), ("5", "advisor-table"),
+                             ("1", "violations-table")):
             await pilot.press(key)
             assert app.focused is not None and app.focused.id == focused, key
         await pilot.press("3", "down", "down")

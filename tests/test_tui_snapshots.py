@@ -53,7 +53,7 @@ def at_step(seq: int, *keys: str):
 
 
 @pytest.mark.parametrize("size", [SMALL, LARGE], ids=["80x24", "160x48"])
-@pytest.mark.parametrize("keys", [(), ("2",), ("3",), ("4",)], ids=["overview", "aux", "draft", "events"])
+@pytest.mark.parametrize("keys", [(), ("2",), ("3",), ("4",), ("5",)], ids=["overview", "aux", "draft", "events", "advisor"])
 def test_panels(snap_compare, recording, size, keys):
     assert snap_compare(make_app(recording), terminal_size=size, run_before=at_step(200, *keys))
 

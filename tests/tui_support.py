@@ -85,7 +85,7 @@ async def play_to_end(app, pilot) -> str:
 
 
 #: The main panels and the key that shows each.
-PANEL_KEYS = {"overview": "1", "aux": "2", "draft": "3", "events": "4"}
+PANEL_KEYS = {"overview": "1", "aux": "2", "draft": "3", "events": "4", "advisor": "5"}
 
 
 def rules_and_events(state) -> tuple[list, list]:

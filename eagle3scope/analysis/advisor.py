@@ -10,8 +10,9 @@ per draft step against batch size, verify and draft-extend time against the toke
 with its fit error. Trees (top-k > 1) are not predicted: pruning a tree needs the per-node scores,
 which the step frame does not carry.
 
-Pure functions over :class:`RoundLog`, which ``eagle3scope advise`` feeds one frame at a time;
-memory is bounded by :data:`ROUNDS_KEPT` rounds per publisher.
+Pure functions over :class:`RoundLog`: ``eagle3scope advise`` feeds one a frame at a time (memory
+bounded by :data:`ROUNDS_KEPT` rounds per publisher); the analysis state keeps one per publisher
+view (fewer rounds), which the TUI's advisor line and panel advise from.
 """
 
 from __future__ import annotations
@@ -36,53 +37,57 @@ BLOCKS = 40
 MIN_GAIN = 0.02
 
 
-@dataclass(frozen=True, slots=True)
-class Round:
-    """One decode round as the advisor needs it: batch, drafts accepted per request, host times."""
-
-    bs: int
-    accepted: tuple[int, ...]
-    bonus: int  # bonus tokens committed in the round (normally one per request)
-    draft_ms: float | None
-    verify_ms: float | None
-    extend_ms: float | None
-
-
 @dataclass
 class RoundLog:
-    """The newest decode rounds of one publisher and the setting they ran at."""
+    """The newest decode rounds of one publisher and the setting they ran at.
+
+    Each round is kept as the step sent it, a plain tuple ``(accepted, bonus, draft_ms, verify_ms,
+    extend_ms, num_steps)`` of the validated body's own values: appending it is all that ingest pays
+    (the analysis state feeds one per step); :meth:`Sums.add` reads it when advising.
+    """
 
     num_steps: int | None = None
     topk: int | None = None
     num_draft_tokens: int | None = None
     rounds: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))
-    seen: int = 0  # rounds ever added (the deque keeps the newest ROUNDS_KEPT)
-    budgets: set = field(default_factory=set)  # the rounds' own num_steps (adaptive steps vary it; validated <= 1024)
+    seen: int = 0  # rounds ever added (the deque keeps the newest ones)
 
     def add_frame(self, frame: Frame) -> None:
         """Take a validated frame: a hello sets the setting, a decode step adds a round."""
-        body = frame.body
         if frame.kind == "hello":
-            args = read_hello(body).args
-            self.num_steps = _positive(args.num_steps) or self.num_steps
-            self.topk = _positive(args.topk) or self.topk
-            self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
-        elif frame.kind == "step" and is_decode_step(body):
-            accepted = tuple(body["accepted"])
-            if body.get("num_steps") is not None:
-                self.budgets.add(body["num_steps"])
-            self.rounds.append(Round(len(accepted), accepted, sum(body.get("bonus") or ()),
-                                     _ms(body.get("draft_ms")), _ms(body.get("verify_ms")),
-                                     _ms(body.get("extend_ms"))))
-            self.seen += 1
+            self.add_hello(read_hello(frame.body).args)
+        elif frame.kind == "step" and is_decode_step(frame.body):
+            self.add_step(frame.body)
+
+    def add_hello(self, args) -> None:
+        """The setting from a hello's :class:`~eagle3scope.analysis.facts.ServerArgs`."""
+        self.num_steps = _positive(args.num_steps) or self.num_steps
+        self.topk = _positive(args.topk) or self.topk
+        self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
+
+    def add_step(self, body: dict) -> None:
+        """A validated decode step's round."""
+        self.rounds.append((body["accepted"], body["bonus"], body.get("draft_ms"), body.get("verify_ms"),
+                            body.get("extend_ms"), body.get("num_steps")))
+        self.seen += 1
+
+    def copy(self) -> "RoundLog":
+        """A snapshot to advise from outside the lock its feeder holds (the rounds' values are never changed)."""
+        return RoundLog(self.num_steps, self.topk, self.num_draft_tokens,
+                        deque(self.rounds, maxlen=self.rounds.maxlen), self.seen)
+
+    @property
+    def budgets(self) -> set:
+        """The kept rounds' own num_steps (adaptive steps vary it; validated <= 1024)."""
+        return {raw[5] for raw in self.rounds if raw[5] is not None}
 
 
 def _positive(value: object) -> int | None:
     return value if type(value) is int and value > 0 else None
 
 
-def _ms(value: object) -> float | None:
-    return float(value) if type(value) in (int, float) and 0 <= value < 1e7 else None
+def _timed(ms: object) -> bool:
+    return type(ms) in (int, float) and 0 <= ms < 1e7
 
 
 # -- sufficient statistics -----------------------------------------------------------------------
@@ -147,41 +152,51 @@ class Sums:
     depth: int
     rounds: int = 0
     request_steps: int = 0  # the batch sizes summed
-    committed: list = None  # committed[k - 1]: tokens the rounds would have committed at k steps
+    accepted: list = None  # accepted[a]: request-steps that accepted a drafts (a = depth: at least depth)
+    bonus: int = 0
     draft: LineSums = field(default_factory=LineSums)  # x: batch size, y: draft ms per step
     verify: LineSums = field(default_factory=LineSums)  # x: tokens verified, y: verify ms
     extend: LineSums = field(default_factory=LineSums)  # x: tokens extended, y: draft-extend ms
 
     def __post_init__(self) -> None:
-        if self.committed is None:
-            self.committed = [0] * self.depth
+        if self.accepted is None:
+            self.accepted = [0] * (self.depth + 1)
 
-    def add(self, r: Round) -> None:
-        k = self.depth
+    def add(self, raw: tuple) -> None:
+        """One round as :meth:`RoundLog.add_step` kept it (times outside 0..1e7 ms count as untimed)."""
+        accepted, bonus, draft_ms, verify_ms, extend_ms, _budget = raw
+        k, bs = self.depth, len(accepted)
         self.rounds += 1
-        self.request_steps += r.bs
-        for j in range(k):
-            self.committed[j] += sum(min(a, j + 1) for a in r.accepted) + r.bonus
-        tokens = r.bs * (k + 1)
-        if r.draft_ms is not None:
-            self.draft.add(r.bs, r.draft_ms / k)
-        if r.verify_ms is not None:
-            self.verify.add(tokens, r.verify_ms)
-        if r.extend_ms is not None:
-            self.extend.add(tokens, r.extend_ms)
+        self.request_steps += bs
+        self.bonus += sum(bonus)
+        counts = self.accepted
+        for a in accepted:
+            counts[a if a < k else k] += 1
+        tokens = bs * (k + 1)
+        if _timed(draft_ms):
+            self.draft.add(bs, draft_ms / k)
+        if _timed(verify_ms):
+            self.verify.add(tokens, verify_ms)
+        if _timed(extend_ms):
+            self.extend.add(tokens, extend_ms)
 
     def __iadd__(self, other: "Sums") -> "Sums":
         self.rounds += other.rounds
         self.request_steps += other.request_steps
-        self.committed = [a + b for a, b in zip(self.committed, other.committed)]
+        self.accepted = [a + b for a, b in zip(self.accepted, other.accepted)]
+        self.bonus += other.bonus
         self.draft += other.draft
         self.verify += other.verify
         self.extend += other.extend
         return self
 
+    def committed(self, k: int) -> int:
+        """Tokens the rounds would have committed at ``k`` steps: each request-step's ``min(a, k)``, plus the bonus."""
+        return self.bonus + sum(count * min(a, k) for a, count in enumerate(self.accepted))
+
     def accept_length(self, k: int) -> float | None:
         """Mean tokens committed per request-step had the chain been ``k`` deep (bonus included)."""
-        return self.committed[k - 1] / self.request_steps if self.request_steps else None
+        return self.committed(k) / self.request_steps if self.request_steps else None
 
 
 # -- time model --------------------------------------------------------------------------------
@@ -217,13 +232,21 @@ class TimeModel:
     def tokens_per_s(self, s: Sums, k: int) -> float | None:
         """Committed tokens per second of host time, replaying the recorded batches at ``k`` steps."""
         ms = self.total_ms(k, s.rounds, s.request_steps)
-        return s.committed[k - 1] / ms * 1e3 if ms > 0 else None
+        return s.committed(k) / ms * 1e3 if ms > 0 else None
 
     @property
     def rel_error(self) -> float | None:
         """Largest relative RMS error of the model's terms on the recorded rounds."""
         errors = [line.rel_error for line in (self.draft_per_step, self.verify, self.extend) if line.points]
         return max(errors) if errors and None not in errors else None
+
+    def describe(self) -> str:
+        """The fitted lines and their fit error, in one line (``advise`` and the TUI's advisor panel)."""
+        d, v, e = self.draft_per_step, self.verify, self.extend
+        error = "-" if self.rel_error is None else f"{self.rel_error:.0%}"
+        return (f"time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
+                f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error {error}"
+                + (f"; untimed: {', '.join(self.missing)}" if self.missing else ""))
 
 
 # -- advice ------------------------------------------------------------------------------------
@@ -300,7 +323,7 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
     return values[int(0.025 * (len(values) - 1))], values[math.ceil(0.975 * (len(values) - 1))]
 
 
-def _blocks(rounds: list[Round], depth: int, count: int) -> list[Sums]:
+def _blocks(rounds: list[tuple], depth: int, count: int) -> list[Sums]:
     """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
     keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block."""
     size = max(1, math.ceil(len(rounds) / count))
@@ -324,8 +347,8 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
            blocks: int = BLOCKS, seed: int = 0) -> Advice:
     """Predict every setting 1..K from the recorded rounds and recommend the fastest, if it is clearly so."""
     rounds = list(log.rounds)
-    request_steps = sum(r.bs for r in rounds)
-    depth = log.num_steps or max((a for r in rounds for a in r.accepted), default=0) or None
+    request_steps = sum(len(r[0]) for r in rounds)
+    depth = log.num_steps or max((a for r in rounds for a in r[0]), default=0) or None
     not_predicted = (f"num_steps > {depth}: deeper than recorded",) if depth else ()
 
     def answer(settings=(), model=None, recommended=None, reason="", needs=0, extra=()) -> Advice:
@@ -335,9 +358,10 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
     if log.topk and log.topk > 1:
         return answer(reason="tree drafts cannot be predicted yet (record a chain, top-k 1)",
                       extra=(f"top-k {log.topk} trees: pruning needs per-node scores the frames do not carry",))
-    if log.budgets - {depth}:  # min(a, k) holds for a round drafted at the full depth only
+    budgets = log.budgets
+    if budgets - {depth}:  # min(a, k) holds for a round drafted at the full depth only
         return answer(reason="adaptive steps cannot be predicted (rounds ran at num_steps "
-                      f"{sorted(log.budgets)}; record with --speculative-adaptive off)")
+                      f"{sorted(budgets)}; record with --speculative-adaptive off)")
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
     parts = _blocks(rounds, depth, blocks)

@@ -248,6 +248,7 @@ class PublisherView:
     draft_min_seq: int | None = None  # seq where the current minimum was first seen
     steps_since_rules: int = 0  # this publisher's rule schedule (state.py): steps since its last pass
     rules_t: int = 0  # ... and the frame t of that pass
+    rounds: object = None  # advisor.RoundLog the state feeds (its newest ADVISOR_ROUNDS decode rounds)
 
 
 _NO_ARGS = ServerArgs()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from eagle3scope.analysis import facts
+from eagle3scope.analysis.advisor import RoundLog
 from eagle3scope.analysis.facts import Hello, PublisherView, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
@@ -59,6 +60,9 @@ MAX_DRAFT_MAX_RISES = 1024
 MAX_SEGMENTS = 64
 #: Ended runs kept (publishers restarted under the same ``src``); past it the oldest is forgotten.
 MAX_ENDED_RUNS = 64
+#: Decode rounds each publisher view keeps for the advisor (its newest): far above the request-steps
+#: it needs before advising, and a plain tuple each (~300 B), so 256 publishers stay under 200 MB.
+ADVISOR_ROUNDS = 2048
 
 
 @dataclass(slots=True)
@@ -220,7 +224,8 @@ class SessionState:
             return None
         run, began = self._runs_ahead.pop(frame.src, (1, (frame.n, frame.t)))
         self.publishers[frame.src] = PublisherView(frame.src, run=run, began=began,
-                                                   acceptance=AcceptanceStats(self._window, self._history))
+                                                   acceptance=AcceptanceStats(self._window, self._history),
+                                                   rounds=_round_log())
         return self.publishers[frame.src]
 
     def start_at_run(self, src: str, run: int, began: tuple[int, int]) -> None:
@@ -239,8 +244,9 @@ class SessionState:
                 self.note(gone.src, "warning", f"more than {MAX_ENDED_RUNS} restarted runs: the oldest are forgotten", frame.t)
             self.forgotten_runs += 1
         self.ended_runs.append(old)
+        old.rounds.rounds.clear()  # an ended run is not advised on: its rounds would only hold memory
         pub = PublisherView(old.src, run=old.run + 1, began=(frame.n, frame.t),
-                            acceptance=AcceptanceStats(self._window, self._history))
+                            acceptance=AcceptanceStats(self._window, self._history), rounds=_round_log())
         self.publishers[old.src] = pub
         pub.loss.observe(frame)  # the new run's counting starts at this frame
         self.note(old.src, "warning", f"publisher restarted under the same src: run {pub.run} starts, kept apart from "
@@ -308,6 +314,7 @@ class SessionState:
             return
         accepted, bonus = body["accepted"], body["bonus"]
         pub.decode_steps += 1
+        pub.rounds.add_step(body)
         t_ns = body.get("t_ns") or t
         k = facts.num_steps(pub)
         budget = body.get("num_steps")  # the round's own budget (adaptive steps); a tree's draft_ids are nodes
@@ -364,6 +371,7 @@ class SessionState:
                 t,
             )
         pub.hello = hello
+        pub.rounds.add_hello(hello.args)
         if hello.seams:
             self._hello_seams(pub, hello.seams, t)
 
@@ -483,3 +491,7 @@ def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionStat
         ingest(frame)
     state.evaluate_rules()
     return state
+
+
+def _round_log() -> RoundLog:
+    return RoundLog(rounds=deque(maxlen=ADVISOR_ROUNDS))

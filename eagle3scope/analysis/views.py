@@ -2,16 +2,18 @@
 
 Every function here runs under the feed's lock (the TUI calls them from its throttled refresh),
 so it only reads and copies: no rendering, no rule evaluation (the state runs the rules on
-ingest). Panels draw these views and never open a frame body; ``tones`` (``"ok"``, ``"bad"``,
+ingest); :func:`advice_rows` alone runs outside it, on what :func:`advisor_logs` copied. Panels draw these views and never open a frame body; ``tones`` (``"ok"``, ``"bad"``,
 ``"muted"``, or None) name the meaning of a value, and the theme decides its colour.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass, field
 
 from eagle3scope.analysis import facts
+from eagle3scope.analysis.advisor import Advice, RoundLog, advise
 from eagle3scope.analysis.facts import Load
 from eagle3scope.analysis.rules import Violation
 from eagle3scope.analysis.state import Event, PassStats, SessionState
@@ -141,14 +143,29 @@ class AcceptanceView:
     skew: RankSkew | None = None
 
 
+def publisher_labels(state: SessionState) -> dict[str, str]:
+    """A short name per publisher that tells it from the others: its DP rank (``dp1``) while those are
+    unique, else the shortest tail of its ``src`` (``host:pid:dpN``) that no other publisher shares
+    (``4711:dp0`` for two servers on one host), the whole ``src`` at worst."""
+    ranks = {src: f"dp{pub.hello.dp_rank}" if pub.hello is not None and pub.hello.dp_rank is not None else None
+             for src, pub in state.publishers.items()}
+    if None not in ranks.values() and len(set(ranks.values())) == len(ranks):
+        return ranks
+    parts = {src: tuple(src.split(":")) for src in state.publishers}
+    longest = max(map(len, parts.values()), default=0)
+    tails = [Counter(p[-n:] for p in parts.values()) for n in range(1, longest)]  # tails[n - 1]: of n parts
+    labels = {}
+    for src, mine in parts.items():
+        n = next((n for n in range(1, len(mine)) if tails[n - 1][mine[-n:]] == 1), None)
+        labels[src] = src if n is None else ":".join(mine[-n:])
+    return labels
+
+
 def rank_rows(state: SessionState) -> tuple[list[RankRow], RankSkew | None]:
     """Per-publisher acceptance and the skew between ranks; nothing for a single publisher."""
     if len(state.publishers) < 2:
         return [], None
-    labels = {src: f"dp{pub.hello.dp_rank}" if pub.hello is not None and pub.hello.dp_rank is not None else src
-              for src, pub in state.publishers.items()}
-    if len(set(labels.values())) < len(labels):  # several servers (or old hellos) share DP ranks
-        labels = {src: src for src in labels}
+    labels = publisher_labels(state)
     rows = [RankRow(labels[src], pub.acceptance.mean_accept_length, pub.acceptance.n_steps)
             for src, pub in state.publishers.items()]
     judged = sorted((r for r in rows if r.mean is not None), key=lambda r: r.mean)
@@ -324,6 +341,7 @@ class DraftRow:
     committed: list  # token ids the step committed (accepted drafts + bonus)
     mode: str
     path: tuple | None = None  # trees: indices into ``proposed`` of the accepted path; None: a chain
+    label: str = ""  # the publisher's short name (:func:`publisher_labels`)
 
     def fate(self, j: int) -> str:
         """What became of proposed token ``j``: accepted, rejected (the chain's first rejection),
@@ -336,6 +354,7 @@ class DraftRow:
 def draft_rows(state: SessionState, rid_filter: str | None, limit: int = 60) -> list[DraftRow]:
     """The newest ``limit`` request-steps, newest first, of requests whose id contains ``rid_filter``."""
     rows = []
+    labels = publisher_labels(state)
     for src, body in reversed(state.recent):
         paths = body.get("accepted_path")
         for i, rid in enumerate(body["rids"]):
@@ -343,7 +362,7 @@ def draft_rows(state: SessionState, rid_filter: str | None, limit: int = 60) -> 
                 continue
             rows.append(DraftRow(body["seq"], src, str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i],
                                  body["accepted_ids"][i], body.get("mode", "decode"),
-                                 None if paths is None else tuple(paths[i])))
+                                 None if paths is None else tuple(paths[i]), labels.get(src, src)))
             if len(rows) >= limit:
                 return rows
     return rows
@@ -363,3 +382,32 @@ class LoadReport:
 
 def load_reports(state: SessionState) -> list[LoadReport]:
     return [LoadReport(src, *facts.sent(pub)) for src, pub in state.publishers.items()]
+
+
+# -- advisor -----------------------------------------------------------------------------------
+
+#: bootstrap resamples behind the TUI's advice (``advise`` takes advisor.BOOTSTRAP): a quarter of
+#: the cost, the interval's ends a little less settled
+TUI_BOOTSTRAP = 50
+
+
+@dataclass(frozen=True)
+class AdviceRow:
+    """One publisher's advice, under its short name."""
+
+    label: str
+    advice: Advice
+
+
+def advisor_logs(state: SessionState) -> list[tuple[str, RoundLog]]:
+    """Each current publisher's decode rounds, copied (a deque copy, cheap under the lock), once its
+    hello or a decode round arrived."""
+    labels = publisher_labels(state)
+    return [(labels[src], pub.rounds.copy()) for src, pub in state.publishers.items()
+            if pub.rounds.seen or pub.rounds.num_steps]
+
+
+def advice_rows(logs: list[tuple[str, RoundLog]], bootstrap: int = TUI_BOOTSTRAP) -> list[AdviceRow]:
+    """The advisor on each copied log: tens of milliseconds for a full log, so the TUI calls it every
+    few seconds, never per frame, and outside the feed's lock."""
+    return [AdviceRow(label, advise(log, bootstrap=bootstrap)) for label, log in logs]

@@ -13,10 +13,9 @@ import time
 
 import click
 
-from eagle3scope.commands import connect_option
+from eagle3scope.commands import connect_option, open_recording, subscribe
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import EndpointError
-from eagle3scope.wire.untrusted import json_line, lines, terminal
+from eagle3scope.wire.untrusted import json_line, lines
 
 EXIT_ADVISED, EXIT_UNREADABLE, EXIT_THIN = 0, 2, 3
 
@@ -42,12 +41,8 @@ def render_text(src: str, advice) -> str:
             rows.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"
                          f"  {_fmt(s.tokens_per_s, '.1f'):>12}  {_fmt(s.gain, '+.1%') + _interval(s.gain_ci, '+.1%'):<22}"
                          f"{mark}")
-    model = advice.model
-    if model is not None:
-        d, v, e = model.draft_per_step, model.verify, model.extend
-        rows.append(f"  time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
-                     f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error "
-                     f"{_fmt(model.rel_error, '.0%')}" + (f"; untimed: {', '.join(model.missing)}" if model.missing else ""))
+    if advice.model is not None:
+        rows.append(f"  {advice.model.describe()}")
     for what in advice.not_predicted:
         rows.append(f"  not predicted: {what}")
     rows.append(f"  advice: {advice.headline()}")
@@ -93,26 +88,11 @@ def command(ctx: click.Context, file: str | None, endpoints: tuple[str, ...], st
         raise click.UsageError("give a recording FILE or --connect ENDPOINT, not both")
     logs: dict = {}
     if file is not None:
-        from eagle3scope.store import SessionReader, StoreError
-
-        try:
-            reader = SessionReader(file)
-        except StoreError as exc:
-            click.echo(terminal(f"Error: {exc}"), err=True)
-            ctx.exit(EXIT_UNREADABLE)
-        with reader:
+        with open_recording(ctx, file, EXIT_UNREADABLE) as reader:
             for _, frame in reader.frames():
                 _collect(logs, frame)
         ctx.exit(_advise_all(logs, as_json))
-    import zmq
-
-    from eagle3scope.live.subscriber import Subscriber
-
-    try:
-        sub = Subscriber(list(endpoints))
-    except (zmq.ZMQError, EndpointError) as exc:
-        click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints)}: {exc}"), err=True)
-        ctx.exit(EXIT_UNREADABLE)
+    sub = subscribe(ctx, list(endpoints), EXIT_UNREADABLE)
     stop: list[int] = []
     started = time.monotonic()
     try:

@@ -56,9 +56,13 @@ def command() -> None:
 def list_cmd(control, token_file, as_json, timeout) -> None:
     """Show the ids in effect, what the target captures, and every preset."""
     from eagle3scope.control import profiles
+    from eagle3scope.control.offer import offered
+    from eagle3scope.wire.aux_layers import Preset
 
     reply = _call(lambda: _client(control, token_file, timeout).list())
     reply.pop("ok", None)
+    # as a set or cycle would meet them: unavailable, with the reason, while the server refuses every change
+    reply["presets"] = [p.to_dict() for p in offered([Preset.from_dict(p) for p in reply["presets"]], reply)]
     profile = profiles.lookup(reply["draft_path"]) if reply.get("draft_path") else None
     if as_json:
         click.echo(json_line({**reply, "profile": profile}, indent=1))
@@ -79,7 +83,7 @@ def list_cmd(control, token_file, as_json, timeout) -> None:
         click.echo(terminal(f"pending request: {reply['pending']} (applies at the next step)"))
     click.echo("presets:")
     for p in reply["presets"]:
-        state = ("= " + p["same_as"]) if p.get("same_as") else ("ok" if p["available"] else "unavailable: " + p["reason"])
+        state = "unavailable: " + p["reason"] if not p["available"] else ("= " + p["same_as"]) if p.get("same_as") else "ok"
         click.echo(terminal(f"  {p['name']:<20} {_ids(p['layers']):<14} captures {str(p['captured'] or '-'):<12} {state}"))
     if profile and profile.get("best"):
         b = profile["best"]
@@ -143,16 +147,15 @@ def cycle_cmd(endpoints, steps, seconds, settle, only, custom, keep, no_save, re
     from eagle3scope.control import profiles
     from eagle3scope.control.cycle import CycleError, best, run_cycle, wait_for_stream
     from eagle3scope.control.client import ControlError
+    from eagle3scope.control.offer import change_refusal
     from eagle3scope.wire.aux_layers import LayerError, ids_for, parse_ids, presets
     from eagle3scope.live.subscriber import Subscriber
 
     client = _client(control, token_file, timeout)
     info = _call(client.list)
-    if not info["changeable"]:
-        raise click.ClickException(terminal(f"this server refuses live changes: {info['why_not']}"))
-    if (info.get("graphs") or {}).get("captured") and not recapture:
-        raise click.ClickException("this server replays CUDA graphs captured with the current aux set: pass "
-                                   "--recapture to recapture them for each preset (serving pauses each time)")
+    refused = change_refusal(info, recapture=recapture)
+    if refused:  # every preset would be unavailable for this reason (what `aux list` shows)
+        raise click.ClickException(terminal(f"refused before any change: {refused}"))
     try:
         custom_ids = parse_ids(custom) if custom else None
     except LayerError as exc:

@@ -16,6 +16,7 @@ import time
 import click
 
 from eagle3scope.analysis import analyse
+from eagle3scope.commands import open_recording
 from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
     check_result, judge, parse_floors, verdict
 from eagle3scope.gate.junit import write_junit
@@ -139,16 +140,9 @@ def conclude(ctx: click.Context, result: dict, thresholds: Thresholds, *, as_jso
 @click.pass_context
 def command(ctx: click.Context, file: str, as_json: bool, fail_on: str, min_accept_length: float | None,
             min_per_position: str | None, junit_path: str | None) -> None:
-    from eagle3scope.store import SessionReader, StoreError
-
     thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
     started = time.monotonic()
-    try:
-        reader = SessionReader(file)
-    except StoreError as exc:
-        click.echo(terminal(f"Error: {exc}"), err=True)
-        ctx.exit(EXIT_UNREADABLE)
-    with reader:
+    with open_recording(ctx, file, EXIT_UNREADABLE) as reader:
         state = analyse(frame for _, frame in reader.frames())
         errors = [str(e) for e in reader.errors]
         complete = reader.complete

@@ -68,6 +68,13 @@ def _act_report(facts: dict, say: Say) -> None:
         say(f"    evidence: {evidence}")
 
 
+def verdict_line(report: dict) -> str:
+    """A doctor report's verdict and headline in one line: ``broken: <title>``, ``warnings: <title>``, or
+    the clean headline alone (it begins with ``clean:`` itself; the verdict before it said it twice)."""
+    headline = report["headline"]
+    return headline if headline.startswith(f"{report['verdict']}:") else f"{report['verdict']}: {headline}"
+
+
 def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say: Say = print,
               workdir: Path | None = None) -> dict:
     """Play the four acts; returns each act's facts (violations, acceptance, doctor verdicts)."""
@@ -98,8 +105,7 @@ def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say
         say(f"  {change}")
     out["fix_changes"] = repaired.changes
     after = diagnose(fixed, target_dir=models.target_kimi).to_dict()
-    verdict = "" if after["headline"].startswith(after["verdict"]) else f"{after['verdict']}: "  # clean: says it
-    say(f"  doctor on the fixed copy: {verdict}{after['headline']}")
+    say(f"  doctor on the fixed copy: {verdict_line(after)}")
     out["doctor_after"] = after
 
     say("act 4/4: the fixed draft served on the same target")

@@ -15,11 +15,10 @@ import time
 
 import click
 
-from eagle3scope.commands import connect_option, discover_option
+from eagle3scope.commands import connect_option, discover_option, subscribe
 from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.signals import stopping_on
-from eagle3scope.wire.endpoints import EndpointError, default_endpoint
 from eagle3scope.wire.untrusted import terminal
 
 
@@ -38,19 +37,12 @@ from eagle3scope.wire.untrusted import terminal
 def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout: float, record_path: str | None,
             as_json: bool, fail_on: str, min_accept_length: float | None, min_per_position: str | None,
             junit_path: str | None, no_discover: bool) -> None:
-    import zmq
-
     from eagle3scope.analysis import SessionState
-    from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.store import SessionWriter, StoreError
 
     thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
-    try:
-        endpoints = endpoints or (default_endpoint(),)
-        sub = Subscriber(list(endpoints), discover=not no_discover)
-    except (zmq.ZMQError, EndpointError) as exc:
-        click.echo(terminal(f"Error: cannot subscribe to {', '.join(endpoints) or 'the default endpoint'}: {exc}"), err=True)
-        ctx.exit(EXIT_UNREADABLE)
+    sub = subscribe(ctx, list(endpoints), EXIT_UNREADABLE, discover=not no_discover)
+    endpoints = list(sub.endpoints)  # as given, or the default one (discovered ranks are added later)
     try:
         writer = SessionWriter(record_path, endpoints=list(endpoints)) if record_path else None
     except StoreError as exc:

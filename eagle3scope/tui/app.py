@@ -4,7 +4,8 @@ A :class:`~eagle3scope.tui.feed.Feed` thread folds frames into the session state
 contract rules itself); the app copies the views the visible panels need
 (:mod:`eagle3scope.analysis.views`) on a throttled timer (``refresh_hz``, 8 by default) and only
 then sets them on the panels, which draw. So a burst of 10,000 steps/s costs the terminal eight small redraws a second, and ingest
-never waits for a slow SSH link.
+never waits for a slow SSH link. The num_steps advisor runs on copied round logs outside the lock,
+at most every ``ADVISE_EVERY_S`` and only while the overview or its panel shows.
 """
 
 from __future__ import annotations
@@ -23,15 +24,19 @@ from textual.widgets import ContentSwitcher, Footer
 from eagle3scope.analysis import views
 from eagle3scope.signals import ending_signals
 from eagle3scope.tui.feed import Feed
-from eagle3scope.tui.panels import AcceptancePanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, ViolationsPanel
+from eagle3scope.tui.panels import AcceptancePanel, AdvisorPanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, \
+    ViolationsPanel, advice_line
 from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
 from eagle3scope.wire.untrusted import markup
 
-PANELS = ("overview", "aux", "draft", "events")
-PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events"}
+PANELS = ("overview", "aux", "draft", "events", "advisor")
+PANEL_FOCUS = {"overview": "#violations-table", "aux": "#aux", "draft": "#draft-table", "events": "#events",
+               "advisor": "#advisor-table"}
+ADVISED_ON = {"overview", "advisor"}  # the panels that show the advisor
+ADVISE_EVERY_S = 3.0  # the advisor reruns at most this often (tens of ms on a full round log)
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 STALE_AFTER_S = 5.0
 REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
@@ -52,11 +57,13 @@ class ScopeApp(App):
         Binding("space,p", "toggle_pause", "Pause", tooltip="Pause / resume (live: freeze the screen, ingest goes on)"),
         Binding("s", "step", "Step", tooltip="Replay: one step on; live: pause and show the newest data"),
         Binding("f", "filter", "Filter rid", tooltip="Draft view: only requests whose id contains a text"),
-        Binding("v", "next_panel", "Panel", tooltip="Next panel: overview, aux, draft, events"),
+        Binding("v", "next_panel", "Panel", tooltip="Next panel: overview, aux, draft, events, advisor"),
         Binding("1", "panel('overview')", "Overview panel", show=False, tooltip="Acceptance, violations, recent events"),
         Binding("2,a", "panel('aux')", "Hidden-state & aux panel", show=False, tooltip="Widths, fc applied/skipped, aux ids, load summary"),
         Binding("3,d", "panel('draft')", "Draft-vs-target panel", show=False, tooltip="Proposed tokens against the accepted ones"),
         Binding("4,e", "panel('events')", "Event log", show=False, tooltip="Publishers, hooks, drops, rules firing"),
+        Binding("5,n", "panel('advisor')", "num_steps advisor", show=False,
+                tooltip="Predicted accept length and tok/s for other --speculative-num-steps, and the advice"),
         Binding("l", "load_report", "Load report", tooltip="Load report and server arguments, as sent"),
         Binding("c", "aux_control", "Aux layers", tooltip="Aux-layer presets of the live server (watch --control)"),
         Binding("t", "cycle_theme", "Theme", tooltip="Next theme (dark, light, high-contrast); remembered"),
@@ -78,6 +85,7 @@ class ScopeApp(App):
         self._frames_shown = -1
         self._step_view = False
         self._decoder_for: str | None = None
+        self._advised: tuple[int, float] = (-1, 0.0)  # frames and monotonic time of the latest advice
         self.refresh_ms: float | None = None  # smoothed cost of one refresh (copy + panel updates)
         self.theme_name = ""
         self.apply_theme(theme or remembered_theme(), remember=False, fallback=True)
@@ -106,6 +114,7 @@ class ScopeApp(App):
             yield AuxPanel(id="aux", classes="panel")
             yield DraftPanel(id="draft", classes="panel")
             yield EventLog(id="events", classes="panel")
+            yield AdvisorPanel(id="advisor", classes="panel")
         yield Footer(compact=True, show_command_palette=False)  # room for more keys at 80 columns
 
     def on_load(self) -> None:
@@ -124,7 +133,8 @@ class ScopeApp(App):
     def on_mount(self) -> None:
         self.main = self.screen
         # widgets by class, kept so a refresh never looks them up on whatever screen is on top
-        self.w = {cls: self.main.query_one(cls) for cls in (PublisherBar, Timeline, ContentSwitcher, AcceptancePanel, ViolationsPanel, AuxPanel, DraftPanel)}
+        self.w = {cls: self.main.query_one(cls) for cls in (PublisherBar, Timeline, ContentSwitcher, AcceptancePanel, ViolationsPanel,
+                                                              AuxPanel, DraftPanel, AdvisorPanel)}
         self.w[EventLog] = self.main.query_one("#events", EventLog)
         self.recent_events = self.main.query_one("#recent-events", EventLog)
         self.recent_events.border_title = "Recent events"
@@ -155,9 +165,13 @@ class ScopeApp(App):
         started = time.perf_counter()
         panel = self.panel
         rid_filter = self.rid_filter
+        now = time.monotonic()
+        advise = panel in ADVISED_ON and (force or now - self._advised[1] >= ADVISE_EVERY_S)
 
         def capture(state):
             snap = {"frames": state.frames, "pubs": views.publisher_rows(state), "events": views.events(state)}
+            if advise and state.frames != self._advised[0]:
+                snap["rounds"] = views.advisor_logs(state)
             if force or state.frames != self._frames_shown:
                 if panel == "overview":
                     snap["acc"] = views.acceptance_view(state)
@@ -170,7 +184,9 @@ class ScopeApp(App):
 
         snap = feed.read(capture)
         self._frames_shown = snap["frames"]
-        now = time.monotonic()
+        if "rounds" in snap:
+            self._advised = (snap["frames"], now)
+            self._show_advice(views.advice_rows(snap["rounds"]))
         for row in snap["pubs"]:
             if not feed.live:
                 row.state = "replay"
@@ -193,6 +209,16 @@ class ScopeApp(App):
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.refresh_ms = elapsed_ms if self.refresh_ms is None else 0.8 * self.refresh_ms + 0.2 * elapsed_ms
         self._show_timeline(snap["frames"])
+
+    def _show_advice(self, rows: list) -> None:
+        """The overview's line (the first publisher's advice; the panel has every one) and the panel."""
+        line = ""
+        if rows:
+            first = rows[0]
+            line = advice_line(first.advice) if len(rows) == 1 else \
+                f"{first.label}: {advice_line(first.advice)} (+{len(rows) - 1} more publishers)"
+        self.w[AcceptancePanel].advisor = line
+        self.w[AdvisorPanel].rows = tuple(rows)
 
     def _show_timeline(self, frames: int | None = None) -> None:
         feed = self.feed

@@ -6,6 +6,7 @@ everything without code.
 """
 
 from eagle3scope.tui.panels.acceptance import AcceptancePanel, HistoryPlot  # noqa: F401
+from eagle3scope.tui.panels.advisor import AdvisorPanel, advice_line  # noqa: F401
 from eagle3scope.tui.panels.aux import AuxPanel  # noqa: F401
 from eagle3scope.tui.panels.draft import DraftPanel  # noqa: F401
 from eagle3scope.tui.panels.events import EventLog  # noqa: F401

@@ -13,7 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from eagle3scope.analysis.views import AcceptanceView
-from eagle3scope.tui.panels.drawing import BLOCKS, bar, fmt
+from eagle3scope.tui.panels.drawing import BLOCKS, bar, fmt, plain
 from eagle3scope.wire.untrusted import markup, terminal
 
 
@@ -117,6 +117,7 @@ class AcceptancePanel(Vertical):
 
     COMPONENT_CLASSES = {"acc--value", "acc--muted", "acc--bar", "acc--low"}
     view: reactive[AcceptanceView] = reactive(AcceptanceView, always_update=True)
+    advisor: reactive[str] = reactive("", init=False)  # the advisor's line (advisor.advice_line), set every few seconds
 
     def compose(self) -> ComposeResult:
         yield Static(id="acc-summary")
@@ -125,6 +126,9 @@ class AcceptancePanel(Vertical):
 
     def on_resize(self) -> None:
         self.watch_view(self.view)  # bars or one-line summaries depend on the room
+
+    def watch_advisor(self) -> None:
+        self.watch_view(self.view)
 
     def watch_view(self, view: AcceptanceView) -> None:
         value, muted, bar_style, low = (self.get_component_rich_style(f"acc--{n}") for n in ("value", "muted", "bar", "low"))
@@ -140,12 +144,18 @@ class AcceptancePanel(Vertical):
         rates.append(fmt(view.tokens_per_s, ",.1f"), style=value)
         rates.append(" accepted tok/s")
         lines = [head, rates]
+        if self.advisor:
+            advice = Text(no_wrap=True, overflow="ellipsis")
+            advice.append("advisor ", style=muted)
+            advice.append(plain(self.advisor))
+            advice.append("  (key 5)", style=muted)
+            lines.append(advice)
         if view.ranks:
             lines += self._ranks(view, value, muted, low)
         summary = self.query_one("#acc-summary", Static)
         summary.update(Text("\n").join(lines))
         if summary.styles.height is None or summary.styles.height.value != len(lines):
-            summary.styles.height = len(lines)  # 2 lines; 4 with several ranks
+            summary.styles.height = len(lines)  # 2 lines, + the advisor's, + 2 with several ranks
         plot = self.query_one("#acc-history", HistoryPlot)
         plot.reference = float(maximum) if maximum else None
         plot.points = tuple(view.history)

@@ -67,4 +67,9 @@ class DraftPanel(Vertical):
                 done.append(terminal(piece), style=bonus_s if r.bonus and j == len(pieces) - 1 else acc_s)
                 done.append(" ")
             acc = f"{r.accepted}+{r.bonus}" if r.mode == "decode" else r.mode
-            table.add_row(str(r.seq), plain(r.src[:8]), plain(r.rid[-16:]), plain(acc), proposed, done)
+            table.add_row(str(r.seq), plain(_tail(r.label, 14)), plain(r.rid[-16:]), plain(acc), proposed, done)
+
+
+def _tail(text: str, width: int) -> str:
+    """The end of ``text``, where publisher names and request ids differ, in ``width`` cells."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]

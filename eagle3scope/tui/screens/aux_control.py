@@ -20,9 +20,10 @@ from textual.widgets import DataTable, Static
 
 from eagle3scope.analysis.views import segment_rows
 from eagle3scope.control.client import ControlError
+from eagle3scope.control.offer import offered
 from eagle3scope.tui.panels.drawing import plain
 from eagle3scope.tui.screens.prompt import PromptScreen
-from eagle3scope.wire.aux_layers import LayerError, parse_ids
+from eagle3scope.wire.aux_layers import LayerError, Preset, parse_ids
 from eagle3scope.wire.untrusted import lines
 
 
@@ -106,7 +107,8 @@ class AuxScreen(ModalScreen):
         self.app.call_from_thread(self._show_info, info)
 
     def _show_info(self, info: dict) -> None:
-        self.info, self.presets = info, info["presets"]
+        presets = offered([Preset.from_dict(p) for p in info["presets"]], info, recapture=self.recapture)
+        self.info, self.presets = info, [p.to_dict() for p in presets]
         text = (f"{info['family']}, {info['num_layers']} layers, rule {info['rule']}, fc takes {info['expected']}; "
                 f"in effect {_ids(info['current'])} -> captures {info['captured']}")
         graphs = info.get("graphs") or {}
@@ -122,10 +124,10 @@ class AuxScreen(ModalScreen):
         row = table.cursor_row  # a refresh keeps the cursor where the user left it
         table.clear()
         for p in self.presets:
-            if p.get("same_as"):
-                note = f"= {p['same_as']}"
+            if not p["available"]:
+                note = f"unavailable: {p['reason']}"
             else:
-                note = "" if p["available"] else f"unavailable: {p['reason']}"
+                note = f"= {p['same_as']}" if p.get("same_as") else ""
             if p["layers"] == info["current"]:
                 note = ("in effect " + note).strip()
             table.add_row(plain(p["name"]), plain(_ids(p["layers"])), plain(p["captured"] or "-"), plain(note))
