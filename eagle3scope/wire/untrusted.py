@@ -41,6 +41,7 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MD_INLINE = re.compile(r"([\\`*_\[\]<>!|~&])")  # what opens code, emphasis, links, images, HTML, cells
 _MD_BLOCK = re.compile(r"^(\s*)([#+=>-]|\d+[.)])")  # what a line may start a heading, list or quote with
 _RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what Rich's markup parser reads as a tag
+_RICH_ESCAPED_BRACKET = re.compile(r"(\\+)(?=\[(?![a-z#/@][^[]*?]))")  # Rich turns any other "\[" into "["
 _FORMULA = ("=", "+", "-", "@")
 
 
@@ -70,9 +71,13 @@ def json_line(obj: object, **kwargs) -> str:
 
 
 def markup(value: object) -> str:
-    """``value`` for a Rich markup string: a safe line whose brackets are not tags (Rich's escape rule)."""
-    text = _RICH_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", terminal(value))
-    return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
+    """``value`` for a Rich markup string: a safe line whose brackets are not tags and whose
+    backslashes survive Rich's parser, which turns any ``\\[`` into ``[`` and halves the backslashes
+    before a tag (so a trailing run is doubled: the markup goes on with one)."""
+    text = _RICH_ESCAPED_BRACKET.sub(lambda m: m.group(1) + "\\", terminal(value))
+    text = _RICH_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    trailing = len(text) - len(text.rstrip("\\"))  # markup goes on with a tag: Rich halves these
+    return text + "\\" * trailing
 
 
 def xml(value: object) -> str:
