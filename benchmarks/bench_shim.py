@@ -2,7 +2,7 @@
 CPU time and tokens/s per generated token with and without the shim, measured in the same run.
 
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
-       [--steps 20000] [--hook-path-only [--device cuda]]
+       [--draft random|trained] [--batch 1] [--steps 20000] [--hook-path-only [--device cuda]]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
    the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
@@ -24,7 +24,10 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text. And the
    attribution per decode round: each seam's self time from the heartbeats' ``shim_us``, the round
    time (``step_us``), the publisher thread's busy time (``publisher_us``) and CPU, and the main
-   thread's CPU per round without and with the shim.
+   thread's CPU per round without and with the shim, per pair: its difference with a 95 % CI
+   (``main_thread_delta_us_per_round``), against which the hook-path figures are held
+   (``agreement``). ``--draft trained`` serves the demo's trained draft (several tokens a round),
+   ``--batch 8`` sends each block's requests eight at a time.
 """
 
 from __future__ import annotations
@@ -269,26 +272,40 @@ def ratio_ci(ratios: list[float]) -> dict:
             "pairs": len(logs)}
 
 
-def _block(server, pair: int, rounds: int, tokens: int) -> dict:
-    """One block of sequential requests on one server: tokens, wall time, CPU time of every server
-    process and of each scheduler thread role, from /proc before and after."""
+def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1) -> dict:
+    """One block of requests on one server, ``batch`` at a time: tokens, wall time, CPU time of every
+    server process and of each scheduler thread role, from /proc before and after."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import procstat
 
-    before, t0 = procstat.snapshot(server.proc.pid), time.perf_counter()
-    n, texts = 0, []
-    for i in range(rounds):
+    def ask(i: int) -> dict:
         body = {"text": f"bench prompt {pair}-{i} kimo tuviro",
                 "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
-        response = server.post("/generate", body)
-        n += response["meta_info"]["completion_tokens"]
-        texts.append(response["text"])
+        return server.post("/generate", body)
+
+    before, t0 = procstat.snapshot(server.proc.pid), time.perf_counter()
+    with ThreadPoolExecutor(batch) as pool:
+        responses = list(pool.map(ask, range(rounds * batch)))
+    n = sum(r["meta_info"]["completion_tokens"] for r in responses)
+    texts = [r["text"] for r in responses]
     wall = time.perf_counter() - t0
     spent = procstat.delta(before, procstat.snapshot(server.proc.pid))
     return {"tokens": n, "wall_s": wall, "cpu_s": sum(spent["process_cpu_s"].values()),
             "scheduler_threads": spent["thread_cpu_s"].get("sglang::scheduler", {}), "texts": texts}
 
 
-def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
+def mean_ci(values: list[float]) -> dict:
+    """Arithmetic mean and its 95 % confidence interval (t)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return {"mean": round(mean, 1), "ci95": None, "pairs": len(values)}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
+    half = _t95(len(values) - 1) * sd / math.sqrt(len(values))
+    return {"mean": round(mean, 1), "ci95": [round(mean - half, 1), round(mean + half, 1)], "pairs": len(values)}
+
+
+def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "random", batch: int = 1) -> dict:
     """Two servers alive, one without and one with the shim, serving in alternate blocks (never at
     the same time); the block order flips every pair and the start order every session, so drift
     in the shared machine's load and any first-started bias cancel. Per pair: tokens per CPU-second
@@ -299,11 +316,21 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
-    root = cache_dir() / "models" / MODELS_DIRNAME
-    subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
+    if draft == "trained":  # the demo's trained pair, as built (models.cached never builds)
+        from eagle3scope.demo.models import cached
+
+        paths = cached()
+        if paths is None:
+            raise SystemExit("the demo models are not built (make models)")
+        target_dir, draft_dir = paths.target, paths.draft
+    else:
+        root = cache_dir() / "models" / MODELS_DIRNAME
+        subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
+        target_dir, draft_dir = root / "target", root / "draft-random"
     blocks: dict[str, list] = {"off": [], "on": []}
     frames, load = 0, [os.getloadavg()[0]]
-    cost = {"shim_us": {}, "step_us": 0.0, "publisher_us": 0.0, "decode_steps": 0, "passes": 0}  # the shim's own account
+    cost = {"shim_us": {}, "step_us": 0.0, "round_shim_us": 0.0, "publisher_us": 0.0, "decode_steps": 0,
+            "passes": 0}  # the shim's own account
 
     def heard(got) -> int:
         for f in got:
@@ -311,6 +338,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
                 for seam, us in f.body["shim_us"].items():
                     cost["shim_us"][seam] = cost["shim_us"].get(seam, 0.0) + us
                 cost["step_us"] += f.body.get("step_us") or 0.0
+                cost["round_shim_us"] += f.body.get("round_shim_us") or 0.0
                 cost["publisher_us"] += f.body.get("publisher_us") or 0.0
             elif f.kind == "step" and f.body.get("mode") == "decode":
                 cost["decode_steps"] += 1
@@ -326,11 +354,11 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
             try:
                 for label in order:  # started one after the other: no start-up contention
                     env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
-                    servers[label] = SGLangServer(root / "target", root / "draft-random", env=env).start()
+                    servers[label] = SGLangServer(target_dir, draft_dir, env=env).start()
                     servers[label].post("/generate", warm)
                 for pair in range(pairs):
                     for label in order if pair % 2 == 0 else order[::-1]:
-                        blocks[label].append(_block(servers[label], pair, rounds, tokens))
+                        blocks[label].append(_block(servers[label], pair, rounds, tokens, batch))
                     frames += heard(sub.poll(timeout_ms=0))
                 frames += heard(sub.poll(timeout_ms=1500))
             finally:
@@ -345,16 +373,22 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
                         for r in sorted({r for b in bl for r in b["scheduler_threads"]})}
     n_rounds = max(1, cost["decode_steps"])
     main = lambda bl: 1e6 * sum(b["scheduler_threads"].get("main", 0.0) for b in bl)  # noqa: E731
+    # same text on and off: a pair's blocks ran the same rounds, rounds per token as the steps said
+    rounds_per_token = n_rounds / max(1, sum(b["tokens"] for b in on))
+    deltas = [1e6 * (b["scheduler_threads"].get("main", 0.0) - a["scheduler_threads"].get("main", 0.0))
+              / max(1.0, rounds_per_token * b["tokens"]) for a, b in zip(off, on)]
     return {
         # the shim's own account (heartbeat shim_us / step_us) per decode round, and the main
         # thread's measured difference per round (CPU, /proc): the attribution that bounds the cost
         "shim_self_us_per_round": {k: round(v / n_rounds, 2) for k, v in sorted(cost["shim_us"].items())},
         "shim_self_us_per_round_total": round(sum(cost["shim_us"].values()) / n_rounds, 2),
         "round_us": round(cost["step_us"] / n_rounds, 1),
-        "shim_share_of_rounds": round(sum(cost["shim_us"].values()) / cost["step_us"], 5) if cost["step_us"] else None,
+        "round_shim_us_per_round": round(cost["round_shim_us"] / n_rounds, 2),  # the hooks within the rounds
+        "shim_share_of_rounds": round(cost["round_shim_us"] / cost["step_us"], 5) if cost["step_us"] else None,
         "draft_forwards_per_round": round(cost["passes"] / n_rounds, 2),
         # same text on and off, so the off server ran as many rounds as the on one reported
         "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
+        "main_thread_delta_us_per_round": mean_ci(deltas),  # per pair: on - off, CPU (/proc ticks)
         "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
@@ -370,7 +404,8 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int) -> dict:
         "same_text": [b["texts"] for b in off] == [b["texts"] for b in on],
         "step_frames_received": frames,
         "load_average_1min": [round(x, 2) for x in load],
-        "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds, "tokens_per_request": tokens,
+        "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds * batch, "batch": batch,
+        "draft": draft, "tokens_per_request": tokens, "decode_rounds_on": cost["decode_steps"],
     }
 
 
@@ -380,6 +415,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--pairs", type=int, default=10, help="off/on block pairs per session")
     parser.add_argument("--sessions", type=int, default=2, help="server pairs, start order flipped each time")
+    parser.add_argument("--draft", choices=("random", "trained"), default="random",
+                        help="random: one token a round; trained: the demo's draft, several")
+    parser.add_argument("--batch", type=int, default=1, help="requests in flight per block")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help="with --hook-path-only: cpu, or cuda (sync debug mode 'error')")
@@ -392,8 +430,25 @@ def main() -> None:
     env = {**os.environ, **checkout_pythonpath(os.environ)}  # this checkout's shim, not the venv's install
     done = subprocess.run([str(engine_python()), __file__, "--hook-path-only", "--steps", str(args.steps)],
                           check=True, capture_output=True, text=True, env=env)
-    print(json.dumps({"hook_path": json.loads(done.stdout.strip().splitlines()[-1])}, indent=1))
-    print(json.dumps({"engine": engine(args.rounds, args.tokens, args.pairs, args.sessions)}, indent=1))
+    path = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps({"hook_path": path}, indent=1))
+    measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch)
+    print(json.dumps({"engine": measured}, indent=1))
+    print(json.dumps({"agreement": agreement(path, measured)}, indent=1))
+
+
+def agreement(path: dict, measured: dict) -> dict:
+    """Whether the hook-path figures (batch 1) lie within the CI of the engine's per-round
+    main-thread difference, and whether the CPU ratio's lower bound reaches the 0.99 goal."""
+    ci = measured["main_thread_delta_us_per_round"]["ci95"]
+    figures = {"hook_path_us": path["bs1"]["hook_path_us"],
+               "hook_path_cold_self_reported_us": path["bs1"]["shim_us_self_reported_cold_caches"],
+               "engine_self_reported_us": measured["shim_self_us_per_round_total"]}
+    ratio = measured["cpu_ratio_on_over_off"]
+    return {"main_thread_delta_ci95": ci,
+            "within_ci": {k: (ci is not None and ci[0] <= v <= ci[1]) for k, v in figures.items()}, **figures,
+            "cpu_ratio_lower_bound": ratio["ci95"][0] if ratio["ci95"] else None,
+            "goal_0_99_shown": bool(ratio["ci95"]) and ratio["ci95"][0] >= 0.99}
 
 
 if __name__ == "__main__":
