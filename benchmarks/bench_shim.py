@@ -221,12 +221,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             while pub.queued:
                 time.sleep(0.0002)
         cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
-        forward, before = c_fwd, sum(cell[0] for cell in cpu_cells.values())
+        forward, before = c_fwd, {seam: cell[0] for seam, cell in cpu_cells.items()}
         for _ in range(steps // 20):
             c_commit(processor, c_step(worker, batch), batch)
             while pub.queued:
                 time.sleep(0.0002)
-        cold_cpu_us = (sum(cell[0] for cell in cpu_cells.values()) - before) / 1000 / (steps // 20)
+        cold_cpu = {seam: (cell[0] - before[seam]) / 1000 / (steps // 20) for seam, cell in cpu_cells.items()}
+        cold_cpu_us = sum(cold_cpu.values())
         forward, cold = w_fwd, False
         captured = []
         pub_submit = pub.submit
@@ -251,6 +252,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             "shim_us_self_reported": round(self_us, 2),
             "shim_us_self_reported_cold_caches": round(cold_us, 2),
             "shim_cpu_us_self_reported_cold_caches": round(cold_cpu_us, 2),  # the figure that predicts the engine's
+            "shim_cpu_us_cold_caches_per_seam": {seam: round(us, 2) for seam, us in sorted(cold_cpu.items())},
             "finalize_us_publisher_thread": round((time.thread_time_ns() - t0) / 1000 / 1000, 2),
             "step_body_bs": body["bs"],
         }
@@ -432,6 +434,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         # same text on and off, so the off server ran as many rounds as the on one reported
         "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
         "main_thread_delta_us_per_round": mean_ci(deltas),  # per pair: on - off, CPU (/proc ticks)
+        "main_thread_pair_deltas_us": [round(d) for d in deltas],
         "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
