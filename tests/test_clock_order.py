@@ -185,14 +185,15 @@ def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
     scenario()
 
 
-def test_the_subscriber_counts_a_duplicate_once():
-    from eagle3scope.live.subscriber import SourceStats
+def test_the_recorders_counter_counts_a_duplicate_once():
+    from eagle3scope.wire.loss import StreamLoss
 
-    stats = SourceStats()
+    loss = StreamLoss()
     for f in session(20, bs=1):
-        stats.observe(f)
-        stats.observe(f)
-    assert (stats.steps, stats.duplicates, stats.lost_in_transit) == (20, 22, 0)
+        loss.observe(f)
+        loss.observe(f)
+    stats = loss.sources["r0"]
+    assert (stats.frames, stats.duplicates, stats.lost_in_transit) == (22, 22, 0)
 
 
 def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():

@@ -15,6 +15,7 @@ import zmq
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.wire import SCHEMA_MAJOR, encode_frame
 from eagle3scope.wire.endpoints import is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.loss import StreamLoss
 from eagle3scope_shim.publisher import Publisher
 from synthetic import hello_body, load_body, step_body
 
@@ -59,8 +60,7 @@ def test_steps_arrive_in_order_with_bodies_intact(pub):
             pub.submit("step", body)
         steps = [f for f in collect(sub, lambda got: sum(f.kind == "step" for f in got) >= 500) if f.kind == "step"]
         assert [f.body for f in steps] == bodies
-        stats = sub.sources["dp0"]
-        assert stats.lost == 0 and stats.steps == 500 and stats.state["hello"] == hello_body()
+        assert sub.sources == {"dp0"}
         beats = collect(sub, lambda got: any(f.kind == "heartbeat" and f.body["steps"] == 500 for f in got))
         assert any(f.kind == "heartbeat" and f.body["steps"] == 500 for f in beats)
 
@@ -71,8 +71,8 @@ def test_late_subscriber_learns_hello_and_load(pub):
         pub.submit("step", step_body(i))
     time.sleep(0.3)  # everything so far went to nobody
     with Subscriber([pub.endpoint]) as sub:
-        collect(sub, lambda got: {"hello", "load"} <= {f.kind for f in got})
-        assert sub.sources["dp0"].state == {"hello": hello_body(), "load": load_body()}
+        got = collect(sub, lambda got: {"hello", "load"} <= {f.kind for f in got})
+        assert {f.kind: f.body for f in got if f.kind in ("hello", "load")} == {"hello": hello_body(), "load": load_body()}
 
 
 def test_finalize_runs_off_the_hot_path_and_failures_are_reported_once(pub):
@@ -176,12 +176,12 @@ def raw_pub():
     ctx.term()
 
 
-def _join(sock, sub) -> None:
-    """Send hellos (n = 0, 1, ...) until one arrives: PUB/SUB joins late."""
+def _join(sock, sub) -> list:
+    """Send hellos (n = 0, 1, ...) until one arrives: PUB/SUB joins late. Returns what arrived."""
     for n in range(200):
         sock.send(encode_frame("hello", hello_body(), src="x", n=n))
-        if sub.poll(20):
-            return
+        if got := sub.poll(20):
+            return got
     raise AssertionError("subscriber never joined")
 
 
@@ -198,22 +198,28 @@ def test_bad_frames_are_counted_and_do_not_hide_the_next_ones(raw_pub):
 
 
 def test_gaps_and_shim_drops_add_up_per_source(raw_pub):
+    """What the subscriber delivers, counted by the recorder's one counter (StreamLoss)."""
     sock, endpoint = raw_pub
+    loss = StreamLoss()
     with Subscriber([endpoint]) as sub:
-        _join(sock, sub)
-        collect(sub, lambda got: False, timeout=0.1)  # hellos still in flight
-        stats = sub.sources["x"]
+        for frame in _join(sock, sub) + collect(sub, lambda got: False, timeout=0.1):  # + hellos in flight
+            loss.observe(frame)
+        stats = loss.sources["x"]
         base, lost, restarts = stats.last_n, stats.lost_in_transit, stats.restarts
         for n in (base + 1, base + 5):
             sock.send(encode_frame("step", step_body(n), src="x", n=n))
         beat = {"steps": 9, "dropped": 7, "hook_failures": 1, "queued": 0}
         sock.send(encode_frame("heartbeat", beat, src="x", n=base + 6))
-        collect(sub, lambda got: any(f.kind == "heartbeat" for f in got))
+        for frame in collect(sub, lambda got: any(f.kind == "heartbeat" for f in got)):
+            loss.observe(frame)
         assert (stats.lost_in_transit - lost, stats.shim_dropped, stats.hook_failures) == (3, 7, 1)
-        assert stats.lost == stats.lost_in_transit + 7
+        assert loss.lost == stats.lost == stats.lost_in_transit + 7
+        assert loss.summary(sub.bad_frames)["sources"]["x"]["dropped_by_shim"] == 7
         sock.send(encode_frame("hello", hello_body(), src="x", n=0))  # publisher restarted under the same src
-        collect(sub, lambda got: bool(got))
+        for frame in collect(sub, lambda got: bool(got)):
+            loss.observe(frame)
         assert stats.restarts == restarts + 1 and stats.lost_in_transit - lost == 3
+        assert sub.sources == {"x"} and not hasattr(sub, "lost")  # the subscriber itself counts no loss
 
 
 def test_failed_connect_leaves_nothing_that_blocks_the_gc():

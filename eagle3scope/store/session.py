@@ -21,7 +21,7 @@ Tables::
     meta(key, value)                   JSON values: store_format, wire_schema, created_ns,
                                        closed_ns (absent: the recorder died), endpoints, sources,
                                        loss (absent in files of older recorders: what the
-                                       subscriber lost, see Subscriber.loss)
+                                       recorder lost, see wire.loss.StreamLoss)
     batches(id, first_idx, n_frames, n_steps, seq_hi, t_lo, t_hi, crc, blob)
     state(idx, src, kind, key, frame)  key is the hook seam, "" for the other kinds
 """
@@ -44,13 +44,10 @@ import msgpack
 import zstandard
 
 from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, FrameError, decode_frame, is_decode_step
-from eagle3scope.wire.schema import MAX_FRAME_BYTES
+from eagle3scope.wire.schema import MAX_FRAME_BYTES, RESENT_KINDS, STATE_KINDS
 from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
 
 STORE_FORMAT = 1
-#: kinds indexed apart from the batches, so a seek can re-send what was known before its target
-SEEK_STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
-_DEDUP_KINDS = ("hello", "load", "config", "hook")  # re-sent unchanged: keep a row only on change
 _MAX_BATCH_FRAMES = 1 << 16
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
 MAX_PENDING_BYTES = 4 << 20
@@ -269,7 +266,7 @@ class SessionWriter:
             seq = body["seq"]
             if seq > self._seq_hi:
                 self._seq_hi = seq
-        elif kind in SEEK_STATE_KINDS:
+        elif kind in STATE_KINDS:  # indexed apart, so a seek re-sends what was known
             self._note_state(idx, raw, frame)
         if (len(pending) >= self._batch_frames or self._pending_bytes >= self._max_pending_bytes
                 or time.monotonic() - self._batch_started >= self._batch_s):
@@ -278,7 +275,7 @@ class SessionWriter:
     def _note_state(self, idx: int, raw: bytes, frame: Frame) -> None:
         key = str(frame.body.get("seam", "")) if frame.kind == "hook" else ""
         slot = (frame.src, frame.kind, key)
-        if frame.kind in _DEDUP_KINDS and self._last_state.get(slot) == frame.body:
+        if frame.kind in RESENT_KINDS and self._last_state.get(slot) == frame.body:
             return
         self._last_state[slot] = frame.body
         self._pending_state.append((idx, frame.src, frame.kind, key, raw))
