@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/diagnose.py",
-                                    "eagle3scope/store/session.py", "eagle3scope/commands/record.py")
+                                    "eagle3scope/store/reader.py", "eagle3scope/commands/record.py")
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
     "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",
     "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")

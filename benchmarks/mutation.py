@@ -46,11 +46,15 @@ MODULES: dict[str, Target] = {
     "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py",
                                ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
     "store-index-seek": Target(
-        "eagle3scope/store/session.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        "eagle3scope/store/reader.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
-            "SessionWriterǁadd", "SessionWriterǁflush", "SessionReaderǁrefresh", "SessionReaderǁ_batch_at",
-            "SessionReaderǁframes", "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq",
-            "SessionReaderǁseek_time", "SessionReaderǁstate_at")),
+            "SessionReaderǁrefresh", "SessionReaderǁ_batch_at", "SessionReaderǁframes",
+            "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq", "SessionReaderǁseek_time",
+            "SessionReaderǁstate_at")),
+        deselect="not replayer"),
+    "store-index-write": Target(
+        "eagle3scope/store/writer.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        functions=tuple(f"*xǁ{name}__mutmut_*" for name in ("SessionWriterǁadd", "SessionWriterǁflush")),
         deselect="not replayer"),
     "wire-codec": Target("eagle3scope/wire/schema.py", ("tests/test_wire.py",)),
     "wire-validation": Target("eagle3scope/wire/validate.py", ("tests/test_wire.py",)),
@@ -62,6 +66,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),
+    ],
+    "store-index-write": [
         ('con.execute("begin")', _SQL_CASE),
         ('con.executemany("insert into state(idx, src, kind, key, frame) values (?, ?, ?, ?, ?)",', _SQL_CASE),
     ],

@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 from eagle3scope.cli import main
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.salvage import salvage
-from eagle3scope.store.session import CHECKPOINT_S, MAX_BATCH_BYTES
+from eagle3scope.store.format import MAX_BATCH_BYTES
+from eagle3scope.store.writer import CHECKPOINT_S
 from eagle3scope.wire import decode_frame, encode_frame
 from hostile_support import Tally
 from synthetic import session_frames, step_body
