@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/diagnose.py",
+RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/weight_checks.py",
                                     "eagle3scope/store/reader.py", "eagle3scope/commands/record.py")
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
     "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",

@@ -43,8 +43,10 @@ class Target:
 MODULES: dict[str, Target] = {
     "analysis-rules": Target("eagle3scope/analysis/rules.py",
                              ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py")),
-    "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py",
+    "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py",
                                ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
+    "doctor-config": Target("eagle3scope/doctor/config_checks.py",
+                            ("tests/test_doctor.py", "tests/test_doctor_2026.py", "tests/test_doctor_producers.py")),
     "store-index-seek": Target(
         "eagle3scope/store/reader.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
