@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from analysis_streams import H, session
-from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.schema import MAX_PUBLISHERS
+from support.cli import invoke
 
 
 def record(path, frames) -> str:
@@ -22,7 +21,7 @@ def record(path, frames) -> str:
 
 
 def run_check(*args):
-    return CliRunner().invoke(main, ["check", *args])
+    return invoke("check", *args)
 
 
 def test_healthy_recording_passes_with_summary(tmp_path):

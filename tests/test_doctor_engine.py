@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from safetensors import safe_open
 
 import draft_checkpoints as dc

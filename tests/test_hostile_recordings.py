@@ -39,6 +39,7 @@ from eagle3scope.wire import decode_frame, encode_frame
 from hostile_support import Tally
 from synthetic import session_frames, step_body
 from tui_support import paused_app, play_to_end, run_async
+from support.cli import invoke
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 600
@@ -216,7 +217,7 @@ def test_old_format_files_still_open():
     with SessionReader(OLD_FILE) as reader:
         steps = sum(1 for _, f in reader.frames() if f.kind == "step")
         assert steps == 300 and reader.errors == [] and reader.complete
-    result = CliRunner().invoke(main, ["check", str(OLD_FILE)])
+    result = invoke("check", str(OLD_FILE))
     assert result.exit_code == 0 and "steps: 300" in result.output
 
 
@@ -253,7 +254,7 @@ def test_reader_on_a_read_only_mount(pristine, tmp_path):
     try:
         if subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True).returncode != 0:
             pytest.skip("cannot remount read-only here")
-        result = CliRunner().invoke(main, ["check", str(mnt / "s.e3s")])
+        result = invoke("check", str(mnt / "s.e3s"))
         assert result.exit_code == 0 and f"steps: {STEPS}" in result.output, result.output
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
@@ -408,9 +409,9 @@ def test_an_unanticipated_error_is_one_line_and_exit_70(pristine, monkeypatch):
         raise RuntimeError("rule exploded")
 
     monkeypatch.setattr(check, "analyse", broken)
-    result = CliRunner().invoke(main, ["check", str(pristine)])
+    result = invoke("check", str(pristine))
     assert result.exit_code == 70 and "Traceback" not in result.output
     assert result.output.strip().splitlines() == [
         "Error: internal error: RuntimeError: rule exploded (set EAGLE3SCOPE_DEBUG=1 for the traceback)"]
     monkeypatch.setenv("EAGLE3SCOPE_DEBUG", "1")
-    assert isinstance(CliRunner().invoke(main, ["check", str(pristine)]).exception, RuntimeError)
+    assert isinstance(invoke("check", str(pristine)).exception, RuntimeError)

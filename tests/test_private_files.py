@@ -19,8 +19,8 @@ from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from neighbour_support import as_neighbour, rename_race
 from test_private_stream import neighbour, shared_tmp  # noqa: F401 - fixtures
+from support.cli import CLI
 
-CLI = [sys.executable, "-m", "eagle3scope"]
 
 
 def record(path, frames) -> Path:

@@ -166,59 +166,46 @@ def test_one_subscriber_listens_to_several_publishers():
             p.close()
 
 
-@pytest.fixture
-def raw_pub():
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUB)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    yield sock, f"tcp://127.0.0.1:{port}"
-    sock.close(0)
-    ctx.term()
+def _join(pub, sub) -> list:
+    """One hello once the subscriber listens; returns what arrived with it."""
+    pub.wait_subscribed()
+    pub.send("hello", hello_body(), src="x")
+    return collect(sub, lambda got: any(f.kind == "hello" for f in got))
 
 
-def _join(sock, sub) -> list:
-    """Send hellos (n = 0, 1, ...) until one arrives: PUB/SUB joins late. Returns what arrived."""
-    for n in range(200):
-        sock.send(encode_frame("hello", hello_body(), src="x", n=n))
-        if got := sub.poll(20):
-            return got
-    raise AssertionError("subscriber never joined")
-
-
-def test_bad_frames_are_counted_and_do_not_hide_the_next_ones(raw_pub):
-    sock, endpoint = raw_pub
-    with Subscriber([endpoint]) as sub:
-        _join(sock, sub)
+def test_bad_frames_are_counted_and_do_not_hide_the_next_ones(synthetic_publisher):
+    pub = synthetic_publisher
+    with Subscriber([pub.endpoint]) as sub:
+        _join(pub, sub)
         newer = msgpack.packb({"v": [SCHEMA_MAJOR + 1, 0], "k": "step", "src": "x", "n": 1, "t": 0, "b": {}})
         for data in (b"\xc1garbage", newer, encode_frame("step", step_body(1), src="x", n=1)):
-            sock.send(data)
+            pub.send_raw(data)
         frames = collect(sub, lambda got: any(f.kind == "step" for f in got))
         assert [f.body["seq"] for f in frames if f.kind == "step"] == [1]
         assert sub.bad_frames == 2 and "upgrade eagle3scope" in sub.last_error
 
 
-def test_gaps_and_shim_drops_add_up_per_source(raw_pub):
+def test_gaps_and_shim_drops_add_up_per_source(synthetic_publisher):
     """What the subscriber delivers, counted by the recorder's one counter (StreamLoss)."""
-    sock, endpoint = raw_pub
+    pub = synthetic_publisher
     loss = StreamLoss()
-    with Subscriber([endpoint]) as sub:
-        for frame in _join(sock, sub) + collect(sub, lambda got: False, timeout=0.1):  # + hellos in flight
+    with Subscriber([pub.endpoint]) as sub:
+        for frame in _join(pub, sub):
             loss.observe(frame)
         stats = loss.sources["x"]
-        base, lost, restarts = stats.last_n, stats.lost_in_transit, stats.restarts
-        for n in (base + 1, base + 5):
-            sock.send(encode_frame("step", step_body(n), src="x", n=n))
-        beat = {"steps": 9, "dropped": 7, "hook_failures": 1, "queued": 0}
-        sock.send(encode_frame("heartbeat", beat, src="x", n=base + 6))
+        assert (stats.last_n, stats.lost_in_transit, stats.restarts) == (0, 0, 0)
+        for n in (1, 5):
+            pub.send("step", step_body(n), src="x", n=n)
+        pub.send("heartbeat", {"steps": 9, "dropped": 7, "hook_failures": 1, "queued": 0}, src="x")
         for frame in collect(sub, lambda got: any(f.kind == "heartbeat" for f in got)):
             loss.observe(frame)
-        assert (stats.lost_in_transit - lost, stats.shim_dropped, stats.hook_failures) == (3, 7, 1)
-        assert loss.lost == stats.lost == stats.lost_in_transit + 7
+        assert (stats.lost_in_transit, stats.shim_dropped, stats.hook_failures) == (3, 7, 1)
+        assert loss.lost == stats.lost == 3 + 7
         assert loss.summary(sub.bad_frames)["sources"]["x"]["dropped_by_shim"] == 7
-        sock.send(encode_frame("hello", hello_body(), src="x", n=0))  # publisher restarted under the same src
+        pub.send("hello", hello_body(), src="x", n=0)  # publisher restarted under the same src
         for frame in collect(sub, lambda got: bool(got)):
             loss.observe(frame)
-        assert stats.restarts == restarts + 1 and stats.lost_in_transit - lost == 3
+        assert stats.restarts == 1 and stats.lost_in_transit == 3
         assert sub.sources == {"x"} and not hasattr(sub, "lost")  # the subscriber itself counts no loss
 
 

@@ -1,0 +1,3 @@
+"""What several test modules share, one definition each: the engine venv (``engine``), the CLI
+runner (``cli``), the synthetic publisher (``publisher``). The wire-body factory is
+``tests/synthetic.py`` (imported by most tests as ``synthetic``)."""
