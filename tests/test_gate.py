@@ -12,15 +12,14 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-import zmq
 
 from analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
 from eagle3scope.gate import parse_floors
-from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from test_check import record
 from support.cli import invoke, run
+from support.publisher import SyntheticPublisher
 
 
 def junit_cases(path) -> dict[str, ET.Element]:
@@ -105,28 +104,21 @@ def test_parse_floors_skips_empty_positions():
     assert len(floors) == 3 and floors[1] == 0.5 and floors[0] != floors[0] and floors[2] != floors[2]
 
 
-class Publisher:
-    """A real PUB socket replaying a synthetic session in a thread once a subscriber has connected."""
+class Publisher(SyntheticPublisher):
+    """A synthetic publisher replaying a session in a thread once the gate has subscribed."""
 
     def __init__(self, frames, *, delay_s: float = 0.0005) -> None:
-        self.endpoint = fresh_ipc_endpoint()
-        self.sock = zmq.Context.instance().socket(zmq.PUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(self.endpoint)
-        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_ACCEPTED)
+        super().__init__()
         self.frames, self.delay = frames, delay_s
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        # the stream's hello and load are sent once: wait until the gate's SUB has connected
-        if self.monitor.poll(60_000):
-            self.monitor.recv_multipart()
-        time.sleep(0.3)  # the subscription travels after the connection
+        self.wait_subscribed(60)  # the stream's hello and load are sent once
         for f in self.frames:
             if self.stop.is_set():
                 return
-            self.sock.send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+            self.send_frames([f])
             time.sleep(self.delay)
 
     def __enter__(self):
@@ -136,9 +128,7 @@ class Publisher:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(10)
-        self.sock.disable_monitor()
-        self.monitor.close(0)
-        self.sock.close(0)
+        self.close()
 
 
 def gate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

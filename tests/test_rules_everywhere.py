@@ -18,7 +18,6 @@ from tui_support import PANEL_KEYS, recorded_frames, replay_with_panel, rules_an
 from eagle3scope.cli import main  # noqa: E402
 from eagle3scope.live.subscriber import Subscriber  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed  # noqa: E402
-from eagle3scope.wire import encode_frame  # noqa: E402
 from support.cli import invoke
 from support.publisher import SyntheticPublisher
 
