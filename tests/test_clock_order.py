@@ -15,7 +15,7 @@ from eagle3scope.store.replayer import Replayer
 from eagle3scope.tui.feed import ReplayFeed
 from eagle3scope.wire import Frame
 from eagle3scope.wire.validate import INT64_MAX
-from test_check import record
+from support.recordings import record
 from support.cli import invoke
 
 BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,

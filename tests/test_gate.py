@@ -17,7 +17,7 @@ from analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
 from eagle3scope.gate import parse_floors
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
-from test_check import record
+from support.recordings import record
 from support.cli import invoke, run
 from support.publisher import SyntheticPublisher
 

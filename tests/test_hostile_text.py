@@ -26,7 +26,7 @@ from rich.text import Text
 from eagle3scope.wire import untrusted
 from hostile_support import Tally
 from support.cli import invoke
-from test_check import record
+from support.recordings import record
 from untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames
 
 TEXT = Tally("text", "every command over hostile strings")

@@ -9,7 +9,7 @@ import struct
 
 from analysis_streams import H, session
 from eagle3scope.cli import main
-from test_check import record
+from support.recordings import record
 from support.cli import invoke
 
 BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,
