@@ -23,7 +23,7 @@ import zstandard
 
 from eagle3scope.store.format import MAX_BATCH_FRAMES, SCHEMA, SIDE_SUFFIXES, STORE_FORMAT, StoreError
 from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, is_decode_step
-from eagle3scope.wire.schema import RESENT_KINDS, STATE_KINDS
+from eagle3scope.wire.schema import STATE_KINDS
 
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
 MAX_PENDING_BYTES = 4 << 20
@@ -187,7 +187,8 @@ class SessionWriter:
     def _note_state(self, idx: int, raw: bytes, frame: Frame) -> None:
         key = str(frame.body.get("seam", "")) if frame.kind == "hook" else ""
         slot = (frame.src, frame.kind, key)
-        if frame.kind in RESENT_KINDS and self._last_state.get(slot) == frame.body:
+        # re-sent unchanged (hello and load are sticky): one row until it changes; heartbeats all kept
+        if frame.kind != "heartbeat" and self._last_state.get(slot) == frame.body:
             return
         self._last_state[slot] = frame.body
         self._pending_state.append((idx, frame.src, frame.kind, key, raw))

@@ -105,12 +105,8 @@ SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
 
 KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
-#: Kinds that say what a publisher is rather than what one round did: the latest of each (of
-#: ``hook``, per seam) is what a viewer knows of the publisher, which a seek re-sends.
+#: kinds that describe a publisher's state rather than a step: what seeking in a recording replays
 STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
-#: State kinds whose body rarely changes (the shim re-sends hello, load and config unchanged so a
-#: late viewer learns them): a store keeps one only when it changed; a heartbeat always changes.
-RESENT_KINDS = ("hello", "load", "config", "hook")
 
 #: Draft forward modes whose input must be the target's (k x H)-wide aux features. Draft decode
 #: steps feed back the draft's own H-wide state and are legitimately narrow.
