@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 import zstandard
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -35,11 +34,12 @@ from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.salvage import salvage
 from eagle3scope.store.format import MAX_BATCH_BYTES
 from eagle3scope.store.writer import CHECKPOINT_S
-from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire import decode_frame
 from hostile_support import Tally
 from synthetic import session_frames, step_body
 from tui_support import paused_app, play_to_end, run_async
 from support.cli import invoke
+from support.publisher import SyntheticPublisher
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 600
@@ -261,12 +261,11 @@ def test_reader_on_a_read_only_mount(pristine, tmp_path):
 
 
 # -- the recorder's accidents -----------------------------------------------------------------------
-class _Publisher:
-    """Step frames stamped with the wall clock at ``rate`` per second on a real PUB socket."""
+class _Publisher(SyntheticPublisher):
+    """Step frames stamped with the wall clock at ``rate`` per second, from the start (no wait for a subscriber)."""
 
     def __init__(self, rate: float = 1000.0) -> None:
-        self.sock = zmq.Context.instance().socket(zmq.PUB)
-        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        super().__init__()
         self.rate, self.sent, self._stop = rate, [], threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -274,7 +273,7 @@ class _Publisher:
         seq, t0 = 0, time.monotonic()
         while not self._stop.is_set():
             t = time.time_ns()
-            self.sock.send(encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t))
+            self.send("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
             self.sent.append((seq, t))
             seq += 1
             delay = t0 + seq / self.rate - time.monotonic()
@@ -288,7 +287,7 @@ class _Publisher:
     def __exit__(self, *exc):
         self._stop.set()
         self.thread.join()
-        self.sock.close(0)
+        self.close()
 
 
 def _recorder(port: int, out: Path, **popen) -> subprocess.Popen:
