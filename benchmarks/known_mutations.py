@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/diagnose.py",
-                                    "eagle3scope/store/session.py", "eagle3scope/commands/record.py")
+RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/weight_checks.py",
+                                    "eagle3scope/store/reader.py", "eagle3scope/commands/record.py")
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
     "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",
     "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")
@@ -47,12 +47,12 @@ MUTATIONS = [
      "pos = bisect.bisect_left(self._seq_keys, seq)", "pos = bisect.bisect_right(self._seq_keys, seq)",
      ["tests/test_store_boundaries.py"]),
     ("record: prints 0 lost frames", RECORD,
-     "_progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,\n"
+     "_progress(err, writer.steps, writer.frames, len(sub.sources), loss.lost, sub.bad_frames, writer.bytes,\n"
      "                  stop[\"elapsed\"]",
      "_progress(err, writer.steps, writer.frames, len(sub.sources), 0, sub.bad_frames, writer.bytes,\n"
      "                  stop[\"elapsed\"]", ["tests/test_record_loss.py"]),
     ("record: loss counts not kept in the session file", RECORD,
-     "writer.note_loss(sub.loss())\n            writer.close()", "writer.close()",
+     "writer.note_loss(loss.summary(sub.bad_frames))\n            writer.close()", "writer.close()",
      ["tests/test_record_loss.py"]),
     # issue 29's audit and this round's own (tests/test_promises.py, tests/test_advisor.py)
     ("control: the MAC no longer covers the nonce and the time", CONTROL,

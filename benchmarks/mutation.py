@@ -43,14 +43,20 @@ class Target:
 MODULES: dict[str, Target] = {
     "analysis-rules": Target("eagle3scope/analysis/rules.py",
                              ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py")),
-    "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py",
+    "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py",
                                ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
+    "doctor-config": Target("eagle3scope/doctor/config_checks.py",
+                            ("tests/test_doctor.py", "tests/test_doctor_2026.py", "tests/test_doctor_producers.py")),
     "store-index-seek": Target(
-        "eagle3scope/store/session.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        "eagle3scope/store/reader.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
-            "SessionWriterǁadd", "SessionWriterǁflush", "SessionReaderǁrefresh", "SessionReaderǁ_batch_at",
-            "SessionReaderǁframes", "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq",
-            "SessionReaderǁseek_time", "SessionReaderǁstate_at")),
+            "SessionReaderǁrefresh", "SessionReaderǁ_batch_at", "SessionReaderǁframes",
+            "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq", "SessionReaderǁseek_time",
+            "SessionReaderǁstate_at")),
+        deselect="not replayer"),
+    "store-index-write": Target(
+        "eagle3scope/store/writer.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        functions=tuple(f"*xǁ{name}__mutmut_*" for name in ("SessionWriterǁadd", "SessionWriterǁflush")),
         deselect="not replayer"),
     "wire-codec": Target("eagle3scope/wire/schema.py", ("tests/test_wire.py",)),
     "wire-validation": Target("eagle3scope/wire/validate.py", ("tests/test_wire.py",)),
@@ -62,6 +68,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),
+    ],
+    "store-index-write": [
         ('con.execute("begin")', _SQL_CASE),
         ('con.executemany("insert into state(idx, src, kind, key, frame) values (?, ?, ?, ?, ?)",', _SQL_CASE),
     ],

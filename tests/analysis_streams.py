@@ -1,8 +1,8 @@
 """Event streams for the analysis tests and benchmark: a healthy EAGLE-3 session and its breaks.
 
 Frames are built the way the shim builds them (encoded and decoded through the wire codec, so the
-schema's step check runs on every one). ``healthy_load`` and ``hello`` bodies follow the schema
-docstring; a scenario overrides fields of them or of the steps.
+schema's step check runs on every one). ``hello`` and ``healthy_load`` are the one body factory's
+(``synthetic.py``) at this small model's sizes; a scenario overrides fields of them or of the steps.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import copy
 import random
 
 from eagle3scope.wire import Frame, decode_frame, encode_frame
+from synthetic import hello_body, load_body
 
 H = 64
 LAYERS = 8
@@ -20,31 +21,14 @@ K = 3  # speculative_num_steps, topk 1 chain
 
 
 def hello(algorithm: str = "EAGLE3", num_steps: int = K) -> dict:
-    return {
-        "pid": 4242, "host": "box", "tp_rank": 0, "dp_rank": 0, "sglang_version": "0.5.23", "shim_version": "0.1.0",
-        "worker": "v2",
-        "server_args": {"algorithm": algorithm, "num_steps": num_steps, "topk": 1, "num_draft_tokens": num_steps + 1,
-                        "dtype": "bfloat16", "cuda_graph": False, "model_path": "t", "draft_model_path": "d",
-                        "attention_backend": "torch_native"},
-        "observable": {"draft_passes": True}, "control": None,
-    }
+    return hello_body(algorithm=algorithm, num_steps=num_steps, model_path="t", draft_model_path="d", host="box",
+                      observable={"draft_passes": True})
 
 
 def healthy_load() -> dict:
-    configured = [1, LAYERS // 2 - 1, LAYERS - 4]
-    return {
-        "draft_class": "LlamaForCausalLMEagle3", "target_class": "LlamaForCausalLM", "hidden_size": H,
-        "target_hidden_size": H, "num_target_layers": LAYERS, "draft_vocab_size": DRAFT_VOCAB,
-        "target_vocab_size": TARGET_VOCAB, "fc": {"in": 3 * H, "out": H},
-        "aux": {"configured": configured, "use_aux": True, "captured": [i + 1 for i in configured], "capture_on": True,
-                "offset_rule": "+1"},
-        "weights": {"consumed": ["fc.weight", "layers.0.self_attn.qkv_proj.weight", "lm_head.weight", "d2t"],
-                    "skipped": [], "unwritten": []},
-        "d2t": {"present": True, "size": DRAFT_VOCAB, "min": 0, "max": 400, "target_min": 0, "target_max": 899,
-                "out_of_range": 0, "injective": True, "t2d_consistent": True, "looks_absolute": False},
-        "lm_head": {"source": "checkpoint", "shape": [DRAFT_VOCAB, H]},
-        "embed_tokens": {"source": "target"},
-    }
+    return load_body(hidden=H, layers=LAYERS, draft_vocab=DRAFT_VOCAB, target_vocab=TARGET_VOCAB,
+                     configured=[1, LAYERS // 2 - 1, LAYERS - 4], d2t_max=400, d2t_target_max=899,
+                     consumed=("fc.weight", "layers.0.self_attn.qkv_proj.weight", "lm_head.weight", "d2t"))
 
 
 def step(seq: int, t_ns: int, accepted: list[int], *, k: int = K, feature_width: int = 3 * H, fc: bool = True,

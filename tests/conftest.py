@@ -1,6 +1,6 @@
-"""Shared fixtures for tests that need the real SGLang engine venv and the tiny models.
+"""The suite's fixtures and hooks; the helpers they use live in ``tests/support/``.
 
-Those tests are marked ``engine``. They skip when the engine venv is absent,
+Tests that need the real SGLang engine venv and the tiny models are marked ``engine``. They skip when the engine venv is absent,
 unless EAGLE3SCOPE_REQUIRE_ENGINE=1 (CI's full run, ``make test``), where absence fails.
 Under that variable *every* skip fails, whatever raised it (a missing tool, wheel, scratch venv
 or test dependency): ``make test`` provides all of them, so a skip there is a hole in the run.
@@ -9,7 +9,6 @@ or test dependency): ``make test`` provides all of them, so a skip there is a ho
 import atexit
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -23,22 +22,11 @@ atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], True)
 # stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")
 
-from eagle3scope.demo.server import cache_dir, engine_python as locate_engine_python
+from eagle3scope.demo.server import cache_dir
 from eagle3scope.demo.tiny import MODELS_DIRNAME
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def required() -> bool:
-    return os.environ.get("EAGLE3SCOPE_REQUIRE_ENGINE") == "1"
-
-
-def engine_missing(reason: str):
-    """Skip, or fail when the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1)."""
-    if required():
-        pytest.fail(f"engine required but unavailable: {reason}")
-    pytest.skip(reason)
-
+from support.engine import FLEET_SCENARIOS, SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS
+from support.engine import built_models, checked_engine_python, required, run_engine_python
+from support.publisher import SyntheticPublisher
 
 _NO_SKIPS = "skipped under EAGLE3SCOPE_REQUIRE_ENGINE=1, where nothing may be missing"
 
@@ -55,25 +43,6 @@ def pytest_make_collect_report(collector):
     report = (yield).get_result()
     if required() and report.skipped:  # a module-level importorskip
         report.outcome, report.longrepr = "failed", f"{_NO_SKIPS}: {report.longrepr}"
-
-
-def run_engine_python(python: Path, *args: str, timeout: float = 600, env: dict | None = None):
-    """Run the engine venv's python from the repo root (so this checkout's modules win)."""
-    return subprocess.run(
-        [str(python), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def checked_engine_python(version: str) -> Path:
-    """The python of the engine venv for SGLang `version`, checked to import torch, the CPU kernels and sglang."""
-    python = locate_engine_python(version)
-    if not python.exists():
-        engine_missing(f"no SGLang {version} engine venv at {python} (scripts/build-engine-env.sh builds it)")
-    probe = run_engine_python(python, "-c", "import torch, sgl_kernel, sglang")
-    if probe.returncode != 0:
-        engine_missing(f"engine venv at {python} is incomplete:\n{probe.stderr[-2000:]}")
-    return python
 
 
 @pytest.fixture(scope="session")
@@ -98,38 +67,16 @@ def tiny_models(engine_python) -> tuple[Path, Path]:
     return root / "target", root / "draft-random"
 
 
-
-def built_models(family: str, engine_python):
-    """A demo family's trained models, built once and cached by code hash; skipped when not built,
-    unless the run demands the engine (EAGLE3SCOPE_REQUIRE_ENGINE=1) or EAGLE3SCOPE_BUILD_MODELS=1."""
-    from eagle3scope.demo import deepseek_mla, families, models
-
-    module = {"llama": models, "deepseek": deepseek_mla}[family]
-    if module.cached() is None and not required() and os.environ.get("EAGLE3SCOPE_BUILD_MODELS") != "1":
-        pytest.skip(f"{family} demo models not built (python -m {module.__name__}, or EAGLE3SCOPE_BUILD_MODELS=1)")
-    return families.ensure_models(family, python=engine_python)
-
-
 @pytest.fixture(scope="session")
 def demo_models(engine_python):
     """The trained Llama demo target + drafts."""
     return built_models("llama", engine_python)
 
 
-
 @pytest.fixture(scope="session")
 def deepseek_models(engine_python):
     """The seeds' family: trained DeepseekV3 target (also as Kimi-K2.5) + its drafts (Llama-style and MLA)."""
     return built_models("deepseek", engine_python)
-
-
-SCENARIO_STEPS = 120
-SCENARIO_PROMPTS_SEED = 7
-SCENARIO_NEW_TOKENS = 64
-
-
-#: Scenarios whose shared server also feeds the fleet observers (exporter, Prometheus, live gate).
-FLEET_SCENARIOS = ("healthy", "aux-off")
 
 
 @pytest.fixture(scope="session")
@@ -202,3 +149,10 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
         return done[family, name]
 
     return get
+
+
+@pytest.fixture
+def synthetic_publisher():
+    """A real XPUB socket on loopback TCP standing in for a shim (tests/support/publisher.py)."""
+    with SyntheticPublisher() as pub:
+        yield pub

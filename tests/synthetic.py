@@ -21,14 +21,16 @@ AUX_CONFIGURED = [i - 1 for i in AUX_LAYERS]
 T0_NS = 1_700_000_000_000_000_000
 
 
-def hello_body(**overrides: object) -> dict:
+def hello_body(*, algorithm: str = "EAGLE3", num_steps: int = 3, model_path: str = "meta-llama/Llama-3.1-8B-Instruct",
+               draft_model_path: str = "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B", **overrides: object) -> dict:
+    """A hello (top-k 1 chain of ``num_steps`` drafts); ``overrides`` replace whole top-level fields."""
     body = {
         "pid": 4242, "host": "synthetic", "tp_rank": 0, "dp_rank": 0,
         "sglang_version": "0.5.23", "shim_version": "0.1.0", "worker": "v2",
         "server_args": {
-            "algorithm": "EAGLE3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4, "dtype": "bfloat16",
-            "cuda_graph": False, "model_path": "meta-llama/Llama-3.1-8B-Instruct",
-            "draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B", "attention_backend": "torch_native",
+            "algorithm": algorithm, "num_steps": num_steps, "topk": 1, "num_draft_tokens": num_steps + 1,
+            "dtype": "bfloat16", "cuda_graph": False, "model_path": model_path, "draft_model_path": draft_model_path,
+            "attention_backend": "torch_native",
         },
         "observable": {"draft_passes": True, "verify": True},
         "control": None,
@@ -37,18 +39,24 @@ def hello_body(**overrides: object) -> dict:
     return body
 
 
-def load_body(**overrides: object) -> dict:
+def load_body(*, hidden: int = HIDDEN, layers: int = 32, draft_vocab: int = 32000, target_vocab: int = TARGET_VOCAB,
+              configured: list[int] = AUX_CONFIGURED, d2t_max: int = 96000, d2t_target_max: int = 128000,
+              consumed: tuple[str, ...] = ("fc.weight", "midlayer.self_attn.q_proj.weight"),
+              **overrides: object) -> dict:
+    """A healthy load report of a Llama target (aux ids +1) and its EAGLE-3 draft of these sizes;
+    ``overrides`` replace whole top-level fields."""
     body = {
         "draft_class": "LlamaForCausalLMEagle3", "target_class": "LlamaForCausalLM",
-        "hidden_size": HIDDEN, "target_hidden_size": HIDDEN, "num_target_layers": 32,
-        "draft_vocab_size": 32000, "target_vocab_size": TARGET_VOCAB,
-        "fc": {"in": 3 * HIDDEN, "out": HIDDEN},
-        "aux": {"configured": AUX_CONFIGURED, "use_aux": True, "captured": AUX_LAYERS, "capture_on": True,
-                "offset_rule": "+1"},
-        "weights": {"consumed": ["fc.weight", "midlayer.self_attn.q_proj.weight"], "skipped": [], "unwritten": []},
-        "d2t": {"present": True, "size": 32000, "min": 0, "max": 96000, "target_min": 0, "target_max": 128000,
-                "out_of_range": 0, "injective": True, "t2d_consistent": True, "looks_absolute": False},
-        "lm_head": {"source": "checkpoint", "shape": [32000, HIDDEN]},
+        "hidden_size": hidden, "target_hidden_size": hidden, "num_target_layers": layers,
+        "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
+        "fc": {"in": len(configured) * hidden, "out": hidden},
+        "aux": {"configured": list(configured), "use_aux": True, "captured": [i + 1 for i in configured],
+                "capture_on": True, "offset_rule": "+1"},
+        "weights": {"consumed": list(consumed), "skipped": [], "unwritten": []},
+        "d2t": {"present": True, "size": draft_vocab, "min": 0, "max": d2t_max, "target_min": 0,
+                "target_max": d2t_target_max, "out_of_range": 0, "injective": True, "t2d_consistent": True,
+                "looks_absolute": False},
+        "lm_head": {"source": "checkpoint", "shape": [draft_vocab, hidden]},
         "embed_tokens": {"source": "target"},
     }
     body.update(overrides)

@@ -16,6 +16,7 @@ from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import decode_frame, encode_frame
 from synthetic import hello_body, load_body
+from support.cli import invoke
 
 # A known machine: draft 0.8 ms + 0.05/request per step, verify 3 ms + 0.02/token, extend 1 ms + 0.01/token.
 DRAFT, VERIFY, EXTEND = (0.8, 0.05), (3.0, 0.02), (1.0, 0.01)
@@ -226,7 +227,7 @@ def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
     from tui_support import paused_app, play_to_end, run_async, screen_text
 
     frames = chain_frames(1500)
-    cli = json.loads(CliRunner().invoke(main, ["advise", _recording(tmp_path, frames), "--json"]).output)
+    cli = json.loads(invoke("advise", _recording(tmp_path, frames), "--json").output)
     expected = cli["publishers"]["dp0"]
     rec = expected["recommended_num_steps"]
     assert rec not in (None, 5)  # the known machine is faster at fewer steps

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from eagle3scope.cli import main
+from support.cli import invoke
 
 pytestmark = pytest.mark.engine
 
@@ -44,7 +43,7 @@ def test_a_recording_at_5_steps_predicts_sglangs_accept_length_at_2(demo_models,
     recording = tmp_path / "deep.e3s"
     at_5 = served(demo_models, engine_python, RECORDED_STEPS, tmp_path / "s5.log", record=recording)
     at_2 = served(demo_models, engine_python, SERVED_STEPS, tmp_path / "s2.log")
-    out = CliRunner().invoke(main, ["advise", str(recording), "--json"])
+    out = invoke("advise", str(recording), "--json")
     assert out.exit_code in (0, 3), out.output
     (advice,) = json.loads(out.output)["publishers"].values()
     assert advice["recorded_num_steps"] == RECORDED_STEPS

@@ -131,3 +131,39 @@ def test_connect_is_declared_once():
         assert (param.opts, param.secondary_opts, param.name, param.multiple) == \
             (reference.opts, reference.secondary_opts, reference.name, reference.multiple), name
         assert param.help.startswith(CONNECT_HELP + " "), name
+
+
+def test_readme_walk_names_what_exists():
+    """"One step, from the SGLang seam to the pixel" names files and functions of this checkout:
+    every ``x.py`` is a file of eagle3scope or the shim, every ``module.name`` a project module
+    (the walk's own) that has that attribute, so a rename or a move cannot leave the walk behind."""
+    import importlib
+
+    text = (ROOT / "README.md").read_text()
+    walk = text.split("### One step, from the SGLang seam to the pixel", 1)[1].split("\n## ", 1)[0]
+    names = set(re.findall(r"`([^`\s]+)`", walk))
+    files = [p.relative_to(ROOT).as_posix() for p in (*(ROOT / "eagle3scope").rglob("*.py"), *SHIM.glob("*.py"))]
+    modules: dict[str, list[str]] = {}
+    for path in files:
+        parts = path.removesuffix(".py").removesuffix("/__init__").split("/")
+        dotted = ".".join(parts[1:] if parts[0] == "instrumentation" else parts)
+        modules.setdefault(parts[-1], []).append(dotted)
+    checked = []
+    for name in sorted(names):
+        if name.endswith(".py"):
+            assert any(f == name or f.endswith("/" + name) for f in files), f"README's walk names {name}: no such file"
+            checked.append(name)
+        elif re.fullmatch(r"[a-z_]+(\.\w+)+", name) and name.split(".")[0] in modules:
+            first, *attrs = name.split(".")
+
+            def has(module: str) -> bool:
+                obj = importlib.import_module(module)
+                for attr in attrs:
+                    if not hasattr(obj, attr):
+                        return False
+                    obj = getattr(obj, attr)
+                return True
+
+            assert any(has(m) for m in modules[first]), f"README's walk names {name}: not in {modules[first]}"
+            checked.append(name)
+    assert len(checked) >= 15, checked  # the walk still names the code it walks through

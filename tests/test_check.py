@@ -5,29 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from analysis_streams import H, session
-from eagle3scope.cli import main
-from eagle3scope.store import SessionWriter
-from eagle3scope.wire import encode_frame
 from eagle3scope.wire.schema import MAX_PUBLISHERS
-
-
-def record(path, frames) -> str:
-    with SessionWriter(path) as writer:
-        for f in frames:
-            writer.add(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t), f)
-    return str(path)
-
-
-def run_check(*args):
-    return CliRunner().invoke(main, ["check", *args])
+from support.cli import invoke
+from support.recordings import record
 
 
 def test_healthy_recording_passes_with_summary(tmp_path):
     frames = session(800, bs=2, accept_p=0.7)
-    result = run_check(record(tmp_path / "ok.e3s", frames), "--json")
+    result = invoke("check", record(tmp_path / "ok.e3s", frames), "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     steps = [f.body for f in frames if f.kind == "step"]
@@ -41,7 +28,7 @@ def test_healthy_recording_passes_with_summary(tmp_path):
 def test_broken_recording_exits_1_with_violations(tmp_path):
     frames = session(300, accept_p=0.0, algorithm="EAGLE",
                      step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
-    result = run_check(record(tmp_path / "bad.e3s", frames), "--json")
+    result = invoke("check", record(tmp_path / "bad.e3s", frames), "--json")
     assert result.exit_code == 1
     out = json.loads(result.output)
     ids = {v["id"] for v in out["violations"]}
@@ -49,7 +36,7 @@ def test_broken_recording_exits_1_with_violations(tmp_path):
     for v in out["violations"]:
         assert set(v) >= {"id", "severity", "title", "evidence"} and v["severity"] in ("error", "warning", "info")
     assert out["summary"]["mean_accept_length"] == 1.0
-    text = run_check(str(tmp_path / "bad.e3s"))
+    text = invoke("check", str(tmp_path / "bad.e3s"))
     assert text.exit_code == 1 and "ERROR   fc-bypassed" in text.output and "fix:" in text.output
 
 
@@ -58,21 +45,21 @@ def test_warnings_fail_only_when_asked(tmp_path):
     frames.insert(5, frames[4].__class__("hook", "r0", 10**6, frames[4].t, {"seam": "verify", "status": "failed",
                                                                            "detail": "boom"}))
     path = record(tmp_path / "warn.e3s", frames)
-    assert run_check(path).exit_code == 0
-    assert run_check(path, "--fail-on", "warning").exit_code == 1
+    assert invoke("check", path).exit_code == 0
+    assert invoke("check", path, "--fail-on", "warning").exit_code == 1
 
 
 def test_unreadable_file_exits_2(tmp_path):
     junk = tmp_path / "junk.e3s"
     junk.write_bytes(b"not a session")
-    assert run_check(str(junk)).exit_code == 2
-    assert run_check(str(tmp_path / "missing.e3s")).exit_code == 2
+    assert invoke("check", str(junk)).exit_code == 2
+    assert invoke("check", str(tmp_path / "missing.e3s")).exit_code == 2
 
 
 def test_list_rules_names_every_rule_once():
     from eagle3scope.analysis import RULE_IDS
 
-    result = run_check("--list-rules")
+    result = invoke("check", "--list-rules")
     listed = [line.split()[0] for line in result.output.splitlines()]
     assert result.exit_code == 0 and listed == list(RULE_IDS) and len(set(listed)) == len(listed)
 
@@ -83,10 +70,10 @@ def test_frames_from_publishers_past_the_cap_make_the_verdict_incomplete(tmp_pat
     last = frames[-1]
     strangers = [last.__class__("heartbeat", f"stranger{i}", 0, last.t + i, heartbeat) for i in range(MAX_PUBLISHERS + 9)]
     path = record(tmp_path / "crowd.e3s", frames + strangers)
-    result = run_check(path, "--json")
+    result = invoke("check", path, "--json")
     out = json.loads(result.output)
     # the first publisher's healthy run is still judged; ten strangers found no place and say so (exit 3)
     assert result.exit_code == 3 and out["violations"] == []
     assert out["summary"]["refused_frames"] == 10 and len(out["summary"]["publishers"]) == MAX_PUBLISHERS
-    text = run_check(path)
+    text = invoke("check", path)
     assert text.exit_code == 3 and "10 frame(s) from publishers past the first 256 were not analysed" in text.output

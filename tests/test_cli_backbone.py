@@ -16,15 +16,12 @@ import threading
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from eagle3scope.cli import main
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import decode_frame
 from eagle3scope_shim.publisher import Publisher
+from support.cli import CLI, invoke
 from synthetic import hello_body, load_body, session_frames, step_body
-
-CLI = [sys.executable, "-c", "from eagle3scope.cli import main; main()"]
 
 
 class Recorder:
@@ -84,21 +81,12 @@ def recorder():
         rec.kill()
 
 
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def cli_run(*args: str):
-    """Like :func:`cli` but lets click turn errors into an exit status."""
-    return CliRunner().invoke(main, list(args))
-
-
 def test_help_lists_the_backbone_commands():
-    out = cli("--help").output
+    out = invoke("--help", catch_exceptions=False).output
     for name in ("record", "replay", "export", "check"):
         assert name in out
     for name in ("record", "replay", "export"):
-        assert cli(name, "--help").exit_code == 0
+        assert invoke(name, "--help", catch_exceptions=False).exit_code == 0
 
 
 def test_decode_steps_stop_where_check_counts_steps(tmp_path, publisher, recorder):
@@ -117,7 +105,7 @@ def test_decode_steps_stop_where_check_counts_steps(tmp_path, publisher, recorde
     log = rec.finish()
     assert rec.proc.returncode == 0, log
     assert f"stopped ({n} decode steps)" in log
-    result = cli("check", str(out), "--json")
+    result = invoke("check", str(out), "--json", catch_exceptions=False)
     assert json.loads(result.output)["summary"]["steps"] == n
 
 
@@ -133,13 +121,14 @@ def test_published_steps_reach_export_exactly(tmp_path, publisher, recorder):
     assert rec.proc.returncode == 0, log
     assert f"stopped ({n} steps)" in log and publisher.dropped == 0
 
-    result = cli("export", str(out), "--format", "jsonl", "--kind", "step", "--out", str(tmp_path / "s.jsonl"))
+    result = invoke("export", out, "--format", "jsonl", "--kind", "step", "--out", tmp_path / "s.jsonl",
+                    catch_exceptions=False)
     assert result.exit_code == 0
     lines = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [line["b"] for line in lines] == bodies
     assert all(line["k"] == "step" and line["src"] == "dp0" and line["v"][0] == 1 for line in lines)
 
-    assert cli("export", str(out), "--format", "csv", "--out", str(tmp_path / "s.csv")).exit_code == 0
+    assert invoke("export", str(out), "--format", "csv", "--out", str(tmp_path / "s.csv"), catch_exceptions=False).exit_code == 0
     rows = list(csv.DictReader(io.StringIO((tmp_path / "s.csv").read_text())))
     assert len(rows) == 3 * n
     for row, (body, i) in zip(rows, ((b, i) for b in bodies for i in range(3))):
@@ -151,7 +140,7 @@ def test_published_steps_reach_export_exactly(tmp_path, publisher, recorder):
         assert int(row["feature_width"]) == body["passes"][0]["width"] and row["feature_fc"] == "True"
 
     pq = pytest.importorskip("pyarrow.parquet")
-    assert cli("export", str(out), "--format", "parquet").exit_code == 0
+    assert invoke("export", str(out), "--format", "parquet", catch_exceptions=False).exit_code == 0
     table = pq.read_table(out.with_suffix(".parquet")).to_pylist()
     assert [r["draft_ids"] for r in table] == [d for b in bodies for d in b["draft_ids"]]
     assert [r["accepted_ids"] for r in table] == [d for b in bodies for d in b["accepted_ids"]]
@@ -229,7 +218,7 @@ def test_duration_and_existing_file(tmp_path):
     again = subprocess.run([*CLI, "record", "--out", str(out), "--duration", "0.1"], capture_output=True, text=True,
                            timeout=30)
     assert again.returncode != 0 and "already exists" in again.stderr
-    bogus = cli_run("record", "--connect", "not-an-endpoint", "--out", str(tmp_path / "never.e3s"))
+    bogus = invoke("record", "--connect", "not-an-endpoint", "--out", str(tmp_path / "never.e3s"))
     assert bogus.exit_code == 1 and "cannot subscribe to not-an-endpoint" in bogus.output
     assert not (tmp_path / "never.e3s").exists()
 
@@ -244,7 +233,8 @@ def recording(tmp_path):
 
 
 def test_replay_headless_seeks_and_summarises(recording):
-    result = cli("replay", str(recording), "--headless", "--no-pace", "--from-step", "250", "--steps", "5")
+    result = invoke("replay", recording, "--headless", "--no-pace", "--from-step", "250", "--steps", "5",
+                    catch_exceptions=False)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].lstrip().startswith("hello") and "sglang 0.5.23" in lines[0]
@@ -254,7 +244,7 @@ def test_replay_headless_seeks_and_summarises(recording):
 
 
 def test_replay_json_lines_are_full_frames(recording):
-    result = cli("replay", str(recording), "--headless", "--json", "--speed", "64", "--steps", "3")
+    result = invoke("replay", str(recording), "--headless", "--json", "--speed", "64", "--steps", "3", catch_exceptions=False)
     frames = [json.loads(line) for line in result.output.splitlines()]
     assert [f["k"] for f in frames] == ["hello", "load", "step", "step", "step"]
     with SessionReader(recording) as reader:
@@ -272,7 +262,7 @@ def test_export_reports_damage_and_exits_3(recording, tmp_path):
     at = data.find(blob[100:160]) + 20
     data[at] ^= 0xFF
     recording.write_bytes(bytes(data))
-    result = CliRunner().invoke(main, ["export", str(recording), "--format", "jsonl", "--out", str(tmp_path / "x.jsonl")])
+    result = invoke("export", recording, "--format", "jsonl", "--out", tmp_path / "x.jsonl")
     assert result.exit_code == 3
     assert f"batch 2 (records {first}..{first + n - 1}) is unreadable" in result.output
     assert len((tmp_path / "x.jsonl").read_text().splitlines()) == total - n

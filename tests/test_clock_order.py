@@ -8,16 +8,15 @@ import json
 
 import pytest
 
-from click.testing import CliRunner
 
 from analysis_streams import H, session
 from eagle3scope.analysis import SessionState, analyse
-from eagle3scope.cli import main
 from eagle3scope.store.replayer import Replayer
 from eagle3scope.tui.feed import ReplayFeed
 from eagle3scope.wire import Frame
 from eagle3scope.wire.validate import INT64_MAX
-from test_check import record
+from support.recordings import record
+from support.cli import invoke
 
 BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,
                                                          "capture": {"on": False, "layers": None}})
@@ -32,7 +31,7 @@ def _shifted(frames, dt: int, **hello) -> list[Frame]:
 
 
 def _check(path) -> dict:
-    done = CliRunner().invoke(main, ["check", path, "--json"])
+    done = invoke("check", path, "--json")
     return json.loads(done.stdout)
 
 
@@ -80,7 +79,7 @@ def test_duplicated_frames_are_counted_once_and_reported_once(tmp_path):
     assert twice["summary"]["duplicate_frames"] == len(frames)
     state = analyse(doubled)
     assert sum("arrived again" in e.text for e in state.events) == 1
-    text = CliRunner().invoke(main, ["check", record(tmp_path / "c.e3s", doubled)]).stdout
+    text = invoke("check", record(tmp_path / "c.e3s", doubled)).stdout
     assert f"{len(frames)} duplicate frame(s) dropped" in text
 
 
@@ -113,7 +112,7 @@ def test_a_restart_under_the_same_src_is_a_new_run_with_its_own_figures_and_viol
     old, new = state.ended_runs[0], state.publishers["r0"]
     assert (old.run, new.run, old.decode_steps, new.decode_steps) == (1, 2, 300, 300)
     assert old.acceptance.mean_accept_length > 2.5 > 1.05 >= new.acceptance.mean_accept_length
-    text = CliRunner().invoke(main, ["check", path]).stdout
+    text = invoke("check", path).stdout
     assert "[r0 run 2 from step" in text and "1 publisher restart(s)" in text
 
 
@@ -185,14 +184,15 @@ def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
     scenario()
 
 
-def test_the_subscriber_counts_a_duplicate_once():
-    from eagle3scope.live.subscriber import SourceStats
+def test_the_recorders_counter_counts_a_duplicate_once():
+    from eagle3scope.wire.loss import StreamLoss
 
-    stats = SourceStats()
+    loss = StreamLoss()
     for f in session(20, bs=1):
-        stats.observe(f)
-        stats.observe(f)
-    assert (stats.steps, stats.duplicates, stats.lost_in_transit) == (20, 22, 0)
+        loss.observe(f)
+        loss.observe(f)
+    stats = loss.sources["r0"]
+    assert (stats.frames, stats.duplicates, stats.lost_in_transit) == (22, 22, 0)
 
 
 def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():

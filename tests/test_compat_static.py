@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import engine_missing
+from support.engine import engine_missing
 from eagle3scope.demo.server import cache_dir
 from eagle3scope.wire.releases import parse_version
 from eagle3scope_shim import seams

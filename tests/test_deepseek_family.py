@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
+from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
 from test_real_scenarios import check_json, fired
 
 from eagle3scope.demo import deepseek, deepseek_mla, families

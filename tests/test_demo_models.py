@@ -12,7 +12,7 @@ import os
 import statistics
 
 import pytest
-from conftest import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
+from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
 from test_demo_language import shortest_period
 
 from eagle3scope.demo import language, models

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from safetensors import safe_open
 
 import draft_checkpoints as dc
-from eagle3scope.cli import main
 from eagle3scope.doctor.loader_layouts import LEGACY_RENAMES, STACKED, expected_params, layout_for, map_name, parse_version
+from support.cli import invoke
 
 
 def doctor(path, *args) -> tuple[int, dict]:
-    result = CliRunner().invoke(main, ["doctor", str(path), "--json", *args])
+    result = invoke("doctor", str(path), "--json", *args)
     return result.exit_code, json.loads(result.output)
 
 
@@ -114,7 +113,7 @@ def test_missing_lm_head_with_draft_vocab_is_a_random_head_and_fix_refuses(tmp_p
     code, report = doctor(draft)
     assert code == 2 and ids(report)["lm-head-mismatch"]["evidence"] == {"draft_vocab_size": dc.DRAFT_VOCAB,
                                                                          "lm_head_present": False}
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and "lm_head is missing" in result.output
     assert not (tmp_path / "out").exists()
 
@@ -135,7 +134,7 @@ def test_absolute_d2t_is_found_and_fixed(tmp_path, target):
     code, report = doctor(draft, "--target", str(target))
     d2t = ids(report)["d2t-absolute"]
     assert code == 2 and d2t["evidence"]["looks_absolute"] and d2t["evidence"]["t2d_consistent"] is False
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target)])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
     assert result.exit_code == 0, result.output
     assert tree_digest(draft) == before  # the source is untouched
     with safe_open(str(tmp_path / "fixed" / "model.safetensors"), "np") as f:
@@ -162,7 +161,7 @@ def test_d2t_absolute_without_t2d_is_fixed_only_when_out_of_range(tmp_path):
     draft = dc.write(tmp_path / "f", weights, dc.specforge_config())
     code, report = doctor(draft)
     assert code == 2 and "d2t is inconsistent" in " ".join(report["refusals"])
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 2
 
 
 def test_truncated_safetensors(tmp_path):
@@ -171,7 +170,7 @@ def test_truncated_safetensors(tmp_path):
     (draft / "model.safetensors").write_bytes(blob[: len(blob) // 2])
     code, report = doctor(draft)
     assert code == 2 and "truncated" in ids(report)["weights-unreadable"]["evidence"]["detail"]
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")]).exit_code == 2
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 2
 
 
 def test_fc_trained_on_two_aux_layers_but_three_configured(tmp_path):
@@ -229,8 +228,8 @@ def test_fix_speculators_checkpoint_for_old_sglang_sharded(tmp_path, target):
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), dc.speculators_config(), shards=2)
     (draft / "tokenizer.json").write_text("{}")
     before = tree_digest(draft)
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.11",
-                                       "--target", str(target)])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.11",
+                                       "--target", str(target))
     assert result.exit_code == 0, result.output
     assert "10 tensor(s): layers.0.* -> midlayer.*" in result.output
     assert tree_digest(draft) == before
@@ -252,9 +251,9 @@ def test_fix_speculators_checkpoint_for_old_sglang_sharded(tmp_path, target):
 def test_fix_refuses_existing_out_and_out_inside_source(tmp_path):
     draft = dc.speculators(tmp_path / "d")
     (tmp_path / "exists").mkdir()
-    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "exists")])
+    r = invoke("fix", str(draft), "--out", str(tmp_path / "exists"))
     assert r.exit_code == 2 and "already exists" in r.output
-    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(draft / "sub")])
+    r = invoke("fix", str(draft), "--out", str(draft / "sub"))
     assert r.exit_code == 2 and not (draft / "sub").exists()
 
 
@@ -264,7 +263,7 @@ def test_top_level_layer_ids_are_ignored_by_sglang_and_fix_moves_them(tmp_path, 
     code, report = doctor(draft, "--target", str(target))
     f = ids(report)["aux-layers-mismatch"]
     assert code == 2 and f["severity"] == "error" and f["evidence"]["default_captured"] == [2, 4, 5]
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     fixed = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS}
     assert "eagle_aux_hidden_state_layer_ids" not in fixed
@@ -289,7 +288,7 @@ def test_fix_renames_a_dropped_layer_tensor_into_its_hole(tmp_path, target):
     code, report = doctor(draft)
     assert code == 2 and ids(report)["weights-dropped"]["evidence"]["examples"] == ["decoder.mlp.down_proj.weight"]
     assert report["fixable"]["renames"] == {"decoder.mlp.down_proj.weight": "layers.0.mlp.down_proj.weight"}
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     assert doctor(tmp_path / "fixed")[0] == 0
 
 
@@ -299,7 +298,7 @@ def test_fix_strips_a_wrapper_prefix(tmp_path):
     code, report = doctor(draft)
     assert code == 2 and len(report["fixable"]["renames"]) == 14
     assert report["fixable"]["renames"]["module.midlayer.self_attn.q_proj.weight"] == "layers.0.self_attn.q_proj.weight"
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     assert doctor(tmp_path / "fixed")[0] == 0
 
 
@@ -310,7 +309,7 @@ def test_two_keys_for_one_hole_is_a_guess(tmp_path):
     draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
     code, report = doctor(draft)
     assert code == 2 and report["fixable"]["renames"] == {}
-    r = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
+    r = invoke("fix", str(draft), "--out", str(tmp_path / "out"))
     assert r.exit_code == 2 and "a.mlp.down_proj.weight" in r.output and not (tmp_path / "out").exists()
 
 
@@ -327,7 +326,7 @@ def test_bf16_checkpoint_is_fixed_byte_for_byte_without_torch(tmp_path):
                       [(n, i, "BF16" if i.dtype == "F16" else i.dtype, i.shape) for n, i in ckpt.tensors.items()])
     code, report = doctor(draft, "--sglang-version", "0.5.10")
     assert code == 2 and ids(report)["weights-dropped"]["evidence"]["skipped"] == 10
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.10"]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--for-sglang", "0.5.10").exit_code == 0
     fixed = open_checkpoint(tmp_path / "fixed")
     assert fixed.tensors["midlayer.self_attn.q_proj.weight"].dtype == "BF16"
     blob = (draft / "model.safetensors").read_bytes()
@@ -357,7 +356,7 @@ def test_fix_turns_aux_capture_back_on_beside_a_trained_fc(tmp_path, target):
     """The seeds' break: fc was trained on 3H aux states, so the repair is certain; the copy is clean."""
     eagle = {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS, "use_aux_hidden_state": False}
     draft = dc.specforge(tmp_path / "d", eagle_config=eagle)
-    done = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target)])
+    done = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
     assert done.exit_code == 0, done.output
     assert "use_aux_hidden_state false -> true" in done.output
     config = json.loads((tmp_path / "fixed" / "config.json").read_text())
@@ -374,5 +373,5 @@ def test_torch_compiled_layer_names_are_renamed(tmp_path, target):
     code, report = doctor(draft)
     assert code == 2 and ids(report)["weights-dropped"]["evidence"]["skipped"] == 10
     assert report["fixable"]["renames"]["layers.0._orig_mod.mlp.up_proj.weight"] == "layers.0.mlp.up_proj.weight"
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0

@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from click.testing import CliRunner
 from safetensors import safe_open
 
 import draft_checkpoints as dc
-from eagle3scope.cli import main
+from support.cli import invoke
 
 V, N = dc.TARGET_VOCAB, dc.DRAFT_VOCAB
 
 
 def doctor(path) -> tuple[int, dict]:
-    result = CliRunner().invoke(main, ["doctor", str(path), "--json"])
+    result = invoke("doctor", str(path), "--json")
     return result.exit_code, json.loads(result.output)
 
 
@@ -87,7 +86,7 @@ def test_absolute_ids_that_stay_in_range_are_told_apart_by_t2d(tmp_path):
     assert code == 2 and found["severity"] == "error"
     assert found["evidence"]["out_of_range"] == 0 and found["evidence"]["t2d_consistent"] is False
     assert "t2d confirms" in found["fix"]
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"))
     assert result.exit_code == 0, result.output
     with safe_open(str(tmp_path / "fixed" / "model.safetensors"), "np") as f:
         np.testing.assert_array_equal(f.get_tensor("d2t") + np.arange(N), absolute)

@@ -12,11 +12,12 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from safetensors import safe_open
 
 import draft_checkpoints as dc
-from eagle3scope.doctor.diagnose import UNUSED_PARAM, diagnose
+from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.weight_checks import UNUSED_PARAM
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name
 from eagle3scope.doctor.repair import fix_checkpoint
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import draft_checkpoints as dc
 from eagle3scope.doctor.checkpoint import MAX_VECTOR_BYTES
+from support.cli import run
 from eagle3scope.doctor.diagnose import diagnose
 from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
@@ -37,8 +38,7 @@ FIELDS = ["hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim
 
 def run_cli(*args, timeout: float = 60) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess: a hang is a timeout, a traceback is on stderr."""
-    return subprocess.run([sys.executable, "-m", "eagle3scope", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    return run(*args, cwd=REPO, timeout=timeout)
 
 
 def no_traceback(report: dict) -> None:

@@ -11,12 +11,11 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import draft_checkpoints as dc
-from eagle3scope.cli import main
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.diagnose import diagnose
+from support.cli import invoke
 
 VERSIONS = ("0.5.10", "0.5.23")
 
@@ -64,7 +63,7 @@ FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", 
 def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_target):
     draft, target = dc.producer_layout(producer, tmp_path)
     args = ["--target", str(target)] if with_target else []
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed"), *args])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), *args)
     assert result.exit_code == 0, result.output
     assert max(map(len, result.output.splitlines())) <= WIDTH
     record = json.loads((tmp_path / "fixed" / "config.json").read_text())["eagle3scope_fix"]
@@ -79,12 +78,12 @@ def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_targ
 def test_seeds_case_first_line_and_a_copy_clean_on_both_releases(tmp_path):
     """speculators' layers.0.* draft for an old release: the first line names the silent skip."""
     draft, target = dc.producer_layout("speculators", tmp_path)
-    out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", "0.5.10"]).output
+    out = invoke("doctor", str(draft), "--sglang-version", "0.5.10").output
     assert out.splitlines()[0] == "`layers.0.*` will be silently skipped by SGLang 0.5.10"
     assert max(map(len, out.splitlines())) <= WIDTH
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     for version in VERSIONS:
-        code = CliRunner().invoke(main, ["doctor", str(tmp_path / "fixed"), "--sglang-version", version]).exit_code
+        code = invoke("doctor", str(tmp_path / "fixed"), "--sglang-version", version).exit_code
         assert code == 0, version
 
 
@@ -95,7 +94,7 @@ def test_speculators_ids_translated_by_the_target_family(tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 30, 58]
     cfg["speculators_config"]["verifier"]["architectures"] = ["DeepseekV3ForCausalLM"]
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), cfg)
-    assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")]).exit_code == 0
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     fixed = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert fixed["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 29, 57]
     assert fixed["eagle3scope_fix"]["trained_capture"] == [2, 30, 58]
@@ -110,11 +109,11 @@ def test_trained_layers_no_release_pair_can_share_refuse_with_per_release_step(t
     cfg["eagle_aux_hidden_state_layer_ids"] = [3, 31, 59]
     cfg["speculators_config"]["verifier"]["architectures"] = ["DeepseekV3ForCausalLM"]
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), cfg)
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "both")])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "both"))
     assert result.exit_code == 2 and "--for-sglang 0.5.10" in result.output and "--for-sglang 0.5.23" in result.output
     for version, ids in (("0.5.10", [2, 30, 58]), ("0.5.23", [3, 31, 59])):
         out = tmp_path / version
-        assert CliRunner().invoke(main, ["fix", str(draft), "--out", str(out), "--for-sglang", version]).exit_code == 0
+        assert invoke("fix", str(draft), "--out", str(out), "--for-sglang", version).exit_code == 0
         assert json.loads((out / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
 
 
@@ -123,10 +122,10 @@ def test_embeddings_id_needs_the_newer_release(tmp_path):
     cfg = dc.speculators_config()
     cfg["eagle_aux_hidden_state_layer_ids"] = [0, 4, 5]
     draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), cfg)
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "old"), "--for-sglang", "0.5.10"])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "old"), "--for-sglang", "0.5.10")
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and "use SGLang 0.5.22+" in said and "retrain with ids >= 1" in said
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "new"), "--for-sglang", "0.5.23"])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "new"), "--for-sglang", "0.5.23")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "new" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 3, 4]
 
@@ -138,7 +137,7 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     report = diagnose(draft, sglang_version="0.5.23").to_dict()
     flag = [f for f in report["findings"] if f["id"] == "producer-flag-ignored"]
     assert flag and flag[0]["severity"] == "warning" and "norm_before_residual" in flag[0]["title"]
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "fixed")])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"))
     assert result.exit_code == 0 and "does not implement speculators' norm_before_residual" in result.output
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
@@ -154,7 +153,7 @@ def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):
     report = diagnose(draft, sglang_version="0.5.23").to_dict()
     found = {f["id"] for f in report["findings"]}
     assert {"layer-type-unsupported", "weights-dropped", "config-speculators-format"} <= found  # it went on checking
-    result = CliRunner().invoke(main, ["fix", str(draft), "--out", str(tmp_path / "out")])
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and "vLLM" in result.output
 
 
@@ -176,9 +175,9 @@ def test_empty_aux_ids_are_an_error(tmp_path):
 
 
 def test_missing_directory_is_a_usage_error():
-    result = CliRunner().invoke(main, ["doctor", "/nonexistent/draft"])
+    result = invoke("doctor", "/nonexistent/draft")
     assert result.exit_code == 2 and "does not exist" in result.output and "Traceback" not in result.output
-    result = CliRunner().invoke(main, ["doctor", "/", "--sglang-version", "latest"])
+    result = invoke("doctor", "/", "--sglang-version", "latest")
     assert result.exit_code == 2 and "not an SGLang version" in result.output
 
 
@@ -189,7 +188,7 @@ def test_every_text_line_fits_80_columns(tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = list(range(40))
     draft = dc.write(tmp_path / "d", weights, cfg)
     for version in VERSIONS:
-        out = CliRunner().invoke(main, ["doctor", str(draft), "--sglang-version", version]).output
+        out = invoke("doctor", str(draft), "--sglang-version", version).output
         assert max(map(len, out.splitlines())) <= WIDTH, out
 
 

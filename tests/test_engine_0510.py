@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import run_engine_python
+from support.engine import run_engine_python
 
 from eagle3scope.demo.server import checkout_pythonpath
 

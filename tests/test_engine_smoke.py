@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from eagle3scope.demo.server import SGLangServer
 
 pytestmark = pytest.mark.engine

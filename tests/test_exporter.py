@@ -13,7 +13,6 @@ import time
 import urllib.request
 
 import pytest
-import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis_streams import H, session
@@ -21,8 +20,9 @@ from eagle3scope.analysis import analyse
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.exporter.metrics import PUBLISHER_LABELS
 from eagle3scope.exporter.service import Exporter, parse_listen
-from eagle3scope.wire import Frame, encode_frame
+from eagle3scope.wire import Frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+from support.publisher import SyntheticPublisher
 
 BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,
                                                          "capture": {"on": False, "layers": None}})
@@ -49,22 +49,13 @@ def by(samples, name: str, **match) -> dict:
 
 
 def feed(streams: dict[str, list[Frame]], **kw) -> tuple[Exporter, dict]:
-    """Publish each stream on its own PUB socket into one exporter; return it and a scrape."""
-    endpoints = {src: fresh_ipc_endpoint() for src in streams}
-    socks = {}
-    for src, ep in endpoints.items():
-        socks[src] = zmq.Context.instance().socket(zmq.PUB)
-        socks[src].setsockopt(zmq.LINGER, 0)
-        socks[src].setsockopt(zmq.SNDHWM, 0)
-        socks[src].bind(ep)
-    exporter = Exporter(list(endpoints.values()), "127.0.0.1:0", **kw)
+    """Publish each stream from its own synthetic publisher into one exporter; return it and a scrape."""
+    pubs = {src: SyntheticPublisher() for src in streams}
+    exporter = Exporter([p.endpoint for p in pubs.values()], "127.0.0.1:0", **kw)
     try:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # slow joiner: let every SUB connection come up first
-            exporter.poll_once()
         for src, frames in streams.items():
-            for f in frames:
-                socks[src].send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+            pubs[src].wait_subscribed()
+            pubs[src].send_frames(frames)
         expected = sum(len(frames) for frames in streams.values())
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -78,8 +69,8 @@ def feed(streams: dict[str, list[Frame]], **kw) -> tuple[Exporter, dict]:
         exporter.close()
         raise
     finally:
-        for sock in socks.values():
-            sock.close(0)
+        for pub in pubs.values():
+            pub.close()
 
 
 def test_served_values_are_checks_analysis_per_publisher():

@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
 
 import pytest
-import zmq
-from click.testing import CliRunner
 
 from analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
-from eagle3scope.cli import main
 from eagle3scope.gate import parse_floors
-from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
-from test_check import record
+from support.recordings import record
+from support.cli import invoke, run
+from support.publisher import SyntheticPublisher
 
 
 def junit_cases(path) -> dict[str, ET.Element]:
@@ -41,7 +38,7 @@ def failed(cases: dict[str, ET.Element]) -> set[str]:
 
 
 def measured(path) -> dict:
-    return json.loads(CliRunner().invoke(main, ["check", str(path), "--json"]).output)["summary"]
+    return json.loads(invoke("check", str(path), "--json").output)["summary"]
 
 
 def test_floors_pass_below_and_fail_above_the_measured_values(tmp_path):
@@ -49,8 +46,8 @@ def test_floors_pass_below_and_fail_above_the_measured_values(tmp_path):
     summary = measured(path)
     mean, rates = summary["mean_accept_length"], summary["per_position"]
     below = ",".join(f"{r - 0.05:.3f}" for r in rates)
-    ok = CliRunner().invoke(main, ["check", path, "--min-accept-length", f"{mean - 0.05:.3f}", "--min-per-position",
-                                   below, "--junit", str(tmp_path / "ok.xml"), "--json"])
+    ok = invoke("check", path, "--min-accept-length", f"{mean - 0.05:.3f}", "--min-per-position",
+                                   below, "--junit", str(tmp_path / "ok.xml"), "--json")
     assert ok.exit_code == 0, ok.output
     out = json.loads(ok.output)
     assert out["gate"]["passed"] and out["gate"]["failed"] == []
@@ -61,8 +58,8 @@ def test_floors_pass_below_and_fail_above_the_measured_values(tmp_path):
 
     # position 2 just above what was measured: only that floor fails (position 1 left unchecked)
     above = f",{rates[1] + 0.01:.3f}"
-    bad = CliRunner().invoke(main, ["check", path, "--min-accept-length", f"{mean + 0.05:.3f}",
-                                    "--min-per-position", above, "--junit", str(tmp_path / "bad.xml")])
+    bad = invoke("check", path, "--min-accept-length", f"{mean + 0.05:.3f}",
+                                    "--min-per-position", above, "--junit", str(tmp_path / "bad.xml"))
     assert bad.exit_code == 1
     assert "FAIL    min-accept-length" in bad.output and "FAIL    min-per-position[2]" in bad.output
     cases = junit_cases(tmp_path / "bad.xml")
@@ -74,7 +71,7 @@ def test_broken_recording_fails_with_its_rules_named_and_fixes_in_junit(tmp_path
     frames = session(300, accept_p=0.0, algorithm="EAGLE",
                      step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
     path = record(tmp_path / "bad.e3s", frames)
-    done = CliRunner().invoke(main, ["check", path, "--junit", str(tmp_path / "j.xml")])
+    done = invoke("check", path, "--junit", str(tmp_path / "j.xml"))
     assert done.exit_code == 1
     cases = junit_cases(tmp_path / "j.xml")
     assert {"aux-capture-off", "fc-bypassed", "zero-acceptance"} <= failed(cases)
@@ -88,17 +85,17 @@ def test_fail_on_warning_turns_a_warning_into_a_failure(tmp_path):
                                          {"seam": "verify", "status": "failed", "detail": "boom"}))
     path = record(tmp_path / "warn.e3s", frames)
     junit = tmp_path / "w.xml"
-    assert CliRunner().invoke(main, ["check", path, "--junit", str(junit)]).exit_code == 0
+    assert invoke("check", path, "--junit", str(junit)).exit_code == 0
     assert failed(junit_cases(junit)) == set()
     assert "fired below --fail-on error" in junit.read_text()
-    assert CliRunner().invoke(main, ["check", path, "--fail-on", "warning", "--junit", str(junit)]).exit_code == 1
+    assert invoke("check", path, "--fail-on", "warning", "--junit", str(junit)).exit_code == 1
     assert "hook-failed" in failed(junit_cases(junit))
 
 
 @pytest.mark.parametrize("text", ["0.8,x", "1.5", "-0.1"])
 def test_bad_floors_are_refused(tmp_path, text):
     path = record(tmp_path / "ok.e3s", session(20))
-    done = CliRunner().invoke(main, ["check", path, "--min-per-position", text])
+    done = invoke("check", path, "--min-per-position", text)
     assert done.exit_code == 2
 
 
@@ -107,28 +104,21 @@ def test_parse_floors_skips_empty_positions():
     assert len(floors) == 3 and floors[1] == 0.5 and floors[0] != floors[0] and floors[2] != floors[2]
 
 
-class Publisher:
-    """A real PUB socket replaying a synthetic session in a thread once a subscriber has connected."""
+class Publisher(SyntheticPublisher):
+    """A synthetic publisher replaying a session in a thread once the gate has subscribed."""
 
     def __init__(self, frames, *, delay_s: float = 0.0005) -> None:
-        self.endpoint = fresh_ipc_endpoint()
-        self.sock = zmq.Context.instance().socket(zmq.PUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(self.endpoint)
-        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_ACCEPTED)
+        super().__init__()
         self.frames, self.delay = frames, delay_s
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        # the stream's hello and load are sent once: wait until the gate's SUB has connected
-        if self.monitor.poll(60_000):
-            self.monitor.recv_multipart()
-        time.sleep(0.3)  # the subscription travels after the connection
+        self.wait_subscribed(60)  # the stream's hello and load are sent once
         for f in self.frames:
             if self.stop.is_set():
                 return
-            self.sock.send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+            self.send_frames([f])
             time.sleep(self.delay)
 
     def __enter__(self):
@@ -138,14 +128,11 @@ class Publisher:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(10)
-        self.sock.disable_monitor()
-        self.monitor.close(0)
-        self.sock.close(0)
+        self.close()
 
 
 def gate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle3scope", "gate", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run("gate", *args, timeout=timeout)
 
 
 def test_gate_passes_a_healthy_stream_and_records_what_it_judged(tmp_path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse

@@ -17,7 +17,6 @@ import tracemalloc
 
 import msgpack
 import pytest
-import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -171,37 +170,30 @@ def test_nested_bytes_keys_are_refused():
         decode_frame(_raw({"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": "step", "src": "dp0", "n": 0, "t": 0, "b": body}))
 
 
-def test_subscriber_reports_bad_frames_once_per_kind_and_publisher_and_keeps_the_good_ones():
-    """Over a real PUB socket: bad frames of two kinds from two publishers between good ones."""
-    ctx = zmq.Context.instance()
-    pub = ctx.socket(zmq.PUB)
-    port = pub.bind_to_random_port("tcp://127.0.0.1")
+def test_subscriber_reports_bad_frames_once_per_kind_and_publisher_and_keeps_the_good_ones(synthetic_publisher):
+    """Over a real socket: bad frames of two kinds from two publishers between good ones."""
+    pub = synthetic_publisher
     tally = Tally("frames", "subscriber over a socket")
     rng = random.Random(3)
-    try:
-        with Subscriber([f"tcp://127.0.0.1:{port}"]) as sub:
-            deadline = time.monotonic() + 10
-            while not sub.poll(50) and time.monotonic() < deadline:  # slow joiner: wait until frames flow
-                pub.send(encode_frame("heartbeat", GOOD_BODIES["heartbeat"], src="warmup", n=0))
-            sent_good, got = [], []
-            for i in range(300):
-                src = rng.choice(["dp0", "dp1"])
-                bad_kind = rng.choice(["step", "load"])
-                bad = {**(step_body(i) if bad_kind == "step" else load_body()), "hidden_size": "x", "seq": "x"}
-                pub.send(encode_frame(bad_kind, bad, src=src, n=i))
-                good = encode_frame("step", step_body(i), src="dp0", n=i)
-                sent_good.append(good)
-                pub.send(good)
-                if i % 50 == 0:
-                    got += [raw for raw, f in sub.poll_raw(0) if f.src == "dp0"]
-            pub.send(b"\x00" * (DEFAULT_MAX_FRAME_BYTES + 1))  # over the size bound: the connection is reset
-            deadline = time.monotonic() + 10
-            while len(got) < len(sent_good) and time.monotonic() < deadline:
-                got += [raw for raw, f in sub.poll_raw(50) if f.src == "dp0"]
-            reports = sub.take_reports()
-            tally.add(cases=600)
-    finally:
-        pub.close(0)
+    with Subscriber([pub.endpoint]) as sub:
+        pub.wait_subscribed()
+        sent_good, got = [], []
+        for i in range(300):
+            src = rng.choice(["dp0", "dp1"])
+            bad_kind = rng.choice(["step", "load"])
+            bad = {**(step_body(i) if bad_kind == "step" else load_body()), "hidden_size": "x", "seq": "x"}
+            pub.send(bad_kind, bad, src=src, n=i)
+            good = encode_frame("step", step_body(i), src="dp0", n=i)
+            sent_good.append(good)
+            pub.send_raw(good)
+            if i % 50 == 0:
+                got += [raw for raw, f in sub.poll_raw(0) if f.src == "dp0"]
+        pub.send_raw(b"\x00" * (DEFAULT_MAX_FRAME_BYTES + 1))  # over the size bound: the connection is reset
+        deadline = time.monotonic() + 10
+        while len(got) < len(sent_good) and time.monotonic() < deadline:
+            got += [raw for raw, f in sub.poll_raw(50) if f.src == "dp0"]
+        reports = sub.take_reports()
+        tally.add(cases=600)
     assert sorted((src, kind) for src, kind, _ in reports) == [("dp0", "load"), ("dp0", "step"), ("dp1", "load"),
                                                                 ("dp1", "step")]
     assert sum(sub.bad_by.values()) == 300 and sub.take_reports() == []

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 import zstandard
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -33,11 +32,14 @@ from hypothesis import strategies as st
 from eagle3scope.cli import main
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.salvage import salvage
-from eagle3scope.store.session import CHECKPOINT_S, MAX_BATCH_BYTES
-from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.store.format import MAX_BATCH_BYTES
+from eagle3scope.store.writer import CHECKPOINT_S
+from eagle3scope.wire import decode_frame
 from hostile_support import Tally
 from synthetic import session_frames, step_body
 from tui_support import paused_app, play_to_end, run_async
+from support.cli import invoke
+from support.publisher import SyntheticPublisher
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 600
@@ -215,7 +217,7 @@ def test_old_format_files_still_open():
     with SessionReader(OLD_FILE) as reader:
         steps = sum(1 for _, f in reader.frames() if f.kind == "step")
         assert steps == 300 and reader.errors == [] and reader.complete
-    result = CliRunner().invoke(main, ["check", str(OLD_FILE)])
+    result = invoke("check", str(OLD_FILE))
     assert result.exit_code == 0 and "steps: 300" in result.output
 
 
@@ -252,19 +254,18 @@ def test_reader_on_a_read_only_mount(pristine, tmp_path):
     try:
         if subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True).returncode != 0:
             pytest.skip("cannot remount read-only here")
-        result = CliRunner().invoke(main, ["check", str(mnt / "s.e3s")])
+        result = invoke("check", str(mnt / "s.e3s"))
         assert result.exit_code == 0 and f"steps: {STEPS}" in result.output, result.output
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 # -- the recorder's accidents -----------------------------------------------------------------------
-class _Publisher:
-    """Step frames stamped with the wall clock at ``rate`` per second on a real PUB socket."""
+class _Publisher(SyntheticPublisher):
+    """Step frames stamped with the wall clock at ``rate`` per second, from the start (no wait for a subscriber)."""
 
     def __init__(self, rate: float = 1000.0) -> None:
-        self.sock = zmq.Context.instance().socket(zmq.PUB)
-        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        super().__init__()
         self.rate, self.sent, self._stop = rate, [], threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -272,7 +273,7 @@ class _Publisher:
         seq, t0 = 0, time.monotonic()
         while not self._stop.is_set():
             t = time.time_ns()
-            self.sock.send(encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t))
+            self.send("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
             self.sent.append((seq, t))
             seq += 1
             delay = t0 + seq / self.rate - time.monotonic()
@@ -286,7 +287,7 @@ class _Publisher:
     def __exit__(self, *exc):
         self._stop.set()
         self.thread.join()
-        self.sock.close(0)
+        self.close()
 
 
 def _recorder(port: int, out: Path, **popen) -> subprocess.Popen:
@@ -407,9 +408,9 @@ def test_an_unanticipated_error_is_one_line_and_exit_70(pristine, monkeypatch):
         raise RuntimeError("rule exploded")
 
     monkeypatch.setattr(check, "analyse", broken)
-    result = CliRunner().invoke(main, ["check", str(pristine)])
+    result = invoke("check", str(pristine))
     assert result.exit_code == 70 and "Traceback" not in result.output
     assert result.output.strip().splitlines() == [
         "Error: internal error: RuntimeError: rule exploded (set EAGLE3SCOPE_DEBUG=1 for the traceback)"]
     monkeypatch.setenv("EAGLE3SCOPE_DEBUG", "1")
-    assert isinstance(CliRunner().invoke(main, ["check", str(pristine)]).exception, RuntimeError)
+    assert isinstance(invoke("check", str(pristine)).exception, RuntimeError)

@@ -18,16 +18,15 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.markup import escape as rich_escape
 from rich.text import Text
 
-from eagle3scope.cli import main
 from eagle3scope.wire import untrusted
 from hostile_support import Tally
-from test_check import record
+from support.cli import invoke
+from support.recordings import record
 from untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames
 
 TEXT = Tally("text", "every command over hostile strings")
@@ -64,7 +63,7 @@ def _assert_terminal_safe(out: str, what: str) -> None:
 def _run(*args) -> tuple[int, str]:
     TEXT.add(cases=1)
     try:
-        done = CliRunner().invoke(main, list(args), catch_exceptions=False)
+        done = invoke(*args, catch_exceptions=False)
     except Exception:
         TEXT.add(crashes=1)
         raise

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("textual")
 
 from hostile_support import Tally  # noqa: E402
-from test_check import record  # noqa: E402
+from support.recordings import record  # noqa: E402
 from tui_support import paused_app, play_to_end, run_async, screen_text  # noqa: E402
 from untrusted_support import ATTACKS, UNSAFE_OUT, hostile_frames  # noqa: E402
 

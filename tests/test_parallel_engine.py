@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from test_shim_engine import _check_agreement, _kind, _last, _serve
 
 from eagle3scope.analysis.state import analyse

@@ -19,15 +19,9 @@ from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from neighbour_support import as_neighbour, rename_race
 from test_private_stream import neighbour, shared_tmp  # noqa: F401 - fixtures
+from support.cli import CLI
+from support.recordings import record
 
-CLI = [sys.executable, "-m", "eagle3scope"]
-
-
-def record(path, frames) -> Path:
-    with SessionWriter(path) as writer:
-        for f in frames:
-            writer.add(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t), f)
-    return Path(path)
 
 
 # -- token files ------------------------------------------------------------------------------------

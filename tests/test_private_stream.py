@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from conftest import engine_missing
+from support.engine import engine_missing
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
@@ -31,8 +31,8 @@ from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.state import ShimState
 from neighbour_support import as_neighbour, become, ensure_neighbour, zmq_read
 from synthetic import hello_body, load_body, step_body
+from support.cli import CLI
 
-CLI = [sys.executable, "-m", "eagle3scope"]
 
 
 # -- the second user ------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from eagle3scope.wire.schema import FrameError
 from eagle3scope.wire.validate import MAX_TOKEN_ID
 from analysis_streams import H, session
 from synthetic import step_body
-from test_check import record, run_check
+from support.cli import invoke
+from support.recordings import record
 
 TOKEN = "t" * 64
 
@@ -93,8 +94,8 @@ def test_a_failure_outranks_incomplete_evidence(tmp_path):
                                                     step_kw={"feature_width": H, "fc": False,
                                                              "capture": {"on": False, "layers": None}}))
     healthy = record(tmp_path / "healthy.e3s", session(600, bs=2, accept_p=0.7))
-    assert run_check(broken).exit_code == 1 and run_check(healthy).exit_code == 0
+    assert invoke("check", broken).exit_code == 1 and invoke("check", healthy).exit_code == 0
     for path in (broken, healthy):
         _damage_last_batch(path)
-    assert run_check(healthy).exit_code == 3  # nothing failed, part of the file damaged: inconclusive
-    assert run_check(broken).exit_code == 1  # what was seen is already wrong: the failure wins
+    assert invoke("check", healthy).exit_code == 3  # nothing failed, part of the file damaged: inconclusive
+    assert invoke("check", broken).exit_code == 1  # what was seen is already wrong: the failure wins

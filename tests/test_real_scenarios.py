@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCENARIO_STEPS
+from support.engine import SCENARIO_STEPS
 
 pytestmark = pytest.mark.engine
 

@@ -6,18 +6,18 @@ import json
 import re
 import struct
 
-from click.testing import CliRunner
 
 from analysis_streams import H, session
 from eagle3scope.cli import main
-from test_check import record
+from support.recordings import record
+from support.cli import invoke
 
 BROKEN = dict(accept_p=0.0, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False,
                                                          "capture": {"on": False, "layers": None}})
 
 
 def check(path) -> dict:
-    return json.loads(CliRunner().invoke(main, ["check", str(path), "--json"]).output)
+    return json.loads(invoke("check", str(path), "--json").output)
 
 
 def png_size(path) -> tuple[int, int]:
@@ -28,7 +28,7 @@ def png_size(path) -> tuple[int, int]:
 
 def test_html_is_self_contained_with_plots_numbers_and_violations(tmp_path):
     path = record(tmp_path / "bad.e3s", session(300, **BROKEN))
-    done = CliRunner().invoke(main, ["report", path, "--format", "html"])
+    done = invoke("report", path, "--format", "html")
     assert done.exit_code == 0, done.output
     out = tmp_path / "bad.report.html"
     assert done.output.strip() == str(out)
@@ -49,7 +49,7 @@ def test_markdown_tables_match_check_and_link_the_png_plots(tmp_path):
     path = record(tmp_path / "ok.e3s", session(800, bs=2, accept_p=0.7))
     out = tmp_path / "share" / "run.md"
     out.parent.mkdir()
-    done = CliRunner().invoke(main, ["report", path, "--format", "markdown", "--out", str(out)])
+    done = invoke("report", path, "--format", "markdown", "--out", str(out))
     assert done.exit_code == 0, done.output
     text = out.read_text()
     summary = check(path)["summary"]
@@ -68,7 +68,7 @@ def test_markdown_tables_match_check_and_link_the_png_plots(tmp_path):
 def test_unreadable_file_exits_2(tmp_path):
     bad = tmp_path / "not-a-session.e3s"
     bad.write_bytes(b"garbage" * 100)
-    assert CliRunner().invoke(main, ["report", str(bad)]).exit_code == 2
+    assert invoke("report", str(bad)).exit_code == 2
 
 
 def test_a_live_aux_change_shows_as_two_configurations(tmp_path):
@@ -83,7 +83,7 @@ def test_a_live_aux_change_shows_as_two_configurations(tmp_path):
                for seq in range(300, 600)]
     path = record(tmp_path / "ab.e3s", frames)
     out = tmp_path / "ab.md"
-    assert CliRunner().invoke(main, ["report", path, "--format", "markdown", "--out", str(out)]).exit_code == 0
+    assert invoke("report", path, "--format", "markdown", "--out", str(out)).exit_code == 0
     text = out.read_text()
     assert "## Aux-layer configurations" in text
     assert "| 0,1,2 | 1,2,3 | control | 300 | 300 | 1.500 |" in text  # (0 + 1) / 2 + bonus

@@ -9,8 +9,6 @@ import json
 import time
 
 import pytest
-import zmq
-from click.testing import CliRunner
 
 pytest.importorskip("textual")
 
@@ -20,7 +18,8 @@ from tui_support import PANEL_KEYS, recorded_frames, replay_with_panel, rules_an
 from eagle3scope.cli import main  # noqa: E402
 from eagle3scope.live.subscriber import Subscriber  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed  # noqa: E402
-from eagle3scope.wire import encode_frame  # noqa: E402
+from support.cli import invoke
+from support.publisher import SyntheticPublisher
 
 BREAKS = {"aux-capture-off", "fc-bypassed"}
 
@@ -45,30 +44,24 @@ def test_every_panel_sees_the_same_rules_fire(recording):
 
 
 def live_state(recording, frames):
-    """Send the recorded frames, in order, through a real PUB socket to a live feed."""
-    ctx = zmq.Context.instance()
-    pub = ctx.socket(zmq.XPUB)  # XPUB: the subscription arrives as a message, so nothing is sent too early
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.setsockopt(zmq.LINGER, 0)
-    port = pub.bind_to_random_port("tcp://127.0.0.1")
-    feed = LiveFeed(Subscriber([f"tcp://127.0.0.1:{port}"]))
-    feed.start()
-    try:
-        assert pub.poll(5000) and pub.recv()[:1] == b"\x01"
-        for f in frames:
-            pub.send(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
-        deadline = time.monotonic() + 60
-        while feed.read(lambda s: s.frames) < len(frames) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return feed.read(rules_and_events)
-    finally:
-        feed.stop()
-        pub.close(0)
+    """Send the recorded frames, in order, through a synthetic publisher's socket to a live feed."""
+    with SyntheticPublisher() as pub:
+        feed = LiveFeed(Subscriber([pub.endpoint]))
+        feed.start()
+        try:
+            pub.wait_subscribed(5)
+            pub.send_frames(frames)
+            deadline = time.monotonic() + 60
+            while feed.read(lambda s: s.frames) < len(frames) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return feed.read(rules_and_events)
+        finally:
+            feed.stop()
 
 
 def test_check_watch_and_replay_report_the_same_first_seq(recording):
     frames = recorded_frames(recording)
-    result = CliRunner().invoke(main, ["check", str(recording), "--json"])
+    result = invoke("check", str(recording), "--json")
     assert result.exit_code == 1, result.output
     checked = {(v["id"], v["src"], v["severity"], v["first_seq"], v["active"]) for v in json.loads(result.output)["violations"]}
     assert BREAKS <= {v[0] for v in checked}

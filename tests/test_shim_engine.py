@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.views import publisher_rows

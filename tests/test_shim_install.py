@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 
 pytestmark = pytest.mark.engine
 

@@ -16,7 +16,7 @@ import json
 import os
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 
 from eagle3scope.demo.server import checkout_pythonpath
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -21,8 +20,8 @@ from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher
 from neighbour_support import terminal_restored, tui_in_pty
 from synthetic import hello_body, load_body, step_body
+from support.cli import CLI
 
-CLI = [sys.executable, "-m", "eagle3scope"]
 STOPS = [signal.Signals(s).name for s in STOP_SIGNALS]
 
 

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import jsonschema
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from eagle3scope.analysis import analyse
-from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import decode_frame, encode_frame
 from synthetic import session_frames
+from support.cli import invoke
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "trace-event-format.schema.json").read_text())
 
@@ -28,7 +27,7 @@ def record(path: Path, frames) -> Path:
 
 
 def export(path: Path, out: Path) -> dict:
-    result = CliRunner().invoke(main, ["export", str(path), "--format", "perfetto", "--out", str(out)])
+    result = invoke("export", str(path), "--format", "perfetto", "--out", str(out))
     assert result.exit_code == 0, result.output
     trace = json.loads(out.read_text())
     jsonschema.validate(trace, SCHEMA)

@@ -15,6 +15,7 @@ import zmq
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.wire import SCHEMA_MAJOR, encode_frame
 from eagle3scope.wire.endpoints import is_loopback, resolve_bind_endpoint
+from eagle3scope.wire.loss import StreamLoss
 from eagle3scope_shim.publisher import Publisher
 from synthetic import hello_body, load_body, step_body
 
@@ -59,8 +60,7 @@ def test_steps_arrive_in_order_with_bodies_intact(pub):
             pub.submit("step", body)
         steps = [f for f in collect(sub, lambda got: sum(f.kind == "step" for f in got) >= 500) if f.kind == "step"]
         assert [f.body for f in steps] == bodies
-        stats = sub.sources["dp0"]
-        assert stats.lost == 0 and stats.steps == 500 and stats.state["hello"] == hello_body()
+        assert sub.sources == {"dp0"}
         beats = collect(sub, lambda got: any(f.kind == "heartbeat" and f.body["steps"] == 500 for f in got))
         assert any(f.kind == "heartbeat" and f.body["steps"] == 500 for f in beats)
 
@@ -71,8 +71,8 @@ def test_late_subscriber_learns_hello_and_load(pub):
         pub.submit("step", step_body(i))
     time.sleep(0.3)  # everything so far went to nobody
     with Subscriber([pub.endpoint]) as sub:
-        collect(sub, lambda got: {"hello", "load"} <= {f.kind for f in got})
-        assert sub.sources["dp0"].state == {"hello": hello_body(), "load": load_body()}
+        got = collect(sub, lambda got: {"hello", "load"} <= {f.kind for f in got})
+        assert {f.kind: f.body for f in got if f.kind in ("hello", "load")} == {"hello": hello_body(), "load": load_body()}
 
 
 def test_finalize_runs_off_the_hot_path_and_failures_are_reported_once(pub):
@@ -166,54 +166,47 @@ def test_one_subscriber_listens_to_several_publishers():
             p.close()
 
 
-@pytest.fixture
-def raw_pub():
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUB)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    yield sock, f"tcp://127.0.0.1:{port}"
-    sock.close(0)
-    ctx.term()
+def _join(pub, sub) -> list:
+    """One hello once the subscriber listens; returns what arrived with it."""
+    pub.wait_subscribed()
+    pub.send("hello", hello_body(), src="x")
+    return collect(sub, lambda got: any(f.kind == "hello" for f in got))
 
 
-def _join(sock, sub) -> None:
-    """Send hellos (n = 0, 1, ...) until one arrives: PUB/SUB joins late."""
-    for n in range(200):
-        sock.send(encode_frame("hello", hello_body(), src="x", n=n))
-        if sub.poll(20):
-            return
-    raise AssertionError("subscriber never joined")
-
-
-def test_bad_frames_are_counted_and_do_not_hide_the_next_ones(raw_pub):
-    sock, endpoint = raw_pub
-    with Subscriber([endpoint]) as sub:
-        _join(sock, sub)
+def test_bad_frames_are_counted_and_do_not_hide_the_next_ones(synthetic_publisher):
+    pub = synthetic_publisher
+    with Subscriber([pub.endpoint]) as sub:
+        _join(pub, sub)
         newer = msgpack.packb({"v": [SCHEMA_MAJOR + 1, 0], "k": "step", "src": "x", "n": 1, "t": 0, "b": {}})
         for data in (b"\xc1garbage", newer, encode_frame("step", step_body(1), src="x", n=1)):
-            sock.send(data)
+            pub.send_raw(data)
         frames = collect(sub, lambda got: any(f.kind == "step" for f in got))
         assert [f.body["seq"] for f in frames if f.kind == "step"] == [1]
         assert sub.bad_frames == 2 and "upgrade eagle3scope" in sub.last_error
 
 
-def test_gaps_and_shim_drops_add_up_per_source(raw_pub):
-    sock, endpoint = raw_pub
-    with Subscriber([endpoint]) as sub:
-        _join(sock, sub)
-        collect(sub, lambda got: False, timeout=0.1)  # hellos still in flight
-        stats = sub.sources["x"]
-        base, lost, restarts = stats.last_n, stats.lost_in_transit, stats.restarts
-        for n in (base + 1, base + 5):
-            sock.send(encode_frame("step", step_body(n), src="x", n=n))
-        beat = {"steps": 9, "dropped": 7, "hook_failures": 1, "queued": 0}
-        sock.send(encode_frame("heartbeat", beat, src="x", n=base + 6))
-        collect(sub, lambda got: any(f.kind == "heartbeat" for f in got))
-        assert (stats.lost_in_transit - lost, stats.shim_dropped, stats.hook_failures) == (3, 7, 1)
-        assert stats.lost == stats.lost_in_transit + 7
-        sock.send(encode_frame("hello", hello_body(), src="x", n=0))  # publisher restarted under the same src
-        collect(sub, lambda got: bool(got))
-        assert stats.restarts == restarts + 1 and stats.lost_in_transit - lost == 3
+def test_gaps_and_shim_drops_add_up_per_source(synthetic_publisher):
+    """What the subscriber delivers, counted by the recorder's one counter (StreamLoss)."""
+    pub = synthetic_publisher
+    loss = StreamLoss()
+    with Subscriber([pub.endpoint]) as sub:
+        for frame in _join(pub, sub):
+            loss.observe(frame)
+        stats = loss.sources["x"]
+        assert (stats.last_n, stats.lost_in_transit, stats.restarts) == (0, 0, 0)
+        for n in (1, 5):
+            pub.send("step", step_body(n), src="x", n=n)
+        pub.send("heartbeat", {"steps": 9, "dropped": 7, "hook_failures": 1, "queued": 0}, src="x")
+        for frame in collect(sub, lambda got: any(f.kind == "heartbeat" for f in got)):
+            loss.observe(frame)
+        assert (stats.lost_in_transit, stats.shim_dropped, stats.hook_failures) == (3, 7, 1)
+        assert loss.lost == stats.lost == 3 + 7
+        assert loss.summary(sub.bad_frames)["sources"]["x"]["dropped_by_shim"] == 7
+        pub.send("hello", hello_body(), src="x", n=0)  # publisher restarted under the same src
+        for frame in collect(sub, lambda got: bool(got)):
+            loss.observe(frame)
+        assert stats.restarts == 1 and stats.lost_in_transit == 3
+        assert sub.sources == {"x"} and not hasattr(sub, "lost")  # the subscriber itself counts no loss
 
 
 def test_failed_connect_leaves_nothing_that_blocks_the_gc():

@@ -14,6 +14,7 @@ from tui_support import (  # noqa: E402
 )
 
 from eagle3scope.tui.screens import ViolationScreen  # noqa: E402
+from support.cli import invoke
 
 pytestmark = pytest.mark.engine
 
@@ -54,16 +55,12 @@ def test_aux_off_recording_fires_the_same_rules_whatever_panel_and_as_check(scen
     import asyncio
     import json
 
-    from click.testing import CliRunner
-
-    from eagle3scope.cli import main
-
     recording = scenario_result("aux-off")["recording"]
     seen = {name: asyncio.run(replay_with_panel(recording, key)) for name, key in PANEL_KEYS.items()}
     violations, events = seen["overview"]
     assert {"aux-capture-off", "fc-bypassed"} & {v[0] for v in violations}, violations
     for name, other in seen.items():
         assert other == (violations, events), name
-    result = CliRunner().invoke(main, ["check", str(recording), "--json"])
+    result = invoke("check", str(recording), "--json")
     checked = {(v["id"], v["src"], v["severity"], v["first_seq"], v["active"]) for v in json.loads(result.output)["violations"]}
     assert set(violations) == checked

@@ -21,7 +21,7 @@ import json
 import os
 
 import pytest
-from conftest import run_engine_python
+from support.engine import run_engine_python
 from test_shim_engine import ServerPool, _check_agreement, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from eagle3scope.store.session import SessionReader, SessionWriter
+from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.tui.app import ScopeApp
 from eagle3scope.tui.feed import ReplayFeed
 from eagle3scope.wire import decode_frame

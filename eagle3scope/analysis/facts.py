@@ -114,6 +114,12 @@ def pass_visibility(hello: Hello | None) -> dict[str, str]:
     return out
 
 
+def replayed_passes(hello: Hello | None) -> list[str]:
+    """The draft passes the hello says replay a captured graph (hello.observable's ``graph_*``)."""
+    observable = hello.observable if hello is not None else {}
+    return [name for fact, name in PASS_FACTS.items() if observable.get("graph_" + fact.removeprefix("passes_"))]
+
+
 def graphs_captured(hello: Hello | None) -> list:
     """What each draft graph captured ({mode, bs, width, fc} maps; hello.graphs.captured)."""
     captured = (hello.graphs if hello is not None else {}).get("captured")

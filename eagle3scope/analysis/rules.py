@@ -156,9 +156,7 @@ def passes_unobserved(pub: PublisherView) -> dict | None:
     hidden = [name for name, how in seen.items() if how == "unseen"]
     if not hidden:
         return None
-    observable = pub.hello.observable
-    replayed = [name for fact, name in facts.PASS_FACTS.items() if observable.get("graph_" + fact.removeprefix("passes_"))]
-    return {"unobserved": hidden, "replay_graphs": replayed, "seams": dict(pub.hello.seams)}
+    return {"unobserved": hidden, "replay_graphs": facts.replayed_passes(pub.hello), "seams": dict(pub.hello.seams)}
 
 
 def weights_dropped(pub: PublisherView) -> dict | None:

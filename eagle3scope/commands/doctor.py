@@ -17,7 +17,7 @@ WIDTH = 80
 
 def _fmt(value: object, limit: int = 120) -> str:
     """One evidence value, short: lists of names summarised by module, long values cut (--json has all)."""
-    from eagle3scope.doctor.diagnose import summary_text
+    from eagle3scope.doctor.weight_checks import summary_text
 
     if isinstance(value, list) and len(value) > 4 and all(isinstance(v, str) for v in value):
         return summary_text(value)

@@ -55,6 +55,7 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
 
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope.store import SessionWriter, StoreError
+    from eagle3scope.wire.loss import StreamLoss
 
     try:
         endpoints = endpoints or (default_endpoint(),)
@@ -72,21 +73,23 @@ def command(endpoints: tuple[str, ...], out_path: str, duration: float | None, m
         except StoreError as exc:
             sub.close()
             raise click.ClickException(terminal(str(exc))) from None
-        failed = _record(sub, writer, stop, endpoints, out_path, duration, max_steps, max_decode_steps, quiet)
+        loss = StreamLoss()
+        failed = _record(sub, writer, loss, stop, endpoints, out_path, duration, max_steps, max_decode_steps, quiet)
     if failed:
         raise click.ClickException(terminal(failed))
     if not quiet:
         err = sys.stderr
-        _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames, writer.bytes,
+        _progress(err, writer.steps, writer.frames, len(sub.sources), loss.lost, sub.bad_frames, writer.bytes,
                   stop["elapsed"], False)
         err.write(terminal(f"stopped ({stop['why']}); {writer.batches} batches committed to {out_path}") + "\n")
         if sub.last_error:
             err.write(terminal(f"last bad frame: {sub.last_error}") + "\n")
 
 
-def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float | None, max_steps: int | None,
+def _record(sub, writer, loss, stop: dict, endpoints, out_path: str, duration: float | None, max_steps: int | None,
             max_decode_steps: int | None, quiet: bool) -> str | None:
-    """The recording loop, until ``stop["why"]`` is set; closes the file. Returns the write error, if any."""
+    """The recording loop, until ``stop["why"]`` is set; closes the file. Returns the write error, if any.
+    ``loss`` (a StreamLoss) counts what never reached the recorder: the file's ``loss`` metadata."""
     from eagle3scope.store import StoreError
 
     err = sys.stderr
@@ -117,6 +120,7 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
                     if not quiet:
                         err.write(("\n" if tty else "") + terminal(f"receiving from {frame.src}") + "\n")
                         err.flush()
+                loss.observe(frame)
                 writer.add(raw, frame)
                 if max_steps is not None and writer.steps >= max_steps:
                     stop["why"] = f"{max_steps} steps"
@@ -129,16 +133,16 @@ def _record(sub, writer, stop: dict, endpoints, out_path: str, duration: float |
             if duration is not None and now - started >= duration:
                 stop["why"] = f"{duration:g} s"
             if now >= next_report:
-                writer.note_loss(sub.loss())
+                writer.note_loss(loss.summary(sub.bad_frames))
                 if not quiet:
-                    _progress(err, writer.steps, writer.frames, len(sub.sources), sub.lost, sub.bad_frames,
+                    _progress(err, writer.steps, writer.frames, len(sub.sources), loss.lost, sub.bad_frames,
                               writer.bytes, now - started, tty)
                 next_report = now + (1.0 if tty else 5.0)
     except StoreError as exc:
         failed = str(exc)
     finally:
         try:
-            writer.note_loss(sub.loss())
+            writer.note_loss(loss.summary(sub.bad_frames))
             writer.close()
         except StoreError as exc:  # the last batch could not be written either
             failed = failed or str(exc)

@@ -7,8 +7,8 @@ writes so the two agree.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
 
+from eagle3scope.doctor.diagnosis import Diagnosis
 from eagle3scope.doctor.producers import FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
     FINAL_STATE_SINCE,
@@ -22,28 +22,6 @@ from eagle3scope.wire.aux_layers import (
 )
 from eagle3scope.wire.releases import ERAS
 
-
-class Diagnosis(Protocol):
-    """What this check reads and writes of :class:`eagle3scope.doctor.diagnose.Diagnosis` (which
-    runs it): named here, so the two modules do not import each other."""
-
-    checkpoint: Any
-    sglang_version: str
-    producer: Any
-    config: dict | None
-    config_edits: list[str]
-    mappings: dict
-    target: dict | None
-    target_class: str | None
-    trained_capture: list[int] | None
-    trained_known: bool
-    aux_ids: list[int] | None
-    aux_ids_reason: str
-    assumptions: list[str]
-
-    def add(self, id: str, severity: str, title: str, evidence: dict, fix: str = "") -> None: ...
-
-    def refuse(self, why: str) -> None: ...
 
 #: Target class assumed when neither --target nor the draft names one (the +1 families).
 ASSUMED_TARGET = "LlamaForCausalLM"

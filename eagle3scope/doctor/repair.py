@@ -30,7 +30,9 @@ from eagle3scope.doctor.checkpoint import (
     read_header,
     write_safetensors,
 )
-from eagle3scope.doctor.diagnose import ASSUMED_TARGET, Diagnosis, diagnose, installed_sglang
+from eagle3scope.doctor.aux_check import ASSUMED_TARGET
+from eagle3scope.doctor.diagnose import diagnose, installed_sglang
+from eagle3scope.doctor.diagnosis import Diagnosis
 from eagle3scope.doctor.producers import FIX_KEY
 from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.wire.releases import ERAS, parse_version

@@ -4,10 +4,9 @@ Frames from a server are untrusted bytes: a malformed or invalid frame (see
 :mod:`eagle3scope.wire.validate`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
 buffered) or a newer schema major is counted per publisher and kind, reported once per publisher
 and kind (:meth:`Subscriber.take_reports`), and skipped, never raised, so the frames behind it
-still arrive. At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers are tracked; frames
-from more are refused. Per publisher (``src``) it keeps the loss figures a viewer must show
-(:class:`~eagle3scope.wire.loss.FrameLoss`: frames lost in transit and frames the shim itself
-dropped), plus the latest sticky ``hello``/``load``/``config`` bodies.
+still arrive. At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers are heard; frames
+from more are refused. It counts no loss: the one reader of the frames does (the session state, or
+the recorder's :class:`~eagle3scope.wire.loss.StreamLoss`), so a stream is counted once.
 
 Only publishers it can authenticate as the server asked for are heard
 (:func:`eagle3scope.wire.endpoints.guard`): ipc sockets in directories nobody else can write to,
@@ -22,37 +21,14 @@ which keeps the host or ipc directory the user named), at most MAX_PUBLISHERS en
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
 from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
 from eagle3scope.wire.endpoints import EndpointError, guard, reach_sibling
-from eagle3scope.wire.loss import DUPLICATE, FrameLoss
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
 
-#: kinds whose latest body describes the publisher (re-published periodically, kept per src)
-STICKY_KINDS = ("hello", "load", "config")
 _HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-
-
-@dataclass(slots=True)
-class SourceStats(FrameLoss):
-    """What one publisher sent, what of it was lost (:class:`FrameLoss`), its latest sticky bodies."""
-
-    steps: int = 0
-    state: dict[str, dict] = field(default_factory=dict)
-
-    def observe(self, frame: Frame) -> tuple[str, ...]:
-        notes = FrameLoss.observe(self, frame)
-        if self.verdict is DUPLICATE:
-            return notes
-        if frame.kind == "step":
-            self.steps += 1
-        elif frame.kind in STICKY_KINDS:
-            self.state[frame.kind] = frame.body
-        return notes
 
 
 class Subscriber:
@@ -91,7 +67,7 @@ class Subscriber:
         except (zmq.ZMQError, EndpointError):
             self.close()
             raise
-        self.sources: dict[str, SourceStats] = {}
+        self.sources: set[str] = set()  # the publishers heard (MAX_PUBLISHERS)
         self.bad_frames = 0
         self.last_error: str | None = None
         self.bad_by: dict[tuple[str | None, str | None], int] = {}  # (src, kind) -> bad frames
@@ -143,13 +119,11 @@ class Subscriber:
         except FrameError as exc:
             self._bad(exc.src, exc.kind, str(exc))
             return None
-        stats = self.sources.get(frame.src)
-        if stats is None:
+        if frame.src not in self.sources:
             if len(self.sources) >= MAX_PUBLISHERS:
                 self._bad(frame.src, frame.kind, f"more than {MAX_PUBLISHERS} publishers: frames from new ones refused")
                 return None
-            stats = self.sources[frame.src] = SourceStats()
-        stats.observe(frame)
+            self.sources.add(frame.src)
         if frame.kind == "hello" and self.discover:
             self._discover(frame.body)
         return frame
@@ -216,19 +190,6 @@ class Subscriber:
         last call: the viewer reports each once; later ones are only counted in :attr:`bad_by`."""
         reports, self._reports = self._reports, []
         return reports
-
-    @property
-    def lost(self) -> int:
-        """Frames lost across all publishers (in transit plus dropped by the shims)."""
-        return sum(s.lost for s in self.sources.values())
-
-    def loss(self) -> dict:
-        """The loss figures a recording keeps in its metadata: totals and per publisher."""
-        return {
-            "lost": self.lost, "bad_frames": self.bad_frames,
-            "sources": {src: {"lost_in_transit": s.lost_in_transit, "dropped_by_shim": s.shim_dropped,
-                              "frames": s.frames} for src, s in self.sources.items()},
-        }
 
     def close(self) -> None:
         if self._monitor is not None:

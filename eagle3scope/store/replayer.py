@@ -30,7 +30,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator
 
-from eagle3scope.store.session import CorruptBatchError, SessionReader
+from eagle3scope.store.format import CorruptBatchError
+from eagle3scope.store.reader import SessionReader
 from eagle3scope.wire import Frame
 
 MIN_SPEED, MAX_SPEED = 0.25, 64.0

@@ -14,16 +14,16 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3scope.store.session import (
+from eagle3scope.store.format import (
     PROBE_PAST_LAST,
     SIDE_SUFFIXES,
-    SessionWriter,
     StoreError,
     connect_read_only,
     decompressor,
     probe_batch_ids,
     unpack_blob,
 )
+from eagle3scope.store.writer import SessionWriter
 from eagle3scope.wire import FrameError, decode_frame
 
 

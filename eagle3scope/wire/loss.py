@@ -3,8 +3,9 @@
 Two counters on the wire say what never reached a viewer: holes in the frame counter ``n`` (lost
 in transit, between the shim's socket and this reader) and the heartbeat's ``dropped`` (frames the
 shim's own ring or socket refused). :class:`FrameLoss` folds both, with the heartbeat's other
-counters (and the shim's own cost, ``shim_us`` per seam against ``step_us``, summed); the live
-subscriber, the session state, the exporter and the rules read the same figures from it.
+counters (and the shim's own cost, ``shim_us`` per seam against ``step_us``, summed). One reader
+counts each stream: the session state per publisher (what the TUI, the exporter, the rules and
+``check`` show), or, for the recorder, which has no state, :class:`StreamLoss`.
 
 Order on the wire is one publisher's: ``n`` rises by one per frame. What else can arrive, and what
 each reader makes of it (:meth:`FrameLoss.observe` says which, in ``verdict``):
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eagle3scope.wire.schema import Frame
+from eagle3scope.wire.schema import MAX_PUBLISHERS, Frame
 from eagle3scope.wire.validate import MAX_SEAMS
 
 _NOTHING: tuple[str, ...] = ()
@@ -122,3 +123,33 @@ class FrameLoss:
     def resync(self) -> None:
         """Take the next frame without a gap check (after a replay seek, the jump is the seek)."""
         self.last_n = None
+
+
+class StreamLoss:
+    """:class:`FrameLoss` per publisher of one stream, for a reader without a session state (the
+    recorder): the one counter on that stream, as the session state's is on the streams it reads.
+    At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers (the subscriber refuses more)."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, FrameLoss] = {}
+
+    def observe(self, frame: Frame) -> tuple[str, ...]:
+        loss = self.sources.get(frame.src)
+        if loss is None:
+            if len(self.sources) >= MAX_PUBLISHERS:
+                return _NOTHING
+            loss = self.sources[frame.src] = FrameLoss()
+        return loss.observe(frame)
+
+    @property
+    def lost(self) -> int:
+        """Frames lost across all publishers (in transit plus dropped by the shims)."""
+        return sum(s.lost for s in self.sources.values())
+
+    def summary(self, bad_frames: int) -> dict:
+        """The loss figures a recording keeps in its metadata: totals and per publisher."""
+        return {
+            "lost": self.lost, "bad_frames": bad_frames,
+            "sources": {src: {"lost_in_transit": s.lost_in_transit, "dropped_by_shim": s.shim_dropped,
+                              "frames": s.frames} for src, s in self.sources.items()},
+        }

@@ -105,6 +105,8 @@ SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
 
 KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
+#: kinds that describe a publisher's state rather than a step: what seeking in a recording replays
+STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 
 #: Draft forward modes whose input must be the target's (k x H)-wide aux features. Draft decode
 #: steps feed back the draft's own H-wide state and are legitimately narrow.
