@@ -261,6 +261,18 @@ def test_healthy_run_reports_widths_and_fc(healthy):
         assert body["draft_ms"] > 0 and body["verify_ms"] > 0 and body["extend_ms"] > 0
 
 
+def test_every_body_names_only_typed_fields(healthy):
+    """The real shim builds every body as its wire type (eagle3scope/wire/bodies.py): no field the
+    type does not name, nested maps included."""
+    from test_wire_bodies import undeclared
+
+    from eagle3scope.wire import bodies
+
+    frames, _ = healthy
+    assert {f.kind for f in frames} >= {"hello", "load", "step", "config", "heartbeat"}
+    assert [(f.kind, path) for f in frames for path in undeclared(f.body, bodies.BODIES[f.kind])] == []
+
+
 def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
     frames, responses = healthy
     # the sync guard was on: any item/tolist/blocking copy in a hook body would be a failed hook

@@ -1,4 +1,5 @@
-"""The one base both sides stand on: the frame schema and codec (:mod:`schema`), endpoints
+"""The one base both sides stand on: the frame schema and codec (:mod:`schema`), the typed bodies
+(:mod:`bodies`), endpoints
 (:mod:`endpoints`), aux-layer id semantics (:mod:`aux_layers`), the control channel's protocol
 (:mod:`control_protocol`) and token file (:mod:`token`), and the boundary between untrusted strings and
 every output (:mod:`untrusted`). Imports nothing else of the project."""
@@ -7,6 +8,8 @@ from eagle3scope.wire.schema import (  # noqa: F401
     KINDS,
     SCHEMA_MAJOR,
     SCHEMA_MINOR,
+    STATE_KINDS,
+    STICKY_KINDS,
     FEATURE_CARRYING_MODES,
     Frame,
     FrameError,

@@ -5,7 +5,8 @@ viewer, recorder and replayer decode with :func:`decode_frame`. It depends on ms
 
 A frame is a msgpack map ``{"v": [major, minor], "k": kind, "src": publisher, "n": frame_no,
 "t": time_ns, "b": body}``. ``n`` counts every frame a publisher sends, so a gap tells the viewer
-that frames were lost in transit. Bodies per kind (all keys are short ASCII strings):
+that frames were lost in transit. Bodies per kind (all keys are short ASCII strings; their types and
+bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its checks from):
 
 ``hello`` (process identity, re-sent periodically so late viewers learn it)
     pid, host, tp_rank, dp_rank (the publishing scheduler's), sglang_version, shim_version, worker ("v1"|"v2"|None),
@@ -99,24 +100,18 @@ from typing import Any
 
 import msgpack
 
+from eagle3scope.wire.bodies import KINDS, STICKY_KINDS, is_decode_step  # noqa: F401
 from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, MAX_PUBLISHERS, BodyError, validate_body  # noqa: F401
 
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
 
-KINDS = ("hello", "load", "step", "config", "heartbeat", "hook")
 #: kinds that describe a publisher's state rather than a step: what seeking in a recording replays
 STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 
 #: Draft forward modes whose input must be the target's (k x H)-wide aux features. Draft decode
 #: steps feed back the draft's own H-wide state and are legitimately narrow.
 FEATURE_CARRYING_MODES = frozenset({"extend", "draft_extend", "draft_extend_v2", "mixed"})
-
-
-def is_decode_step(body: dict) -> bool:
-    """A step body that committed tokens: a decode round (not a prefill) of at least one request.
-    What ``--steps N``, ``check``, the statistics and ``aux cycle`` count as a decode step."""
-    return body.get("mode", "decode") == "decode" and bool(body.get("accepted"))
 
 #: hard ceiling for one frame (``--max-frame-bytes`` cannot go above it; recordings are read up to it)
 MAX_FRAME_BYTES = 8 * 1024 * 1024

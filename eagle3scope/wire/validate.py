@@ -1,7 +1,8 @@
 """Total validation of frame bodies: after :func:`validate_body` every consumer may trust the types.
 
 ``decode_frame`` calls it for every frame, so record, watch, replay, check and export never see an
-unvalidated body. A body is plain data (str keys, ints within SQLite's signed 64-bit range, finite
+unvalidated body. The fields and their bounds are those of :mod:`bodies` (one ``TypedDict`` per kind):
+the tables here are derived from them at import. A body is plain data (str keys, ints within SQLite's signed 64-bit range, finite
 floats, bounded nesting) and each field a consumer computes with has its documented type and a
 bounded range; list lengths per request are bounded by :data:`MAX_DRAFT_TOKENS`, which caps what
 SGLang's spec config can ask for (``speculative_num_draft_tokens``) with a wide margin. Fields
@@ -13,26 +14,21 @@ from __future__ import annotations
 
 import math
 import reprlib
+import typing
 
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: token ids (draft and target vocabularies) and widths fit in 31 bits
-MAX_TOKEN_ID = (1 << 31) - 1
-#: drafted tokens per request per step (and accepted drafts); SGLang's trees are far smaller
-MAX_DRAFT_TOKENS = 1024
-#: requests per step
-MAX_BATCH = 1 << 16
-#: characters in a name (publisher id, rid, mode, seam, version, path)
-MAX_NAME = 4096
-#: seams in a per-seam map (the shim has about 15; SGLang releases add a few)
-MAX_SEAMS = 256
-#: characters in free text (details, reasons)
-MAX_TEXT = 1 << 16
-#: nesting of maps and lists in a body
-MAX_DEPTH = 8
-#: publishers one reader tracks (the subscriber, a session state, the exporter): ``src`` is whatever a
-#: frame says, so without a bound a publisher cycling its ``src`` would grow every reader without end;
-#: also the most sibling endpoints a hello may list
-MAX_PUBLISHERS = 256
+from eagle3scope.wire import bodies
+from eagle3scope.wire.bodies import (  # noqa: F401  (the bounds, under the names readers import them by)
+    INT64_MAX,
+    INT64_MIN,
+    MAX_BATCH,
+    MAX_DEPTH,
+    MAX_DRAFT_TOKENS,
+    MAX_NAME,
+    MAX_PUBLISHERS,
+    MAX_SEAMS,
+    MAX_TEXT,
+    MAX_TOKEN_ID,
+)
 
 _SCALARS = (type(None), bool, str, bytes)
 
@@ -161,97 +157,82 @@ def _check_fields(body: dict, fields: dict, path: str, values=None) -> None:
             check_plain(item, f"{path}.{key}", 1)
 
 
-_COUNT = _int()
-_NAME = _str()
-_TEXT = _str(MAX_TEXT)
-_LAYERS = _ints(-1, 1 << 20, 4096)
-
-_RANK = _int(0, 1 << 20)
-_SIZE = _int(1, 1 << 20)
-
-def _maps(fields: dict, max_len: int):
-    """A list of at most ``max_len`` maps of ``fields``, or null."""
-    item = _map(fields)
-
+def _seam_map(values):
+    """seam name -> ``values``, for at most MAX_SEAMS seams, or null."""
     def check(value, path):
-        if value is not None and (type(value) is not list or len(value) > max_len or None in value):
-            _fail(path, f"must be a list of at most {max_len} maps or null", value)
-        for x in value or ():
-            item(x, f"{path}[]")
+        if value is None:
+            return
+        if type(value) is not dict or len(value) > MAX_SEAMS:
+            _fail(path, f"must be a map of at most {MAX_SEAMS} seams or null", value)
+        for seam, item in value.items():
+            if type(seam) is not str or len(seam) > MAX_NAME:
+                _fail(path, "keys must be seam names", seam)
+            values(item, f"{path}.{seam[:60]}")
     return check
 
-HELLO = {
-    "pid": _int(), "started": _int(), "host": _NAME, "tp_rank": _RANK, "dp_rank": _RANK,
-    "parallel": _map({k: _SIZE for k in ("tp_size", "dp_size", "pp_size", "attn_tp_size", "attn_dp_size", "ep_size")}),
-    "publisher_rank": _map({"tp_rank": _RANK, "dp_rank": _RANK, "attn_tp_rank": _RANK, "pp_rank": _RANK,
-                            "reason": _TEXT}),
-    "endpoint": _NAME, "siblings": lambda value, path: _names(value, path, MAX_PUBLISHERS),
-    "sglang_version": _NAME, "shim_version": _NAME, "worker": _NAME, "worker_class": _NAME, "control": _NAME,
-    "server_args": _map({"num_steps": _int(0, MAX_DRAFT_TOKENS), "topk": _int(0, MAX_DRAFT_TOKENS),
-                         "num_draft_tokens": _int(0, MAX_DRAFT_TOKENS), "cuda_graph": _bool}, _scalar),
-    "observable": _map({}, _scalar),
-    "seams": _map({}, _NAME),
-    "unobserved": _map({}, _TEXT),
-    "graphs": _map({"captured": _maps({"mode": _NAME, "bs": _int(0, MAX_BATCH), "width": _int(0, MAX_TOKEN_ID),
-                                       "fc": _bool}, 4096),
-                    "target_aux": _map({"on": _bool, "layers": _LAYERS})}),
-}
 
-_WIDTH = _int(0, MAX_TOKEN_ID)
-_SHAPE = _ints(0, MAX_TOKEN_ID, 8)
-#: a weight's full shape on a TP-N server and this rank's shard of it (loadreport.tensor_facts)
-_TENSOR = {"shape": _SHAPE, "shard_shape": _SHAPE, "parallel_dim": _int(0, 7), "parallel_size": _SIZE,
-           "org_vocab_size": _WIDTH, "padded_size": _WIDTH}
-LOAD = {
-    "draft_class": _NAME, "target_class": _NAME,
-    "hidden_size": _WIDTH, "target_hidden_size": _WIDTH, "num_target_layers": _int(0, 1 << 20),
-    "draft_vocab_size": _WIDTH, "target_vocab_size": _WIDTH,
-    "fc": _map({"in": _WIDTH, "out": _WIDTH, **_TENSOR}),
-    "aux": _map({"configured": _LAYERS, "captured": _LAYERS, "requested": _LAYERS, "use_aux": _bool,
-                 "capture_on": _bool, "offset_rule": _NAME, "calls": _COUNT}),
-    "weights": _map({"consumed": _names, "skipped": _names, "unwritten": _names, "ignored": _names}),
-    "d2t": _map({"present": _bool, "size": _COUNT, "min": _int(INT64_MIN), "max": _int(INT64_MIN),
-                 "target_min": _int(INT64_MIN), "target_max": _int(INT64_MIN), "out_of_range": _COUNT,
-                 "injective": _bool, "t2d_consistent": _bool, "looks_absolute": _bool}),
-    "lm_head": _map({"source": _NAME, **_TENSOR}),
-    "embed_tokens": _map({"source": _NAME, **_TENSOR}),
-}
-
-CONFIG = {"layers": _LAYERS, "captured": _LAYERS, "applied": _bool, "reason": _TEXT, "origin": _NAME,
-          "request_id": _scalar}
 def _duration(value, path):
     """A non-negative finite number (µs of some interval) or null."""
     if value is not None and (type(value) not in (int, float) or not 0 <= value <= 1e15):
         _fail(path, "must be a non-negative finite number or null", value)
 
 
-def _seam_durations(value, path):
-    """seam name -> µs, for at most MAX_SEAMS seams, or null."""
-    if value is None:
-        return
-    if type(value) is not dict or len(value) > MAX_SEAMS:
-        _fail(path, f"must be a map of at most {MAX_SEAMS} seams or null", value)
-    for seam, us in value.items():
-        if type(seam) is not str or len(seam) > MAX_NAME:
-            _fail(path, "keys must be seam names", seam)
-        _duration(us, f"{path}.{seam[:60]}")
+def _maps(fields: dict, max_len: int, optional: bool = True):
+    """A list of at most ``max_len`` maps of ``fields`` (or null when ``optional``)."""
+    item = _map(fields)
+
+    def check(value, path):
+        if (value is not None or not optional) and (type(value) is not list or len(value) > max_len or None in value):
+            _fail(path, f"must be a list of at most {max_len} maps" + (" or null" if optional else ""), value)
+        for x in value or ():
+            item(x, f"{path}[]")
+    return check
 
 
-HEARTBEAT = {"steps": _COUNT, "dropped": _COUNT, "hook_failures": _COUNT, "queued": _COUNT,
-             "shim_us": _seam_durations, "step_us": _duration, "round_shim_us": _duration,
-             "publisher_us": _duration,
-             "ring": _map({"slots": _COUNT, "capacity": _COUNT, "allocations": _COUNT, "late_allocations": _COUNT,
-                           "oversize": _COUNT})}
-HOOK = {"seam": _NAME, "status": _NAME, "detail": _TEXT}
+# -- the checkers of bodies.py's types ---------------------------------------------------------
+def _checker(kind: object, spec: object):
+    """The checker of a field of type ``kind`` bounded by ``spec``."""
+    t = type(spec)
+    if t is bodies.Int:
+        return _int(spec.lo, spec.hi, spec.optional)
+    if t is bodies.Text:
+        return _str(spec.limit)
+    if t is bodies.Flag:
+        return _bool
+    if t is bodies.Number:
+        return _num
+    if t is bodies.Duration:
+        return _duration
+    if t is bodies.Scalar:
+        return _scalar
+    if t is bodies.IntList:
+        return _ints(spec.lo, spec.hi, spec.max_len)
+    if t is bodies.NameList:
+        return _names if spec.max_len is None else (lambda value, path: _names(value, path, spec.max_len))
+    if t is bodies.Fields:
+        named = fields(kind) if typing.is_typeddict(kind) else {}
+        return _map(named, None if spec.values is None else _checker(None, spec.values))
+    if t is bodies.MapList:
+        return _maps(fields(typing.get_args(kind)[0]), spec.max_len, spec.optional)
+    if t is bodies.PerSeam:
+        return _seam_map(_checker(None, spec.values))
+    raise TypeError(f"no checker for {spec!r}")  # PerRequest: check_step's own
 
-_PASS = {"mode": _NAME, "width": _WIDTH, "fc": _bool, "n": _int(1, 1 << 20, optional=False), "replayed": _bool,
-         "graph_bs": _int(0, MAX_BATCH)}
-_PASS_KEYS = frozenset(_PASS)
-_CAPTURE = _map({"on": _bool, "layers": _LAYERS})
-_STEP_TIMES = ("draft_ms", "verify_ms", "extend_ms")
-_STEP_LISTS = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids")
-_STEP_KNOWN = frozenset(("seq", "bs", "passes", "t_ns", "mode", "capture", "num_steps", "accepted_path", "discarded",
-                         *_STEP_LISTS, *_STEP_TIMES))
+
+def fields(typed) -> dict:
+    """field -> checker for a ``TypedDict`` of :mod:`bodies`."""
+    return {name: _checker(kind, spec) for name, (kind, spec) in bodies.bounds(typed).items()}
+
+
+_BODIES = {kind: fields(typed) for kind, typed in bodies.BODIES.items() if kind != "step"}
+
+_STEP = bodies.bounds(bodies.Step)
+_PASS = fields(bodies.Pass)
+_PASS_EAGER = frozenset(("mode", "width", "fc", "n"))  # the fields of every pass, checked inline
+_CAPTURE = _map(fields(bodies.Capture))
+_STEP_TIMES = tuple(name for name, (_, spec) in _STEP.items() if type(spec) is bodies.Number)
+_STEP_LISTS = tuple(name for name, (_, spec) in _STEP.items() if type(spec) is bodies.PerRequest and spec.required)
+_STEP_KNOWN = frozenset(_STEP)
 
 
 def _token_lists(lists: list, path: str, max_len: int) -> None:
@@ -272,12 +253,14 @@ def _check_pass(p: object, path: str) -> None:
             or (mode is not None and (type(mode) is not str or len(mode) > MAX_NAME)):
         _check_fields(p, _PASS, path)  # names the field
         _fail(path, "'n' must be an integer >= 1", n)
-    if not p.keys() <= _PASS_KEYS:
+    if not p.keys() <= _PASS_EAGER:  # a replayed pass's fields, or ones the schema does not name
         _check_fields(p, _PASS, path)
 
 
 def check_step(body: dict) -> None:
-    """A step body: the per-request lists agree with ``bs`` and hold what the analysis indexes."""
+    """A step body: the per-request lists agree with ``bs`` and hold what the analysis indexes.
+    Written out rather than run through the derived checkers (the most frequent frame, checked on
+    every ingest); tests/test_wire_bodies.py holds it to every field's bound in ``bodies.Step``."""
     get = body.get
     seq, bs = get("seq"), get("bs")
     if type(seq) is not int or not 0 <= seq <= INT64_MAX:
@@ -346,9 +329,6 @@ def _check_variants(body: dict, bs: int) -> None:
         if type(discarded) is not list or len(discarded) > MAX_BATCH:
             _fail("b.discarded", f"must be a list of at most {MAX_BATCH} request ids", discarded)
         _names(discarded, "b.discarded")
-
-
-_BODIES = {"hello": HELLO, "load": LOAD, "config": CONFIG, "heartbeat": HEARTBEAT, "hook": HOOK}
 
 
 def validate_body(kind: str, body: dict) -> None:

@@ -34,6 +34,7 @@ import logging
 import sys
 import time
 
+from eagle3scope.wire import bodies
 from eagle3scope.wire.releases import before
 from eagle3scope_shim import seams
 from eagle3scope_shim.state import STATE
@@ -157,8 +158,8 @@ def graph_bs(mode: str, raw_bs: int) -> int:
     return found
 
 
-def captured() -> list[dict]:
-    return [{"mode": m, "bs": bs, "width": w, "fc": bool(fc)} for (m, bs), (w, fc) in sorted(STATE.graphs.items())]
+def captured() -> list[bodies.CapturedGraph]:
+    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(STATE.graphs.items())]
 
 
 def _slot(worker, path: tuple[str, ...]):

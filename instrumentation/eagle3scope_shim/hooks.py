@@ -14,6 +14,7 @@ import sys
 import time
 import weakref
 
+from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
 from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
@@ -432,7 +433,7 @@ def make_target_graph_capture(seam):
     return around(seam, pre, None)
 
 
-def finalize_step(payload) -> dict:
+def finalize_step(payload) -> bodies.Step:
     """Publisher thread: wait for the step's copies, build the ``step`` body, release the slot."""
     slot = payload[3].slot
     if slot is None:
@@ -445,7 +446,7 @@ def finalize_step(payload) -> dict:
         HostRing.release(slot)
 
 
-def _step_body(seq, t_ns, rids, step, capture) -> dict:
+def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
     bs = len(rids)
     draft_ids: list = [[] for _ in range(bs)]
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
@@ -471,7 +472,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> dict:
                 pos += n + 1
     path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
     ms = lambda ns: None if ns is None else ns / 1e6  # noqa: E731
-    body = {
+    body: bodies.Step = {
         "seq": seq,
         "t_ns": t_ns,
         "mode": "prefill" if step.prefill else "decode",
@@ -507,23 +508,20 @@ def _tree_path(index, accepted: list, bs: int, width: int) -> list:
     return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
 
 
-_PER_REQUEST = ("rids", "draft_ids", "accepted", "bonus", "accepted_ids", "accepted_path")
-
-
-def _drop_discarded(body: dict, discarded: set) -> None:
+def _drop_discarded(body: bodies.Step, discarded: set) -> None:
     """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
     keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
     if len(keep) == body["bs"]:
         return
     body["discarded"] = [rid for rid in body["rids"] if rid in discarded]
-    for key in _PER_REQUEST:
+    for key in bodies.PER_REQUEST:
         if key in body:
             body[key] = [body[key][i] for i in keep]
     body["bs"] = len(keep)
 
 
-def _pass(mode, width, fc, n, graph=None) -> dict:
-    body = {"mode": mode, "width": width, "fc": bool(fc), "n": n}
+def _pass(mode, width, fc, n, graph=None) -> bodies.Pass:
+    body: bodies.Pass = {"mode": mode, "width": width, "fc": bool(fc), "n": n}
     if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
         body["replayed"] = True
         body["graph_bs"] = graph

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 
+from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import graphs, seams
 from eagle3scope_shim.seams import sglang_version
@@ -129,7 +130,7 @@ def _default_weight_loader(model):
 
 
 # -- summaries -------------------------------------------------------------------------------
-def d2t_summary(d2t, t2d, target_vocab: int | None) -> dict | None:
+def d2t_summary(d2t, t2d, target_vocab: int | None) -> bodies.D2t | None:
     """``d2t[i]`` is an offset (target id = i + d2t[i]); say whether it looks like absolute ids."""
     if d2t is None:
         return None
@@ -204,7 +205,7 @@ def _resolved_use_aux(worker, target):
     return None if value is None else bool(value)
 
 
-def tensor_facts(module) -> dict:
+def tensor_facts(module) -> bodies.TensorFacts:
     """The full shape of ``module.weight`` on a TP-N server, from SGLang's own layer attributes:
     ``shape`` (all ranks together) and, only when this rank holds a shard, ``shard_shape``,
     ``parallel_dim`` and ``parallel_size``; vocabulary layers add ``org_vocab_size`` (the real
@@ -225,7 +226,7 @@ def tensor_facts(module) -> dict:
         dim, full[0] = 0, int(module.output_size)
     elif getattr(module, "input_size_per_partition", None) is not None and len(full) == 2:
         dim, full[1] = 1, int(module.input_size)
-    facts: dict = {"shape": full}
+    facts: bodies.TensorFacts = {"shape": full}
     if dim is not None and full[dim] != shard[dim] and shard[dim]:
         facts.update(shard_shape=shard, parallel_dim=dim, parallel_size=full[dim] // shard[dim])
     if getattr(module, "org_vocab_size", None) is not None:
@@ -239,7 +240,7 @@ def _source(param, target_param, written: bool) -> str:
     return "checkpoint" if written else "init"
 
 
-def _fc(facts: dict) -> dict | None:
+def _fc(facts: bodies.TensorFacts) -> bodies.Fc | None:
     """``{in, out}`` of the full fc (a column-parallel one, the MLA draft's, is sharded by out),
     plus where this rank's shard lies when it holds one."""
     if not facts:
@@ -249,7 +250,7 @@ def _fc(facts: dict) -> dict | None:
     return {"in": in_, "out": out, **extra}
 
 
-def load_body(kind: str, worker, target, draft) -> dict:
+def load_body(kind: str, worker, target, draft) -> bodies.Load:
     text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
     cfg, tcfg = draft.config, text_model.config
     watch = STATE.draft_loads.get(id(draft))
@@ -301,7 +302,7 @@ def load_body(kind: str, worker, target, draft) -> dict:
     }
 
 
-def _server_args(sa) -> dict:
+def _server_args(sa) -> bodies.ServerArgs:
     def get(name):
         value = getattr(sa, name, None)
         return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -324,7 +325,7 @@ def _class_name(obj) -> str | None:
     return None if obj is None else type(obj).__name__
 
 
-def _parallel_facts() -> dict:
+def _parallel_facts() -> bodies.Hello:
     """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``STATE.topology``."""
     topo = STATE.topology or {}
     parallel = {k: v for k, v in (topo.get("parallel") or {}).items() if k != "publishers"} or None
@@ -344,7 +345,7 @@ def _parallel_facts() -> dict:
     }
 
 
-def _observable(sa) -> dict:
+def _observable(sa) -> bodies.Observable:
     """What the shim sees on this server, as facts. A pass that replays a graph (or runs compiled)
     runs none of the draft forward's Python; its width and fc are then read at the caller that
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
@@ -374,7 +375,7 @@ def _observable(sa) -> dict:
     }
 
 
-def hello_body(scheduler) -> dict:
+def hello_body(scheduler) -> bodies.Hello:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     return {
@@ -397,7 +398,7 @@ def hello_body(scheduler) -> dict:
     }
 
 
-def config_body(origin: str) -> dict:
+def config_body(origin: str) -> bodies.Config:
     call = STATE.aux_calls[-1]
     return {
         "layers": call["requested"],

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import zmq
 
-from eagle3scope.wire import encode_frame
+from eagle3scope.wire import bodies, encode_frame
 from eagle3scope.wire.curve import load_keys, secure_server
 from eagle3scope.wire.endpoints import guard, resolve_bind_endpoint
 
@@ -101,7 +101,7 @@ class Publisher:
         self._step_seen = 0
         self._busy_ns = self._busy_seen = 0  # this thread's time turning events into frames
         #: more heartbeat fields (called on the publisher thread), e.g. the shim's host-ring figures
-        self.heartbeat_extra: Callable[[], dict] | None = None
+        self.heartbeat_extra: Callable[[], bodies.Heartbeat] | None = None
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -224,10 +224,11 @@ class Publisher:
             return
         self._reported.add(key)
         detail = f"{stage} of a {kind!r} event failed: {type(exc).__name__}: {exc}"[:1000]
-        self._send("hook", {"seam": "publisher", "status": "failed", "detail": detail})
+        self._send("hook", bodies.Hook(seam="publisher", status="failed", detail=detail))
 
     def _heartbeat(self) -> None:
-        body = {"steps": self.steps, "dropped": self.dropped, "hook_failures": self.hook_failures, "queued": len(self._ring)}
+        body = bodies.Heartbeat(steps=self.steps, dropped=self.dropped, hook_failures=self.hook_failures,
+                                queued=len(self._ring))
         extra = self.heartbeat_extra
         if extra is not None:
             try:

@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Any, Callable
 
+from eagle3scope.wire import bodies
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
 from eagle3scope_shim.publisher import Publisher
 
@@ -128,7 +129,7 @@ class ShimState:
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
         self.seam_status[seam] = status
-        body = {"seam": seam, "status": status, "detail": detail[:1000]}
+        body = bodies.Hook(seam=seam, status=status, detail=detail[:1000])
         if self.publisher is not None:
             self.publisher.submit("hook", body)
         elif len(self.pending) < 256:
@@ -172,13 +173,13 @@ class ShimState:
         log.info("eagle3scope: publishing on %s as %s", pub.endpoint, self.src)
         return True
 
-    def ring_stats(self) -> dict:
+    def ring_stats(self) -> bodies.Heartbeat:
         """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
         ring = self.ring
         if ring is None:
             return {}
-        return {"ring": {"slots": len(ring.slots), "capacity": ring.capacity, "allocations": ring.allocations,
-                         "late_allocations": ring.late_allocations, "oversize": ring.oversize}}
+        return {"ring": bodies.Ring(slots=len(ring.slots), capacity=ring.capacity, allocations=ring.allocations,
+                                    late_allocations=ring.late_allocations, oversize=ring.oversize)}
 
 
 STATE = ShimState()
