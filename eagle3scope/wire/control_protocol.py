@@ -48,10 +48,10 @@ import time
 
 import msgpack
 
+from eagle3scope.wire import env
 from eagle3scope.wire.schema import unpack_untrusted
 
-ENV_CONTROL = "EAGLE3SCOPE_CONTROL"
-ENV_TOKEN_FILE = "EAGLE3SCOPE_CONTROL_TOKEN_FILE"
+ENV_CONTROL, ENV_TOKEN_FILE = env.CONTROL, env.TOKEN_FILE
 
 AUTH_FIELDS = frozenset({"nonce", "ts", "mac"})
 COMMANDS = {"list": frozenset({"cmd"}) | AUTH_FIELDS,

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import zmq
 
+from eagle3scope.wire import env
 from eagle3scope.wire.private import PrivateFileError, create_private_file, ensure_private_dir, read_private_file
 
-ENV_KEY_FILE = "EAGLE3SCOPE_CURVE_KEY_FILE"
+ENV_KEY_FILE = env.KEY_FILE
 _ZAP_DOMAIN = "eagle3scope"
 _KEY = re.compile(rb'^\s*(public|secret)-key\s*=\s*"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})"\s*$', re.M)
 

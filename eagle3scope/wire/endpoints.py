@@ -22,16 +22,15 @@ import stat
 import tempfile
 from pathlib import Path
 
+from eagle3scope.wire import env
 from eagle3scope.wire.private import PrivateFileError, check_private_dir, ensure_private_dir
 from eagle3scope.wire.validate import MAX_PUBLISHERS  # the most siblings a hello may list
 
 #: How help texts name the default (the path depends on the user: :func:`default_endpoint`).
 DEFAULT_ENDPOINT = "ipc://$XDG_RUNTIME_DIR/eagle3scope/events.sock"
-#: Plain TCP (no CURVE) and ipc sockets outside private directories, at the user's word.
-ENV_TRUSTED = "EAGLE3SCOPE_TRUSTED_NETWORK"
+ENV_TRUSTED = env.TRUSTED
 SOCKET_NAME = "events.sock"
-#: The server's environment variable that switches the shim on and names where it publishes.
-ENV_ENDPOINT = "EAGLE3SCOPE_ENDPOINT"
+ENV_ENDPOINT = env.ENDPOINT
 
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 

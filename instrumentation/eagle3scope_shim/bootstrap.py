@@ -14,12 +14,13 @@ import os
 import sys
 import sysconfig
 
+from eagle3scope.wire import env
 from eagle3scope_shim import patching
 from eagle3scope_shim.state import requested_endpoint
 
 PTH_NAME = "eagle3scope_shim.pth"
 PTH_LINE = (
-    "import os; (os.environ.get('EAGLE3SCOPE_ENDPOINT') or os.environ.get('EAGLE3SCOPE')) "
+    f"import os; (os.environ.get({env.ENDPOINT!r}) or os.environ.get({env.ENABLE!r})) "
     "and __import__('eagle3scope_shim.bootstrap').bootstrap.activate()\n"
 )
 

@@ -18,18 +18,13 @@ import socket
 import time
 from typing import Any, Callable
 
-from eagle3scope.wire import bodies
+from eagle3scope.wire import bodies, env
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
 from eagle3scope_shim.publisher import Publisher
 
 log = logging.getLogger("eagle3scope")
 
-ENV_ENABLE = "EAGLE3SCOPE"
-ENV_FAULT = "EAGLE3SCOPE_FAULT"  # test support: name of a seam whose hook body raises
-ENV_SYNC_GUARD = "EAGLE3SCOPE_SYNC_GUARD"  # test support: fail on host-device syncs in hook bodies
-#: test support: CPU tensors go through the host ring as device tensors do (no pinning, no event), so
-#: the CPU engine exercises the ring's sizing and reuse
-ENV_RING_ON_CPU = "EAGLE3SCOPE_RING_ON_CPU"
+ENV_ENABLE, ENV_FAULT, ENV_SYNC_GUARD, ENV_RING_ON_CPU = env.ENABLE, env.FAULT, env.SYNC_GUARD, env.RING_ON_CPU
 
 
 if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
