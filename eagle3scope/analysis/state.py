@@ -162,7 +162,6 @@ class SessionState:
         self.dropped_segments = 0  # the oldest after the first, dropped to make room
         self.events: deque[Event] = deque(maxlen=events)
         self.frames = 0
-        self.unknown_frames = 0
         self.refused_frames = 0  # from publishers past MAX_PUBLISHERS
         self.ended_runs: list[PublisherView] = []  # runs a restart under the same src ended (MAX_ENDED_RUNS)
         self._runs_ahead: dict[str, tuple] = {}  # src -> (run, began) its first view gets (start_at_run)
@@ -210,8 +209,6 @@ class SessionState:
             self._config(pub, frame)
         elif kind == "hook":
             self._hook(pub, frame)
-        elif kind != "heartbeat":  # a heartbeat's counters went to pub.loss above
-            self.unknown_frames += 1
         self._scheduled(pub, frame.t)  # only its sender changed
 
     def _new_publisher(self, frame: Frame) -> PublisherView | None:

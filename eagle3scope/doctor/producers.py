@@ -25,9 +25,6 @@ from dataclasses import dataclass, field
 from eagle3scope.wire.aux_layers import default_capture
 
 FIX_KEY = "eagle3scope_fix"
-#: speculators' Eagle3SpeculatorConfig flags that SGLang's draft model reads under another name
-#: (or not at all), speculators/models/eagle3/config.py (0.9.0).
-SPECULATORS_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 #: Model-Optimizer's eagle_config fields (modelopt/torch/export/plugins/hf_spec_configs.py).
 MODELOPT_EAGLE_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
                          "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")

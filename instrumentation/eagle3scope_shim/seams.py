@@ -15,7 +15,7 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from eagle3scope.wire.control_protocol import ENV_CONTROL
 from eagle3scope.wire.releases import installed_sglang as sglang_version  # noqa: F401  (the shim's name)
@@ -258,7 +258,3 @@ def installed_root() -> str | None:
 
 def dotted(target: tuple[str, str]) -> str:
     return f"{target[0]}.{target[1]}"
-
-
-def seam_modules(chosen: Iterable) -> set[str]:
-    return {t[0] for _, seams in chosen for _, t in seams if t is not None}

@@ -47,11 +47,10 @@ def requested_endpoint() -> str | None:
 class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
-    __slots__ = ("t0", "passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "device", "prefill", "slot",
-                 "dropped", "num_steps", "path", "discarded", "forwards")
+    __slots__ = ("passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "prefill", "slot", "dropped",
+                 "num_steps", "path", "discarded", "forwards")
 
     def __init__(self) -> None:
-        self.t0 = time.perf_counter_ns()
         self.passes: list[list] = []  # [mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None]
         self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
         self.draft = None  # snapshot of EagleVerifyInput.draft_token
@@ -60,7 +59,6 @@ class Step:
         self.num_steps = None  # this round's step budget (adaptive steps vary it per round)
         self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
         self.draft_ns = self.verify_ns = self.extend_ns = None
-        self.device = "cpu"
         self.prefill = False
         self.slot: RingSlot | None = None  # host buffers of this step's snapshots, taken on first use
         self.dropped = False  # every ring slot was busy: the step is counted as dropped, not published
