@@ -529,3 +529,13 @@ def test_an_eagle1_draft_is_observed_and_known_to_apply_fc_always(clean_state, m
     assert STATE.draft_fc_always is True
     hooks._draft_facts(types.SimpleNamespace(model=_DraftInner()))
     assert STATE.draft_fc_always is False
+
+
+def test_the_hook_table_names_exactly_the_hooks_the_seams_use():
+    """hooks.FACTORIES is written out: every seam's hook has its factory, and no factory is unused."""
+    from eagle3scope_shim import seams
+
+    used = {seam.hook for adapter in seams.ADAPTERS for seam in adapter.seams}
+    assert set(hooks.FACTORIES) == used
+    written = {name for name in vars(hooks) if name.startswith("make_")}
+    assert {fn.__name__ for fn in hooks.FACTORIES.values()} == written

@@ -566,4 +566,22 @@ def _ids(value):
     return None if value is None else [int(x) for x in value]
 
 
-FACTORIES = {name[5:]: fn for name, fn in globals().items() if name.startswith("make_")}
+#: ``Seam.hook`` name -> the factory of its AROUND hook (tests/test_shim_unit.py: exactly the names the seams use)
+FACTORIES = {
+    "scheduler_init": make_scheduler_init,
+    "worker_init_v2": make_worker_init_v2,
+    "worker_init_v1": make_worker_init_v1,
+    "step": make_step,
+    "commit": make_commit,
+    "draft": make_draft,
+    "verify_v2": make_verify_v2,
+    "verify_v1": make_verify_v1,
+    "draft_extend": make_draft_extend,
+    "draft_extend_prefill": make_draft_extend_prefill,
+    "tp_broadcast": make_tp_broadcast,
+    "draft_forward": make_draft_forward,
+    "target_graph_capture": make_target_graph_capture,
+    "draft_load": make_draft_load,
+    "aux_configure": make_aux_configure,
+    "aux_set_layers": make_aux_set_layers,
+}
