@@ -176,9 +176,10 @@ def test_standalone_worker_is_observed_but_its_draft_is_named_as_unhooked(standa
 CLASSIFY = r"""
 import json, os, sys, types
 os.environ["EAGLE3SCOPE_ENDPOINT"] = "ipc:///tmp/unused"
-from eagle3scope_shim import hooks, patching
+from eagle3scope_shim import hooks
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 from eagle3scope_shim.state import STATE
-patching.patch_all()
+INSTRUMENTOR.patcher.patch_all()
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 out = {}
 for algorithm, multi in (("EAGLE3", False), ("EAGLE", True), ("STANDALONE", False), ("FROZEN_KV_MTP", False),

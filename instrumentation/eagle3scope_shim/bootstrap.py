@@ -15,8 +15,7 @@ import sys
 import sysconfig
 
 from eagle3scope.wire import env
-from eagle3scope_shim import patching
-from eagle3scope_shim.state import requested_endpoint
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 
 PTH_NAME = "eagle3scope_shim.pth"
 PTH_LINE = (
@@ -27,9 +26,7 @@ PTH_LINE = (
 
 def activate() -> None:
     try:
-        if requested_endpoint() is None or patching.has_hook_registry() or not patching.version_ok():
-            return
-        patching.patch_all()
+        INSTRUMENTOR.activate()
     except Exception as exc:  # must never break interpreter start-up
         logging.getLogger("eagle3scope").warning("eagle3scope: bootstrap failed: %s: %s", type(exc).__name__, exc)
 

@@ -1,10 +1,12 @@
 """Applying the chosen seams: through SGLang's ``HookRegistry`` (releases with general plugins) or
-through the shim's own reversible patcher (``install()``, and the import hook older releases need).
+through the shim's own reversible :class:`Patcher` (``install()``, and the import hook older releases
+need). :class:`~eagle3scope_shim.instrumentor.Instrumentor` decides which, and when.
 
 Both paths wrap the same AROUND hooks from :mod:`eagle3scope_shim.hooks`. Which seams exist is
 decided by :func:`seams.choose` over the installed source (no import); a seam whose target is
 absent is reported ``missing``. The own patcher patches a module when it is imported (or at once
-if it already is), so activation never imports SGLang early.
+if it already is), so activation never imports SGLang early; it keeps the raw attribute it
+replaced, so unwrapping puts back exactly what was there (a ``staticmethod`` stays one).
 """
 
 from __future__ import annotations
@@ -15,28 +17,10 @@ import importlib.machinery
 import logging
 import sys
 
-from eagle3scope.wire.releases import release
 from eagle3scope_shim import hooks, registry, seams
 from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
-
-_OWN: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original) for uninstall
-_PENDING: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hook)]
-
-
-def version_ok() -> bool:
-    """The version guard: refuse, with a clear log line, a SGLang the shim was not built for."""
-    ver = seams.sglang_version()
-    parsed = release(ver)
-    if parsed is None or parsed[:2] not in seams.SUPPORTED_MAJORS:
-        log.warning(
-            "eagle3scope: SGLang %s is not a release line this shim knows (supported: %s); not patching",
-            ver,
-            ", ".join(f"{a}.{b}.x" for a, b in sorted(seams.SUPPORTED_MAJORS)),
-        )
-        return False
-    return True
 
 
 def plan() -> list[tuple[str, str, object]]:
@@ -63,14 +47,8 @@ def has_hook_registry() -> bool:
     return root is not None and seams.module_file(root, "sglang.srt.plugins.hook_registry") is not None
 
 
-def own_active() -> bool:
-    return bool(_OWN or _PENDING)
-
-
 def register_with_hook_registry() -> None:
     """Hand every present seam to SGLang's HookRegistry (it patches when plugins are applied)."""
-    if registry.registered() or own_active():
-        return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType  # the plugin runs inside SGLang
 
     for name, target, hook in plan():
@@ -79,45 +57,54 @@ def register_with_hook_registry() -> None:
     registry.mark_registered()
 
 
-# -- the own patcher -----------------------------------------------------------------------------
-def patch_all() -> None:
-    """Patch every present seam now or when its module is imported. Idempotent."""
-    if registry.registered() or own_active():
-        return
-    for name, target, hook in plan():
-        _PENDING.setdefault(target[0], []).append((name, target, hook))
-    for module in [m for m in _PENDING if m in sys.modules]:
-        _patch_module(module)
-    if _PENDING and _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+class Patcher:
+    """The shim's own reversible patcher: every present seam wrapped now or when its module is imported."""
 
+    def __init__(self) -> None:
+        self._own: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original) for unwrapping
+        self._pending: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hook)]
+        self._finder = _PostImportFinder(self)
 
-def unpatch_all() -> None:
-    for owner, attr, raw in _OWN.values():
-        setattr(owner, attr, raw)
-    _OWN.clear()
-    _PENDING.clear()
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
-    for name in list(STATE.seam_status):
-        STATE.seam_status[name] = "disabled"
+    @property
+    def active(self) -> bool:
+        return bool(self._own or self._pending)
 
+    def patch_all(self) -> None:
+        for name, target, hook in plan():
+            self._pending.setdefault(target[0], []).append((name, target, hook))
+        for module in [m for m in self._pending if m in sys.modules]:
+            self.patch_module(module)
+        if self._pending and self._finder not in sys.meta_path:
+            sys.meta_path.insert(0, self._finder)
 
-def _patch_module(module_name: str) -> None:
-    module = sys.modules[module_name]
-    for name, (_, qual), hook in _PENDING.pop(module_name, []):
-        try:
-            owner = module
-            *path, attr = qual.split(".")
-            for part in path:
-                owner = getattr(owner, part)
-            raw = owner.__dict__[attr]
-            original = getattr(owner, attr)
-            setattr(owner, attr, _wrap(original, hook))
-            _OWN[f"{module_name}.{qual}"] = (owner, attr, raw)
-            STATE.seam_status[name] = "attached"
-        except Exception as exc:
-            STATE.fail(name, exc)
+    def unpatch_all(self) -> None:
+        for owner, attr, raw in self._own.values():
+            setattr(owner, attr, raw)
+        self._own.clear()
+        self._pending.clear()
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        for name in list(STATE.seam_status):
+            STATE.seam_status[name] = "disabled"
+
+    def watches(self, module_name: str) -> bool:
+        return module_name in self._pending
+
+    def patch_module(self, module_name: str) -> None:
+        module = sys.modules[module_name]
+        for name, (_, qual), hook in self._pending.pop(module_name, []):
+            try:
+                owner = module
+                *path, attr = qual.split(".")
+                for part in path:
+                    owner = getattr(owner, part)
+                raw = owner.__dict__[attr]
+                original = getattr(owner, attr)
+                setattr(owner, attr, _wrap(original, hook))
+                self._own[f"{module_name}.{qual}"] = (owner, attr, raw)
+                STATE.seam_status[name] = "attached"
+            except Exception as exc:
+                STATE.fail(name, exc)
 
 
 def _wrap(original, hook):
@@ -131,23 +118,24 @@ def _wrap(original, hook):
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Lets the normal finders load a watched module, then patches it right after it executes."""
 
+    def __init__(self, patcher: Patcher) -> None:
+        self.patcher = patcher
+
     def find_spec(self, fullname, path, target=None):
-        if fullname not in _PENDING:
+        if not self.patcher.watches(fullname):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
         exec_module = spec.loader.exec_module
+        patcher = self.patcher
 
         def exec_and_patch(module):
             exec_module(module)
             try:
-                _patch_module(fullname)
+                patcher.patch_module(fullname)
             except Exception as exc:  # never break the host's import
                 log.warning("eagle3scope: patching %s failed: %s", fullname, exc)
 
         spec.loader.exec_module = exec_and_patch
         return spec
-
-
-_FINDER = _PostImportFinder()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from eagle3scope_shim import patching
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 from eagle3scope_shim.state import requested_endpoint
 
 log = logging.getLogger("eagle3scope")
@@ -31,8 +31,8 @@ def _in_idle_process() -> bool:
 
 def load() -> None:
     try:
-        if requested_endpoint() is None or _in_idle_process() or not patching.version_ok():
+        if requested_endpoint() is None or _in_idle_process():
             return
-        patching.register_with_hook_registry()
+        INSTRUMENTOR.register()
     except Exception as exc:  # a plugin must never take SGLang down
         log.warning("eagle3scope: shim not activated: %s: %s", type(exc).__name__, exc)
