@@ -53,6 +53,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+    from eagle3scope_shim.ring import SNAPSHOTS
     from eagle3scope_shim.state import STATE
 
     class Mode:
@@ -78,7 +79,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16)
     pub.start()
-    STATE.ring_capacity, STATE.ring_sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
+    SNAPSHOTS.capacity, SNAPSHOTS.sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
     make = hooks.FACTORIES
 
     def round_hooks():
@@ -257,8 +258,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             "step_body_bs": body["bs"],
         }
     out["publisher"] = {"steps": pub.steps, "dropped": pub.dropped}
-    if STATE.ring is not None:  # device tensors only: CPU tensors are cloned
-        out["publisher"].update(ring_slots=len(STATE.ring.slots), ring_dropped=STATE.ring.dropped)
+    if SNAPSHOTS.ring is not None:  # device tensors only: CPU tensors are cloned
+        out["publisher"].update(ring_slots=len(SNAPSHOTS.ring.slots), ring_dropped=SNAPSHOTS.ring.dropped)
     pub.close()
     return out
 

@@ -8,7 +8,8 @@ import pytest
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
-from eagle3scope_shim.state import STATE, HostRing, Step, around
+from eagle3scope_shim.ring import SNAPSHOTS, HostRing
+from eagle3scope_shim.state import STATE, Step, around
 
 
 class Host(list):
@@ -220,7 +221,7 @@ def shim(clean_state, monkeypatch):
 def test_a_step_without_a_free_slot_is_counted_as_dropped_not_published(shim, monkeypatch):
     ring = HostRing(1, FakeEvent)
     held = ring.acquire()  # the publisher has not finished with the only slot
-    monkeypatch.setattr(STATE, "ring", ring)
+    monkeypatch.setattr(SNAPSHOTS, "ring", ring)
     monkeypatch.setattr(STATE, "publisher", PublisherStub())
     step_hook, verify_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["verify_v2"]("u.verify")
 
@@ -249,7 +250,7 @@ def test_the_publisher_releases_the_slot_after_waiting_for_its_event(shim):
 
 def test_a_step_the_publisher_queue_refuses_gives_its_slot_back(shim, monkeypatch):
     ring = HostRing(1, FakeEvent)
-    monkeypatch.setattr(STATE, "ring", ring)
+    monkeypatch.setattr(SNAPSHOTS, "ring", ring)
     monkeypatch.setattr(STATE, "publisher", PublisherStub(accept=False))
 
     def round_(self, batch):
@@ -397,7 +398,7 @@ def _settle(processor, result, batch):
 def committing(shim, monkeypatch):
     monkeypatch.setattr(STATE, "publisher", PublisherStub())
     monkeypatch.setattr(STATE, "uncommitted", __import__("collections").deque())
-    monkeypatch.setattr(STATE, "ring_sized", True)
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
     shim.seam_status[hooks.COMMIT_SEAM] = "attached"
     return STATE.publisher
 

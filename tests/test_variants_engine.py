@@ -210,8 +210,9 @@ def test_workers_sglang_selects_are_classified_by_what_the_hooks_see(engine_pyth
 
 RING = r"""
 import json, torch
-from eagle3scope_shim.state import STATE, Step, HostRing, snap
-STATE.ring_on_cpu, STATE.ring, STATE.ring_capacity = True, None, 4 * 6  # 4 requests x 6 draft tokens
+from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
+from eagle3scope_shim.state import Step
+SNAPSHOTS.on_cpu, SNAPSHOTS.ring, SNAPSHOTS.capacity = True, None, 4 * 6  # 4 requests x 6 draft tokens
 out, ptrs = {"copies": True}, {}
 for bs in (1, 4, 2, 4, 3, 1, 4, 2, 3):
     step = Step()
@@ -223,18 +224,18 @@ for bs in (1, 4, 2, 4, 3, 1, 4, 2, 3):
         ptrs.setdefault((step.slot.index, name), set()).add(step.slot.buffers[name][0].data_ptr())
     HostRing.record(step.slot)
     HostRing.release(step.slot)
-ring = STATE.ring
+ring = SNAPSHOTS.ring
 out.update(slots=len(ring.slots), allocations=ring.allocations, late=ring.late_allocations,
            one_buffer_per_slot_and_field=all(len(p) == 1 for p in ptrs.values()),
            every_slot_allocated=all(len(s.buffers) == 4 for s in ring.slots))
 big = Step()
 out["oversize"] = [snap(big, "draft", torch.arange(5 * 6)) is None, big.dropped, ring.oversize, ring.allocations]
-STATE.ring, STATE.ring_capacity = None, 0  # capacity unknown (no request pool): a slot grows, counted late
+SNAPSHOTS.ring, SNAPSHOTS.capacity = None, 0  # capacity unknown (no request pool): a slot grows, counted late
 for bs in (1, 2, 4):
     step = Step()
     snap(step, "draft", torch.arange(bs * 6))
     HostRing.release(step.slot)
-out["unsized"] = [STATE.ring.allocations, STATE.ring.late_allocations]
+out["unsized"] = [SNAPSHOTS.ring.allocations, SNAPSHOTS.ring.late_allocations]
 print(json.dumps(out))
 """
 

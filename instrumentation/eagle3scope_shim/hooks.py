@@ -2,8 +2,8 @@
 
 Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`state.around`, so it fails
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
-(shapes, forward modes, Python lists SGLang already holds) and take :func:`state.snap` copies of
-device tensors into the step's :class:`state.HostRing` slot; the publisher thread does every
+(shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
+device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
 ``tolist`` in :func:`finalize_step` and hands the slot back.
 """
 
@@ -17,7 +17,8 @@ import weakref
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
-from eagle3scope_shim.state import STATE, HostRing, Rewrite, Step, around, requested_endpoint, snap
+from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
+from eagle3scope_shim.state import STATE, Rewrite, Step, around, requested_endpoint
 
 _now = time.perf_counter_ns
 log = logging.getLogger("eagle3scope")
@@ -116,8 +117,8 @@ def _size_ring(worker) -> None:
     steps = [getattr(worker, "speculative_num_steps", None) or 0]
     steps += list(getattr(getattr(worker, "adaptive_controller", None), "candidate_steps", None) or ())
     width = max([getattr(worker, "speculative_num_draft_tokens", None) or 0] + [int(n) + 1 for n in steps])
-    STATE.ring_capacity = int(rows) * int(width)
-    STATE.ring_sized = True
+    SNAPSHOTS.capacity = int(rows) * int(width)
+    SNAPSHOTS.sized = True
 
 
 def _embed_width(draft) -> int | None:
@@ -165,7 +166,7 @@ def make_step(seam):
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)
-        if not STATE.ring_sized:
+        if not SNAPSHOTS.sized:
             _size_ring(self)
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))

@@ -1,0 +1,166 @@
+"""The snapshot ring: reusable host buffers that device tensors are copied into without a sync.
+
+Nothing here blocks: device tensors are copied ``non_blocking`` into a :class:`HostRing` slot's
+reusable (pinned) host buffers, the slot's one event is recorded after the step's copies, and the
+publisher thread turns them into lists later and hands the slot back (see :func:`snap`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from eagle3scope.wire import bodies, env
+
+
+class Snapshots:
+    """The process's ring and what sizes it, made at the first device copy."""
+
+    def __init__(self) -> None:
+        self.ring: HostRing | None = None
+        self.capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
+        self.sized = False
+        self.on_cpu = os.environ.get(env.RING_ON_CPU, "").strip() == "1"
+
+    def stats(self) -> bodies.Heartbeat:
+        """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
+        ring = self.ring
+        if ring is None:
+            return {}
+        return {"ring": bodies.Ring(slots=len(ring.slots), capacity=ring.capacity, allocations=ring.allocations,
+                                    late_allocations=ring.late_allocations, oversize=ring.oversize)}
+
+
+class RingSlot:
+    """One step's host buffers (by field name) and the event recorded after its copies."""
+
+    __slots__ = ("index", "buffers", "event", "busy", "recorded")
+
+    def __init__(self, index: int, event) -> None:
+        self.index = index
+        self.buffers: dict[str, Any] = {}
+        self.event = event  # None on CPU: host copies are complete when ``copy_`` returns
+        self.busy = False  # handed out, not yet released by its reader
+        self.recorded = False  # the event was recorded at least once
+
+
+class HostRing:
+    """A fixed ring of reusable host-buffer slots, one slot per published step.
+
+    Slots are handed out in order. The next slot is reusable only when its reader released it and
+    its event completed, which is checked with ``event.query()``: the hot path never waits. A busy
+    slot means the step is not snapshotted and counts in ``dropped``. A field's buffers are
+    allocated for every slot at once, at its first copy (the first step), ``capacity`` elements each
+    (request pool size x draft tokens, which no batch exceeds); a copy larger than that drops its
+    step (``oversize``) rather than allocate pinned memory on the hot path. Only a ring whose
+    capacity is unknown (0) grows a slot's buffer. So a round costs neither a host allocation nor a
+    new event; ``late_allocations`` counts allocations after the first step.
+    """
+
+    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0) -> None:
+        self.slots = [RingSlot(i, new_event() if new_event is not None else None) for i in range(max(1, size))]
+        self.capacity = max(0, int(capacity))  # elements per buffer: request pool size x draft tokens
+        self._next = 0
+        self.acquired = 0
+        self.dropped = 0
+        self.allocations = 0  # buffer allocations (a field for every slot counts once)
+        self.late_allocations = 0  # of them, after the first step
+        self.oversize = 0  # copies larger than the buffers: their steps were dropped
+
+    def buffer(self, slot: RingSlot, name: str, dtype, n: int, pin: bool):
+        """The slot's buffer for ``name`` holding ``n`` elements of ``dtype``; None when ``n`` exceeds
+        the ring's capacity (the caller drops the step)."""
+        held = slot.buffers.get(name)
+        if held is not None and held[0].dtype == dtype and held[0].numel() >= n:
+            return held
+        if self.capacity and n > self.capacity:
+            self.oversize += 1
+            return None
+        import torch
+
+        self.allocations += 1
+        if self.acquired > 1:
+            self.late_allocations += 1
+        targets = self.slots if self.capacity and held is None else (slot,)
+        for s in targets:
+            buf = torch.empty(max(n, self.capacity), dtype=dtype, pin_memory=pin)
+            s.buffers[name] = (buf, 0, buf[:0])
+        return slot.buffers[name]
+
+    def acquire(self) -> RingSlot | None:
+        slot = self.slots[self._next]
+        if slot.busy or (slot.recorded and not slot.event.query()):
+            self.dropped += 1
+            return None
+        slot.busy = True
+        self._next = (self._next + 1) % len(self.slots)
+        self.acquired += 1
+        return slot
+
+    @staticmethod
+    def record(slot: RingSlot) -> None:
+        """Record the slot's event after the copies queued so far on the current stream."""
+        if slot.event is not None:
+            slot.event.record()
+            slot.recorded = True
+
+    @staticmethod
+    def release(slot: RingSlot) -> None:
+        slot.busy = False
+
+
+#: Ring slots, clamped so the ring's host memory stays under :data:`RING_BYTES`.
+RING_SLOTS = (8, 64)
+RING_BYTES = 16 << 20
+
+
+def ring_for(device_type: str, capacity: int) -> HostRing:
+    """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
+    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids, tree accept index)."""
+    import torch
+
+    low, high = RING_SLOTS
+    size = max(low, min(high, RING_BYTES // max(1, 4 * 8 * capacity)))
+    if device_type == "cpu":  # test support (env.RING_ON_CPU): host copies are done when copy_ returns
+        return HostRing(size, None, capacity)
+    new_event = getattr(getattr(torch, device_type, None), "Event", None)
+    if new_event is None:
+        raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
+    return HostRing(size, new_event, capacity)
+
+
+def snap(step, name: str, tensor):
+    """A host copy of ``tensor`` taken without a sync. CPU tensors are cloned (cheaper than a
+    slice-and-copy into a held buffer, and done when ``clone`` returns). Device tensors go
+    ``non_blocking`` into the step's ring slot: pinned buffers reused across steps, read by the
+    publisher thread only after the slot's one event, which the step hook records after all the
+    step's copies. None when the ring had no free slot: the step is then marked dropped."""
+    if tensor is None:
+        return None
+    device = tensor.device.type
+    if device == "cpu" and not SNAPSHOTS.on_cpu:
+        return tensor.clone()
+    if step.dropped:
+        return None
+    slot = step.slot
+    if slot is None:
+        ring = SNAPSHOTS.ring
+        if ring is None:
+            ring = SNAPSHOTS.ring = ring_for(device, SNAPSHOTS.capacity)
+        slot = step.slot = ring.acquire()
+        if slot is None:
+            step.dropped = True
+            return None
+    n = tensor.numel()
+    held = SNAPSHOTS.ring.buffer(slot, name, tensor.dtype, n, device == "cuda")  # (buffer, numel of the view, view)
+    if held is None:
+        step.dropped = True
+        return None
+    if held[1] != n:
+        held = slot.buffers[name] = (held[0], n, held[0][:n])
+    view = held[2]
+    view.copy_(tensor if tensor.dim() == 1 else tensor.reshape(-1), non_blocking=True)
+    return view
+
+
+SNAPSHOTS = Snapshots()
