@@ -53,6 +53,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+    from eagle3scope_shim.facts import FACTS
     from eagle3scope_shim.ring import SNAPSHOTS
     from eagle3scope_shim.state import STATE
 
@@ -100,12 +101,12 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         STATE.self_ns, time.perf_counter_ns = wall_cells, wall_clock
     STATE.seam_status[hooks.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
     processor = NS()
-    STATE.draft_embed_width = 128
+    FACTS.draft_embed_width = 128
     worker = NS(speculative_num_steps=3)
     draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128, device=device)))
     # as the worker-init hook records it: capture_now() walks the target's capture attributes per step
     target = NS(capture_aux_hidden_states=True, model=NS(layers_to_capture=[2, 4, 7]))
-    STATE.workers.append(("v2", None, target, draft_model))
+    FACTS.workers.append(("v2", None, target, draft_model))
     out = {"clock_read_ns": _clock_costs(), "self_timing_ns_per_hook": _self_timing_cost()}
     # cold caches: each stand-in call first sweeps 16 MiB, as SGLang's forwards sweep weights and
     # activations between two hooks; only the hooks' own account is read (the sweep dwarfs them)

@@ -23,6 +23,7 @@ from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import aux_channel, seams
 from eagle3scope_shim import graphs as shim_graphs
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE
 
 from aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
@@ -559,8 +560,8 @@ def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls
     draft = SimpleNamespace(config=SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
                                                    target_hidden_size=128), model=SimpleNamespace(fc=fc))
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner))
-    monkeypatch.setattr(STATE, "workers", [("v2", worker, target, draft)])
-    monkeypatch.setattr(STATE, "aux_calls", list(calls))
+    monkeypatch.setattr(FACTS, "workers", [("v2", worker, target, draft)])
+    monkeypatch.setattr(FACTS, "aux_calls", list(calls))
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
     return aux_channel.gather(SimpleNamespace(server_args=sa), tp_rank)
 

@@ -15,13 +15,14 @@ from eagle3scope.analysis.facts import pass_visibility, read_hello
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.aux_layers import default_capture
 from eagle3scope_shim import graphs, hooks
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE, Step
 
 
 @pytest.fixture
 def ledger(monkeypatch):
-    monkeypatch.setattr(STATE, "graphs", {})
-    monkeypatch.setattr(STATE, "graph_for", {})
+    monkeypatch.setattr(FACTS, "graphs", {})
+    monkeypatch.setattr(FACTS, "graph_for", {})
     return STATE
 
 
@@ -40,7 +41,7 @@ def test_a_graph_is_recorded_once_and_replays_go_to_the_bucket_they_pad_to(ledge
 def test_the_ledger_is_bounded(ledger):
     for bs in range(graphs.MAX_GRAPHS + 10):
         graphs.record_capture("decode", bs, 128, False)
-    assert len(STATE.graphs) == graphs.MAX_GRAPHS
+    assert len(FACTS.graphs) == graphs.MAX_GRAPHS
 
 
 def test_replayed_passes_fold_apart_from_eager_ones_and_reach_the_wire():
@@ -131,16 +132,16 @@ def test_the_target_capture_hook_records_the_layers_its_graphs_hold(monkeypatch)
     """The hook around CudaGraphRunner.capture (<= 0.5.12) / DecodeCudaGraphRunner.capture reads the
     target's capture state at that moment; a runner of a model without aux capture (the draft's) is
     ignored. (A CUDA graph capture cannot run here: the runner is a stand-in, the hook is the shim's.)"""
-    monkeypatch.setattr(STATE, "target_graph_aux", None)
+    monkeypatch.setattr(FACTS, "target_graph_aux", None)
     monkeypatch.setattr(STATE, "publisher", None)
     hook = hooks.FACTORIES["target_graph_capture"]("graphs.target_capture")
     target = _NS(capture_aux_hidden_states=True, model=_NS(layers_to_capture=[2, 4, 5]))
     ran = []
     hook(lambda runner: ran.append(runner), _NS(model_runner=_NS(model=target)))
-    assert STATE.target_graph_aux == {"on": True, "layers": [2, 4, 5]} and len(ran) == 1
+    assert FACTS.target_graph_aux == {"on": True, "layers": [2, 4, 5]} and len(ran) == 1
     target.model.layers_to_capture = [3, 5, 6]  # 0.5.10's model_runner applies the configured ids after capture
     hook(lambda runner: None, _NS(model_runner=_NS(model=_NS(model=_NS()))))  # the draft's runner
-    assert STATE.target_graph_aux == {"on": True, "layers": [2, 4, 5]}  # what the graphs hold, not what is shown
+    assert FACTS.target_graph_aux == {"on": True, "layers": [2, 4, 5]}  # what the graphs hold, not what is shown
 
 
 def test_the_aux_view_says_which_passes_replay_graphs_and_which_are_not_seen():
@@ -191,8 +192,8 @@ def test_the_aux_panel_prints_them(tmp_path):
 @pytest.fixture
 def caller(ledger, monkeypatch):
     monkeypatch.setattr(STATE, "unobserved", {})
-    monkeypatch.setattr(STATE, "draft_embed_width", 128)
-    monkeypatch.setattr(STATE, "draft_fc_always", False)
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
     hook = hooks.FACTORIES["draft_extend"]("v2.draft_extend")  # reads batch_result.logits_output.hidden_states
@@ -223,7 +224,7 @@ def test_a_draft_whose_forward_is_unhooked_says_nothing_at_its_caller(caller):
 
 def test_an_eagle1_draft_applies_fc_on_every_pass(caller, monkeypatch):
     """llama_eagle.LlamaModel.forward: fc over cat(embeds, hidden), H-wide states in (llama_eagle.py of 0.5.23)."""
-    monkeypatch.setattr(STATE, "draft_fc_always", True)
+    monkeypatch.setattr(FACTS, "draft_fc_always", True)
     assert caller(128) == [["draft_extend_v2", 128, True, 1, 0]]
 
 
@@ -242,7 +243,7 @@ def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monke
     """hello.observable: caller reads stand for a replayed pass only on a draft the hooks see."""
     from eagle3scope_shim import loadreport
 
-    monkeypatch.setattr(STATE, "workers", [("v2", _NS(), None, None)])
+    monkeypatch.setattr(FACTS, "workers", [("v2", _NS(), None, None)])
     monkeypatch.setattr(STATE, "seam_status", {"llama_eagle3.forward": "attached", "v2.draft": "attached",
                                                "v2.draft_extend": "attached", "v2.draft_extend_prefill": "attached"})
     monkeypatch.setattr(STATE, "unobserved", {})

@@ -8,6 +8,7 @@ import pytest
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing
 from eagle3scope_shim.state import STATE, Step, around
 
@@ -213,7 +214,7 @@ class Batch:
 def shim(clean_state, monkeypatch):
     monkeypatch.setattr(STATE, "step", None)
     monkeypatch.setattr(STATE, "aux_channel", None)
-    monkeypatch.setattr(STATE, "workers", [])
+    monkeypatch.setattr(FACTS, "workers", [])
     monkeypatch.setattr(STATE, "seq", 0)
     return clean_state
 
@@ -520,16 +521,16 @@ def test_an_eagle1_draft_is_observed_and_known_to_apply_fc_always(clean_state, m
                                                     "llama_eagle3.forward": "e3s_fake_drafts._DraftInner.forward",
                                                     "llama_eagle.forward": "e3s_fake_drafts._Eagle1Inner.forward"})
     monkeypatch.setattr(STATE, "unobserved", {})
-    monkeypatch.setattr(STATE, "draft_fc_always", False)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
     worker = _Inherits()
     worker.draft_worker = types.SimpleNamespace(draft_runner=types.SimpleNamespace(
         model=types.SimpleNamespace(model=_Eagle1Inner())))
     hooks.report_unobserved(worker)
     assert STATE.unobserved == {}
     hooks._draft_facts(worker.draft_worker.draft_runner.model)
-    assert STATE.draft_fc_always is True
+    assert FACTS.draft_fc_always is True
     hooks._draft_facts(types.SimpleNamespace(model=_DraftInner()))
-    assert STATE.draft_fc_always is False
+    assert FACTS.draft_fc_always is False
 
 
 def test_the_hook_table_names_exactly_the_hooks_the_seams_use():

@@ -27,12 +27,13 @@ H, AUX = 128, 3
 SCRIPT = r"""
 import json, sys
 from eagle3scope_shim import seams
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE, Step
 from eagle3scope.demo import draft_probe
 
 STATE.step = Step()  # collect draft passes as a speculative round would
 report = draft_probe.probe(sys.argv[1])
-(watch,) = STATE.draft_loads.values()
+(watch,) = FACTS.draft_loads.values()
 chosen = seams.choose(seams.source_lookup(seams.installed_root()))
 print("RESULT " + json.dumps({
     "probe_not_loaded": report["params_not_loaded"],

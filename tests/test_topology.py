@@ -261,11 +261,13 @@ def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_
 
 @pytest.fixture
 def shim_state(monkeypatch):
+    from eagle3scope_shim.facts import FACTS
     from eagle3scope_shim.state import STATE
 
     for name, value in (("disabled", set()), ("seam_status", {}), ("pending", []), ("publisher", None),
-                        ("fault", None), ("workers", []), ("topology", None), ("step", None), ("aux_channel", None)):
+                        ("fault", None), ("topology", None), ("step", None), ("aux_channel", None)):
         monkeypatch.setattr(STATE, name, value)
+    monkeypatch.setattr(FACTS, "workers", [])
     return STATE
 
 
@@ -284,7 +286,9 @@ def test_a_stage_without_the_draft_neither_fails_nor_publishes(shim_state, monke
 
     sa = SimpleNamespace(tp_size=1, dp_size=1, pp_size=2, ep_size=1)
     hooks.FACTORIES["scheduler_init"]("t.sched")(Scheduler.__init__, Scheduler.__new__(Scheduler), sa)
-    assert shim_state.disabled == set() and shim_state.workers == [] and shim_state.publisher is None
+    from eagle3scope_shim.facts import FACTS
+
+    assert shim_state.disabled == set() and FACTS.workers == [] and shim_state.publisher is None
     assert shim_state.topology["publishes"] is False and "holds no draft" in shim_state.topology["reason"]
 
 

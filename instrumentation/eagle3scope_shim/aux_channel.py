@@ -59,6 +59,7 @@ from eagle3scope.wire.control_protocol import (
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
 from eagle3scope_shim import collective, graphs, seams
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 
@@ -110,10 +111,10 @@ def gather(scheduler, tp_rank: int = 0) -> Facts:
     sa = getattr(scheduler, "server_args", None)
     facts.tp_size = int(getattr(sa, "tp_size", 1) or 1)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
-    if not STATE.workers:
+    if not FACTS.workers:
         facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
         return facts
-    kind, worker, target, draft = STATE.workers[-1]
+    kind, worker, target, draft = FACTS.workers[-1]
     facts.target = target
     facts.inner = inner = aux_layers.capture_owner(target)
     cfg = getattr(inner, "config", None)
@@ -143,7 +144,7 @@ def _blocker(facts: Facts, sa, worker, cls, tp_rank: int) -> str:
         return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
     if facts.rule is None:
         return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
-    for call in STATE.aux_calls:  # what SGLang did at startup must match the rule we apply
+    for call in FACTS.aux_calls:  # what SGLang did at startup must match the rule we apply
         if call["requested"] is not None and call["on"]:
             predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
             if predicted != call["captured"]:
@@ -201,7 +202,7 @@ class AuxChannel:
         self.ranks: list[dict] | None = None  # every TP rank's report from the latest change
         self.refused_tokens = 0
         self.dropped = 0  # failures left unanswered by the rate limit
-        calls = STATE.aux_calls
+        calls = FACTS.aux_calls
         self.current = calls[-1]["requested"] if calls else facts.configured
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import time
 from eagle3scope.wire import bodies
 from eagle3scope.wire.releases import before
 from eagle3scope_shim import seams
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim.facts import FACTS
 
 log = logging.getLogger("eagle3scope")
 
@@ -140,10 +140,10 @@ def capture_flag():
 def record_capture(mode: str, bs: int, width: int, fc: bool) -> bool:
     """A draft forward ran inside a graph capture; True when that graph is new."""
     key = (mode, bs)
-    if key in STATE.graphs or len(STATE.graphs) >= MAX_GRAPHS:
+    if key in FACTS.graphs or len(FACTS.graphs) >= MAX_GRAPHS:
         return False
-    STATE.graphs[key] = [width, fc]
-    STATE.graph_for.clear()
+    FACTS.graphs[key] = [width, fc]
+    FACTS.graph_for.clear()
     return True
 
 
@@ -151,15 +151,15 @@ def graph_bs(mode: str, raw_bs: int) -> int:
     """Batch size of the captured graph a replay of ``raw_bs`` requests runs (SGLang pads up to
     the next captured size); 0 when no capture of that mode was seen."""
     key = (mode, raw_bs)
-    found = STATE.graph_for.get(key)
+    found = FACTS.graph_for.get(key)
     if found is None:
-        sizes = [bs for m, bs in STATE.graphs if m == mode and bs >= raw_bs]
-        found = STATE.graph_for[key] = min(sizes) if sizes else 0
+        sizes = [bs for m, bs in FACTS.graphs if m == mode and bs >= raw_bs]
+        found = FACTS.graph_for[key] = min(sizes) if sizes else 0
     return found
 
 
 def captured() -> list[bodies.CapturedGraph]:
-    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(STATE.graphs.items())]
+    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(FACTS.graphs.items())]
 
 
 def _slot(worker, path: tuple[str, ...]):

@@ -17,6 +17,7 @@ import weakref
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
 from eagle3scope_shim.state import STATE, Rewrite, Step, around, requested_endpoint
 
@@ -129,8 +130,8 @@ def _embed_width(draft) -> int | None:
 def _draft_facts(draft) -> None:
     """What decides ``fc`` on a pass read at its caller: the draft's embedding width, or an
     EAGLE-1/2 draft (``seams.FC_ALWAYS``), whose fc runs whatever the width."""
-    STATE.draft_embed_width = _embed_width(draft) or STATE.draft_embed_width
-    STATE.draft_fc_always = _runs(getattr(draft, "model", None), seams.FC_ALWAYS)
+    FACTS.draft_embed_width = _embed_width(draft) or FACTS.draft_embed_width
+    FACTS.draft_fc_always = _runs(getattr(draft, "model", None), seams.FC_ALWAYS)
 
 
 def make_worker_init_v2(seam):
@@ -138,7 +139,7 @@ def make_worker_init_v2(seam):
         if getattr(self, "_draft_worker", self) is None:  # a pipeline stage without the draft
             return
         draft = self.draft_worker.draft_runner.model
-        STATE.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
+        FACTS.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
         _draft_facts(draft)
 
     return around(seam, None, post)
@@ -146,7 +147,7 @@ def make_worker_init_v2(seam):
 
 def make_worker_init_v1(seam):
     def post(ctx, result, self, *args, **kwargs):
-        STATE.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
+        FACTS.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
         _draft_facts(self.model_runner.model)
 
     return around(seam, None, post)
@@ -311,8 +312,8 @@ def _replayed(step, args, mode: str, width: int) -> None:
     if n < 1:
         return  # a one-step draft runs no decode forward at all
     raw_bs = len(batch.seq_lens)
-    embed = STATE.draft_embed_width
-    fc = STATE.draft_fc_always or (embed is not None and width != embed)
+    embed = FACTS.draft_embed_width
+    fc = FACTS.draft_fc_always or (embed is not None and width != embed)
     step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, raw_bs))
 
 
@@ -426,7 +427,7 @@ def make_target_graph_capture(seam):
         layers = getattr(getattr(owner, "model", None), "layers_to_capture", None)
         if layers is None:
             return None
-        STATE.target_graph_aux = {"on": bool(getattr(owner, "capture_aux_hidden_states", False)),
+        FACTS.target_graph_aux = {"on": bool(getattr(owner, "capture_aux_hidden_states", False)),
                                   "layers": [int(x) for x in layers]}
         loadreport.refresh_hello()
         return None
@@ -544,7 +545,7 @@ def make_draft_load(seam):
 def make_aux_configure(seam):
     def pre(*args, **kwargs):
         # Called for the target and for the draft runner; keyed by model so the target's stands.
-        STATE.aux_config[id(kwargs["model"])] = {
+        FACTS.aux_config[id(kwargs["model"])] = {
             "use_aux": bool(kwargs["eagle_use_aux_hidden_state"]),
             "layer_ids": _ids(kwargs.get("eagle_aux_hidden_state_layer_ids")),
         }
@@ -554,7 +555,7 @@ def make_aux_configure(seam):
 
 def make_aux_set_layers(seam):
     def post(ctx, result, self, layer_ids=None, *args, **kwargs):
-        STATE.aux_calls.append(
+        FACTS.aux_calls.append(
             {"requested": _ids(layer_ids), "captured": _ids(self.model.layers_to_capture), "on": bool(self.capture_aux_hidden_states)}
         )
         if STATE.publisher is not None and not STATE.aux_change_applying:  # control reports its own

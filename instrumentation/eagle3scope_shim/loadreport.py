@@ -18,6 +18,7 @@ import sys
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import graphs, seams
+from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
 from eagle3scope_shim.version import __version__
@@ -118,7 +119,7 @@ class LoadWatch:
             else:
                 del param.weight_loader
         self._restore.clear()
-        STATE.draft_loads[id(self.model)] = self
+        FACTS.draft_loads[id(self.model)] = self
 
 
 def _default_weight_loader(model):
@@ -177,9 +178,9 @@ def _eagle_config(config) -> dict:
 
 def capture_now():
     """The target's aux capture as it stands (host attributes only); same dict while unchanged."""
-    if not STATE.workers:
+    if not FACTS.workers:
         return None
-    target = capture_owner(STATE.workers[-1][2])
+    target = capture_owner(FACTS.workers[-1][2])
     key = (bool(getattr(target, "capture_aux_hidden_states", False)), tuple(getattr(getattr(target, "model", None), "layers_to_capture", ()) or ()))
     if key != STATE._capture_key:
         STATE._capture_key = key
@@ -198,8 +199,8 @@ def _offset_rule(requested, captured) -> str | None:
 
 
 def _resolved_use_aux(worker, target):
-    if id(target) in STATE.aux_config:
-        return STATE.aux_config[id(target)]["use_aux"]
+    if id(target) in FACTS.aux_config:
+        return FACTS.aux_config[id(target)]["use_aux"]
     runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
     value = getattr(runner, "eagle_use_aux_hidden_state", None)
     return None if value is None else bool(value)
@@ -253,11 +254,11 @@ def _fc(facts: bodies.TensorFacts) -> bodies.Fc | None:
 def load_body(kind: str, worker, target, draft) -> bodies.Load:
     text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
     cfg, tcfg = draft.config, text_model.config
-    watch = STATE.draft_loads.get(id(draft))
+    watch = FACTS.draft_loads.get(id(draft))
     written = watch.written if watch is not None else set()
     eagle_cfg = _eagle_config(cfg)
     capture = capture_now() or {"on": False, "layers": []}
-    last_call = STATE.aux_calls[-1] if STATE.aux_calls else None
+    last_call = FACTS.aux_calls[-1] if FACTS.aux_calls else None
     requested = last_call["requested"] if last_call else None
     inner = getattr(draft, "model", None)
     fc = getattr(inner, "fc", None)
@@ -292,7 +293,7 @@ def load_body(kind: str, worker, target, draft) -> bodies.Load:
             "capture_on": capture["on"],
             "offset_rule": _offset_rule(requested, last_call["captured"]) if last_call else None,
             "requested": requested,
-            "calls": len(STATE.aux_calls),
+            "calls": len(FACTS.aux_calls),
         },
         "weights": weights,
         "d2t": d2t_summary(watch.tensors.get("d2t") if watch else None, watch.tensors.get("t2d") if watch else None, int(tcfg.vocab_size)),
@@ -350,7 +351,7 @@ def _observable(sa) -> bodies.Observable:
     runs none of the draft forward's Python; its width and fc are then read at the caller that
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
     caller's seam is attached."""
-    kind, worker = (STATE.workers[-1][0], STATE.workers[-1][1]) if STATE.workers else (None, None)
+    kind, worker = (FACTS.workers[-1][0], FACTS.workers[-1][1]) if FACTS.workers else (None, None)
     replays = graphs.replayed_passes(kind, worker)
     compiled = bool(getattr(sa, "enable_torch_compile", False))
     draft_seen = "draft_model" not in STATE.unobserved  # else its passes say nothing, eager or replayed
@@ -385,13 +386,13 @@ def hello_body(scheduler) -> bodies.Hello:
         **_parallel_facts(),
         "sglang_version": sglang_version(),
         "shim_version": __version__,
-        "worker": STATE.workers[-1][0] if STATE.workers else None,
+        "worker": FACTS.workers[-1][0] if FACTS.workers else None,
         "worker_class": _class_name(getattr(scheduler, "draft_worker", None)),
         "server_args": server_args,
         "observable": _observable(sa),
         # what each draft graph captured (width, fc per mode and batch size) and the aux layers the
         # target's graphs hold: replays run with these, whatever is configured since
-        "graphs": {"captured": graphs.captured(), "target_aux": STATE.target_graph_aux},
+        "graphs": {"captured": graphs.captured(), "target_aux": FACTS.target_graph_aux},
         "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
         "seams": dict(STATE.seam_status),
         "unobserved": dict(STATE.unobserved),
@@ -399,7 +400,7 @@ def hello_body(scheduler) -> bodies.Hello:
 
 
 def config_body(origin: str) -> bodies.Config:
-    call = STATE.aux_calls[-1]
+    call = FACTS.aux_calls[-1]
     return {
         "layers": call["requested"],
         "captured": call["captured"] if call["on"] else [],
@@ -411,7 +412,7 @@ def config_body(origin: str) -> bodies.Config:
 
 
 def publish_config(origin: str) -> None:
-    if STATE.aux_calls:
+    if FACTS.aux_calls:
         STATE.publisher.submit("config", config_body(origin))
 
 
@@ -425,7 +426,7 @@ def publish_startup(scheduler) -> None:
     pub = STATE.publisher
     STATE.hello_args = (scheduler,)
     pub.set_sticky("hello", hello_body(scheduler))
-    if STATE.workers:
-        kind, worker, target, draft = STATE.workers[-1]
+    if FACTS.workers:
+        kind, worker, target, draft = FACTS.workers[-1]
         pub.set_sticky("load", load_body(kind, worker, target, draft))
     publish_config("startup")

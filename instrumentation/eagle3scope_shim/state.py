@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from eagle3scope.wire import bodies, env
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
@@ -85,11 +85,6 @@ class ShimState:
         self.unobserved: dict[str, str] = {}  # part ("worker", "draft_model") -> why the hooks cannot see it
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
         self.guard = SyncGuard
-        # load-time facts, gathered in whatever process loads the models
-        self.draft_loads: dict[int, dict] = {}  # id(draft model) -> loader record
-        self.aux_calls: collections.deque = collections.deque(maxlen=64)  # set_eagle3 calls, latest last
-        self.aux_config: dict[int, dict] = {}  # id(model) -> SGLang's resolved aux settings
-        self.workers: list[tuple[str, Any]] = []  # (kind, worker)
         self.capture: dict | None = None
         self._capture_key = None
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
@@ -106,12 +101,6 @@ class ShimState:
         #: the aux channel reads the ranks from here
         self.topology: dict | None = None
         self.siblings: list[str] | None = None  # every publisher's endpoint of this server, by index
-        # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
-        self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
-        self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays
-        self.target_graph_aux: dict | None = None  # {"on", "layers"} at the target's last graph capture
-        self.draft_embed_width: int | None = None  # fc applies iff the incoming width differs from it
-        self.draft_fc_always = False  # an EAGLE-1/2 draft: fc applies on every pass (seams.FC_ALWAYS)
         self.hello_args: tuple | None = None  # (scheduler,): hello is rebuilt on a new capture
 
     # -- reporting ----------------------------------------------------------------------------
