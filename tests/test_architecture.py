@@ -74,6 +74,17 @@ def test_shim_imports_its_own_modules_at_module_top(module):
     assert [m for m in late if m.split(".")[0] not in LATE_IMPORTS] == []
 
 
+def test_no_shim_module_imports_the_package_itself():
+    """Shim modules import their siblings, never a name of the package's ``__init__`` (which imports the
+    instrumentor, and through it every hook): the package and its modules form no circle at any level."""
+    for module in SHIM_MODULES:
+        for node in ast.walk(ast.parse((SHIM / f"{module}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "eagle3scope_shim":
+                assert {a.name for a in node.names} <= set(SHIM_MODULES), (module, [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                assert "eagle3scope_shim" not in {a.name for a in node.names}, module
+
+
 def _layout_rows() -> list[list[str]]:
     """README's Layout table: the paths of each row, in order."""
     text = (ROOT / "README.md").read_text()
