@@ -48,9 +48,9 @@ def attribute(raw: str, calls_original: tuple[str, ...]) -> dict:
 
 
 def _original_call_lines() -> tuple[str, ...]:
-    """``state.py:LINE)`` of each place the fail-closed wrapper calls SGLang's original."""
-    source = Path(__file__).resolve().parents[1] / "instrumentation" / "eagle3scope_shim" / "state.py"
-    return tuple(f"state.py:{n})" for n, text in enumerate(source.read_text().splitlines(), 1)
+    """``guard.py:LINE)`` of each place the fail-closed wrapper calls SGLang's original."""
+    source = Path(__file__).resolve().parents[1] / "instrumentation" / "eagle3scope_shim" / "guard.py"
+    return tuple(f"guard.py:{n})" for n, text in enumerate(source.read_text().splitlines(), 1)
                  if "original(*args, **kwargs)" in text)
 
 

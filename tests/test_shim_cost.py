@@ -17,7 +17,8 @@ from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.validate import MAX_NAME, MAX_SEAMS, BodyError, validate_body
 from eagle3scope_shim.publisher import Publisher
-from eagle3scope_shim.state import STATE, around
+from eagle3scope_shim.guard import around
+from eagle3scope_shim.state import STATE
 
 BURN_MS = 3.0
 ROUND_MS = 20.0

@@ -10,7 +10,8 @@ from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing
-from eagle3scope_shim.state import STATE, Step, around
+from eagle3scope_shim.guard import around
+from eagle3scope_shim.state import STATE, Step
 
 
 class Host(list):

@@ -1,6 +1,6 @@
 """Hook bodies, one per seam kind named in :mod:`eagle3scope_shim.seams` (``Seam.hook``).
 
-Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`state.around`, so it fails
+Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`guard.around`, so it fails
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
 device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
@@ -18,8 +18,9 @@ from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
 from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
-from eagle3scope_shim.state import STATE, Rewrite, Step, around, requested_endpoint
+from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
 _now = time.perf_counter_ns
 log = logging.getLogger("eagle3scope")

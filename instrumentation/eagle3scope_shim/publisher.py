@@ -94,7 +94,7 @@ class Publisher:
         self._send_dropped = 0
         self.sent = 0
         #: (seam -> [ns], [ns of rounds], seams within the rounds) cells the hooks add their own time to
-        #: (``state.around``); each heartbeat carries what they gained since the last one, as ``shim_us``,
+        #: (``guard.around``); each heartbeat carries what they gained since the last one, as ``shim_us``,
         #: ``step_us`` and ``round_shim_us``
         self.self_time: tuple[dict[str, list[int]], list[int], set[str]] | None = None
         self._self_seen: dict[str, int] = {}

@@ -1,10 +1,7 @@
-"""Process-wide shim state: the publisher (SGLang's entry ranks only, see ``topology``), the step being built,
-the facts gathered at load time, and the fail-closed wrapper every hook runs in.
-
-A hook body that raises is disabled for the rest of the process, reported once (a ``hook`` event
-with status ``failed`` and one log line) and the wrapped SGLang function's own result is returned
-unchanged. SGLang's own exceptions pass through untouched. Nothing here blocks or syncs: device
-tensors go into the snapshot ring (:mod:`eagle3scope_shim.ring`).
+"""Process-wide shim state: the publisher (SGLang's entry ranks only, see ``topology``), the step being
+built, the seams' health and how a failed one is reported, the control channel. Load-time facts are
+:mod:`eagle3scope_shim.facts`, the snapshot ring :mod:`eagle3scope_shim.ring`, the fail-closed wrapper
+every hook runs in :mod:`eagle3scope_shim.guard`.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import logging
 import os
 import socket
 import time
-from typing import Callable
 
 from eagle3scope.wire import bodies, env
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
@@ -23,13 +19,7 @@ from eagle3scope_shim.ring import SNAPSHOTS, RingSlot
 
 log = logging.getLogger("eagle3scope")
 
-ENV_ENABLE, ENV_FAULT, ENV_SYNC_GUARD = env.ENABLE, env.FAULT, env.SYNC_GUARD
-
-
-if os.environ.get(ENV_SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
-    from eagle3scope_shim.syncguard import SyncGuard
-else:
-    SyncGuard = None
+ENV_ENABLE, ENV_FAULT = env.ENABLE, env.FAULT
 
 
 def requested_endpoint() -> str | None:
@@ -84,7 +74,6 @@ class ShimState:
         self.pending: list[dict] = []  # hook events before the publisher exists
         self.unobserved: dict[str, str] = {}  # part ("worker", "draft_model") -> why the hooks cannot see it
         self.fault = os.environ.get(ENV_FAULT, "").strip() or None
-        self.guard = SyncGuard
         self.capture: dict | None = None
         self._capture_key = None
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
@@ -152,99 +141,3 @@ class ShimState:
 
 
 STATE = ShimState()
-
-
-class Rewrite:
-    """Returned by a ``pre`` to hand ``original`` different arguments (e.g. a watched iterator)."""
-
-    __slots__ = ("ctx", "args", "kwargs")
-
-    def __init__(self, ctx, args, kwargs) -> None:
-        self.ctx, self.args, self.kwargs = ctx, args, kwargs
-
-
-def _compiling() -> bool:
-    """True while torch.compile traces: the hook then stays out of the graph (like a replayed CUDA
-    graph, a compiled region is not observed) instead of baking its side effects into it."""
-    global _compiling
-    try:
-        from torch.compiler import is_compiling
-    except Exception:
-        is_compiling = _never
-    _compiling = is_compiling
-    return is_compiling()
-
-
-def _never() -> bool:
-    return False
-
-
-def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
-           in_step: bool = False, traceable: bool = True) -> Callable:
-    """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
-
-    ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
-    ``post(ctx, result, *args, **kwargs)`` observes the result. Either raising disables the seam;
-    ``original``'s result is returned as is. ``hot`` bodies run under the sync guard when enabled.
-    ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
-    ``torch.compiler.is_compiling`` call per hook.
-    The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's
-    cell of ``STATE.self_ns``; a ``step`` seam's whole call (the round, its own hook time included) in
-    ``STATE.step_ns``. ``step`` and ``in_step`` seams (those whose hooks run only within a step
-    seam's call) are ``STATE.round_seams``: their time over ``step_ns`` is the shim's share of the
-    rounds, which cannot exceed 1 (other seams, e.g. the commit seam or load time, run outside). The clock is
-    ``perf_counter_ns`` (vDSO, ~75 ns a read here) rather than ``thread_time_ns`` (a syscall, ~260 ns:
-    BENCHMARKS.md), so it is wall time, which on a loaded box includes preemption.
-    """
-    state = STATE
-    guard = state.guard if hot else None
-    cell = state.self_ns.setdefault(seam, [0])
-    rounds = state.step_ns if step else None
-    if step or in_step:
-        state.round_seams.add(seam)
-    clock = time.perf_counter_ns
-
-    def hook(original, *args, **kwargs):
-        t0 = clock()
-        if seam in state.disabled or (traceable and _compiling()):
-            cell[0] += clock() - t0
-            return original(*args, **kwargs)
-        ctx = None
-        if pre is not None:
-            try:
-                if state.fault == seam:
-                    raise RuntimeError(f"fault injected into {seam} by {ENV_FAULT}")
-                if guard is None:
-                    ctx = pre(*args, **kwargs)
-                else:
-                    with guard(seam):
-                        ctx = pre(*args, **kwargs)
-            except Exception as exc:
-                state.fail(seam, exc)
-                return original(*args, **kwargs)
-            if type(ctx) is Rewrite:
-                ctx, args, kwargs = ctx.ctx, ctx.args, ctx.kwargs
-        t1 = clock()
-        result = original(*args, **kwargs)
-        if post is None and rounds is None:  # a pre-only hook (the draft forwards): two reads, not four
-            cell[0] += t1 - t0
-            return result
-        t2 = clock()
-        if post is not None and seam not in state.disabled:
-            try:
-                if guard is None:
-                    post(ctx, result, *args, **kwargs)
-                else:
-                    with guard(seam):
-                        post(ctx, result, *args, **kwargs)
-            except Exception as exc:
-                state.fail(seam, exc)
-        t3 = clock()
-        cell[0] += t1 - t0 + t3 - t2
-        if rounds is not None:
-            rounds[0] += t3 - t0
-        return result
-
-    hook.__name__ = f"eagle3scope_{seam.replace('.', '_')}"
-    hook.eagle3scope_seam = seam
-    return hook
