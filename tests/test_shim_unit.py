@@ -542,3 +542,42 @@ def test_the_hook_table_names_exactly_the_hooks_the_seams_use():
     assert set(hooks.FACTORIES) == used
     written = {name for name in vars(hooks) if name.startswith("make_")}
     assert {fn.__name__ for fn in hooks.FACTORIES.values()} == written
+
+
+def test_the_patcher_wraps_on_import_and_unwraps_only_its_own_wrappers(monkeypatch, tmp_path, caplog):
+    """Patcher: a module imported later is wrapped as it executes; unwrapping restores the raw
+    attribute (a staticmethod stays one) where the shim's wrapper is still in place, and leaves one
+    that was wrapped again since."""
+    import sys
+
+    from eagle3scope_shim import patching
+
+    (tmp_path / "e3s_fake_seam.py").write_text(
+        "class Worker:\n    def step(self, x):\n        return x + 1\n\n    @staticmethod\n    def pure(x):\n        return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = []
+
+    def hook(original, *args, **kwargs):
+        calls.append(args[-1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(patching, "plan", lambda: [("f.step", ("e3s_fake_seam", "Worker.step"), hook),
+                                                   ("f.pure", ("e3s_fake_seam", "Worker.pure"), hook)])
+    monkeypatch.setattr(STATE, "seam_status", {})
+    patcher = patching.Patcher()
+    patcher.patch_all()
+    try:
+        assert "e3s_fake_seam" not in sys.modules and patcher.active
+        import e3s_fake_seam as fake
+
+        assert fake.Worker().step(1) == 2 and fake.Worker.pure(5) == 5 and calls == [1, 5]
+        assert STATE.seam_status == {"f.step": "attached", "f.pure": "attached"}
+        theirs = fake.Worker.step  # someone else wraps the shim's wrapper
+        fake.Worker.step = lambda self, x: theirs(self, x) * 10
+    finally:
+        patcher.unpatch_all()
+        sys.modules.pop("e3s_fake_seam", None)
+    assert isinstance(fake.Worker.__dict__["pure"], staticmethod) and not hasattr(fake.Worker.pure, "__wrapped__")
+    assert fake.Worker().step(1) == 20  # theirs, left in place
+    assert "e3s_fake_seam.Worker.step was replaced after the shim wrapped it" in caplog.text
+    assert not patcher.active and STATE.seam_status == {"f.step": "disabled", "f.pure": "disabled"}

@@ -6,7 +6,9 @@ Both paths wrap the same AROUND hooks from :mod:`eagle3scope_shim.hooks`. Which 
 decided by :func:`seams.choose` over the installed source (no import); a seam whose target is
 absent is reported ``missing``. The own patcher patches a module when it is imported (or at once
 if it already is), so activation never imports SGLang early; it keeps the raw attribute it
-replaced, so unwrapping puts back exactly what was there (a ``staticmethod`` stays one).
+replaced, so unwrapping puts back exactly what was there (a ``staticmethod`` stays one), and only
+where its own wrapper is still in place: one that something else wrapped or replaced since is left
+as it is (OpenTelemetry's unwrap does the same), said in one log line.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class Patcher:
     """The shim's own reversible patcher: every present seam wrapped now or when its module is imported."""
 
     def __init__(self) -> None:
-        self._own: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original) for unwrapping
+        self._own: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original, wrapper) for unwrapping
         self._pending: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hook)]
         self._finder = _PostImportFinder(self)
 
@@ -78,8 +80,11 @@ class Patcher:
             sys.meta_path.insert(0, self._finder)
 
     def unpatch_all(self) -> None:
-        for owner, attr, raw in self._own.values():
-            setattr(owner, attr, raw)
+        for target, (owner, attr, raw, wrapper) in self._own.items():
+            if owner.__dict__.get(attr) is wrapper:
+                setattr(owner, attr, raw)
+            else:
+                log.warning("eagle3scope: %s was replaced after the shim wrapped it; left as it is", target)
         self._own.clear()
         self._pending.clear()
         if self._finder in sys.meta_path:
@@ -100,8 +105,9 @@ class Patcher:
                     owner = getattr(owner, part)
                 raw = owner.__dict__[attr]
                 original = getattr(owner, attr)
-                setattr(owner, attr, _wrap(original, hook))
-                self._own[f"{module_name}.{qual}"] = (owner, attr, raw)
+                wrapper = _wrap(original, hook)
+                setattr(owner, attr, wrapper)
+                self._own[f"{module_name}.{qual}"] = (owner, attr, raw, wrapper)
                 STATE.seam_status[name] = "attached"
             except Exception as exc:
                 STATE.fail(name, exc)
