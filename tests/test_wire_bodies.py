@@ -107,7 +107,6 @@ FIELDS = [(kind, name, k, b) for kind, typed in bodies.BODIES.items() for name, 
 
 def test_every_kind_has_a_type_and_only_those():
     assert KINDS == tuple(bodies.BODIES) == ("hello", "load", "step", "config", "heartbeat", "hook")
-    assert set(bodies.STICKY_KINDS) <= set(bodies.STATE_KINDS) <= set(KINDS)
     assert bodies.PER_REQUEST == ("rids", "draft_ids", "accepted", "bonus", "accepted_ids", "accepted_path")
 
 

@@ -8,8 +8,6 @@ from eagle3scope.wire.schema import (  # noqa: F401
     KINDS,
     SCHEMA_MAJOR,
     SCHEMA_MINOR,
-    STATE_KINDS,
-    STICKY_KINDS,
     FEATURE_CARRYING_MODES,
     Frame,
     FrameError,

@@ -356,11 +356,6 @@ PER_REQUEST = tuple(name for name, (_, bound) in bounds(Step).items() if type(bo
 BODIES: dict[str, type] = {"hello": Hello, "load": Load, "step": Step, "config": Config, "heartbeat": Heartbeat,
                            "hook": Hook}
 KINDS = tuple(BODIES)
-#: kinds the shim re-sends unchanged (hello, load periodically; config as it changes): a viewer that
-#: starts late keeps the last of each
-STICKY_KINDS = ("hello", "load", "config")
-#: kinds that describe a publisher's state rather than a step: what seeking in a recording replays
-STATE_KINDS = ("hello", "load", "config", "hook", "heartbeat")
 
 
 def is_decode_step(body: dict) -> bool:

@@ -100,7 +100,7 @@ from typing import Any
 
 import msgpack
 
-from eagle3scope.wire.bodies import KINDS, STICKY_KINDS, is_decode_step  # noqa: F401
+from eagle3scope.wire.bodies import KINDS, is_decode_step  # noqa: F401
 from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, MAX_PUBLISHERS, BodyError, validate_body  # noqa: F401
 
 SCHEMA_MAJOR = 1
