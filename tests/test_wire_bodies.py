@@ -132,7 +132,7 @@ def test_fields_no_type_names_pass_as_plain_data_only():
 
 def test_an_old_recording_still_validates_and_names_only_declared_fields():
     """The file format is an interface: the frames an older release recorded decode as they did."""
-    from eagle3scope.store.session import SessionReader
+    from eagle3scope.store import SessionReader
 
     seen: dict[str, int] = {}
     with SessionReader(OLD_FILE) as reader:
