@@ -479,7 +479,7 @@ def _report(facts: Facts, rank: int, error: str, **extra) -> dict:
 def _set_here(facts: Facts, change: dict, rank: int) -> str:
     """Put the change's ids in effect on this rank; what went wrong ("" if nothing)."""
     layers = list(change["layers"])
-    if STATE.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (ENV_FAULT)
+    if STATE.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (env.FAULT)
         return f"fault injected into aux.apply on TP rank {rank} by EAGLE3SCOPE_FAULT"
     if facts.target is None:
         return f"no target to change on this rank: {facts.why_not}"

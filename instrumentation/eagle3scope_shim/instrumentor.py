@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 
-from eagle3scope.wire.endpoints import ENV_ENDPOINT, default_endpoint
+from eagle3scope.wire import env
+from eagle3scope.wire.endpoints import default_endpoint
 from eagle3scope.wire.releases import release
 from eagle3scope_shim import patching, registry, seams
 from eagle3scope_shim.state import STATE, requested_endpoint
@@ -51,11 +52,11 @@ class Instrumentor:
         :class:`~eagle3scope.wire.endpoints.EndpointError` when its directory is not safe) and patches
         this process. False when the version guard refuses the installed SGLang.
         """
-        if endpoint is not None and os.environ.get(ENV_ENDPOINT) != endpoint:
-            os.environ[ENV_ENDPOINT] = endpoint
+        if endpoint is not None and os.environ.get(env.ENDPOINT) != endpoint:
+            os.environ[env.ENDPOINT] = endpoint
             self._set_env = endpoint
         elif requested_endpoint() is None:
-            os.environ[ENV_ENDPOINT] = self._set_env = default_endpoint()
+            os.environ[env.ENDPOINT] = self._set_env = default_endpoint()
         if not self.version_ok():
             return False
         if not self.is_instrumented:
@@ -65,8 +66,8 @@ class Instrumentor:
     def uninstrument(self) -> None:
         """Undo :meth:`instrument`: restore patched functions, stop publishing."""
         self.patcher.unpatch_all()
-        if self._set_env is not None and os.environ.get(ENV_ENDPOINT) == self._set_env:
-            del os.environ[ENV_ENDPOINT]
+        if self._set_env is not None and os.environ.get(env.ENDPOINT) == self._set_env:
+            del os.environ[env.ENDPOINT]
         self._set_env = None
         if STATE.publisher is not None:
             STATE.publisher.close()

@@ -13,22 +13,20 @@ import socket
 import time
 
 from eagle3scope.wire import bodies, env
-from eagle3scope.wire.endpoints import ENV_ENDPOINT, endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
+from eagle3scope.wire.endpoints import endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import SNAPSHOTS, RingSlot
 
 log = logging.getLogger("eagle3scope")
 
-ENV_ENABLE, ENV_FAULT = env.ENABLE, env.FAULT
-
 
 def requested_endpoint() -> str | None:
     """The endpoint the user asked for ("": the default, resolved when the publisher starts), or
     None when the shim is off."""
-    endpoint = os.environ.get(ENV_ENDPOINT, "").strip()
+    endpoint = os.environ.get(env.ENDPOINT, "").strip()
     if endpoint:
         return endpoint
-    if os.environ.get(ENV_ENABLE, "").strip() in ("1", "true", "yes", "on"):
+    if os.environ.get(env.ENABLE, "").strip() in ("1", "true", "yes", "on"):
         return ""
     return None
 
@@ -73,7 +71,7 @@ class ShimState:
         self.seam_status: dict[str, str] = {}
         self.pending: list[dict] = []  # hook events before the publisher exists
         self.unobserved: dict[str, str] = {}  # part ("worker", "draft_model") -> why the hooks cannot see it
-        self.fault = os.environ.get(ENV_FAULT, "").strip() or None
+        self.fault = os.environ.get(env.FAULT, "").strip() or None
         self.capture: dict | None = None
         self._capture_key = None
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
