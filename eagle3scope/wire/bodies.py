@@ -156,18 +156,22 @@ class ServerArgs(TypedDict, total=False):
     attention_backend: Annotated[str, Scalar()]
 
 
+#: an ``observable`` flag (held to plain data only, as validation always has)
+Seen = Annotated[bool, Scalar()]
+
+
 class Observable(TypedDict, total=False):
     """What this configuration lets the shim see."""
-    steps: Annotated[bool, Scalar()]
-    draft_ids: Annotated[bool, Scalar()]
-    accepted: Annotated[bool, Scalar()]
-    passes_prefill: Annotated[bool, Scalar()]
-    passes_draft_decode: Annotated[bool, Scalar()]
-    passes_draft_extend: Annotated[bool, Scalar()]
-    graph_prefill: Annotated[bool, Scalar()]
-    graph_draft_decode: Annotated[bool, Scalar()]
-    graph_draft_extend: Annotated[bool, Scalar()]
-    device_timings: Annotated[bool, Scalar()]
+    steps: Seen
+    draft_ids: Seen
+    accepted: Seen
+    passes_prefill: Seen
+    passes_draft_decode: Seen
+    passes_draft_extend: Seen
+    graph_prefill: Seen
+    graph_draft_decode: Seen
+    graph_draft_extend: Seen
+    device_timings: Seen
 
 
 class CapturedGraph(TypedDict, total=False):
