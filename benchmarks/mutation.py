@@ -1,24 +1,29 @@
-"""Mutation testing of the core pure modules with mutmut: how many small bugs the fast suite catches.
+"""Mutation testing of the core modules with mutmut: how many small bugs the fast suite catches.
 
 Not part of CI (minutes per module). Each module is mutated on its own, in a scratch copy of this
-checkout, against only the fast tests that exercise it (``-m "not engine"``), so a run fits a small
-shared machine; mutmut then runs, per mutant, just the tests that reach the mutated function.
-Prints per module: mutants, killed (a test failed or timed out), survived, not reached by any
-selected test, and the score = killed / (mutants - judged equivalent). The mutants judged
-equivalent (no behaviour can tell them apart) are listed in EQUIVALENT with the reason and in
-TESTING.md; they are matched by their diff, so a renumbering after an edit does not lose them.
+checkout, against only the fast tests that exercise it (``-m "not engine"``, the map in MODULES), so
+a run fits a small shared machine; mutmut then runs, per mutant, just the tests that reach the
+mutated function (its per-test coverage). Prints per module: mutants in scope, tested, killed (a
+test failed or timed out), survived, not reached by any selected test, and the score = killed /
+(tested - judged equivalent) with its standard error. The mutants judged equivalent (no behaviour
+can tell them apart) are listed in EQUIVALENT with the reason and in TESTING.md; they are matched by
+their diff, so a renumbering after an edit does not lose them.
 
     .venv/bin/pip install -e '.[mutation]'
-    .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N] [--survivors]
+    nice -n 19 .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N | --budget S]
+                                                      [--seed N] [--survivors] [--json FILE]
 
-``--sample N`` tests N mutants per module drawn at random (fixed seed): on a loaded machine a full
-run takes hours, and a sample's score carries a binomial error of about sqrt(p(1-p)/N).
+A full run takes hours on a small shared machine, so ``--sample N`` tests N mutants per module and
+``--budget S`` as many as S seconds allow; both draw them in a random order from a fresh seed each
+run (printed; ``--seed`` repeats a draw). A sample's score carries the binomial error
+sqrt(p(1-p)/n), shrunk by the finite-population factor sqrt((N-n)/(N-1)).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -34,17 +39,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Target:
-    path: str  # the module mutated
+    path: str | tuple[str, ...]  # the module(s) mutated, as paths in this checkout
     tests: tuple[str, ...]  # the fast tests that exercise it
     functions: tuple[str, ...] = ()  # mutant-name globs (mutmut's x_<function> / xǁ<Class>ǁ<method>); () = all
     deselect: str = ""  # pytest -k expression for slow tests whose job other tests do faster
 
 
+ANALYSIS = ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py",
+            "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/test_wire_bounds.py")
+CONTROL = ("tests/test_aux_control.py", "tests/test_hostile_control.py", "tests/test_aux_tp.py", "tests/test_promises.py")
+SHIM_TESTS = ("tests/test_shim_unit.py", "tests/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
+              "tests/test_clock_order.py")
+DOCTOR = ("tests/test_doctor.py", "tests/test_doctor_d2t.py", "tests/test_doctor_2026.py", "tests/test_doctor_hostile.py",
+          "tests/test_doctor_producers.py")
+WIRE = ("tests/test_wire.py", "tests/test_promises.py", "tests/test_hostile_frames.py", "tests/test_wire_bounds.py")
+STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_hostile_recordings.py",
+         "tests/test_record_loss.py")
+
+# module -> what is mutated and the fast tests that exercise it (a test file outside the list cannot kill)
 MODULES: dict[str, Target] = {
-    "analysis-rules": Target("eagle3scope/analysis/rules.py",
-                             ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py")),
-    "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py",
-                               ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
+    "analysis-rules": Target("eagle3scope/analysis/rules.py", (*ANALYSIS, "tests/test_check.py")),
+    "analysis-state": Target("eagle3scope/analysis/state.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
+    "analysis-stats": Target("eagle3scope/analysis/stats.py", (*ANALYSIS, "tests/test_advisor.py")),
+    "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
+    "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/test_state_bounds.py")),
+    "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/test_clock_order.py")),
+    "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/test_promises.py", "tests/test_record_loss.py",
+                                                     "tests/test_shim_cost.py", "tests/test_transport.py")),
+    "store-session": Target("eagle3scope/store/session.py", STORE),
     "store-index-seek": Target(
         "eagle3scope/store/session.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
@@ -52,8 +74,21 @@ MODULES: dict[str, Target] = {
             "SessionReaderǁframes", "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq",
             "SessionReaderǁseek_time", "SessionReaderǁstate_at")),
         deselect="not replayer"),
-    "wire-codec": Target("eagle3scope/wire/schema.py", ("tests/test_wire.py",)),
-    "wire-validation": Target("eagle3scope/wire/validate.py", ("tests/test_wire.py",)),
+    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/test_store.py", "tests/test_clock_order.py",
+                                                              "tests/test_cli_backbone.py")),
+    "store-salvage": Target("eagle3scope/store/salvage.py", STORE),
+    "exporter": Target(("eagle3scope/exporter/metrics.py", "eagle3scope/exporter/fleet.py",
+                        "eagle3scope/exporter/service.py"),
+                       ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/test_wire_bounds.py",
+                        "tests/test_clock_order.py", "tests/test_facts.py")),
+    "gate": Target(("eagle3scope/gate/__init__.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
+                   ("tests/test_gate.py", "tests/test_check.py", "tests/test_promises.py", "tests/test_hostile_frames.py")),
+    "doctor-diagnosis": Target("eagle3scope/doctor/diagnose.py", DOCTOR),
+    "shim-hooks": Target("instrumentation/eagle3scope_shim/hooks.py", (*SHIM_TESTS, "tests/test_aux_control.py")),
+    "shim-state": Target("instrumentation/eagle3scope_shim/state.py", SHIM_TESTS),
+    "control-protocol": Target("eagle3scope/wire/control_protocol.py", CONTROL),
+    "control-client": Target("eagle3scope/control/client.py", CONTROL),
+    "control-shim": Target("instrumentation/eagle3scope_shim/aux_channel.py", CONTROL),
 }
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
@@ -76,6 +111,14 @@ class Score:
     equivalent: dict[str, str] = field(default_factory=dict)  # mutant name -> reason
     diffs: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+
+    @property
+    def error(self) -> float:
+        """Standard error of the score as an estimate of the whole population's (0 for a full run)."""
+        n, big_n, p = self.considered, self.population, self.score
+        if not n or n >= big_n:
+            return 0.0
+        return math.sqrt(p * (1 - p) / n * (big_n - n) / max(big_n - 1, 1))
 
     def count(self, *statuses: str) -> int:
         return sum(1 for name, s in self.statuses.items() if s in statuses and name not in self.equivalent)
@@ -104,13 +147,25 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
+SHIM = "instrumentation/eagle3scope_shim"
+
+
+def paths(target: Target) -> tuple[str, ...]:
+    """The mutated files as mutmut sees them: the shim's package sits at the top of the scratch copy."""
+    named = (target.path,) if isinstance(target.path, str) else target.path
+    return tuple(p.replace(SHIM, "eagle3scope_shim", 1) for p in named)
+
+
 def configure(work: Path, target: Target) -> None:
+    # mutmut names a mutant's module by its path and puts mutants/ first on sys.path: the shim (an
+    # `instrumentation/` package) is copied to the top so that `import eagle3scope_shim` finds the mutant
+    shutil.copytree(work / SHIM, work / "eagle3scope_shim")
     selection = [*target.tests, "-m", "not engine"]
     if target.deselect:
         selection += ["-k", target.deselect]
     config = {
-        "source_paths": ["eagle3scope"],
-        "only_mutate": [target.path],
+        "source_paths": ["eagle3scope", "eagle3scope_shim"],
+        "only_mutate": list(paths(target)),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-x"],
         "pytest_add_cli_args_test_selection": selection,
     }
@@ -125,7 +180,8 @@ def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.C
     return subprocess.run([str(exe), *args], cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: int) -> Score:
+def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: int,
+               budget: float | None = None) -> Score:
     from mutmut.stats import status_by_exit_code
 
     started = time.monotonic()
@@ -133,19 +189,24 @@ def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: i
         work = Path(tmp)
         scratch_copy(work)
         configure(work, target)
-        meta = work / "mutants" / (target.path + ".meta")
+        metas = [work / "mutants" / (p + ".meta") for p in paths(target)]
         # first pass: generate the mutants and the test-coverage stats, test none (no name matches)
         done = mutmut(work, "run", "--max-children", str(jobs), "no-such-mutant")
-        if not meta.exists():
+        if not all(meta.exists() for meta in metas):
             raise RuntimeError(f"{name}: mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        chosen = [m for m in json.loads(meta.read_text())["exit_code_by_key"]
-                  if not target.functions or any(_glob(m, pattern) for pattern in target.functions)]
-        if sample is not None and sample < len(chosen):
-            chosen = sorted(random.Random(seed).sample(chosen, sample))
-        mutmut(work, "run", "--max-children", str(jobs), *chosen)
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        score = Score(name, population=len(chosen) if sample is None else sample_population(meta, target))
-        for mutant in chosen:
+        population = in_scope(metas, target)
+        order = random.Random(seed).sample(population, len(population))  # a fresh random order per seed
+        if sample is not None:
+            order = order[:sample]
+        chosen: list[str] = []
+        chunk = max(2 * jobs, 4)
+        while order and (budget is None or time.monotonic() - started < budget):
+            batch, order = (order, []) if budget is None else (order[:chunk], order[chunk:])
+            mutmut(work, "run", "--max-children", str(jobs), *batch)
+            chosen += batch
+        codes = {k: v for meta in metas for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
+        score = Score(name, population=len(population))
+        for mutant in sorted(chosen):
             code = codes.get(mutant)
             score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
         for mutant, status in score.statuses.items():
@@ -158,9 +219,9 @@ def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: i
     return score
 
 
-def sample_population(meta: Path, target: Target) -> int:
-    return sum(1 for m in json.loads(meta.read_text())["exit_code_by_key"]
-               if not target.functions or any(_glob(m, pattern) for pattern in target.functions))
+def in_scope(metas: list[Path], target: Target) -> list[str]:
+    return sorted(m for meta in metas for m in json.loads(meta.read_text())["exit_code_by_key"]
+                  if not target.functions or any(_glob(m, pattern) for pattern in target.functions))
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -184,24 +245,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true", help="print every surviving mutant's diff")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--sample", type=int, help="test only this many mutants per module, drawn at random")
-    parser.add_argument("--seed", type=int, default=16, help="seed of the --sample draw")
+    parser.add_argument("--budget", type=float, help="per module: test mutants (in random order) for this many seconds")
+    parser.add_argument("--seed", type=int, help="seed of the random draw (default: a fresh one, printed)")
     args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     unknown = set(args.modules) - set(MODULES)
     if unknown:
         parser.error(f"unknown module(s): {', '.join(sorted(unknown))}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    print(f"mutmut over the fast suite; machine: {os.cpu_count()} CPUs, {load}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    print(f"mutmut over the fast suite; commit {commit}{' (modified)' if dirty else ''}, seed {seed}; "
+          f"machine: {os.cpu_count()} CPUs, {load}")
     print(f"{'module':<18} {'in scope':>8} {'tested':>6} {'killed':>6} {'survived':>8} {'unreached':>9} {'equiv':>5} "
-          f"{'score':>6} {'time':>7}")
-    report = {}
+          f"{'score':>6} {'error':>6} {'time':>7}")
+    report = {"_run": {"commit": commit, "modified": bool(dirty), "seed": seed, "load": load}}
     for name in args.modules or list(MODULES):
-        s = run_module(name, MODULES[name], args.jobs, args.sample, args.seed)
+        s = run_module(name, MODULES[name], args.jobs, args.sample, seed, args.budget)
         print(f"{name:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
-              f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.seconds:>6.0f}s", flush=True)
+              f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.error:>6.1%} "
+              f"{s.seconds:>6.0f}s", flush=True)
         report[name] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
                         "survived": s.count("survived"),
                         "unreached": s.count("no tests", "not run"), "equivalent": s.equivalent, "score": s.score,
-                        "seconds": round(s.seconds), "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
+                        "error": s.error, "seconds": round(s.seconds),
+                        "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
         if args.json:  # after each module: a long run keeps what it has measured
             args.json.write_text(json.dumps(report, indent=2))
         if args.survivors:
