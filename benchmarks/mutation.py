@@ -111,6 +111,7 @@ class Score:
     equivalent: dict[str, str] = field(default_factory=dict)  # mutant name -> reason
     diffs: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    setup_s: float = 0.0  # mutant generation and the coverage pass
 
     @property
     def error(self) -> float:
@@ -156,16 +157,16 @@ def paths(target: Target) -> tuple[str, ...]:
     return tuple(p.replace(SHIM, "eagle3scope_shim", 1) for p in named)
 
 
-def configure(work: Path, target: Target) -> None:
+def configure(work: Path, targets: list[Target]) -> None:
     # mutmut names a mutant's module by its path and puts mutants/ first on sys.path: the shim (an
     # `instrumentation/` package) is copied to the top so that `import eagle3scope_shim` finds the mutant
     shutil.copytree(work / SHIM, work / "eagle3scope_shim")
-    selection = [*target.tests, "-m", "not engine"]
-    if target.deselect:
-        selection += ["-k", target.deselect]
+    selection = [*dict.fromkeys(t for target in targets for t in target.tests), "-m", "not engine"]
+    if len(targets) == 1 and targets[0].deselect:
+        selection += ["-k", targets[0].deselect]
     config = {
         "source_paths": ["eagle3scope", "eagle3scope_shim"],
-        "only_mutate": list(paths(target)),
+        "only_mutate": list(dict.fromkeys(p for target in targets for p in paths(target))),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-x"],
         "pytest_add_cli_args_test_selection": selection,
     }
@@ -180,43 +181,69 @@ def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.C
     return subprocess.run([str(exe), *args], cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: int,
-               budget: float | None = None) -> Score:
+def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budget: float | None = None,
+                progress=None) -> list[Score]:
+    """Mutate `names` in one scratch copy over the union of their tests: mutmut collects its per-test
+    coverage once, then each mutant runs only the tests that reach its function. Mutants are drawn in
+    turn from each module's random order, so a --budget spreads over every module."""
     from mutmut.stats import status_by_exit_code
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as tmp:
+    targets = [MODULES[name] for name in names]
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{'+'.join(names)[:60]}-") as tmp:
         work = Path(tmp)
         scratch_copy(work)
-        configure(work, target)
-        metas = [work / "mutants" / (p + ".meta") for p in paths(target)]
+        configure(work, targets)
+        metas = {name: [work / "mutants" / (p + ".meta") for p in paths(MODULES[name])] for name in names}
         # first pass: generate the mutants and the test-coverage stats, test none (no name matches)
         done = mutmut(work, "run", "--max-children", str(jobs), "no-such-mutant")
-        if not all(meta.exists() for meta in metas):
-            raise RuntimeError(f"{name}: mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        population = in_scope(metas, target)
-        order = random.Random(seed).sample(population, len(population))  # a fresh random order per seed
-        if sample is not None:
-            order = order[:sample]
-        chosen: list[str] = []
-        chunk = max(2 * jobs, 4)
-        while order and (budget is None or time.monotonic() - started < budget):
-            batch, order = (order, []) if budget is None else (order[:chunk], order[chunk:])
-            mutmut(work, "run", "--max-children", str(jobs), *batch)
-            chosen += batch
-        codes = {k: v for meta in metas for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
-        score = Score(name, population=len(population))
-        for mutant in sorted(chosen):
-            code = codes.get(mutant)
-            score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
-        for mutant, status in score.statuses.items():
-            if status in ("survived", "no tests", "not run"):
-                score.diffs[mutant] = mutmut(work, "show", mutant).stdout
-                reason = _equivalent(name, score.diffs[mutant])
-                if reason:
-                    score.equivalent[mutant] = reason
-    score.seconds = time.monotonic() - started
-    return score
+        if not all(meta.exists() for group in metas.values() for meta in group):
+            raise RuntimeError(f"mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        rng = random.Random(seed)
+        population = {name: in_scope(metas[name], MODULES[name]) for name in names}
+        orders = {name: rng.sample(pop, len(pop))[:sample] for name, pop in population.items()}
+        setup_s = time.monotonic() - started
+        chosen: set[str] = set()
+        chunk = max(jobs, 2)
+        while any(orders.values()) and (budget is None or time.monotonic() - started < budget):
+            batch = []
+            for name in names:
+                take, orders[name] = orders[name][:chunk], orders[name][chunk:]
+                batch += [m for m in take if m not in chosen]
+            if budget is None:
+                batch += [m for order in orders.values() for m in order if m not in chosen]
+                orders = {name: [] for name in names}
+            if batch:
+                mutmut(work, "run", "--max-children", str(jobs), *batch)
+                chosen.update(batch)
+                if progress:
+                    progress(tally(), final=False)
+
+        def tally() -> list[Score]:
+            codes = {k: v for group in metas.values() for meta in group
+                     for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
+            scores = []
+            for name in names:
+                score = Score(name, population=len(population[name]), setup_s=setup_s,
+                              seconds=time.monotonic() - started)
+                for mutant in sorted(chosen.intersection(population[name])):
+                    code = codes.get(mutant)
+                    score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
+                scores.append(score)
+            return scores
+
+        scores = tally()
+        for score in scores:
+            name = score.module
+            for mutant, status in score.statuses.items():
+                if status in ("survived", "no tests", "not run"):
+                    score.diffs[mutant] = mutmut(work, "show", mutant).stdout
+                    reason = _equivalent(name, score.diffs[mutant])
+                    if reason:
+                        score.equivalent[mutant] = reason
+            if progress:
+                progress([score], final=True)
+    return scores
 
 
 def in_scope(metas: list[Path], target: Target) -> list[str]:
@@ -246,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--sample", type=int, help="test only this many mutants per module, drawn at random")
     parser.add_argument("--budget", type=float, help="per module: test mutants (in random order) for this many seconds")
+    parser.add_argument("--together", action="store_true",
+                        help="all MODULEs in one mutmut session (one coverage pass over the union of their tests); "
+                             "--budget is then the whole run's, shared in turn between the modules")
     parser.add_argument("--seed", type=int, help="seed of the random draw (default: a fresh one, printed)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -261,22 +291,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'module':<18} {'in scope':>8} {'tested':>6} {'killed':>6} {'survived':>8} {'unreached':>9} {'equiv':>5} "
           f"{'score':>6} {'error':>6} {'time':>7}")
     report = {"_run": {"commit": commit, "modified": bool(dirty), "seed": seed, "load": load}}
-    for name in args.modules or list(MODULES):
-        s = run_module(name, MODULES[name], args.jobs, args.sample, seed, args.budget)
-        print(f"{name:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
+    names = args.modules or list(MODULES)
+
+    def show(scores: list[Score], final: bool) -> None:
+        for s in scores:
+            if final:
+                show_one(s)
+            else:  # a long run keeps what it has measured so far
+                report.setdefault("_partial", {})[s.module] = {
+                    "in_scope": s.population, "tested": len(s.statuses), "killed": s.killed, "statuses": s.statuses}
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+
+    def show_one(s: Score) -> None:
+        report.get("_partial", {}).pop(s.module, None)
+        print(f"{s.module:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
               f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.error:>6.1%} "
               f"{s.seconds:>6.0f}s", flush=True)
-        report[name] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
-                        "survived": s.count("survived"),
-                        "unreached": s.count("no tests", "not run"), "equivalent": s.equivalent, "score": s.score,
-                        "error": s.error, "seconds": round(s.seconds),
-                        "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
+        report[s.module] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
+                            "survived": s.count("survived"), "unreached": s.count("no tests", "not run"),
+                            "equivalent": s.equivalent, "score": s.score, "error": s.error,
+                            "seconds": round(s.seconds), "setup_seconds": round(s.setup_s),
+                            "statuses": s.statuses,
+                            "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
         if args.json:  # after each module: a long run keeps what it has measured
             args.json.write_text(json.dumps(report, indent=2))
         if args.survivors:
             for mutant, diff in s.diffs.items():
                 if mutant not in s.equivalent:
                     print(f"--- {mutant} ({s.statuses[mutant]})\n{diff}")
+
+    groups = [names] if args.together else [[name] for name in names]
+    for group in groups:
+        run_modules(group, args.jobs, args.sample, seed, args.budget, progress=show)
     return 0
 
 
