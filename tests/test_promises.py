@@ -148,3 +148,15 @@ def test_a_step_may_carry_every_field_the_schema_knows():
     body = step_body(1, bs=2, rng=random.Random(0))
     body.update(num_steps=3, accepted_path=[list(range(a)) for a in body["accepted"]], discarded=["gone"])
     assert _round_trip("step", body) == body
+
+
+def test_gate_fails_with_1_when_a_broken_stream_also_ends_before_n_steps():
+    """README "CI gate": `gate` exits 1 on a failure even when fewer than N steps arrived (not 3)."""
+    from test_gate import Publisher, gate
+
+    frames = session(120, accept_p=0.0, algorithm="EAGLE",
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    with Publisher(frames) as pub:
+        done = gate("--connect", pub.endpoint, "--steps", "100000", "--timeout", "4")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ERROR   aux-capture-off" in done.stdout and "decode steps" in done.stderr
