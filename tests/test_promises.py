@@ -160,3 +160,24 @@ def test_gate_fails_with_1_when_a_broken_stream_also_ends_before_n_steps():
         done = gate("--connect", pub.endpoint, "--steps", "100000", "--timeout", "4")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "ERROR   aux-capture-off" in done.stdout and "decode steps" in done.stderr
+
+
+# -- README "Bounds": one frame and the subscriber queue ------------------------------------------------
+
+
+def test_max_frame_bytes_is_clamped_to_8_mib_and_the_queue_holds_200000_frames():
+    import zmq
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+    from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+
+    assert (DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES) == (1 << 20, 8 << 20)
+    for asked, used in ((None, 1 << 20), (1 << 30, 8 << 20), (3 << 20, 3 << 20)):
+        sub = Subscriber([fresh_ipc_endpoint()], **({} if asked is None else {"max_frame_bytes": asked}))
+        try:
+            assert sub.max_frame_bytes == used
+            assert sub._sock.getsockopt(zmq.MAXMSGSIZE) == used  # ZeroMQ refuses larger ones before buffering
+            assert sub._sock.getsockopt(zmq.RCVHWM) == 200_000
+        finally:
+            sub.close()
