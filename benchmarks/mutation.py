@@ -204,7 +204,7 @@ def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budg
         orders = {name: rng.sample(pop, len(pop))[:sample] for name, pop in population.items()}
         setup_s = time.monotonic() - started
         chosen: set[str] = set()
-        chunk = max(jobs, 2)
+        chunk = max(jobs, 3)
         while any(orders.values()) and (budget is None or time.monotonic() - started < budget):
             batch = []
             for name in names:
