@@ -446,7 +446,8 @@ async def test_history_plot_marks_where_an_aux_config_segment_starts(tmp_path):
 
 @run_async
 async def test_the_readmes_other_keys_and_aliases(recording, frames):
-    """README "Keys": `]` / `[` move 100 steps, and each alias does what its first key does."""
+    """README "Keys": `]` / `[` move 100 steps, each alias does what its first key does, `tab` moves the
+    focus and `ctrl+p` opens Textual's command palette."""
     steps = steps_of(frames)
     target = steps[len(steps) // 2].body["seq"]
     app = paused_app(recording)
@@ -465,5 +466,15 @@ async def test_the_readmes_other_keys_and_aliases(recording, frames):
         speed = app.feed.speed
         await pilot.press("equals_sign")
         assert app.feed.speed > speed
+        for panel, own in (("2", "aux"), ("4", "events"), ("3", "draft-table")):
+            await pilot.press(panel)
+            for _ in range(3):  # tab never takes the focus into a hidden panel
+                await pilot.press("tab")
+                assert app.focused is not None and app.focused.id == own, panel
+        from textual.command import CommandPalette
+
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press("escape")
         await pilot.press("h")
         assert isinstance(app.screen, HelpScreen)
