@@ -182,6 +182,20 @@ def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.C
     return subprocess.run([str(exe), *args], cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def diff_of(work: Path, mutant: str, source: str) -> str:
+    """The mutant's diff, rendered in this process (a `mutmut show` per survivor costs seconds each)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    here = os.getcwd()
+    try:
+        os.chdir(work)
+        return get_diff_for_mutant(mutant, path=source)
+    except Exception:  # noqa: BLE001 - an internal of mutmut's changed: ask the command
+        return mutmut(work, "show", mutant).stdout
+    finally:
+        os.chdir(here)
+
+
 def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budget: float | None = None,
                 progress=None) -> list[Score]:
     """Mutate `names` in one scratch copy over the union of their tests: mutmut collects its per-test
@@ -234,11 +248,13 @@ def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budg
             return scores
 
         scores = tally()
+        source_of = {m: str(meta.relative_to(work / "mutants"))[:-len(".meta")] for group in metas.values()
+                     for meta in group for m in json.loads(meta.read_text())["exit_code_by_key"]}
         for score in scores:
             name = score.module
             for mutant, status in score.statuses.items():
                 if status in ("survived", "no tests", "not run"):
-                    score.diffs[mutant] = mutmut(work, "show", mutant).stdout
+                    score.diffs[mutant] = diff_of(work, mutant, source_of[mutant])
                     reason = _equivalent(name, score.diffs[mutant])
                     if reason:
                         score.equivalent[mutant] = reason
