@@ -53,7 +53,8 @@ SHIM_TESTS = ("tests/test_shim_unit.py", "tests/test_shim_cost.py", "tests/test_
 DOCTOR = ("tests/test_doctor.py", "tests/test_doctor_d2t.py", "tests/test_doctor_2026.py", "tests/test_doctor_hostile.py",
           "tests/test_doctor_producers.py")
 WIRE = ("tests/test_wire.py", "tests/test_wire_contract.py", "tests/test_promises.py", "tests/test_hostile_frames.py", "tests/test_wire_bounds.py")
-STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_hostile_recordings.py",
+STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_salvage_accounting.py",
+         "tests/test_hostile_recordings.py",
          "tests/test_record_loss.py")
 
 # module -> what is mutated and the fast tests that exercise it (a test file outside the list cannot kill)
