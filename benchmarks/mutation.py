@@ -61,7 +61,8 @@ STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_sa
 MODULES: dict[str, Target] = {
     "analysis-rules": Target("eagle3scope/analysis/rules.py", (*ANALYSIS, "tests/test_check.py")),
     "analysis-state": Target("eagle3scope/analysis/state.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
-    "analysis-stats": Target("eagle3scope/analysis/stats.py", (*ANALYSIS, "tests/test_advisor.py")),
+    "analysis-stats": Target("eagle3scope/analysis/stats.py", ("tests/test_stats_reference.py", *ANALYSIS,
+                                                             "tests/test_advisor.py")),
     "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
     "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/test_state_bounds.py")),
     "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/test_clock_order.py")),
