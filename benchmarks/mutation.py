@@ -47,7 +47,7 @@ class Target:
 
 ANALYSIS = ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py",
             "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/test_wire_bounds.py")
-CONTROL = ("tests/test_control_client.py", "tests/test_aux_control.py", "tests/test_hostile_control.py", "tests/test_aux_tp.py", "tests/test_promises.py")
+CONTROL = ("tests/test_control_protocol.py", "tests/test_control_client.py", "tests/test_aux_control.py", "tests/test_hostile_control.py", "tests/test_aux_tp.py", "tests/test_promises.py")
 SHIM_TESTS = ("tests/test_shim_unit.py", "tests/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
               "tests/test_clock_order.py")
 DOCTOR = ("tests/test_doctor.py", "tests/test_doctor_d2t.py", "tests/test_doctor_2026.py", "tests/test_doctor_hostile.py",
