@@ -236,6 +236,7 @@ def test_the_command_serves_on_loopback_and_stops_on_sigterm():
         fams = scrape(url)
         assert by(fams["eagle3scope_exporter_publishers"], "eagle3scope_exporter_publishers") == {(): 0.0}
         assert "eagle3scope_exporter_process_resident_memory_bytes" in fams
+        assert by(fams["eagle3scope_exporter_process_cpu_seconds"], "eagle3scope_exporter_process_cpu_seconds_total")[()] > 0
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
