@@ -222,6 +222,20 @@ def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budg
         orders = {name: rng.sample(pop, len(pop))[:sample] for name, pop in population.items()}
         setup_s = time.monotonic() - started
         chosen: set[str] = set()
+
+        def tally() -> list[Score]:
+            codes = {k: v for group in metas.values() for meta in group
+                     for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
+            scores = []
+            for name in names:
+                score = Score(name, population=len(population[name]), setup_s=setup_s,
+                              seconds=time.monotonic() - started)
+                for mutant in sorted(chosen.intersection(population[name])):
+                    code = codes.get(mutant)
+                    score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
+                scores.append(score)
+            return scores
+
         chunk = max(jobs, 3)
         while any(orders.values()) and (budget is None or time.monotonic() - started < budget):
             batch = []
@@ -236,19 +250,6 @@ def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budg
                 chosen.update(batch)
                 if progress:
                     progress(tally(), final=False)
-
-        def tally() -> list[Score]:
-            codes = {k: v for group in metas.values() for meta in group
-                     for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
-            scores = []
-            for name in names:
-                score = Score(name, population=len(population[name]), setup_s=setup_s,
-                              seconds=time.monotonic() - started)
-                for mutant in sorted(chosen.intersection(population[name])):
-                    code = codes.get(mutant)
-                    score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
-                scores.append(score)
-            return scores
 
         scores = tally()
         source_of = {m: str(meta.relative_to(work / "mutants"))[:-len(".meta")] for group in metas.values()
