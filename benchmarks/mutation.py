@@ -173,6 +173,10 @@ def configure(work: Path, targets: list[Target]) -> None:
         "only_mutate": list(dict.fromkeys(p for target in targets for p in paths(target))),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-x"],
         "pytest_add_cli_args_test_selection": selection,
+        # mutmut copies only the sources and tests/ into mutants/: the files tests read (themes/ for
+        # the TUI, examples/, README.md) come too, else its coverage pass fails and nothing is tested
+        "also_copy": sorted(p.name for p in work.iterdir()
+                            if p.name not in ("eagle3scope", "eagle3scope_shim", "tests", "mutants", "pyproject.toml")),
     }
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
     with open(work / "pyproject.toml", "a") as f:
