@@ -446,7 +446,7 @@ async def test_history_plot_marks_where_an_aux_config_segment_starts(tmp_path):
 
 @run_async
 async def test_the_readmes_other_keys_and_aliases(recording, frames):
-    """README "Keys": `]` / `[` move 100 steps, each alias does what its first key does, `tab` moves the
+    """README "Keys": `]` / `[` move 100 steps, each alias (`p h d n =`) does what its first key does, `tab` moves the
     focus and `ctrl+p` opens Textual's command palette."""
     steps = steps_of(frames)
     target = steps[len(steps) // 2].body["seq"]
@@ -461,6 +461,8 @@ async def test_the_readmes_other_keys_and_aliases(recording, frames):
         assert not app.feed.paused
         await pilot.press("p")
         assert app.feed.paused
+        await pilot.press("n")
+        assert app.query_one("#panels").current == "advisor"
         await pilot.press("d")
         assert app.query_one("#panels").current == "draft"
         speed = app.feed.speed
