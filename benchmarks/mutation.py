@@ -98,6 +98,13 @@ MODULES: dict[str, Target] = {
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
+    "control-client": [
+        ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
+    ],
+    "analysis-stats": [
+        ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
+         "every caller (analysis/state.py) passes depth: the default is never used"),
+    ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),
