@@ -4,7 +4,7 @@ Each mutation is one exact text replacement in one module, applied to a scratch 
 checkout; the fast test files named with it run there (``-x``). Prints, per mutation, KILLED (a test
 failed) or SURVIVED, and exits non-zero if any survived. Not in CI (a minute or two).
 
-    .venv/bin/python benchmarks/known_mutations.py
+    .venv/bin/python benchmarks/known_mutations.py [TEXT]   (TEXT: only the mutations whose line holds it)
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scop
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
     "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",
     "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")
+STATE, SUBSCRIBER, SIGNALS, CHECKPOINT, GATE, SALVAGE, CLIENT = (
+    "eagle3scope/analysis/state.py", "eagle3scope/live/subscriber.py", "eagle3scope/signals.py",
+    "eagle3scope/doctor/checkpoint.py", "eagle3scope/gate/__init__.py", "eagle3scope/store/salvage.py",
+    "eagle3scope/control/client.py")
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -72,10 +76,38 @@ MUTATIONS = [
     ("advisor: verify cost not scaled by the tokens of the new setting", ADVISOR,
      "v.b * batch * (k + 1)", "v.b * batch * 2",
      ["tests/test_advisor.py"]),
+    # issue 29, second round: the README promises mapped in TESTING.md
+    ("round 2 validate: a request id of exactly 4,096 characters refused", VALIDATE,
+     "if type(rid) is not str or len(rid) > MAX_NAME:", "if type(rid) is not str or len(rid) >= MAX_NAME:",
+     ["tests/test_promises.py"]),
+    ("round 2 loss: an earlier n at the same time taken for a restart", LOSS,
+     "or frame.t <= self.last_t:", "or frame.t < self.last_t:", ["tests/test_loss_accounting.py"]),
+    ("round 2 loss: the heartbeat's steps read from another key", LOSS,
+     'self.shim_steps = _count(body.get("steps"), self.shim_steps)',
+     'self.shim_steps = _count(body.get("queued"), self.shim_steps)', ["tests/test_loss_accounting.py"]),
+    ("round 2 state: one ended run more than 64 kept", STATE,
+     "if len(self.ended_runs) >= MAX_ENDED_RUNS:", "if len(self.ended_runs) > MAX_ENDED_RUNS:",
+     ["tests/test_clock_order.py"]),
+    ("round 2 subscriber: --max-frame-bytes not clamped to 8 MiB", SUBSCRIBER,
+     "max(1024, min(int(max_frame_bytes), MAX_FRAME_BYTES))", "max(1024, int(max_frame_bytes))",
+     ["tests/test_promises.py"]),
+    ("round 2 signals: a signal ignored at start (nohup) caught anyway", SIGNALS,
+     "if signal.getsignal(sig) is signal.SIG_IGN:", "if False:", ["tests/test_signals.py"]),
+    ("round 2 doctor: a config of exactly 16 MiB not read", CHECKPOINT,
+     "if size > MAX_JSON_BYTES:", "if size >= MAX_JSON_BYTES:", ["tests/test_doctor_hostile.py"]),
+    ("round 2 gate: a mean acceptance equal to its floor fails", GATE,
+     "ok = mean >= floor", "ok = mean > floor", ["tests/test_gate_judge.py"]),
+    ("round 2 salvage: a missing batch row not counted as lost", SALVAGE,
+     "            out.extend(range(expected, bid))\n", "", ["tests/test_salvage_accounting.py"]),
+    ("round 2 control client: recapture sent even when not asked", CLIENT,
+     'fields = {"recapture": True} if recapture else {}', 'fields = {"recapture": recapture}',
+     ["tests/test_control_client.py"]),
 ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = [m for m in MUTATIONS if not argv or any(word in m[0] for word in argv)]
     survived = 0
     with tempfile.TemporaryDirectory(prefix="known-mutations-") as tmp:
         work = Path(tmp)
@@ -91,11 +123,11 @@ def main() -> int:
             return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
                                   cwd=work, capture_output=True, text=True, timeout=600, env=env)
 
-        baseline = pytest(sorted({t for *_, tests in MUTATIONS for t in tests}))
+        baseline = pytest(sorted({t for *_, tests in chosen for t in tests}))
         if baseline.returncode != 0:
             print(f"the unmutated tests fail in the scratch copy:\n{baseline.stdout[-3000:]}")
             return 2
-        for what, module, old, new, tests in MUTATIONS:
+        for what, module, old, new, tests in chosen:
             path = work / module
             original = path.read_text()
             if original.count(old) != 1:

@@ -1,24 +1,29 @@
-"""Mutation testing of the core pure modules with mutmut: how many small bugs the fast suite catches.
+"""Mutation testing of the core modules with mutmut: how many small bugs the fast suite catches.
 
 Not part of CI (minutes per module). Each module is mutated on its own, in a scratch copy of this
-checkout, against only the fast tests that exercise it (``-m "not engine"``), so a run fits a small
-shared machine; mutmut then runs, per mutant, just the tests that reach the mutated function.
-Prints per module: mutants, killed (a test failed or timed out), survived, not reached by any
-selected test, and the score = killed / (mutants - judged equivalent). The mutants judged
-equivalent (no behaviour can tell them apart) are listed in EQUIVALENT with the reason and in
-TESTING.md; they are matched by their diff, so a renumbering after an edit does not lose them.
+checkout, against only the fast tests that exercise it (``-m "not engine"``, the map in MODULES), so
+a run fits a small shared machine; mutmut then runs, per mutant, just the tests that reach the
+mutated function (its per-test coverage). Prints per module: mutants in scope, tested, killed (a
+test failed or timed out), survived, not reached by any selected test, and the score = killed /
+(tested - judged equivalent) with its standard error. The mutants judged equivalent (no behaviour
+can tell them apart) are listed in EQUIVALENT with the reason and in TESTING.md; they are matched by
+their diff, so a renumbering after an edit does not lose them.
 
     .venv/bin/pip install -e '.[mutation]'
-    .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N] [--survivors]
+    nice -n 19 .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N | --budget S]
+                                                      [--seed N] [--survivors] [--json FILE]
 
-``--sample N`` tests N mutants per module drawn at random (fixed seed): on a loaded machine a full
-run takes hours, and a sample's score carries a binomial error of about sqrt(p(1-p)/N).
+A full run takes hours on a small shared machine, so ``--sample N`` tests N mutants per module and
+``--budget S`` as many as S seconds allow; both draw them in a random order from a fresh seed each
+run (printed; ``--seed`` repeats a draw). A sample's score carries the binomial error
+sqrt(p(1-p)/n), shrunk by the finite-population factor sqrt((N-n)/(N-1)).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -34,19 +39,36 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Target:
-    path: str  # the module mutated
+    path: str | tuple[str, ...]  # the module(s) mutated, as paths in this checkout
     tests: tuple[str, ...]  # the fast tests that exercise it
     functions: tuple[str, ...] = ()  # mutant-name globs (mutmut's x_<function> / xǁ<Class>ǁ<method>); () = all
     deselect: str = ""  # pytest -k expression for slow tests whose job other tests do faster
 
 
+ANALYSIS = ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py",
+            "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/test_wire_bounds.py")
+CONTROL = ("tests/test_control_protocol.py", "tests/test_control_client.py", "tests/test_aux_control.py", "tests/test_hostile_control.py", "tests/test_aux_tp.py", "tests/test_promises.py")
+SHIM_TESTS = ("tests/test_shim_unit.py", "tests/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
+              "tests/test_clock_order.py")
+DOCTOR = ("tests/test_doctor.py", "tests/test_doctor_d2t.py", "tests/test_doctor_2026.py", "tests/test_doctor_hostile.py",
+          "tests/test_doctor_producers.py")
+WIRE = ("tests/test_wire.py", "tests/test_wire_contract.py", "tests/test_promises.py", "tests/test_hostile_frames.py", "tests/test_wire_bounds.py")
+STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_salvage_accounting.py",
+         "tests/test_hostile_recordings.py",
+         "tests/test_record_loss.py")
+
+# module -> what is mutated and the fast tests that exercise it (a test file outside the list cannot kill)
 MODULES: dict[str, Target] = {
-    "analysis-rules": Target("eagle3scope/analysis/rules.py",
-                             ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py")),
-    "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py",
-                               ("tests/test_doctor.py", "tests/test_doctor_d2t.py")),
-    "doctor-config": Target("eagle3scope/doctor/config_checks.py",
-                            ("tests/test_doctor.py", "tests/test_doctor_2026.py", "tests/test_doctor_producers.py")),
+    "analysis-rules": Target("eagle3scope/analysis/rules.py", (*ANALYSIS, "tests/test_check.py")),
+    "analysis-state": Target("eagle3scope/analysis/state.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
+    "analysis-stats": Target("eagle3scope/analysis/stats.py", ("tests/test_stats_reference.py", *ANALYSIS,
+                                                             "tests/test_advisor.py")),
+    "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
+    "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/test_state_bounds.py")),
+    "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/test_clock_order.py")),
+    "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/test_loss_accounting.py", "tests/test_promises.py", "tests/test_record_loss.py",
+                                                     "tests/test_shim_cost.py", "tests/test_transport.py")),
+    "store-format": Target("eagle3scope/store/format.py", STORE),
     "store-index-seek": Target(
         "eagle3scope/store/reader.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
@@ -58,13 +80,36 @@ MODULES: dict[str, Target] = {
         "eagle3scope/store/writer.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in ("SessionWriterǁadd", "SessionWriterǁflush")),
         deselect="not replayer"),
-    "wire-codec": Target("eagle3scope/wire/schema.py", ("tests/test_wire.py",)),
-    "wire-validation": Target("eagle3scope/wire/validate.py", ("tests/test_wire.py",)),
+    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/test_replay_pacing.py", "tests/test_store.py",
+                                                              "tests/test_clock_order.py",
+                                                              "tests/test_cli_backbone.py")),
+    "store-salvage": Target("eagle3scope/store/salvage.py", STORE),
+    "exporter": Target(("eagle3scope/exporter/metrics.py", "eagle3scope/exporter/fleet.py",
+                        "eagle3scope/exporter/service.py"),
+                       ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/test_wire_bounds.py",
+                        "tests/test_clock_order.py", "tests/test_facts.py")),
+    "gate": Target(("eagle3scope/gate/__init__.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
+                   ("tests/test_gate_judge.py", "tests/test_gate.py", "tests/test_check.py", "tests/test_promises.py",
+                    "tests/test_hostile_frames.py")),
+    "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py", DOCTOR),
+    "doctor-config": Target("eagle3scope/doctor/config_checks.py", DOCTOR),
+    "shim-hooks": Target("instrumentation/eagle3scope_shim/hooks.py", (*SHIM_TESTS, "tests/test_aux_control.py")),
+    "shim-state": Target("instrumentation/eagle3scope_shim/state.py", SHIM_TESTS),
+    "control-protocol": Target("eagle3scope/wire/control_protocol.py", CONTROL),
+    "control-client": Target("eagle3scope/control/client.py", CONTROL),
+    "control-shim": Target("instrumentation/eagle3scope_shim/aux_channel.py", CONTROL),
 }
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
+    "control-client": [
+        ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
+    ],
+    "analysis-stats": [
+        ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
+         "every caller (analysis/state.py) passes depth: the default is never used"),
+    ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),
@@ -84,6 +129,15 @@ class Score:
     equivalent: dict[str, str] = field(default_factory=dict)  # mutant name -> reason
     diffs: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    setup_s: float = 0.0  # mutant generation and the coverage pass
+
+    @property
+    def error(self) -> float:
+        """Standard error of the score as an estimate of the whole population's (0 for a full run)."""
+        n, big_n, p = self.considered, self.population, self.score
+        if not n or n >= big_n:
+            return 0.0
+        return math.sqrt(p * (1 - p) / n * (big_n - n) / max(big_n - 1, 1))
 
     def count(self, *statuses: str) -> int:
         return sum(1 for name, s in self.statuses.items() if s in statuses and name not in self.equivalent)
@@ -112,15 +166,31 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def configure(work: Path, target: Target) -> None:
-    selection = [*target.tests, "-m", "not engine"]
-    if target.deselect:
-        selection += ["-k", target.deselect]
+SHIM = "instrumentation/eagle3scope_shim"
+
+
+def paths(target: Target) -> tuple[str, ...]:
+    """The mutated files as mutmut sees them: the shim's package sits at the top of the scratch copy."""
+    named = (target.path,) if isinstance(target.path, str) else target.path
+    return tuple(p.replace(SHIM, "eagle3scope_shim", 1) for p in named)
+
+
+def configure(work: Path, targets: list[Target]) -> None:
+    # mutmut names a mutant's module by its path and puts mutants/ first on sys.path: the shim (an
+    # `instrumentation/` package) is copied to the top so that `import eagle3scope_shim` finds the mutant
+    shutil.copytree(work / SHIM, work / "eagle3scope_shim")
+    selection = [*dict.fromkeys(t for target in targets for t in target.tests), "-m", "not engine"]
+    if len(targets) == 1 and targets[0].deselect:
+        selection += ["-k", targets[0].deselect]
     config = {
-        "source_paths": ["eagle3scope"],
-        "only_mutate": [target.path],
+        "source_paths": ["eagle3scope", "eagle3scope_shim"],
+        "only_mutate": list(dict.fromkeys(p for target in targets for p in paths(target))),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-x"],
         "pytest_add_cli_args_test_selection": selection,
+        # mutmut copies only the sources and tests/ into mutants/: the files tests read (themes/ for
+        # the TUI, examples/, README.md) come too, else its coverage pass fails and nothing is tested
+        "also_copy": sorted(p.name for p in work.iterdir()
+                            if p.name not in ("eagle3scope", "eagle3scope_shim", "tests", "mutants", "pyproject.toml")),
     }
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
     with open(work / "pyproject.toml", "a") as f:
@@ -133,42 +203,91 @@ def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.C
     return subprocess.run([str(exe), *args], cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def run_module(name: str, target: Target, jobs: int, sample: int | None, seed: int) -> Score:
+def diff_of(work: Path, mutant: str, source: str) -> str:
+    """The mutant's diff, rendered in this process (a `mutmut show` per survivor costs seconds each)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    here = os.getcwd()
+    try:
+        os.chdir(work)
+        return get_diff_for_mutant(mutant, path=source)
+    except Exception:  # noqa: BLE001 - an internal of mutmut's changed: ask the command
+        return mutmut(work, "show", mutant).stdout
+    finally:
+        os.chdir(here)
+
+
+def run_modules(names: list[str], jobs: int, sample: int | None, seed: int, budget: float | None = None,
+                progress=None) -> list[Score]:
+    """Mutate `names` in one scratch copy over the union of their tests: mutmut collects its per-test
+    coverage once, then each mutant runs only the tests that reach its function. Mutants are drawn in
+    turn from each module's random order, so a --budget spreads over every module."""
     from mutmut.stats import status_by_exit_code
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as tmp:
+    targets = [MODULES[name] for name in names]
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{'+'.join(names)[:60]}-") as tmp:
         work = Path(tmp)
         scratch_copy(work)
-        configure(work, target)
-        meta = work / "mutants" / (target.path + ".meta")
+        configure(work, targets)
+        metas = {name: [work / "mutants" / (p + ".meta") for p in paths(MODULES[name])] for name in names}
         # first pass: generate the mutants and the test-coverage stats, test none (no name matches)
         done = mutmut(work, "run", "--max-children", str(jobs), "no-such-mutant")
-        if not meta.exists():
-            raise RuntimeError(f"{name}: mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        chosen = [m for m in json.loads(meta.read_text())["exit_code_by_key"]
-                  if not target.functions or any(_glob(m, pattern) for pattern in target.functions)]
-        if sample is not None and sample < len(chosen):
-            chosen = sorted(random.Random(seed).sample(chosen, sample))
-        mutmut(work, "run", "--max-children", str(jobs), *chosen)
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        score = Score(name, population=len(chosen) if sample is None else sample_population(meta, target))
-        for mutant in chosen:
-            code = codes.get(mutant)
-            score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
-        for mutant, status in score.statuses.items():
-            if status in ("survived", "no tests", "not run"):
-                score.diffs[mutant] = mutmut(work, "show", mutant).stdout
-                reason = _equivalent(name, score.diffs[mutant])
-                if reason:
-                    score.equivalent[mutant] = reason
-    score.seconds = time.monotonic() - started
-    return score
+        if not all(meta.exists() for group in metas.values() for meta in group):
+            raise RuntimeError(f"mutmut generated nothing\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        rng = random.Random(seed)
+        population = {name: in_scope(metas[name], MODULES[name]) for name in names}
+        orders = {name: rng.sample(pop, len(pop))[:sample] for name, pop in population.items()}
+        setup_s = time.monotonic() - started
+        chosen: set[str] = set()
+
+        def tally() -> list[Score]:
+            codes = {k: v for group in metas.values() for meta in group
+                     for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()}
+            scores = []
+            for name in names:
+                score = Score(name, population=len(population[name]), setup_s=setup_s,
+                              seconds=time.monotonic() - started)
+                for mutant in sorted(chosen.intersection(population[name])):
+                    code = codes.get(mutant)
+                    score.statuses[mutant] = "not run" if code is None else status_by_exit_code[code]
+                scores.append(score)
+            return scores
+
+        chunk = max(jobs, 3)
+        while any(orders.values()) and (budget is None or time.monotonic() - started < budget):
+            batch = []
+            for name in names:
+                take, orders[name] = orders[name][:chunk], orders[name][chunk:]
+                batch += [m for m in take if m not in chosen]
+            if budget is None:
+                batch += [m for order in orders.values() for m in order if m not in chosen]
+                orders = {name: [] for name in names}
+            if batch:
+                mutmut(work, "run", "--max-children", str(jobs), *batch)
+                chosen.update(batch)
+                if progress:
+                    progress(tally(), final=False)
+
+        scores = tally()
+        source_of = {m: str(meta.relative_to(work / "mutants"))[:-len(".meta")] for group in metas.values()
+                     for meta in group for m in json.loads(meta.read_text())["exit_code_by_key"]}
+        for score in scores:
+            name = score.module
+            for mutant, status in score.statuses.items():
+                if status in ("survived", "no tests", "not run"):
+                    score.diffs[mutant] = diff_of(work, mutant, source_of[mutant])
+                    reason = _equivalent(name, score.diffs[mutant])
+                    if reason:
+                        score.equivalent[mutant] = reason
+            if progress:
+                progress([score], final=True)
+    return scores
 
 
-def sample_population(meta: Path, target: Target) -> int:
-    return sum(1 for m in json.loads(meta.read_text())["exit_code_by_key"]
-               if not target.functions or any(_glob(m, pattern) for pattern in target.functions))
+def in_scope(metas: list[Path], target: Target) -> list[str]:
+    return sorted(m for meta in metas for m in json.loads(meta.read_text())["exit_code_by_key"]
+                  if not target.functions or any(_glob(m, pattern) for pattern in target.functions))
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -192,30 +311,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true", help="print every surviving mutant's diff")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--sample", type=int, help="test only this many mutants per module, drawn at random")
-    parser.add_argument("--seed", type=int, default=16, help="seed of the --sample draw")
+    parser.add_argument("--budget", type=float, help="per module: test mutants (in random order) for this many seconds")
+    parser.add_argument("--together", action="store_true",
+                        help="all MODULEs in one mutmut session (one coverage pass over the union of their tests); "
+                             "--budget is then the whole run's, shared in turn between the modules")
+    parser.add_argument("--seed", type=int, help="seed of the random draw (default: a fresh one, printed)")
     args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     unknown = set(args.modules) - set(MODULES)
     if unknown:
         parser.error(f"unknown module(s): {', '.join(sorted(unknown))}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    print(f"mutmut over the fast suite; machine: {os.cpu_count()} CPUs, {load}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    print(f"mutmut over the fast suite; commit {commit}{' (modified)' if dirty else ''}, seed {seed}; "
+          f"machine: {os.cpu_count()} CPUs, {load}")
     print(f"{'module':<18} {'in scope':>8} {'tested':>6} {'killed':>6} {'survived':>8} {'unreached':>9} {'equiv':>5} "
-          f"{'score':>6} {'time':>7}")
-    report = {}
-    for name in args.modules or list(MODULES):
-        s = run_module(name, MODULES[name], args.jobs, args.sample, args.seed)
-        print(f"{name:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
-              f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.seconds:>6.0f}s", flush=True)
-        report[name] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
-                        "survived": s.count("survived"),
-                        "unreached": s.count("no tests", "not run"), "equivalent": s.equivalent, "score": s.score,
-                        "seconds": round(s.seconds), "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
+          f"{'score':>6} {'error':>6} {'time':>7}")
+    report = {"_run": {"commit": commit, "modified": bool(dirty), "seed": seed, "load": load}}
+    names = args.modules or list(MODULES)
+
+    def show(scores: list[Score], final: bool) -> None:
+        for s in scores:
+            if final:
+                show_one(s)
+            else:  # a long run keeps what it has measured so far
+                report.setdefault("_partial", {})[s.module] = {
+                    "in_scope": s.population, "tested": len(s.statuses), "killed": s.killed, "statuses": s.statuses}
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+
+    def show_one(s: Score) -> None:
+        report.get("_partial", {}).pop(s.module, None)
+        print(f"{s.module:<18} {s.population:>8} {len(s.statuses):>6} {s.killed:>6} {s.count('survived'):>8} "
+              f"{s.count('no tests', 'not run'):>9} {len(s.equivalent):>5} {s.score:>6.1%} {s.error:>6.1%} "
+              f"{s.seconds:>6.0f}s", flush=True)
+        report[s.module] = {"in_scope": s.population, "tested": len(s.statuses), "killed": s.killed,
+                            "survived": s.count("survived"), "unreached": s.count("no tests", "not run"),
+                            "equivalent": s.equivalent, "score": s.score, "error": s.error,
+                            "seconds": round(s.seconds), "setup_seconds": round(s.setup_s),
+                            "statuses": s.statuses,
+                            "survivors": {m: d for m, d in s.diffs.items() if m not in s.equivalent}}
         if args.json:  # after each module: a long run keeps what it has measured
             args.json.write_text(json.dumps(report, indent=2))
         if args.survivors:
             for mutant, diff in s.diffs.items():
                 if mutant not in s.equivalent:
                     print(f"--- {mutant} ({s.statuses[mutant]})\n{diff}")
+
+    groups = [names] if args.together else [[name] for name in names]
+    for group in groups:
+        run_modules(group, args.jobs, args.sample, seed, args.budget, progress=show)
     return 0
 
 

@@ -237,3 +237,23 @@ def test_the_shims_hello_names_its_start_time():
     body = hello_body(object())  # a scheduler without server_args: the facts that need none
     validate_body("hello", body)
     assert body["started"] == STATE.started_ns and 0 < body["started"] <= __import__("time").time_ns()
+
+
+def test_at_most_64_ended_runs_are_kept_and_the_oldest_go_first():
+    """README "Bounds": a restarted publisher's ended runs are kept as they ended, 64 at most."""
+    from eagle3scope.analysis.state import MAX_ENDED_RUNS
+
+    assert MAX_ENDED_RUNS == 64
+    base = session(3, bs=1)
+    frames, t = [], 0
+    for run in range(1, MAX_ENDED_RUNS + 4):  # 67 runs: 66 ended, the 2 oldest forgotten
+        hello = {**base[0].body, "started": run}
+        for f in base:
+            t += 1
+            frames.append(Frame(f.kind, "r0", f.n, t, hello if f.kind == "hello" else f.body))
+    state = analyse(frames)
+    assert state.publishers["r0"].run == MAX_ENDED_RUNS + 3
+    assert [r.run for r in state.ended_runs] == list(range(3, MAX_ENDED_RUNS + 3))
+    assert state.forgotten_runs == 2
+    notes = [e for e in state.events if "restarted runs" in str(e)]
+    assert len(notes) == 1

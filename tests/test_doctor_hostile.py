@@ -220,3 +220,17 @@ def test_any_header_bytes(tmp_path_factory, header, declared):
     report = diagnose(draft, sglang_version="0.5.23").to_dict()
     no_traceback(report)
     assert "weights-unreadable" in {f["id"] for f in report["findings"]}  # 16 zero bytes are never a valid file
+
+
+def test_a_config_past_16_mib_is_not_read_and_one_at_it_is(tmp_path):
+    """README "Bounds": config.json is read up to 16 MiB (whitespace pads a valid config to the size)."""
+    from eagle3scope.doctor.checkpoint import MAX_JSON_BYTES
+
+    assert MAX_JSON_BYTES == 16 << 20
+    text = json.dumps(dc.specforge_config())
+    for size, readable in ((MAX_JSON_BYTES, True), (MAX_JSON_BYTES + 1, False)):
+        draft = dc.write(tmp_path / f"d{size}", dc.tensors(), None)
+        (draft / "config.json").write_text(text + " " * (size - len(text)))
+        report = diagnose(draft, sglang_version="0.5.23").to_dict()
+        no_traceback(report)
+        assert ("config-missing" not in {f["id"] for f in report["findings"]}) == readable, size

@@ -227,7 +227,40 @@ def test_the_command_serves_on_loopback_and_stops_on_sigterm():
         fams = scrape(url)
         assert by(fams["eagle3scope_exporter_publishers"], "eagle3scope_exporter_publishers") == {(): 0.0}
         assert "eagle3scope_exporter_process_resident_memory_bytes" in fams
+        assert by(fams["eagle3scope_exporter_process_cpu_seconds"], "eagle3scope_exporter_process_cpu_seconds_total")[()] > 0
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
         proc.stderr.close()
+
+
+def test_the_readmes_other_metrics_mean_what_the_table_says():
+    """README "Fleet" metrics: the rolling mean is over the last 512 request-steps; capture-off steps,
+    the aux layer set, frames received and lost per cause, hook failures and bad frames are counted
+    as the frames say (expected values computed from the frames sent, not by the analysis)."""
+    from analysis_streams import healthy_load
+
+    healthy = renamed(session(600, bs=2, accept_p=0.6, seed=3), "host-a:1:dp0")
+    last_beat = {"steps": 600, "dropped": 9, "hook_failures": 4, "queued": 0}
+    healthy.append(Frame("heartbeat", "host-a:1:dp0", healthy[-1].n + 1, healthy[-1].t + 1, last_beat))
+    sent = [f for i, f in enumerate(healthy) if i < 10 or i % 97 != 0]  # holes in the frame counter
+    broken = renamed(session(300, **BROKEN), "host-b:2:dp0")
+    exporter, fams = feed({"host-a:1:dp0": sent, "host-b:2:dp0": broken})
+    exporter.close()
+    a, b = dict(publisher="host-a:1:dp0"), dict(publisher="host-b:2:dp0")
+    lengths = [x + 1 for f in sent if f.kind == "step" for x in f.body["accepted"]]
+    rolling = by(fams["eagle3scope_accept_length_rolling"], "eagle3scope_accept_length_rolling", **a)[()]
+    assert rolling == pytest.approx(sum(lengths[-512:]) / 512)
+    assert rolling != pytest.approx(sum(lengths) / len(lengths))  # not the cumulative mean
+    assert by(fams["eagle3scope_frames_received"], "eagle3scope_frames_received_total", **a) == {(): len(sent)}
+    lost = by(fams["eagle3scope_frames_lost"], "eagle3scope_frames_lost_total", **a)
+    assert lost == {(("cause", "transit"),): len(healthy) - len(sent), (("cause", "shim"),): 9}
+    assert by(fams["eagle3scope_hook_failures"], "eagle3scope_hook_failures_total", **a) == {(): 4}
+    off = by(fams["eagle3scope_aux_capture_off_steps"], "eagle3scope_aux_capture_off_steps_total", **b)
+    assert off == {(): 300} and by(fams["eagle3scope_aux_capture_off_steps"],
+                                   "eagle3scope_aux_capture_off_steps_total", **a) == {(): 0}
+    aux = healthy_load()["aux"]
+    layers = by(fams["eagle3scope_aux_layers_info"], "eagle3scope_aux_layers_info", **a)
+    assert list(layers) == [(("captured", ",".join(map(str, aux["captured"]))),
+                             ("configured", ",".join(map(str, aux["configured"]))))]
+    assert by(fams["eagle3scope_exporter_bad_frames"], "eagle3scope_exporter_bad_frames_total") == {(): 0}

@@ -99,3 +99,86 @@ def test_a_failure_outranks_incomplete_evidence(tmp_path):
         _damage_last_batch(path)
     assert invoke("check", healthy).exit_code == 3  # nothing failed, part of the file damaged: inconclusive
     assert invoke("check", broken).exit_code == 1  # what was seen is already wrong: the failure wins
+
+
+# -- README "Bounds": each frame-body bound is accepted at its value and refused one past it -----------
+
+from eagle3scope.wire.validate import INT64_MAX, MAX_BATCH, MAX_DEPTH, MAX_DRAFT_TOKENS, MAX_NAME, MAX_TEXT  # noqa: E402
+
+
+def _step(bs: int, drafts: int = 1, rid: str = "r") -> dict:
+    return {"seq": 1, "bs": bs, "rids": [rid] * bs, "draft_ids": [[1] * drafts] * bs, "accepted": [0] * bs,
+            "bonus": [1] * bs, "accepted_ids": [[1]] * bs}
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def _round_trip(kind: str, body: dict) -> dict:
+    return decode_frame(encode_frame(kind, body, src="x", n=0, t=1)).body
+
+
+@pytest.mark.parametrize("what, at_bound, past_it, field", [
+    ("requests per step", lambda: _step(MAX_BATCH), lambda: _step(MAX_BATCH + 1), "b.bs"),
+    ("draft tokens per request", lambda: _step(1, MAX_DRAFT_TOKENS), lambda: _step(1, MAX_DRAFT_TOKENS + 1),
+     "b.draft_ids"),
+    ("accepted drafts per request", lambda: {**_step(1), "accepted": [MAX_DRAFT_TOKENS]},
+     lambda: {**_step(1), "accepted": [MAX_DRAFT_TOKENS + 1]}, "b.accepted"),
+    ("name length", lambda: _step(1, rid="r" * MAX_NAME), lambda: _step(1, rid="r" * (MAX_NAME + 1)), "b.rids"),
+    ("text length", lambda: {**_step(1), "note": "t" * MAX_TEXT}, lambda: {**_step(1), "note": "t" * (MAX_TEXT + 1)},
+     "b.note"),
+    ("nesting", lambda: {**_step(1), "extra": _nested(MAX_DEPTH - 1)}, lambda: {**_step(1), "extra": _nested(MAX_DEPTH)},
+     "b.extra"),
+    ("signed 64-bit ints", lambda: {**_step(1), "extra": INT64_MAX}, lambda: {**_step(1), "extra": INT64_MAX + 1},
+     "b.extra"),
+])
+def test_each_body_bound_holds_exactly_where_the_readme_puts_it(what, at_bound, past_it, field):
+    assert (MAX_BATCH, MAX_DRAFT_TOKENS, MAX_NAME, MAX_TEXT, MAX_DEPTH) == (65_536, 1_024, 4_096, 65_536, 8)
+    body = at_bound()
+    assert _round_trip("step", body) == body, what
+    with pytest.raises(FrameError, match=field.replace(".", r"\.")):
+        _round_trip("step", past_it())
+
+
+def test_a_step_may_carry_every_field_the_schema_knows():
+    """A body with all the optional fields at once is valid (the unknown-field check is a strict subset test)."""
+    body = step_body(1, bs=2, rng=random.Random(0))
+    body.update(num_steps=3, accepted_path=[list(range(a)) for a in body["accepted"]], discarded=["gone"])
+    assert _round_trip("step", body) == body
+
+
+def test_gate_fails_with_1_when_a_broken_stream_also_ends_before_n_steps():
+    """README "CI gate": `gate` exits 1 on a failure even when fewer than N steps arrived (not 3)."""
+    from test_gate import Publisher, gate
+
+    frames = session(120, accept_p=0.0, algorithm="EAGLE",
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    with Publisher(frames) as pub:
+        done = gate("--connect", pub.endpoint, "--steps", "100000", "--timeout", "4")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ERROR   aux-capture-off" in done.stdout and "decode steps" in done.stderr
+
+
+# -- README "Bounds": one frame and the subscriber queue ------------------------------------------------
+
+
+def test_max_frame_bytes_is_clamped_to_8_mib_and_the_queue_holds_200000_frames():
+    import zmq
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+    from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+
+    assert (DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES) == (1 << 20, 8 << 20)
+    for asked, used in ((None, 1 << 20), (1 << 30, 8 << 20), (3 << 20, 3 << 20)):
+        sub = Subscriber([fresh_ipc_endpoint()], **({} if asked is None else {"max_frame_bytes": asked}))
+        try:
+            assert sub.max_frame_bytes == used
+            assert sub._sock.getsockopt(zmq.MAXMSGSIZE) == used  # ZeroMQ refuses larger ones before buffering
+            assert sub._sock.getsockopt(zmq.RCVHWM) == 200_000
+        finally:
+            sub.close()

@@ -150,3 +150,18 @@ def test_watch_restores_the_terminal_on_sigterm(stream):
     code, out = tui_in_pty([*CLI, "watch", "--connect", stream.pub.endpoint], signal.SIGTERM)
     assert terminal_restored(out), out[-1000:]
     assert code == 128 + signal.SIGTERM
+
+
+def test_a_signal_ignored_at_start_stays_ignored(stream, tmp_path):
+    """README "Bounds": signals ignored at start (`nohup`) stay ignored; the others still stop cleanly."""
+    out = tmp_path / "r.e3s"
+    proc = subprocess.Popen([*CLI, "record", "--connect", stream.pub.endpoint, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    _wait_for(proc, "receiving from")
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still recording
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert "stopped (SIGTERM)" in proc.stderr.read()

@@ -78,3 +78,32 @@ def test_a_pending_batch_is_committed_once_its_bytes_reach_the_cap(tmp_path):
         for raw in raws:
             writer.add(raw, decode_frame(raw))
         assert writer.batches >= len(raws) // 11  # committed by size, long before 10,000 frames
+
+
+def test_the_recorders_default_batch_is_512_frames_100_ms_or_4_mib(tmp_path, monkeypatch):
+    """README "Bounds": a pending batch is committed at 512 frames, 100 ms or 4 MiB, whichever comes first
+    (the writer's clock is driven here, so a loaded machine cannot commit early)."""
+    import eagle3scope.store.session as session
+
+    now = [1000.0]
+    monkeypatch.setattr(session.time, "monotonic", lambda: now[0])
+    raws = list(session_frames(700, bs=1, heartbeat_every=0))
+    with SessionWriter(tmp_path / "n.e3s") as writer:
+        for raw in raws[:511]:
+            writer.add(raw, decode_frame(raw))
+        assert writer.batches == 0
+        writer.add(raws[511], decode_frame(raws[511]))
+        assert writer.batches == 1  # the 512th frame
+        writer.add(raws[512], decode_frame(raws[512]))
+        now[0] += 0.099
+        writer.tick()
+        assert writer.batches == 1
+        now[0] += 0.001
+        writer.tick()
+        assert writer.batches == 2  # 100 ms after its first frame
+    assert session.MAX_PENDING_BYTES == 4 << 20
+    with SessionWriter(tmp_path / "b.e3s", max_pending_bytes=len(raws[0]) + len(raws[1])) as writer:
+        writer.add(raws[0], decode_frame(raws[0]))
+        assert writer.batches == 0
+        writer.add(raws[1], decode_frame(raws[1]))
+        assert writer.batches == 1  # its bytes reached the cap

@@ -442,3 +442,41 @@ async def test_history_plot_marks_where_an_aux_config_segment_starts(tmp_path):
         assert plot.marks[0] == len(plot.points) - sum(1 for f in decode_steps if f.body["seq"] >= 150)
         assert any(role == "segment" for row in plot.rows(plot.size.width, plot.size.height) for _, role in row)
         assert "┊" in screen_text(app)
+
+
+@run_async
+async def test_the_readmes_other_keys_and_aliases(recording, frames):
+    """README "Keys": `]` / `[` move 100 steps, each alias (`p h d n =`) does what its first key does, `tab` moves the
+    focus and `ctrl+p` opens Textual's command palette."""
+    steps = steps_of(frames)
+    target = steps[len(steps) // 2].body["seq"]
+    app = paused_app(recording)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.seek(str(target))
+        await pilot.press("right_square_bracket")
+        assert app.feed.position()["seq"] == target + 100
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert app.feed.position()["seq"] == target - 100
+        await pilot.press("p")
+        assert not app.feed.paused
+        await pilot.press("p")
+        assert app.feed.paused
+        await pilot.press("n")
+        assert app.query_one("#panels").current == "advisor"
+        await pilot.press("d")
+        assert app.query_one("#panels").current == "draft"
+        speed = app.feed.speed
+        await pilot.press("equals_sign")
+        assert app.feed.speed > speed
+        for panel, own in (("2", "aux"), ("4", "events"), ("3", "draft-table")):
+            await pilot.press(panel)
+            for _ in range(3):  # tab never takes the focus into a hidden panel
+                await pilot.press("tab")
+                assert app.focused is not None and app.focused.id == own, panel
+        from textual.command import CommandPalette
+
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press("escape")
+        await pilot.press("h")
+        assert isinstance(app.screen, HelpScreen)

@@ -1,0 +1,114 @@
+"""The control channel's request contract at its edges (wire/control_protocol.py; README "Bounds":
+signed with a nonce and a time, accepted once, within 60 s, 64 KiB per message): what the server side
+accepts and refuses, field by field, and that a nonce is remembered (accepted once) while bounded
+memory forgets the oldest. Through the protocol's functions and the shim's `AuxChannel.handle`."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from eagle3scope.wire.control_protocol import (MAX_ID_CHARS, MAX_MESSAGE_BYTES, MAX_NONCE_CHARS,
+                                               MAX_RECAPTURE_WAIT_S, MAX_WAIT_S, MIN_NONCE_CHARS, ProtocolError,
+                                               authentic, check_freshness, check_request, pack, sign, unpack)
+from eagle3scope_shim import aux_channel
+
+TOKEN = "t" * 64
+
+
+def test_the_bounds_are_the_documented_ones():
+    assert (MIN_NONCE_CHARS, MAX_NONCE_CHARS, MAX_ID_CHARS, MAX_WAIT_S, MAX_RECAPTURE_WAIT_S) == (16, 64, 64, 10.0, 300.0)
+    assert MAX_MESSAGE_BYTES == 64 * 1024
+
+
+@pytest.mark.parametrize("nonce, ok", [("n" * 16, True), ("n" * 64, True), ("n" * 15, False), ("n" * 65, False),
+                                       (12345678901234567890, False), (None, False)])
+def test_a_nonce_is_a_string_of_16_to_64_characters(nonce, ok):
+    req = {"cmd": "list", "ts": 100.0, "nonce": nonce}
+    if ok:
+        assert check_freshness(req, 100.0) == nonce
+    else:
+        with pytest.raises(ProtocolError, match="nonce"):
+            check_freshness(req, 100.0)
+
+
+@pytest.mark.parametrize("ts", ["100", None, [100.0]])
+def test_a_time_that_is_not_a_number_is_refused(ts):
+    with pytest.raises(ProtocolError, match="within 60 s"):
+        check_freshness({"ts": ts, "nonce": "n" * 32}, 100.0)
+
+
+@pytest.mark.parametrize("fields, ok", [
+    ({"cmd": "list"}, True),
+    ({"cmd": "set", "layers": [1], "id": "i" * 64, "wait_s": 0, "recapture": False}, True),
+    ({"cmd": "set", "layers": [1], "wait_s": 10}, True),
+    ({"cmd": "set", "layers": [1], "wait_s": 300.0, "recapture": True}, True),
+    ({"cmd": "set", "layers": [1], "wait_s": 10.01}, False),
+    ({"cmd": "set", "layers": [1], "wait_s": 300.01, "recapture": True}, False),
+    ({"cmd": "set", "layers": [1], "wait_s": -0.01}, False),
+    ({"cmd": "set", "layers": [1], "wait_s": "2"}, False),
+    ({"cmd": "set", "layers": [1], "recapture": 1}, False),
+    ({"cmd": "set", "layers": [1], "id": "i" * 65}, False),
+    ({"cmd": "set", "layers": [1], "id": ""}, False),
+    ({"cmd": "set", "layers": [1], "id": "a\nb"}, False),
+    ({"cmd": "set", "layers": [1], "id": 5}, False),
+    ({"cmd": "list", "layers": [1]}, False),
+    ({"cmd": "cycle"}, False),
+    ({"cmd": None}, False),
+])
+def test_each_command_takes_exactly_its_fields_within_their_ranges(fields, ok):
+    req = sign(fields, TOKEN)
+    if ok:
+        assert check_request(req) == fields["cmd"]
+    else:
+        with pytest.raises(ProtocolError):
+            check_request(req)
+
+
+def test_a_mac_of_the_wrong_shape_or_over_unpackable_values_is_not_authentic():
+    signed = sign({"cmd": "list"}, TOKEN)
+    assert authentic(signed, TOKEN)
+    for mac in (None, 5, signed["mac"][:-1], signed["mac"] + "0", signed["mac"].upper()):
+        assert not authentic({**signed, "mac": mac}, TOKEN), mac
+    assert not authentic({**signed, "odd": object()}, TOKEN)
+
+
+def test_messages_past_64_kib_are_refused_before_decoding():
+    assert unpack(pack({"cmd": "list", "pad": "x" * 4000})) == {"cmd": "list", "pad": "x" * 4000}
+    with pytest.raises(ProtocolError):
+        unpack(b"\x00" * (MAX_MESSAGE_BYTES + 1))
+    with pytest.raises(ProtocolError):
+        unpack(b"\xc1")
+
+
+def _channel() -> aux_channel.AuxChannel:
+    facts = aux_channel.Facts()
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2]
+    return aux_channel.AuxChannel("tcp://127.0.0.1:1", TOKEN, facts)
+
+
+def test_a_nonce_is_accepted_once_and_the_memory_forgets_the_oldest_first(monkeypatch):
+    channel = _channel()
+    req = pack(sign({"cmd": "list"}, TOKEN))
+    assert channel.handle(req)["ok"]
+    again = channel.handle(req)
+    assert not again["ok"] and "replayed request" in again["error"]
+    monkeypatch.setattr(aux_channel, "MAX_NONCES", 3)
+    first = sign({"cmd": "list"}, TOKEN)
+    fresh = [first] + [sign({"cmd": "list"}, TOKEN) for _ in range(3)]
+    for r in fresh:
+        assert channel.handle(pack(r))["ok"]
+    assert channel.handle(pack(first))["ok"]  # pushed out by the bound: accepted again (still within 60 s)
+    assert not channel.handle(pack(fresh[-1]))["ok"]  # the newest are still remembered
+
+
+def test_a_stale_or_future_request_is_refused_with_the_reason():
+    channel = _channel()
+    for ts in (time.time() - 61, time.time() + 61):
+        reply = channel.handle(pack(sign({"cmd": "list"}, TOKEN, now=ts)))
+        assert not reply["ok"] and "within 60 s" in reply["error"]
+    wrong = channel.handle(pack(sign({"cmd": "list"}, "u" * 64)))
+    assert not wrong["ok"] and "wrong token" in wrong["error"] and channel.refused_tokens == 1
+    old_client = channel.handle(pack({"cmd": "list", "token": TOKEN}))
+    assert not old_client["ok"] and "upgrade eagle3scope on the client side" in old_client["error"]

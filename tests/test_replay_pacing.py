@@ -1,0 +1,84 @@
+"""Replay pacing and seeking as properties (README "Bounds": replay paces each frame by its gap to the
+one before, 0 to 5 s; `+`/`-` speeds from 0.25x to 64x; seek lands on the first step at or after a
+seq, the first frame at or after a time): any recorded gaps, any speed, any batch size, driven
+through `Replayer` on a simulated clock."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from eagle3scope.store import SessionWriter
+from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED, Replayer
+from eagle3scope.wire import decode_frame, encode_frame
+from synthetic import step_body
+
+MAX_GAP_S = 5.0
+
+
+def _record(path: Path, gaps_ns: list[int], batch: int) -> list:
+    t, frames = 1_000_000_000, []
+    with SessionWriter(path, batch_frames=batch) as writer:
+        for seq, gap in enumerate(gaps_ns):
+            t += gap
+            raw = encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
+            frame = decode_frame(raw)
+            writer.add(raw, frame)
+            frames.append(frame)
+    return frames
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gaps=st.lists(st.one_of(st.integers(0, 50_000_000), st.integers(4_000_000_000, 9_000_000_000)),
+                     min_size=2, max_size=40),
+       speed=st.sampled_from([0.1, 0.25, 0.5, 1.0, 3.0, 64.0, 500.0]), batch=st.integers(1, 7))
+def test_each_frame_is_due_its_clamped_gap_over_the_speed(gaps, speed, batch):
+    with tempfile.TemporaryDirectory() as tmp:
+        frames = _record(Path(tmp) / "p.e3s", gaps, batch)
+        now = [50.0]
+        r = Replayer(Path(tmp) / "p.e3s", speed=speed, clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+        try:
+            used = min(MAX_SPEED, max(MIN_SPEED, speed))
+            assert r.speed == used
+            got, at = [], []
+            while not r.finished:
+                wait = r.wait_s()
+                now[0] += wait
+                out = r.due()
+                assert out, "a frame due after its wait"
+                got += out
+                at += [now[0]] * len(out)
+            assert [f.n for f in got] == [f.n for f in frames]
+            for i in range(1, len(frames)):
+                gap_s = min((frames[i].t - frames[i - 1].t) / 1e9, MAX_GAP_S)
+                assert at[i] - at[i - 1] == pytest.approx(gap_s / used, abs=1e-6), i
+            assert r.t_ns == frames[-1].t and r.step_seq == len(frames) - 1
+        finally:
+            r.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gaps=st.lists(st.integers(0, 3_000_000), min_size=1, max_size=60), batch=st.integers(1, 9), data=st.data())
+def test_seeks_land_where_the_readme_says(gaps, batch, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        frames = _record(Path(tmp) / "s.e3s", gaps, batch)
+        r = Replayer(Path(tmp) / "s.e3s", clock=lambda: 0.0)
+        try:
+            seq = data.draw(st.integers(-2, len(frames) + 2))
+            idx = r.seek_step(seq)
+            expected = next((i for i, f in enumerate(frames) if f.body["seq"] >= seq), len(frames))
+            assert idx == expected == r.position
+            t = data.draw(st.integers(frames[0].t - 5, frames[-1].t + 5))
+            idx = r.seek_time(t)
+            assert idx == next((i for i, f in enumerate(frames) if f.t >= t), len(frames))
+            first = r.step_one()
+            if idx < len(frames):
+                assert [f.n for f in first] == [frames[idx].n] and r.step_seq == frames[idx].body["seq"]
+            else:
+                assert first == [] and r.finished
+            assert r.seek_index(-10) == 0 and r.seek_index(10**9) == len(frames)
+        finally:
+            r.close()
