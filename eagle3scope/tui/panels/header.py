@@ -40,7 +40,7 @@ class PublisherBar(Widget):
     @staticmethod
     def _line(r: PublisherRow, level: int, ok, warn, bad, muted) -> Text:
         """The line at ``level`` (0: everything): each level leaves out or shortens one more piece,
-        the least telling first, and every value shown keeps its label; warnings (an unobserved
+        the least telling first (the release, which decides the seams, goes last), and every value shown keeps its label; warnings (an unobserved
         worker, losses, hook failures, seams not attached, the shim's share) are never left out."""
         line = Text(no_wrap=True, overflow="ellipsis")
         state_style = ok if r.state in ("live", "replay") else warn
@@ -54,7 +54,7 @@ class PublisherBar(Widget):
         if not r.has_hello:
             line.append(" (no hello yet)", style=warn)
         else:
-            if level < 7:
+            if level < 9:  # the release decides which seams exist: the last piece to go
                 line.append(terminal(f" sglang {r.version or '?'}"))
             line.append(terminal(f" {r.algorithm or '?'}"))
             if r.worker and level < 2:
@@ -63,10 +63,10 @@ class PublisherBar(Widget):
                 line.append(terminal(f" {r.worker_class or 'worker'} NOT OBSERVED"), style=bad)
             elif "draft_model" in r.unobserved:
                 line.append(" draft passes not observed", style=warn)
-            if level < 9:
+            if level < 8:
                 line.append(terminal(f" steps {r.steps} topk {r.topk} draft {r.draft_tokens}"))
             graph = {True: "on", False: "off"}.get(r.cuda_graph, "?")
-            if level < 8:
+            if level < 7:
                 line.append(f" cuda-graph {graph}" if level < 4 else f" cg {graph}")
             if level < 1:
                 line.append(terminal(f" rank tp{r.tp_rank}/dp{r.dp_rank}"), style=muted)
