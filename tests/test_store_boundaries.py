@@ -83,7 +83,7 @@ def test_a_pending_batch_is_committed_once_its_bytes_reach_the_cap(tmp_path):
 def test_the_recorders_default_batch_is_512_frames_100_ms_or_4_mib(tmp_path, monkeypatch):
     """README "Bounds": a pending batch is committed at 512 frames, 100 ms or 4 MiB, whichever comes first
     (the writer's clock is driven here, so a loaded machine cannot commit early)."""
-    import eagle3scope.store.session as session
+    import eagle3scope.store.writer as session
 
     now = [1000.0]
     monkeypatch.setattr(session.time, "monotonic", lambda: now[0])

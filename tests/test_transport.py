@@ -229,3 +229,32 @@ def test_failed_connect_leaves_nothing_that_blocks_the_gc():
     except subprocess.TimeoutExpired:
         pytest.fail("gc.collect() blocked in zmq Context.term() on a leaked socket")
     assert done.stdout.strip() == "collected", done.stderr
+
+
+def test_a_viewer_joining_late_learns_hello_and_load_at_once():
+    """A viewer that subscribes long after the server started gets the sticky bodies when it joins,
+    not a sticky interval later: a short recording (40 collapsed steps take under a second on the
+    CPU engine) would otherwise end with steps and no hello or load, and every rule keyed on the
+    draft's class stays silent."""
+    import time
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope_shim.publisher import Publisher
+    from synthetic import hello_body, load_body
+
+    pub = Publisher("tcp://127.0.0.1:0", "late0", sticky_interval_s=600.0)
+    pub.start()
+    try:
+        pub.set_sticky("hello", hello_body())
+        pub.set_sticky("load", load_body())
+        time.sleep(0.5)  # the first send went to nobody
+        sub = Subscriber([pub.endpoint])
+        try:
+            kinds, deadline = set(), time.monotonic() + 5.0
+            while not {"hello", "load"} <= kinds and time.monotonic() < deadline:
+                kinds |= {f.kind for f in sub.poll(50)}
+            assert {"hello", "load"} <= kinds
+        finally:
+            sub.close()
+    finally:
+        pub.close(0)

@@ -47,6 +47,10 @@ def name_os_thread(name: str) -> None:
         pass
 
 
+#: the least time between two re-sends of the sticky bodies that viewers joining ask for
+JOIN_RESEND_S = 0.1
+
+
 class Publisher:
     """Bounded, non-blocking publisher of eagle3scope frames for one scheduler process.
 
@@ -134,7 +138,8 @@ class Publisher:
             self._ctx.set(zmq.THREAD_NAME_PREFIX, ZMQ_THREAD_PREFIX)
         except (AttributeError, zmq.ZMQError):
             pass  # libzmq < 4.3: unnamed I/O threads
-        sock = self._ctx.socket(zmq.PUB)
+        sock = self._ctx.socket(zmq.XPUB)  # a PUB that hears each viewer subscribe (see _viewer_joined)
+        sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.LINGER, 0)
         try:
@@ -274,16 +279,32 @@ class Publisher:
             body = payload
         self._send(kind, body, t)
 
+    def _viewer_joined(self) -> bool:
+        """Whether a viewer subscribed since the last look: it then gets hello and load now, not up to
+        ``sticky_interval_s`` later (a short recording could end first). Never blocks; a flood of
+        subscriptions costs at most one re-send per JOIN_RESEND_S."""
+        joined = False
+        try:
+            for _ in range(64):
+                if not self._sock.poll(0):
+                    break
+                joined = self._sock.recv(zmq.NOBLOCK)[:1] == b"\x01" or joined
+        except zmq.ZMQError:
+            pass
+        return joined
+
     def _run(self) -> None:
         name_os_thread(PUBLISHER_THREAD_NAME)
         ring = self._ring
-        next_sticky = next_beat = 0.0
+        next_sticky = next_beat = last_sticky = 0.0
         try:
             while True:
                 now = time.monotonic()
+                if self._viewer_joined() and now >= last_sticky + JOIN_RESEND_S:
+                    self._sticky_dirty = True
                 if self._sticky_dirty or now >= next_sticky:
                     self._send_sticky()
-                    next_sticky = now + self._sticky_interval
+                    last_sticky, next_sticky = now, now + self._sticky_interval
                 if now >= next_beat:
                     self._heartbeat()
                     next_beat = now + self._heartbeat_interval
