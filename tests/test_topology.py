@@ -97,6 +97,11 @@ def test_full_shapes_of_sharded_weights():
     row = _module((128, 192), input_size=384, output_size=128, input_size_per_partition=192)
     assert tensor_facts(row)["shape"] == [128, 384] and tensor_facts(row)["parallel_dim"] == 1
     assert tensor_facts(_module((128, 384))) == {"shape": [128, 384]}  # torch.nn.Linear (the Llama draft's fc)
+    # a draft head whose weight SGLang replaced by the target's (--speculative-algorithm EAGLE shares the
+    # target's head: speculative/eagle_worker_v2.py set_embed_and_head, 0.5.23): the weight is wider than the layer's padded
+    # vocabulary, so it is reported as it is, not as a shard of size 0 that validation refuses
+    shared = _module((1000, 128), num_embeddings_padded=64, num_embeddings_per_partition=64, org_vocab_size=64)
+    assert tensor_facts(shared) == {"shape": [1000, 128], "org_vocab_size": 64, "padded_size": 64}
 
 
 def _pub(load: dict):

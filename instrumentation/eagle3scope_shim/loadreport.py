@@ -227,6 +227,10 @@ def tensor_facts(module) -> bodies.TensorFacts:
         dim, full[0] = 0, int(module.output_size)
     elif getattr(module, "input_size_per_partition", None) is not None and len(full) == 2:
         dim, full[1] = 1, int(module.input_size)
+    if dim is not None and full[dim] < shard[dim]:
+        # the weight is not the layer's own (e.g. a head SGLang replaced by the target's, wider
+        # than the draft's vocabulary): its real shape is the fact, not a fraction of a shard
+        dim, full = None, list(shard)
     facts: bodies.TensorFacts = {"shape": full}
     if dim is not None and full[dim] != shard[dim] and shard[dim]:
         facts.update(shard_shape=shard, parallel_dim=dim, parallel_size=full[dim] // shard[dim])
