@@ -252,28 +252,24 @@ class SessionReader:
         pos = bisect.bisect_right(self._idx_keys, idx) - 1
         return max(pos, 0)
 
-    def frames(self, start: int = 0) -> Iterator[tuple[int, Frame]]:
-        """Yield ``(record index, frame)`` from record ``start`` on, skipping damaged batches."""
-        for pos in range(self._batch_at(start), len(self.batches)):
-            info = self.batches[pos]
+    def _readable_batches(self, pos: int) -> Iterator[tuple[BatchInfo, list[Frame]]]:
+        """``(batch, its frames)`` from position ``pos`` on; a damaged batch is noted and skipped."""
+        for info in self.batches[pos:]:
             try:
-                frames = self.load_batch(info)
+                yield info, self.load_batch(info)
             except CorruptBatchError as exc:
                 self.note_error(exc)
-                continue
+
+    def frames(self, start: int = 0) -> Iterator[tuple[int, Frame]]:
+        """Yield ``(record index, frame)`` from record ``start`` on, skipping damaged batches."""
+        for info, frames in self._readable_batches(self._batch_at(start)):
             skip = max(0, start - info.first_idx)
             for i in range(skip, len(frames)):
                 yield info.first_idx + i, frames[i]
 
     # -- seeking --------------------------------------------------------------------------------
     def _first_matching(self, pos: int, pred) -> int | None:
-        for p in range(pos, len(self.batches)):
-            info = self.batches[p]
-            try:
-                frames = self.load_batch(info)
-            except CorruptBatchError as exc:
-                self.note_error(exc)
-                continue
+        for info, frames in self._readable_batches(pos):
             for i, frame in enumerate(frames):
                 if pred(frame):
                     return info.first_idx + i
