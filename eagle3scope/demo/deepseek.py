@@ -14,24 +14,22 @@ seeds' draft used on Kimi's 61 (``[2, 30, 58]``) and SGLang's own default. It is
 its producer writes it: speculators' input-of-layer ids ``[2, 4, 5]``, which the DeepseekV2 family
 (0.5.13 on) captures as given, and ``layers.0.*`` weight names.
 
-Cached under ``$EAGLE3SCOPE_CACHE/models/deepseek-<version>/``, the version hashing this file and
-the Llama demo code it reuses; ``python -m eagle3scope.demo.deepseek --cache DIR`` (engine venv)
+Cached under ``$EAGLE3SCOPE_CACHE/models/deepseek-<version>/``, the version the recipe's key of this
+file (``cache.recipe_key``) and of the Llama demo code it reuses; ``python -m eagle3scope.demo.deepseek --cache DIR`` (engine venv)
 builds from a shell. torch and transformers are imported only inside the build.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
-import os
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3scope.demo import cache
 from eagle3scope.demo import models as llama_demo
 from eagle3scope.demo import scenarios
 from eagle3scope.demo.scenarios import Scenario
@@ -81,11 +79,14 @@ class DeepseekPaths(llama_demo.ModelPaths):
     target_kimi: Path
 
 
+#: Top-level names that only find, load or report the cache: they are not part of the recipe.
+CACHE_LOCATORS = frozenset({"DeepseekPaths", "version", "cached", "ensure_models", "build", "_paths", "main",
+                            "CACHE_LOCATORS"})
+
+
 def version() -> str:
-    """Hash of this file and the Llama demo code it trains and writes with."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(llama_demo.version().encode())
-    return digest.hexdigest()[:12]
+    """The recipe's key: this file's code and constants, after the Llama demo's (whose code it trains with)."""
+    return cache.recipe_key(sys.modules[__name__], apart=CACHE_LOCATORS, parents=(llama_demo.version(),))
 
 
 def _paths(root: Path) -> DeepseekPaths:
@@ -98,28 +99,19 @@ def _paths(root: Path) -> DeepseekPaths:
 def cached(cache_dir: Path | str | None = None) -> DeepseekPaths | None:
     """The built models for this version, or None when they still have to be built."""
     paths = _paths(Path(cache_dir or cache_root()) / "models" / f"deepseek-{version()}")
-    return paths if (paths.root / "stamp.json").exists() else None
+    return paths if cache.stamped(paths.root) else None
 
 
 def ensure_models(cache_dir: Path | str | None = None, progress=None, python: Path | str | None = None) -> DeepseekPaths:
     """From any venv: the cached models, else a build in the engine venv (progress lines passed on)."""
-    return llama_demo.build_in_engine(sys.modules[__name__], cache_dir, progress, python)
+    return cache.build_in_engine(sys.modules[__name__], cache_dir, progress, python)
 
 
 def build(cache_dir: Path | str | None = None, progress=None) -> DeepseekPaths:
     """Build (or find cached) the target, its Kimi wrapper and the drafts; a second builder waits."""
     say = progress or (lambda msg: None)
     root = Path(cache_dir or cache_root()) / "models" / f"deepseek-{version()}"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.with_name(root.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "stamp.json").exists():
-            tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            stats = _build(_paths(tmp), _paths(root), say)
-            (tmp / "stamp.json").write_text(json.dumps({"version": version(), "stats": stats}, indent=1))
-            shutil.rmtree(root, ignore_errors=True)
-            tmp.rename(root)
+    cache.build_once(root, lambda tmp: _build(_paths(tmp), _paths(root), say), version())
     say(f"DeepseekV3 demo models ready at {root}")
     return _paths(root)
 

@@ -25,7 +25,7 @@ kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj}``, unfused ``mlp.{gate,up
 id of 1 is read as output-of-layer numbering: captured ``[2, 4, 5]``).
 
 Cached on its own, under ``$EAGLE3SCOPE_CACHE/models/deepseek-mla-<version>/``, the version
-hashing this file and the DeepseekV3 models' version: a change to this draft retrains only the
+the recipe's key of this file (``cache.recipe_key``) after the DeepseekV3 models' version: a change to this draft retrains only the
 draft, from the cached target. ``python -m eagle3scope.demo.deepseek_mla --cache DIR`` (engine
 venv) builds from a shell (the target first, if it is not cached). torch is imported only inside
 the build.
@@ -34,17 +34,13 @@ the build.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3scope.demo import deepseek
+from eagle3scope.demo import cache, deepseek
 from eagle3scope.demo import models as llama_demo
 from eagle3scope.demo.scenarios import Scenario
 from eagle3scope.demo.server import cache_dir as cache_root
@@ -66,15 +62,18 @@ class DeepseekMLAPaths(deepseek.DeepseekPaths):
     draft_mla: Path
 
     def mla_stats(self) -> dict:
-        """Build figures of the MLA draft (its own ``stamp.json``)."""
-        return json.loads((self.draft_mla.parent / "stamp.json").read_text())["stats"]
+        """Build figures of the MLA draft (its own stamp)."""
+        return cache.stats(self.draft_mla.parent)
+
+
+#: Top-level names that only find, load or report the cache: they are not part of the recipe.
+CACHE_LOCATORS = frozenset({"DeepseekMLAPaths", "version", "_root", "_with_mla", "cached", "ensure_models", "build",
+                            "main", "CACHE_LOCATORS"})
 
 
 def version() -> str:
-    """Hash of this file and the DeepseekV3 models' version (the target it is trained on)."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(deepseek.version().encode())
-    return digest.hexdigest()[:12]
+    """The recipe's key: this file's code and constants, after the DeepseekV3 models' (the target it trains on)."""
+    return cache.recipe_key(sys.modules[__name__], apart=CACHE_LOCATORS, parents=(deepseek.version(),))
 
 
 def _root(cache_dir: Path | str | None) -> Path:
@@ -89,12 +88,12 @@ def cached(cache_dir: Path | str | None = None) -> DeepseekMLAPaths | None:
     """The family's models with the MLA draft, or None while either still has to be built."""
     base = deepseek.cached(cache_dir)
     root = _root(cache_dir)
-    return _with_mla(base, root) if base and (root / "stamp.json").exists() else None
+    return _with_mla(base, root) if base and cache.stamped(root) else None
 
 
 def ensure_models(cache_dir: Path | str | None = None, progress=None, python: Path | str | None = None) -> DeepseekMLAPaths:
     """From any venv: the cached models, else a build in the engine venv (target first if needed)."""
-    return llama_demo.build_in_engine(sys.modules[__name__], cache_dir, progress, python)
+    return cache.build_in_engine(sys.modules[__name__], cache_dir, progress, python)
 
 
 def build(cache_dir: Path | str | None = None, progress=None) -> DeepseekMLAPaths:
@@ -102,16 +101,7 @@ def build(cache_dir: Path | str | None = None, progress=None) -> DeepseekMLAPath
     say = progress or (lambda msg: None)
     base = deepseek.build(cache_dir, progress)
     root = _root(cache_dir)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.with_name(root.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "stamp.json").exists():
-            tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            stats = _build(base, tmp / "draft-mla", say)
-            (tmp / "stamp.json").write_text(json.dumps({"version": version(), "stats": stats}, indent=1))
-            shutil.rmtree(root, ignore_errors=True)
-            tmp.rename(root)
+    cache.build_once(root, lambda tmp: _build(base, tmp / "draft-mla", say), version())
     say(f"DeepseekV3 MLA draft ready at {root}")
     return _with_mla(base, root)
 

@@ -20,9 +20,10 @@ language this small a fully trained draft matches the target at every step (4 of
 real draft stands where this one stops, right on most first drafts and less often on later ones.
 
 Everything is generated from fixed seeds and cached under
-``$EAGLE3SCOPE_CACHE/models/<version>/`` (default ``~/.cache/eagle3scope``); the version
-hashes this file, ``language.py`` and ``tiny.py``, so a second call is instant and any change
-to them rebuilds. torch and
+``$EAGLE3SCOPE_CACHE/models/<version>/`` (default ``~/.cache/eagle3scope``); the version is
+the recipe's key (``cache.recipe_key``: this file's code less its docstrings and cache locators,
+the ``tiny.py`` writers it uses and ``language.py``), so a second call is instant and a change
+that can alter the weights rebuilds. torch and
 transformers are imported inside the functions that need them: ``import eagle3scope.demo``
 stays light. Run ``python -m eagle3scope.demo.models --cache DIR`` with the engine venv's
 python to build from a shell.
@@ -31,24 +32,19 @@ python to build from a shell.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
 import random
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from eagle3scope.demo import language
+from eagle3scope.demo import cache, language, tiny
 from eagle3scope.demo.language import prompts as demo_prompts  # noqa: F401  (the demo's prompts)
 from eagle3scope.demo.language import vocabulary
+from eagle3scope.demo.cache import Progress
 from eagle3scope.demo.server import cache_dir as cache_root
-from eagle3scope.demo.server import checkout_pythonpath, engine_python
 
 SEED = language.SEED
 #: Target: tiny Llama. Words live below TARGET_VOCAB // 2 so that a ``d2t`` read as absolute
@@ -92,9 +88,6 @@ DRAFT_STEPS = 100
 FIRST_STEP_ONLY = 120
 SEQ_LEN = 96
 
-Progress = Callable[[str], None]
-
-
 @dataclass(frozen=True)
 class ModelPaths:
     """Where the built demo models live; every draft directory serves the same weights."""
@@ -112,22 +105,25 @@ class ModelPaths:
     num_target_layers: int
 
     def stats(self) -> dict:
-        """Build figures recorded in ``stamp.json`` (times, training accuracy)."""
-        return json.loads((self.root / "stamp.json").read_text())["stats"]
+        """Build figures recorded in the stamp (times, training accuracy)."""
+        return cache.stats(self.root)
+
+
+#: Top-level names that only find, load or report the cache: they are not part of the recipe.
+CACHE_LOCATORS = frozenset({"ModelPaths", "version", "cached", "ensure_demo_models", "build_demo_models",
+                            "_paths", "main", "CACHE_LOCATORS"})
 
 
 def version() -> str:
-    """Hash of the code that shapes the models: this file and the writers it reuses."""
-    digest = hashlib.sha256()
-    for source in (Path(__file__), Path(__file__).with_name("tiny.py"), Path(language.__file__)):
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:12]
+    """The recipe's key: this file's code and constants, the ``tiny.py`` writers and the language."""
+    return cache.recipe_key(sys.modules[__name__], apart=CACHE_LOCATORS,
+                            uses=(language, tiny.vocab_maps, tiny.draft_config, tiny.write_draft))
 
 
 def cached(cache_dir: Path | str | None = None) -> ModelPaths | None:
     """The built models for this version, or None when they still have to be built."""
     paths = _paths(Path(cache_dir or cache_root()) / "models" / version())
-    return paths if (paths.root / "stamp.json").exists() else None
+    return paths if cache.stamped(paths.root) else None
 
 
 def ensure_demo_models(
@@ -137,27 +133,7 @@ def ensure_demo_models(
 
     Progress lines of the build are passed to ``progress`` as they come.
     """
-    return build_in_engine(sys.modules[__name__], cache_dir, progress, python)
-
-
-def build_in_engine(module, cache_dir=None, progress: Progress | None = None, python: Path | str | None = None):
-    """``module.cached(cache)``, else ``python -m module --cache CACHE`` in the engine venv, then that."""
-    found = module.cached(cache_dir)
-    if found:
-        return found
-    cache = Path(cache_dir or cache_root())
-    cmd = [str(python or engine_python()), "-m", module.__name__, "--cache", str(cache)]
-    env = {**os.environ, **checkout_pythonpath(os.environ)}
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-            if progress and not line.startswith("{"):
-                progress(line.rstrip())
-    found = module.cached(cache)
-    if proc.returncode or not found:
-        raise RuntimeError(f"building the demo models failed ({proc.returncode}):\n" + "\n".join(lines[-30:]))
-    return found
+    return cache.build_in_engine(sys.modules[__name__], cache_dir, progress, python)
 
 
 # ---------------------------------------------------------------- building (torch)
@@ -166,22 +142,9 @@ def build_in_engine(module, cache_dir=None, progress: Progress | None = None, py
 def build_demo_models(cache_dir: Path | str | None = None, progress: Progress | None = None) -> ModelPaths:
     """Build (or find cached) target + healthy drafts; returns their paths."""
     say = progress or (lambda msg: None)
-    root = Path(cache_dir or cache_root()) / "models" / version()
-    paths = _paths(root)
-    if (root / "stamp.json").exists():
-        say(f"demo models cached at {root}")
-        return paths
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.with_name(root.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the stamp
-        if not (root / "stamp.json").exists():
-            tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            stats = _build(_paths(tmp), paths.target, say)
-            (tmp / "stamp.json").write_text(json.dumps({"version": version(), "stats": stats}, indent=1))
-            shutil.rmtree(root, ignore_errors=True)
-            tmp.rename(root)
-    say(f"demo models ready at {root}")
+    paths = _paths(Path(cache_dir or cache_root()) / "models" / version())
+    cache.build_once(paths.root, lambda tmp: _build(_paths(tmp), paths.target, say), version())
+    say(f"demo models ready at {paths.root}")
     return paths
 
 
@@ -625,7 +588,6 @@ def _write_target(model, out: Path) -> None:
 
 
 def _draft_tensors(draft, draft_ids, layer_prefix: str) -> dict:
-    from eagle3scope.demo.tiny import vocab_maps
 
     tensors = {}
     for name, value in draft.state_dict().items():
@@ -633,15 +595,14 @@ def _draft_tensors(draft, draft_ids, layer_prefix: str) -> dict:
             tensors[name.replace("layers.0.", layer_prefix, 1)] = value.clone()
     # SGLang replaces it with the target's (set_embed); SpecForge and speculators save it anyway.
     tensors["embed_tokens.weight"] = draft.embed.weight.detach().clone()
-    tensors["d2t"], tensors["t2d"] = vocab_maps(draft_ids.tolist(), TARGET["vocab_size"])
+    tensors["d2t"], tensors["t2d"] = tiny.vocab_maps(draft_ids.tolist(), TARGET["vocab_size"])
     return tensors
 
 
 def draft_config(target_dir: Path) -> dict:
     """The SGLang / HF ``config.json`` of the healthy draft (the form SpecForge writes)."""
-    from eagle3scope.demo.tiny import draft_config as tiny_draft_config
 
-    config = tiny_draft_config(target_dir, draft_vocab_size=DRAFT_VOCAB, aux_layer_ids=AUX_LAYER_IDS)
+    config = tiny.draft_config(target_dir, draft_vocab_size=DRAFT_VOCAB, aux_layer_ids=AUX_LAYER_IDS)
     config["intermediate_size"] = DRAFT_INTERMEDIATE
     return config
 
@@ -673,14 +634,13 @@ def speculators_config(target_dir: Path) -> dict:
 
 
 def _write_drafts(draft, draft_ids, paths: ModelPaths, final_target: Path) -> None:
-    from eagle3scope.demo.tiny import write_draft
 
     for out, prefix, config in (
         (paths.draft, "layers.0.", draft_config(paths.target)),
         (paths.draft_midlayer, "midlayer.", draft_config(paths.target)),
         (paths.draft_speculators, "layers.0.", speculators_config(final_target)),
     ):
-        write_draft(out, config, _draft_tensors(draft, draft_ids, prefix))
+        tiny.write_draft(out, config, _draft_tensors(draft, draft_ids, prefix))
 
 
 def main(argv: list[str] | None = None) -> int:
