@@ -178,3 +178,40 @@ def test_readme_walk_names_what_exists():
             assert any(has(m) for m in modules[first]), f"README's walk names {name}: not in {modules[first]}"
             checked.append(name)
     assert len(checked) >= 15, checked  # the walk still names the code it walks through
+
+
+#: hello/load keys that other dicts share by name (a draft's config.json, the doctor's report, the
+#: aux channel's reply, rule evidence): a reader of those cannot be told apart by the key alone.
+SHARED_NAMES = {"hidden_size", "target_hidden_size", "draft_vocab_size", "target_vocab_size", "target_class", "d2t",
+                "graphs", "aux", "sglang_version", "endpoint", "unobserved"}
+#: Where hello and load bodies are given their shape, checked, and read into typed records.
+BODY_MODULES = {"wire/announcements.py", "wire/bodies.py", "wire/validate.py"}
+
+
+def _key_reads(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            yield node.lineno, node.args[0].value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Load):
+            yield node.lineno, node.slice.value
+
+
+def test_only_the_announcements_module_opens_hello_and_load_bodies():
+    """Issue 27: every consumer (state, recorder metadata, sibling discovery, replay's text) reads the
+    typed records of ``wire/announcements.py``; none navigates the raw dicts again."""
+    import typing
+
+    from eagle3scope.wire import bodies
+
+    def keys(kind) -> set:
+        return set(typing.get_type_hints(kind))
+
+    others = set().union(*(keys(getattr(bodies, k)) for k in ("Step", "Config", "Ring", "Heartbeat", "Hook", "Pass")))
+    announced = (keys(bodies.Hello) | keys(bodies.Load)) - others - SHARED_NAMES
+    assert {"server_args", "siblings", "draft_class", "seams", "lm_head", "weights"} <= announced
+    package = ROOT / "eagle3scope"
+    reads = [f"{path.relative_to(package)}:{line} {key}" for path in sorted(package.rglob("*.py"))
+             if str(path.relative_to(package)) not in BODY_MODULES
+             for line, key in _key_reads(ast.parse(path.read_text())) if key in announced]
+    assert reads == []

@@ -238,6 +238,10 @@ def test_replay_headless_seeks_and_summarises(recording):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].lstrip().startswith("hello") and "sglang 0.5.23" in lines[0]
+    load = load_body()
+    assert lines[1].lstrip().startswith("load") and (
+        f"draft LlamaForCausalLMEagle3 fc={load['fc']['in']}->{load['fc']['out']} "
+        f"aux configured={load['aux']['configured']} captured={load['aux']['captured']} capture=on") in lines[1]
     steps = [line for line in lines if line.startswith("step")]
     assert [int(line.split()[1]) for line in steps] == [250, 251, 252, 253, 254]
     assert "draft_extend:12288+fc;decode:4096x2" in steps[0] and "capture=on" in steps[0]

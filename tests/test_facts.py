@@ -15,6 +15,7 @@ from eagle3scope.analysis import SessionState, analyse, facts
 from eagle3scope.analysis.views import aux_view, publisher_rows
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.wire import decode_frame
+from eagle3scope.wire.announcements import Parallel
 from eagle3scope.wire.aux_layers import CaptureRule, family_rule
 from eagle3scope.wire.releases import before, parse_version, release
 
@@ -166,7 +167,7 @@ def test_a_publishers_violations_do_not_depend_on_its_neighbours():
 def test_parallel_layout_read_defensively():
     parallel = {"tp_size": 2, "dp_size": 2, "pp_size": 1, "attn_tp_size": 1, "attn_dp_size": 2, "ep_size": None}
     pub = _state(("hello", hello_body(parallel=parallel))).publishers["dp0"]
-    assert facts.parallel(pub) == facts.Parallel(2, 2, 1, 1, 2, None)
+    assert facts.parallel(pub) == Parallel(2, 2, 1, 1, 2, None)
     assert facts.parallel(_state(("hello", hello_body())).publishers["dp0"]) is None  # an older shim
     assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/validate.py (tests/test_topology.py)
 

@@ -11,7 +11,8 @@ import pytest
 from analysis_streams import LAYERS, Stream, healthy_load, hello, step
 
 from eagle3scope.analysis import analyse
-from eagle3scope.analysis.facts import pass_visibility, read_hello
+from eagle3scope.analysis.facts import pass_visibility
+from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.aux_layers import default_capture
 from eagle3scope_shim import graphs, hooks

@@ -22,7 +22,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from eagle3scope.analysis.facts import read_hello
+from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire import Frame, is_decode_step
 
 #: request-steps needed before a recommendation is made (the rates' standard error is then ~0.02)
@@ -60,7 +60,7 @@ class RoundLog:
             self.add_step(frame.body)
 
     def add_hello(self, args) -> None:
-        """The setting from a hello's :class:`~eagle3scope.analysis.facts.ServerArgs`."""
+        """The setting from a hello's :class:`~eagle3scope.wire.announcements.ServerArgs`."""
         self.num_steps = _positive(args.num_steps) or self.num_steps
         self.topk = _positive(args.topk) or self.topk
         self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens

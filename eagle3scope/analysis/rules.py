@@ -13,7 +13,8 @@ from dataclasses import astuple, dataclass, field
 from typing import Callable
 
 from eagle3scope.analysis import facts
-from eagle3scope.analysis.facts import D2t, PublisherView, fc_trained, is_eagle3_draft, load_of, wrong_algorithm
+from eagle3scope.analysis.facts import PublisherView, fc_trained, is_eagle3_draft, load_of, wrong_algorithm
+from eagle3scope.wire.announcements import D2t
 from eagle3scope.wire import FEATURE_CARRYING_MODES
 from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
 

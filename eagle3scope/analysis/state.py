@@ -31,7 +31,8 @@ from typing import Iterable
 
 from eagle3scope.analysis import facts
 from eagle3scope.analysis.advisor import RoundLog
-from eagle3scope.analysis.facts import Hello, PublisherView, read_hello, read_load
+from eagle3scope.analysis.facts import PublisherView
+from eagle3scope.wire.announcements import Hello, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame, is_decode_step

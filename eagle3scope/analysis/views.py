@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from eagle3scope.analysis import facts
 from eagle3scope.analysis.advisor import Advice, RoundLog, advise
-from eagle3scope.analysis.facts import Load
+from eagle3scope.wire.announcements import Hello, Load, Weights
 from eagle3scope.analysis.rules import Violation
 from eagle3scope.analysis.state import Event, PassStats, SessionState
 from eagle3scope.wire.aux_layers import CaptureRule
@@ -253,7 +253,7 @@ def aux_view(state: SessionState) -> AuxView:
     )
 
 
-def _pass_lines(src: str, hello: facts.Hello | None) -> list[tuple[str, str, str | None]]:
+def _pass_lines(src: str, hello: Hello | None) -> list[tuple[str, str, str | None]]:
     """What the shim could not watch run on this publisher, said rather than left out."""
     lines = []
     captured = facts.graphs_captured(hello)
@@ -317,7 +317,7 @@ def load_summary(load: Load | None, capture: dict | None, rule: CaptureRule | No
     source, shape = (head.source, head.shape) if head else (None, None)
     lines.append(Fact("lm_head", f"{source} {shape}", "bad" if source == "init" else None))
     lines.append(Fact("embed_tokens", str(load.embed_source)))
-    weights = load.weights or facts.Weights()
+    weights = load.weights or Weights()
     skipped, unwritten = list(weights.skipped), list(weights.unwritten)
     named = f": {', '.join(map(str, (skipped + unwritten)[:4]))}" if skipped or unwritten else ""
     lines.append(Fact("weights", f"{len(weights.consumed)} consumed, {len(skipped)} skipped, "

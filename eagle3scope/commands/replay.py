@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from eagle3scope.analysis.facts import read_hello, read_load
+from eagle3scope.wire.announcements import read_hello, read_load
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
 from eagle3scope.wire.untrusted import json_line, terminal
 
@@ -44,7 +44,11 @@ def _fmt_other(frame, t0: int, last_dropped: dict) -> str | None:
                 f" steps={args.num_steps} topk={args.topk} draft={args.draft_model_path}")
     if frame.kind == "load":
         load = read_load(b)
-        return f"{head} draft {load.draft_class} fc={b.get('fc')} aux={b.get('aux')}"
+        aux = load.aux
+        fc = f"{load.fc_in}->{load.fc_out}" if load.has_fc else "none"
+        capture = "?" if aux.capture_on is None else "on" if aux.capture_on else "OFF"
+        return (f"{head} draft {load.draft_class} fc={fc} aux configured={aux.configured} captured={aux.captured}"
+                f" capture={capture}")
     if frame.kind == "config":
         return f"{head} aux layers {b.get('layers')} applied={b.get('applied')} {b.get('reason') or ''}".rstrip()
     if frame.kind == "hook":

@@ -24,6 +24,7 @@ from __future__ import annotations
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
+from eagle3scope.wire.announcements import Hello, read_hello
 from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
 from eagle3scope.wire.endpoints import EndpointError, guard, reach_sibling
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
@@ -125,7 +126,7 @@ class Subscriber:
                 return None
             self.sources.add(frame.src)
         if frame.kind == "hello" and self.discover:
-            self._discover(frame.body)
+            self._discover(read_hello(frame.body))
         return frame
 
     def _check_handshakes(self) -> None:
@@ -144,10 +145,10 @@ class Subscriber:
                                       " or someone else bound the port); nothing from it is accepted"))
             self.unauthenticated[endpoint] = self.unauthenticated.get(endpoint, 0) + 1
 
-    def _discover(self, hello: dict) -> None:
+    def _discover(self, hello: Hello) -> None:
         """Connect to the siblings a hello lists, reached as the publisher that sent it was."""
-        announced, siblings = hello.get("endpoint"), hello.get("siblings")
-        if not isinstance(announced, str) or not siblings:
+        announced, siblings = hello.endpoint, hello.siblings
+        if announced is None or not siblings:
             return
         anchor = next(((here, own) for here, own in self._anchors
                        if reach_sibling(here, own, announced) in self.endpoints), None)

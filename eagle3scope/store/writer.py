@@ -23,6 +23,7 @@ import zstandard
 
 from eagle3scope.store.format import MAX_BATCH_FRAMES, SCHEMA, SIDE_SUFFIXES, STORE_FORMAT, StoreError
 from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, is_decode_step
+from eagle3scope.wire.announcements import read_hello, read_load
 from eagle3scope.wire.schema import STATE_KINDS
 
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
@@ -309,18 +310,17 @@ def session_sources(latest: dict[str, dict]) -> dict[str, dict]:
     """Session metadata per publisher from its latest hello/load: SGLang version, args, models."""
     out = {}
     for src, kinds in latest.items():
-        hello, load = kinds.get("hello") or {}, kinds.get("load") or {}
-        args = hello.get("server_args") or {}
+        hello, load = read_hello(kinds.get("hello") or {}), read_load(kinds.get("load") or {})
         out[src] = {
-            "sglang_version": hello.get("sglang_version"),
-            "shim_version": hello.get("shim_version"),
-            "worker": hello.get("worker"),
-            "server_args": args,
+            "sglang_version": hello.sglang_version,
+            "shim_version": hello.shim_version,
+            "worker": hello.worker,
+            "server_args": hello.server_args,
             "models": {
-                "target": args.get("model_path"),
-                "draft": args.get("draft_model_path"),
-                "target_class": load.get("target_class"),
-                "draft_class": load.get("draft_class"),
+                "target": hello.args.model_path,
+                "draft": hello.args.draft_model_path,
+                "target_class": load.target_class,
+                "draft_class": load.draft_class,
             },
         }
     return out
