@@ -264,3 +264,15 @@ def test_the_readmes_other_metrics_mean_what_the_table_says():
     assert list(layers) == [(("captured", ",".join(map(str, aux["captured"]))),
                              ("configured", ",".join(map(str, aux["configured"]))))]
     assert by(fams["eagle3scope_exporter_bad_frames"], "eagle3scope_exporter_bad_frames_total") == {(): 0}
+
+
+def test_the_exporter_keeps_no_advisor_rounds_a_viewer_does():
+    """The exporter never advises: its per-publisher states hold no round log (~0.6 MB a publisher
+    in a fleet of 256 otherwise), while the same stream analysed for the TUI keeps its rounds."""
+    src = "host-a:1:dp0"
+    frames = renamed(session(600, bs=2, accept_p=0.7), src)
+    fleet = Fleet()
+    fleet.ingest(frames)
+    assert len(fleet.states[src].publishers[src].rounds.rounds) == 0
+    assert fleet.states[src].publishers[src].decode_steps == analyse(frames).publishers[src].decode_steps > 0
+    assert len(analyse(frames).publishers[src].rounds.rounds) > 0

@@ -153,7 +153,7 @@ class SessionState:
     """
 
     def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096,
-                 rules_every: int = RULES_EVERY) -> None:
+                 rules_every: int = RULES_EVERY, advisor_rounds: int = ADVISOR_ROUNDS) -> None:
         self.publishers: dict[str, PublisherView] = {}
         self.acceptance = AcceptanceStats(window, history)
         self.passes: dict[str, PassStats] = {}
@@ -169,6 +169,7 @@ class SessionState:
         self.forgotten_runs = 0
         self._window = window
         self._history = history
+        self._advisor_rounds = advisor_rounds  # 0 where nothing advises (the exporter): no round is kept
         self.rules_every = rules_every
         self._fired: dict[tuple[str, str], Violation] = {}
         self._solo: PublisherView | None = None  # the only publisher that sent steps so far
@@ -223,8 +224,11 @@ class SessionState:
         run, began = self._runs_ahead.pop(frame.src, (1, (frame.n, frame.t)))
         self.publishers[frame.src] = PublisherView(frame.src, run=run, began=began,
                                                    acceptance=AcceptanceStats(self._window, self._history),
-                                                   rounds=_round_log())
+                                                   rounds=self._round_log())
         return self.publishers[frame.src]
+
+    def _round_log(self) -> RoundLog:
+        return RoundLog(rounds=deque(maxlen=self._advisor_rounds))
 
     def start_at_run(self, src: str, run: int, began: tuple[int, int]) -> None:
         """``src``'s first view is its run ``run``, which began at frame ``began`` (a replay seek
@@ -244,7 +248,7 @@ class SessionState:
         self.ended_runs.append(old)
         old.rounds.rounds.clear()  # an ended run is not advised on: its rounds would only hold memory
         pub = PublisherView(old.src, run=old.run + 1, began=(frame.n, frame.t),
-                            acceptance=AcceptanceStats(self._window, self._history), rounds=_round_log())
+                            acceptance=AcceptanceStats(self._window, self._history), rounds=self._round_log())
         self.publishers[old.src] = pub
         pub.loss.observe(frame)  # the new run's counting starts at this frame
         self.note(old.src, "warning", f"publisher restarted under the same src: run {pub.run} starts, kept apart from "
@@ -312,7 +316,8 @@ class SessionState:
             return
         accepted, bonus = body["accepted"], body["bonus"]
         pub.decode_steps += 1
-        pub.rounds.add_step(body)
+        if self._advisor_rounds:
+            pub.rounds.add_step(body)
         t_ns = body.get("t_ns") or t
         k = facts.num_steps(pub)
         budget = body.get("num_steps")  # the round's own budget (adaptive steps); a tree's draft_ids are nodes
@@ -490,6 +495,3 @@ def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionStat
     state.evaluate_rules()
     return state
 
-
-def _round_log() -> RoundLog:
-    return RoundLog(rounds=deque(maxlen=ADVISOR_ROUNDS))

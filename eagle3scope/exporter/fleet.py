@@ -20,8 +20,8 @@ from eagle3scope.analysis import SessionState, Violation
 from eagle3scope.wire import Frame
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 
-#: Per-publisher state sizes: the exporter never draws plots or keeps an event log to show.
-STATE_SIZES = dict(window=512, recent=1, events=16, history=1)
+#: Per-publisher state sizes: the exporter never draws plots, keeps an event log to show or advises.
+STATE_SIZES = dict(window=512, recent=1, events=16, history=1, advisor_rounds=0)
 
 
 class Fleet:
