@@ -6,6 +6,7 @@ downloaded here.
 
 from __future__ import annotations
 
+import ast
 import zipfile
 from pathlib import Path
 
@@ -49,8 +50,11 @@ def _expected(version: str) -> dict[str, set[str]]:
         "process": {"scheduler"},
         # v1 only up to 0.5.3; v1 + v2 (EAGLEWorkerV2 from 0.5.4) until v1 is deleted in 0.5.13
         "worker": {"v1"} if v < (0, 5, 4) else {"v1", "v2"} if v < (0, 5, 13) else {"v2"},
-        # EAGLE-1/2's llama_eagle in every release; EAGLE-3's from 0.4.4.post2
-        "draft_model": {"llama_eagle"} | (set() if not has_eagle3 else {"llama_eagle3"} | ({"kimi_k25_eagle3"} if v >= (0, 5, 12) else set())),
+        # EAGLE-1/2's llama_eagle and qwen2_eagle in every release, mistral_large_3_eagle from 0.5.10,
+        # mistral_eagle from 0.5.11 (read in the wheels); EAGLE-3's from 0.4.4.post2
+        "draft_model": {"llama_eagle", "qwen2_eagle"} | ({"mistral_large_3_eagle"} if v >= (0, 5, 10) else set())
+        | ({"mistral_eagle"} if v >= (0, 5, 11) else set())
+        | (set() if not has_eagle3 else {"llama_eagle3"} | ({"kimi_k25_eagle3"} if v >= (0, 5, 12) else set())),
         # set_eagle3_layers_to_capture with EAGLE-3 (DeepseekV2's from 0.5.5); the shared call site from 0.5.16
         "aux": set() if not has_eagle3 else {"llama_set_eagle3"} | ({"deepseek_set_eagle3"} if v >= (0, 5, 5) else set())
         | ({"aux_call_site"} if v >= (0, 5, 16) else set()),
@@ -286,3 +290,46 @@ def test_capture_rules_match_each_release_s_own_method(version):
             assert got == AUX.captured_for(ids, AUX.family_rule(cls, version), n), (cls, version, ids)
         checked += 1
     assert checked >= 3
+
+
+def _forward_fc_calls(source: bytes, qualname: str) -> list[bool]:
+    """For each ``self.fc(...)`` call in the method ``qualname``: whether it runs on every pass (not
+    under an ``if`` of the method)."""
+    cls_name, method = qualname.split(".")
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    func = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    calls = []
+
+    def walk(node, conditional: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "fc" \
+                    and isinstance(child.func.value, ast.Name) and child.func.value.id == "self":
+                calls.append(not conditional)
+            walk(child, conditional or isinstance(child, (ast.If, ast.IfExp)))
+
+    walk(func, False)
+    return calls
+
+
+@pytest.mark.parametrize("version", seams.COMPAT_RELEASES)
+def test_fc_always_names_exactly_the_draft_forwards_whose_fc_runs_on_every_pass(version):
+    """seams.FC_ALWAYS (EAGLE-1/2: fc over cat(embeds, hidden) whatever the width) against SGLang's
+    own draft forwards of this release: its seams call ``self.fc`` unconditionally, every other
+    draft forward the shim hooks (EAGLE-3: fc iff the width differs from the embedding's) under an ``if``."""
+    archive = zipfile.ZipFile(_wheel(version) or engine_missing(f"sglang {version} wheel not cached"))
+    names = set(archive.namelist())
+    checked = 0
+    for adapter, resolved in seams.choose(_lookup(version)):
+        if adapter.family != "draft_model":
+            continue
+        for seam, target in resolved:
+            if seam.hook != "draft_forward" or target is None:
+                continue
+            module, qualname = target
+            path = module.replace(".", "/") + ".py"
+            assert path in names, path
+            calls = _forward_fc_calls(archive.read(path), qualname)
+            assert calls, (seam.name, "no self.fc call")
+            assert all(calls) if seam.name in seams.FC_ALWAYS else not any(calls), (seam.name, calls)
+            checked += 1
+    assert checked >= 2

@@ -12,10 +12,10 @@ from analysis_streams import LAYERS, Stream, healthy_load, hello, step
 
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.facts import pass_visibility
-from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire.aux_layers import default_capture
-from eagle3scope_shim import graphs, hooks
+from eagle3scope_shim import graphs, hooks, seams
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE, Step
 
@@ -234,10 +234,12 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
     monkeypatch.setattr(STATE, "step", Step())
     inner = _NS(embed_tokens=_NS(weight=_NS(shape=(1024, 128))))
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(3, 128))), forward_mode=_NS(name="DECODE"), batch_size=3)
-    for seam, fc in (("llama_eagle3.forward", False), ("llama_eagle.forward", True)):
+    families = [(seam, seam in seams.FC_ALWAYS) for seam in seams.OBSERVING_SEAMS["draft_model"]]
+    assert {fc for _, fc in families} == {True, False} and len(families) == 6
+    for seam, fc in families:
         hooks.FACTORIES["draft_forward"](seam)(lambda *a: None, inner, None, None, batch)
-        assert STATE.step.passes[-1][:3] == ["decode", 128, fc]
-    assert STATE.step.forwards == 2
+        assert STATE.step.passes[-1][:3] == ["decode", 128, fc], seam
+    assert STATE.step.forwards == len(families)
 
 
 def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monkeypatch):

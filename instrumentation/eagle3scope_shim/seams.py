@@ -35,6 +35,9 @@ _EW2 = "sglang.srt.speculative.eagle_worker_v2"
 _LE = "sglang.srt.models.llama_eagle"
 _LE3 = "sglang.srt.models.llama_eagle3"
 _KIMI = "sglang.srt.models.kimi_k25_eagle3"
+_QE = "sglang.srt.models.qwen2_eagle"
+_ME = "sglang.srt.models.mistral_eagle"
+_ML3E = "sglang.srt.models.mistral_large_3_eagle"
 _LLAMA = "sglang.srt.models.llama"
 _DSV2 = "sglang.srt.models.deepseek_v2"
 _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
@@ -98,6 +101,18 @@ ADAPTERS: tuple[Adapter, ...] = (
     Adapter("llama_eagle", "draft_model", (
         _s("llama_eagle.forward", "draft_forward", (_LE, "LlamaModel.forward")),
     )),
+    # The other EAGLE-1/2 drafts, the same fc over cat(embeds, hidden) on every pass and the same
+    # forward(input_ids, positions, forward_batch, ...): Qwen2ForCausalLMEagle in every release
+    # (qwen2_eagle.py), MistralLarge3ForCausalLMEagle from 0.5.10, MistralForCausalLMEagle from 0.5.11.
+    Adapter("qwen2_eagle", "draft_model", (
+        _s("qwen2_eagle.forward", "draft_forward", (_QE, "Qwen2Model.forward")),
+    )),
+    Adapter("mistral_eagle", "draft_model", (
+        _s("mistral_eagle.forward", "draft_forward", (_ME, "MistralEagleModel.forward")),
+    )),
+    Adapter("mistral_large_3_eagle", "draft_model", (
+        _s("mistral_large_3_eagle.forward", "draft_forward", (_ML3E, "MistralLarge3EagleModel.forward")),
+    )),
     Adapter("kimi_k25_eagle3", "draft_model", (
         _s("kimi_k25_eagle3.forward", "draft_forward", (_KIMI, "Eagle3MLAModel.forward")),
         _s("kimi_k25_eagle3.load", "draft_load", (_KIMI, "Eagle3DeepseekV2ForCausalLM.load_weights")),
@@ -137,11 +152,12 @@ ADAPTERS: tuple[Adapter, ...] = (
 #: Per seam family whose hooks observe a speculative round, the seam whose method a class must
 #: inherit unchanged for the shim to see it (a subclass overriding it runs code the shim never sees).
 OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"),
-                   "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward", "llama_eagle.forward")}
+                   "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward", "llama_eagle.forward",
+                                   "qwen2_eagle.forward", "mistral_eagle.forward", "mistral_large_3_eagle.forward")}
 
 #: Draft forwards whose fc applies on every pass (EAGLE-1/2: 2H -> H over cat(embeds, hidden)); the
 #: EAGLE-3 ones apply it iff the incoming width differs from the embedding width (llama_eagle3.py).
-FC_ALWAYS = ("llama_eagle.forward",)
+FC_ALWAYS = ("llama_eagle.forward", "qwen2_eagle.forward", "mistral_eagle.forward", "mistral_large_3_eagle.forward")
 
 #: Where each caller holds the hidden states it hands the draft, read in eager code whether or not
 #: the draft pass then replays a graph: seam -> (argument index, self = 0; its keyword; attribute
