@@ -72,6 +72,24 @@ def test_a_mac_of_the_wrong_shape_or_over_unpackable_values_is_not_authentic():
     for mac in (None, 5, signed["mac"][:-1], signed["mac"] + "0", signed["mac"].upper()):
         assert not authentic({**signed, "mac": mac}, TOKEN), mac
     assert not authentic({**signed, "odd": object()}, TOKEN)
+    # 64 characters that are not ASCII: refused, not raised (the channel would answer an internal error)
+    for mac in ("\u00e9" * 64, signed["mac"][:-1] + "\u00e9"):
+        assert authentic({**signed, "mac": mac}, TOKEN) is False
+
+
+# a request signed by another release's client: the MAC is HMAC-SHA256 under the token over msgpack
+# {"fields": [[key, value], ...]} sorted by key, every field but "mac" (so a renamed key or packing breaks it)
+PINNED = {"cmd": "set", "layers": [2, 17, 31], "id": "r1", "nonce": "0123456789abcdef0123456789abcdef",
+          "ts": 1700000000.5, "mac": "69b42352e15a2531a98fa8a7ca6ce045e3323b9f9122f0b179a85e0f1a0866aa"}
+
+
+def test_a_request_signed_to_the_pinned_vector_is_authentic_and_any_change_is_not():
+    assert authentic(PINNED, TOKEN)
+    for changed in ({"ts": 1700000000.25}, {"nonce": "f" * 32}, {"layers": [2, 17]}, {"id": "r2"}):
+        assert not authentic({**PINNED, **changed}, TOKEN), changed
+    assert not authentic(PINNED, "u" * 64)
+    resigned = sign({"cmd": "set", "layers": [2, 17, 31], "id": "r1"}, TOKEN, now=1700000000.5)
+    assert authentic({**resigned, "nonce": PINNED["nonce"], "mac": PINNED["mac"]}, TOKEN)
 
 
 def test_messages_past_64_kib_are_refused_before_decoding():
