@@ -11,8 +11,11 @@ import xml.etree.ElementTree as ET
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from analysis_streams import session
+from eagle3scope.analysis import analyse
 from eagle3scope.analysis.rules import RULE_IDS
-from eagle3scope.gate import Thresholds, judge, parse_floors, verdict
+from eagle3scope.gate import Thresholds, check_result, judge, parse_floors, verdict
+from eagle3scope.wire import Frame
 from eagle3scope.gate.junit import write_junit
 
 RANK = {"error": 0, "warning": 1, "info": 2}
@@ -117,7 +120,7 @@ def test_junit_has_one_case_per_check_with_failures_evidence_and_properties(tmp_
     assert root.get("tests") == suite.get("tests") == str(len(checks))
     assert root.get("failures") == suite.get("failures") == str(len(failing)) == "2"
     assert suite.get("name") == "check r.e3s" and suite.get("time") == "1.235"
-    assert [(p.get("name"), p.get("value")) for p in suite.iter("property")] == [("draft", "d\\x1b")]
+    assert [(p.get("name"), p.get("value")) for p in suite.findall("properties/property")] == [("draft", "d\\x1b")]
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert list(cases) == [c.name for c in checks]
     bypassed = cases["fc-bypassed"]
@@ -129,3 +132,13 @@ def test_junit_has_one_case_per_check_with_failures_evidence_and_properties(tmp_
     hook = cases["hook-failed"]
     assert hook.find("failure") is None and "fired below --fail-on error" in hook.find("system-out").text
     assert cases["zero-acceptance"].find("failure") is None and cases["zero-acceptance"].find("system-out") is None
+
+
+def test_the_json_summary_counts_duplicates_resets_and_restarts_under_their_keys():
+    frames = session(60, bs=1)
+    jumped = frames[:30] + [frames[29], frames[29]] + [Frame(f.kind, f.src, f.n + (1 << 62), f.t, f.body)
+                                                       for f in frames[30:]]
+    state = analyse(jumped)
+    summary = check_result(state, state.violations(), [], complete=False)["summary"]
+    assert (summary["duplicate_frames"], summary["counter_resets"], summary["restarts"]) == (2, 1, 0)
+    assert summary["complete"] is False and summary["publishers"] == ["r0"] and summary["frames"] == len(jumped)
