@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from eagle3scope.analysis.stats import AcceptanceStats
+from eagle3scope.analysis.stats import AcceptanceStats, Tally
 
 
 @st.composite
@@ -97,3 +97,17 @@ def test_the_history_is_bounded_and_keeps_the_latest():
     for seq in range(10):
         stats.add_step(seq, seq, [seq % 3], [1])
     assert [seq for seq, _, _ in stats.history] == [7, 8, 9]
+
+
+def test_a_tally_counts_each_add_once_and_a_negative_sign_takes_it_back():
+    # `aux cycle` (control/cycle.py) adds with the default sign: one step, its request-steps and tokens once
+    tally = Tally()
+    tally.add([2, 0, 3], 8)
+    assert (tally.steps, tally.n, tally.tokens, tally.hist) == (1, 3, 8, [1, 0, 1, 1])
+    assert tally.mean_accept_length == 8 / 3
+    tally.add([3], 4, budget=3)
+    assert (tally.steps, tally.n, tally.capped) == (2, 4, [0, 0, 0, 1])
+    tally.add([3], 4, -1, budget=3)
+    tally.add([2, 0, 3], 8, -1)
+    assert (tally.steps, tally.n, tally.tokens, tally.hist, tally.capped) == (0, 0, 0, [0, 0, 0, 0], [0, 0, 0, 0])
+    assert tally.mean_accept_length is None
