@@ -85,3 +85,6 @@ def test_shim_cost_sums_per_seam_and_the_share_is_the_latest_heartbeats():
     assert loss.shim_share is None and loss.shim_s["a"] == pytest.approx(36e-6)
     loss.observe(beat(3))  # no cost fields: nothing changes
     assert loss.shim_share is None and loss.step_s == pytest.approx(1500e-6)
+    exact = FrameLoss()  # microseconds to seconds exactly (values a binary float holds exactly)
+    exact.observe(beat(0, shim_us={"a": 2_500_000.0}, step_us=5_000_000.0))
+    assert (exact.shim_s, exact.step_s, exact.shim_share) == ({"a": 2.5}, 5.0, 0.5)
