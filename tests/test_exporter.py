@@ -276,3 +276,30 @@ def test_the_exporter_keeps_no_advisor_rounds_a_viewer_does():
     assert len(fleet.states[src].publishers[src].rounds.rounds) == 0
     assert fleet.states[src].publishers[src].decode_steps == analyse(frames).publishers[src].decode_steps > 0
     assert len(analyse(frames).publishers[src].rounds.rounds) > 0
+
+
+def test_each_forgotten_publisher_counts_once_more():
+    now = [0.0]
+    fleet = Fleet(forget_after_s=60, clock=lambda: now[0])
+    for i, src in enumerate(("a", "b")):
+        now[0] = 10.0 * i
+        fleet.ingest(renamed(session(20), src))
+    now[0] = 200.0
+    with fleet.lock:
+        fleet.expire()
+    assert fleet.states == {} and fleet.forgotten == 2
+
+
+def test_the_hello_info_and_hook_status_carry_their_values_under_their_label_names():
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    healthy = session(30)
+    n, t = healthy[-1].n, healthy[-1].t
+    fleet = Fleet()
+    fleet.ingest([*healthy, Frame("hook", "r0", n + 1, t + 1, {"seam": "verify", "status": "failed", "detail": "x"})])
+    samples = {s.name: s for fam in FleetCollector(fleet).collect() for s in fam.samples}
+    info = samples["eagle3scope_publisher_info"].labels
+    assert {k: info[k] for k in ("draft", "algorithm", "num_steps", "topk", "num_draft_tokens", "host")} == {
+        "draft": "d", "algorithm": "EAGLE3", "num_steps": "3", "topk": "1", "num_draft_tokens": "4", "host": "box"}
+    hooks = [s for fam in FleetCollector(fleet).collect() for s in fam.samples if s.name == "eagle3scope_hook_status"]
+    assert [(s.labels["seam"], s.labels["status"], s.value) for s in hooks] == [("verify", "failed", 1.0)]
