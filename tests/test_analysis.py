@@ -397,3 +397,19 @@ def test_an_unobserved_worker_or_draft_is_a_finding(seams, severity):
     assert ("MultiLayerEagleWorkerV2 NOT OBSERVED" if severity == "error" else "draft passes not observed") in line
     assert any("unhooked: SGLang runs MultiLayerEagleWorkerV2" in e.text for e in state.events)
     assert "worker-unobserved" not in fired(analyse([s.frame("hello", hello())]))
+
+
+def test_a_step_that_names_no_mode_is_a_decode_row_and_load_reports_show_what_was_sent():
+    from eagle3scope.analysis.views import draft_rows, load_reports
+
+    s = Stream()
+    body = step(0, 0, [1])
+    body.pop("mode", None)
+    state = analyse([s.frame("hello", hello()), s.frame("load", healthy_load()), s.frame("step", body)])
+    (row,) = draft_rows(state, None)
+    assert row.mode == "decode" and row.label == "dp0"
+    (report,) = load_reports(state)
+    assert report.src == "r0" and report.hello is not None and report.load is not None
+    assert dict(report.hello)["host"] == "box"
+    (silent,) = load_reports(analyse([s.frame("step", step(1, 1, [1]))]))
+    assert (silent.hello, silent.load) == (None, None)
