@@ -375,3 +375,12 @@ def test_torch_compiled_layer_names_are_renamed(tmp_path, target):
     assert report["fixable"]["renames"]["layers.0._orig_mod.mlp.up_proj.weight"] == "layers.0.mlp.up_proj.weight"
     assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0
+
+
+def test_a_speculators_config_whose_layer_config_is_not_an_object_is_an_invalid_field(tmp_path):
+    config = {**dc.speculators_config(), "transformer_layer_config": 5}
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), config)
+    code, report = doctor(draft, "--sglang-version", "0.5.23")
+    finding = ids(report)["config-field-invalid"]
+    assert code == 2 and finding["severity"] == "error"
+    assert finding["evidence"]["field"] == "transformer_layer_config" and finding["evidence"]["value"] == "5"
