@@ -303,3 +303,5 @@ def test_the_hello_info_and_hook_status_carry_their_values_under_their_label_nam
         "draft": "d", "algorithm": "EAGLE3", "num_steps": "3", "topk": "1", "num_draft_tokens": "4", "host": "box"}
     hooks = [s for fam in FleetCollector(fleet).collect() for s in fam.samples if s.name == "eagle3scope_hook_status"]
     assert [(s.labels["seam"], s.labels["status"], s.value) for s in hooks] == [("verify", "failed", 1.0)]
+    assert samples["eagle3scope_aux_capture_on"].value == 1  # a 0/1 gauge: capture is on in a healthy stream
+    assert samples["eagle3scope_publisher_last_frame_timestamp_seconds"].value == (t + 1) / 1e9  # ns to s, exactly
