@@ -5,8 +5,15 @@ processes, a real publisher, a real pseudo-terminal."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
 import signal
+import struct
 import subprocess
+import sys
+import termios
 import threading
 import time
 
@@ -18,7 +25,7 @@ from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher
-from neighbour_support import terminal_restored, tui_in_pty
+from neighbour_support import ALT_ON, terminal_restored, tui_in_pty
 from synthetic import hello_body, load_body, step_body
 from support.cli import CLI
 
@@ -165,3 +172,131 @@ def test_a_signal_ignored_at_start_stays_ignored(stream, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert "stopped (SIGTERM)" in proc.stderr.read()
+
+
+# -- the terminal going away under the TUI (SSH dropped, window closed, `| head` ended) ---------
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _end_of(proc: subprocess.Popen, timeout: float) -> tuple[int | None, float]:
+    """(exit status, or None if it still ran ``timeout`` s on; CPU seconds it used in that time)."""
+    before = _cpu_s(proc.pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return proc.returncode, 0.0
+        time.sleep(0.2)
+    spun = _cpu_s(proc.pid) - before
+    proc.kill()
+    proc.wait(30)
+    return None, spun
+
+
+def _drawn(fd: int, timeout: float = 90) -> bytes:
+    out, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline and not (ALT_ON in out and len(out) > 2000):
+        if select.select([fd], [], [], 0.2)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out += chunk
+    assert ALT_ON in out, out[-500:]
+    return out
+
+
+def _pty() -> tuple[int, int]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    return master, slave
+
+
+TUI_ENV = {**os.environ, "TERM": "xterm-256color"}
+GONE = 128 + signal.SIGHUP
+
+
+def test_watch_ends_when_its_terminal_vanishes_without_a_sighup(stream):
+    """The pty's other side closes and no SIGHUP comes (the pty is not its controlling terminal, as
+    under some SSH and tmux setups): writes fail with EIO and stdin reads end-of-file. It used to
+    spin at ~95 % CPU, blocked on its full output queue, deaf to SIGTERM."""
+    master, slave = _pty()
+    proc = subprocess.Popen([*CLI, "watch", "--connect", stream.pub.endpoint], stdin=slave, stdout=slave,
+                            stderr=slave, env=TUI_ENV, start_new_session=True)
+    os.close(slave)
+    try:
+        _drawn(master)
+    finally:
+        os.close(master)
+    code, spun = _end_of(proc, 15)
+    assert code == GONE, f"still running 15 s after its terminal closed, {spun:.1f} s of CPU in them"
+
+
+def test_watch_ends_when_its_output_pipe_is_closed(stream):
+    """``watch 2>&1 | head -c 2000``: the reader ends, every write is EPIPE; the keyboard (a live
+    terminal) stays."""
+    master, slave = _pty()
+    proc = subprocess.Popen([*CLI, "watch", "--connect", stream.pub.endpoint], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=TUI_ENV, start_new_session=True)
+    os.close(slave)
+    try:
+        _drawn(proc.stdout.fileno())
+        proc.stdout.close()
+        code, spun = _end_of(proc, 15)
+    finally:
+        os.close(master)
+    assert code == GONE, f"still running 15 s after its reader closed, {spun:.1f} s of CPU in them"
+
+
+def test_watch_ends_on_a_hangup_of_its_controlling_terminal(stream):
+    """The usual SSH drop: the session's terminal hangs up and the kernel sends SIGHUP."""
+    master, slave = _pty()
+    proc = subprocess.Popen([*CLI, "watch", "--connect", stream.pub.endpoint], stdin=slave, stdout=slave,
+                            stderr=slave, env=TUI_ENV, start_new_session=True,
+                            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    try:
+        _drawn(master)
+    finally:
+        os.close(master)
+    code, spun = _end_of(proc, 15)
+    assert code == GONE, f"still running 15 s after the hang-up, {spun:.1f} s of CPU in them"
+
+
+STUCK_APP = """
+import os, sys, time
+from pathlib import Path
+from eagle3scope.tui import app
+from eagle3scope.tui.app import ScopeApp, _run
+from eagle3scope.tui.feed import ReplayFeed
+
+class Stuck(ScopeApp):
+    CSS_PATH = str(Path(app.__file__).with_name(ScopeApp.CSS_PATH))
+
+    def on_mount(self):
+        os.write(1, b"stuck\\n")  # not print: the app captures sys.stdout
+        time.sleep(120)  # the event loop never runs again
+
+sys.exit(_run(Stuck(ReplayFeed(sys.argv[1]))))
+"""
+
+
+def test_sigterm_ends_the_tui_even_when_its_event_loop_is_stuck(long_recording):
+    """The app's own shutdown cannot run while its loop is blocked; SIGTERM still ends the process
+    with 128 + 15, after the grace period the clean shutdown had."""
+    from eagle3scope.tui.app import SIGNAL_GRACE_S
+
+    master, slave = _pty()
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_APP, str(long_recording)], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=slave, env=TUI_ENV, start_new_session=True)
+    os.close(slave)
+    try:
+        assert select.select([proc.stdout], [], [], 60)[0] and proc.stdout.readline() == b"stuck\n"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, _ = _end_of(proc, SIGNAL_GRACE_S + 10)
+    finally:
+        os.close(master)
+    assert code == 128 + signal.SIGTERM
+    assert time.monotonic() - started >= SIGNAL_GRACE_S - 0.5

@@ -11,7 +11,10 @@ at most every ``ADVISE_EVERY_S`` and only while the overview or its panel shows.
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from textual.widgets import ContentSwitcher, Footer
 
 from eagle3scope.analysis import views
 from eagle3scope.signals import ending_signals
+from eagle3scope.tui.driver import driver_class
 from eagle3scope.tui.feed import Feed
 from eagle3scope.tui.panels import AcceptancePanel, AdvisorPanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, \
     ViolationsPanel, advice_line
@@ -41,6 +45,20 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 STALE_AFTER_S = 5.0
 REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
 LIVE_ONLY = {"aux_control"}  # the control channel reaches a running server only
+TERMINAL_GONE = 128 + signal.SIGHUP  # the exit status when the terminal vanished, as after SIGHUP
+SIGNAL_GRACE_S = 5.0  # an ending signal ends the process after this long even if shutdown hangs
+
+
+def hard_exit(status: int) -> None:
+    """End the process now with ``status`` (a shutdown that hung): leave the alternate screen and
+    turn mouse reporting off if the terminal takes it at once, then ``os._exit``."""
+    try:
+        _r, writable, _x = select.select([], [2], [], 0)
+        if writable:
+            os.write(2, b"\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1049l\x1b[?25h")
+    except (OSError, ValueError):
+        pass
+    os._exit(status)
 
 
 class ScopeApp(App):
@@ -87,6 +105,9 @@ class ScopeApp(App):
         self._decoder_for: str | None = None
         self._advised: tuple[int, float] = (-1, 0.0)  # frames and monotonic time of the latest advice
         self.refresh_ms: float | None = None  # smoothed cost of one refresh (copy + panel updates)
+        self._ending: int | None = None  # the status an ending signal asked for
+        self.gone_reason: str | None = None  # why the terminal is gone, once it is
+        self._signals_before: dict[int, object] = {}
         self.theme_name = ""
         self.apply_theme(theme or remembered_theme(), remember=False, fallback=True)
 
@@ -117,18 +138,53 @@ class ScopeApp(App):
             yield AdvisorPanel(id="advisor", classes="panel")
         yield Footer(compact=True, show_command_palette=False)  # room for more keys at 80 columns
 
+    def get_driver_class(self):
+        """Textual's driver, made to notice a vanished terminal (:mod:`eagle3scope.tui.driver`)."""
+        return driver_class() or super().get_driver_class()
+
     def on_load(self) -> None:
         """Before the terminal enters application mode: every signal that would end the process
         ends the app instead, so the driver leaves the alternate screen and turns mouse reporting
         off (exit status 128 + N, as the shell reports a killed command). Signals already ignored
-        (nohup) or handled by someone else (a test runner's alarm) are left as they are."""
-        loop = asyncio.get_running_loop()
+        (nohup) or handled by someone else (a test runner's alarm) are left as they are. The handler
+        is a plain one, run by the main thread even while the event loop is stuck, and it arms
+        :data:`SIGNAL_GRACE_S`: a shutdown that hangs past it (or a second signal) ends the process
+        at once with the same status."""
+        self._loop_ = asyncio.get_running_loop()
         for sig in ending_signals():
             try:
-                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
-                    loop.add_signal_handler(sig, self.exit, None, 128 + sig)
+                previous = signal.getsignal(sig)
+                if previous in (signal.SIG_DFL, signal.default_int_handler):
+                    signal.signal(sig, self._on_ending_signal)
+                    self._signals_before[sig] = previous
             except (OSError, RuntimeError, ValueError):
                 continue
+
+    def _restore_signals(self) -> None:
+        """The handlers of before :meth:`on_load` back (the app has ended; its loop is going)."""
+        while self._signals_before:
+            sig, previous = self._signals_before.popitem()
+            try:
+                signal.signal(sig, previous)
+            except (OSError, RuntimeError, ValueError):
+                continue
+
+    def _on_ending_signal(self, signum: int, _frame) -> None:
+        status = 128 + signum
+        if self._ending is not None:  # a second signal: no more waiting
+            hard_exit(self._ending)
+        self._ending = status
+        timer = threading.Timer(SIGNAL_GRACE_S, hard_exit, (status,))
+        timer.daemon = True
+        timer.start()
+        self._loop_.call_soon_threadsafe(self.exit, None, status)
+
+    def terminal_gone(self, reason: str) -> None:
+        """The driver saw the terminal go (EIO/EPIPE on output, stdin hung up): end as a hang-up
+        ends a command (:data:`TERMINAL_GONE`); nothing is drawn any more."""
+        if self.gone_reason is None:
+            self.gone_reason = reason
+            self.exit(None, TERMINAL_GONE)
 
     def on_mount(self) -> None:
         self.main = self.screen
@@ -148,6 +204,7 @@ class ScopeApp(App):
             self.call_after_refresh(self.w[ViolationsPanel].invalidate)
 
     def on_unmount(self) -> None:
+        self._restore_signals()
         self.feed.stop()
 
     # -- the throttled refresh --------------------------------------------------------------
@@ -431,8 +488,7 @@ def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
 
     app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes, discover=discover)), theme=theme)
     app.aux_client = aux_client
-    app.run()
-    return app.return_code or 0
+    return _run(app)
 
 
 def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None,
@@ -447,5 +503,13 @@ def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, f
     elif from_time is not None:
         feed.seek_time(from_time)
     app = ScopeApp(feed, theme=theme)
+    return _run(app)
+
+
+def _run(app: ScopeApp) -> int:
+    """Run the app; its exit status (:data:`TERMINAL_GONE` once the terminal went, whatever the
+    app's own shutdown made of a dead terminal)."""
     app.run()
+    if app.gone_reason is not None:
+        return TERMINAL_GONE
     return app.return_code or 0
