@@ -29,7 +29,7 @@ import json
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import _check_agreement, _kind, _last, _serve
+from test_shim_engine import ServerPool, _check_agreement, _kind, _last, pooled
 
 from eagle3scope.analysis.state import analyse
 from eagle3scope.demo import families
@@ -41,11 +41,12 @@ pytestmark = pytest.mark.engine
 TEMPERATURES = (0.0, 0.8)  # greedy and SGLang's sampling verify
 
 
-def _serve_parallel(target, draft, tmp_path_factory, name, *, tp=1, dp=1):
+def _parallel_job(target, draft, tmp_path_factory, name, *, tp=1, dp=1):
+    """A ServerPool job: the pair at TP-``tp`` x DP-``dp`` under simulated acceptance, concurrent requests."""
     args, env = parallel_launch(tp, dp)
     log = tmp_path_factory.mktemp("logs") / f"{name}-tp{tp}-dp{dp}.log"
-    return _serve(target, draft, {**env, "SGLANG_SIMULATE_ACC_LEN": "2.5"}, concurrent=True, temperatures=TEMPERATURES,
-                  extra_args=args, log_path=log, publishers=dp)
+    return (((target, draft, {**env, "SGLANG_SIMULATE_ACC_LEN": "2.5"}), {"extra_args": args, "log_path": log}),
+            {"concurrent": True, "temperatures": TEMPERATURES, "publishers": dp})
 
 
 def _fired(frames, severity="error") -> set[str]:
@@ -54,33 +55,36 @@ def _fired(frames, severity="error") -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def tp2(tiny_models, tmp_path_factory):
-    return _serve_parallel(*tiny_models, tmp_path_factory, "healthy", tp=2)
+def tiny_pool(request, tiny_models, tmp_path_factory):
+    """The tiny pair at TP-2 and at DP-2, the second started while the first runs (ServerPool)."""
+    return ServerPool(request, {
+        "tp2": _parallel_job(*tiny_models, tmp_path_factory, "healthy", tp=2),
+        "dp2": _parallel_job(*tiny_models, tmp_path_factory, "healthy", dp=2),
+    })
 
 
-@pytest.fixture(scope="module")
-def dp2(tiny_models, tmp_path_factory):
-    return _serve_parallel(*tiny_models, tmp_path_factory, "healthy", dp=2)
-
-
-def _serve_deepseek(models, name, tmp_path_factory, *, tp=2):
+def _deepseek_job(models, name, tmp_path_factory, *, tp=2):
     """The family's scenario ``name`` (its target, draft and arguments, as the demo serves it) at TP-``tp``."""
     spec = families.scenarios_of("deepseek")[name].prepare(models, tmp_path_factory.mktemp(f"deepseek-{name}"))
     args, env = parallel_launch(tp, 1)
     log = tmp_path_factory.mktemp("logs") / f"deepseek-{name}-tp{tp}.log"
-    return _serve(spec.target_dir, spec.draft_dir, env, concurrent=True, algorithm=spec.algorithm,
-                  temperatures=families.TEMPERATURES["deepseek"], prompts=demo_prompts(4), max_new=32,
-                  extra_args=spec.extra_args + args, log_path=log)
+    return (((spec.target_dir, spec.draft_dir, env),
+             {"algorithm": spec.algorithm, "extra_args": spec.extra_args + args, "log_path": log}),
+            {"concurrent": True, "temperatures": families.TEMPERATURES["deepseek"], "prompts": demo_prompts(4),
+             "max_new": 32})
 
 
 @pytest.fixture(scope="module")
-def deepseek_mla_tp2(deepseek_models, tmp_path_factory):
-    return _serve_deepseek(deepseek_models, "healthy-mla", tmp_path_factory)
+def deepseek_pool(request, deepseek_models, tmp_path_factory):
+    """The DeepSeek family's healthy MLA draft and its seeds break at TP-2 (ServerPool)."""
+    return ServerPool(request, {
+        "deepseek_mla_tp2": _deepseek_job(deepseek_models, "healthy-mla", tmp_path_factory),
+        "deepseek_seeds_tp2": _deepseek_job(deepseek_models, "seeds", tmp_path_factory),
+    })
 
 
-@pytest.fixture(scope="module")
-def deepseek_seeds_tp2(deepseek_models, tmp_path_factory):
-    return _serve_deepseek(deepseek_models, "seeds", tmp_path_factory)
+tp2, dp2 = (pooled(name, "tiny_pool") for name in ("tp2", "dp2"))
+deepseek_mla_tp2, deepseek_seeds_tp2 = (pooled(name, "deepseek_pool") for name in ("deepseek_mla_tp2", "deepseek_seeds_tp2"))
 
 
 def test_healthy_tp2_states_its_topology_and_fires_nothing(tp2):

@@ -2,10 +2,11 @@
 own per-request ``meta_info``, that it adds no host-device sync, and that a failing hook changes
 nothing SGLang produces.
 
-Three 0.5.23 servers (about 40 s each): a healthy tiny pair under the sync guard; the same pair with a
-fault injected into the verify hook; and a broken draft (aux capture off, a weight under a name
-SGLang drops, no ``lm_head``, absolute ``d2t``) served with SGLang's simulated acceptance so that
-per-request counts are non-trivial. (SGLang 0.5.10 cannot serve EAGLE on a CPU: see
+Four 0.5.23 servers (about 40 s each, two alive at once: ServerPool): a healthy tiny pair under the
+sync guard; the same pair with a fault injected into the verify hook; an EAGLE-1 draft under EAGLE;
+and a broken draft (aux capture off, a weight under a name SGLang drops, no ``lm_head``, absolute
+``d2t``), the last two served with SGLang's simulated acceptance so that per-request counts are
+non-trivial. (SGLang 0.5.10 cannot serve EAGLE on a CPU: see
 test_shim_v1.py for what runs there.)
 """
 
@@ -82,18 +83,9 @@ def models(engine_python, tiny_models, tmp_path_factory):
 
 
 
-def _serve(target, draft, env, *, concurrent=False, algorithm="EAGLE3", temperatures=(0.0,), prompts=PROMPTS,
-           max_new=MAX_NEW, publishers=1, **server):
-    """Run the prompts at each temperature (greedy first) with the shim publishing; return (frames, responses).
-    ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...); requests start
-    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
-    launched = _launch(target, draft, env, algorithm=algorithm, **server)
-    return _drive(launched, concurrent=concurrent, temperatures=temperatures, prompts=prompts, max_new=max_new,
-                  publishers=publishers)
-
-
 def _launch(target, draft, env, *, algorithm="EAGLE3", **server):
-    """Subscribe, then spawn the server without waiting for it: (subscriber, server), for :func:`_drive`."""
+    """Subscribe, then spawn the server without waiting for it: (subscriber, server), for :func:`_drive`.
+    ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...)."""
     from eagle3scope.live.subscriber import Subscriber
 
     endpoint = fresh_ipc_endpoint()
@@ -107,7 +99,9 @@ def _launch(target, draft, env, *, algorithm="EAGLE3", **server):
 
 
 def _drive(launched, *, concurrent=False, temperatures=(0.0,), prompts=PROMPTS, max_new=MAX_NEW, publishers=1):
-    """:func:`_serve`'s requests on a launched server, once it is ready; stops it and closes the subscriber."""
+    """Run the prompts at each temperature (greedy first) on a launched server once it is ready, with
+    the shim publishing; stop it, close the subscriber and return (frames, responses). Requests start
+    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
     sub, srv = launched
     frames = []
     try:
@@ -181,11 +175,12 @@ class ServerPool:
         self.launched.clear()
 
 
-def pooled(name: str):
-    """A module fixture with the (frames, responses) of the module's ``pool`` fixture's job ``name``."""
+def pooled(name: str, pool: str = "pool"):
+    """A module fixture with the (frames, responses) of the job ``name`` of the module's fixture ``pool``
+    (a ServerPool; a module may have several, e.g. one for each set of models)."""
     @pytest.fixture(scope="module", name=name)
-    def results(pool):
-        return pool.take(name)
+    def results(request):
+        return request.getfixturevalue(pool).take(name)
 
     return results
 
@@ -225,15 +220,21 @@ def _check_agreement(frames, responses, proposals=3):
 
 
 @pytest.fixture(scope="module")
-def healthy(models):
-    """Greedy requests, then the same prompts at temperature 0.8 (SGLang's sampling verify, which the
-    cpu_engine plugin enables on CPU)."""
-    return _serve(models["target"], models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"}, temperatures=(0.0, 0.8))
+def pool(request, models):
+    """The module's four servers, each started while the one before it runs (ServerPool).
+    ``healthy``: greedy requests, then the same prompts at temperature 0.8 (SGLang's sampling verify,
+    which the cpu_engine plugin enables on CPU); ``fault``: the same pair with the verify hook failing;
+    ``broken`` and ``eagle1`` under SGLang's simulated acceptance."""
+    target = models["target"]
+    return ServerPool(request, {
+        "healthy": (((target, models["draft"], {"EAGLE3SCOPE_SYNC_GUARD": "1"}), {}), {"temperatures": (0.0, 0.8)}),
+        "broken": (((target, models["broken"], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}), {}), {"concurrent": True}),
+        "fault": (((target, models["draft"], {"EAGLE3SCOPE_FAULT": "v2.verify"}), {}), {}),
+        "eagle1": (((target, models["eagle1"], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}), {"algorithm": "EAGLE"}), {}),
+    })
 
 
-@pytest.fixture(scope="module")
-def broken(models):
-    return _serve(models["target"], models["broken"], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}, concurrent=True)
+healthy, broken, fault, eagle1 = (pooled(name) for name in ("healthy", "broken", "fault", "eagle1"))
 
 
 def test_healthy_run_reports_widths_and_fc(healthy):
@@ -330,8 +331,8 @@ def test_broken_draft_facts_and_simulated_acceptance_agree(broken):
     _check_agreement(frames, responses)
 
 
-def test_failing_hook_is_reported_once_and_changes_no_token(models, healthy):
-    frames, responses = _serve(models["target"], models["draft"], {"EAGLE3SCOPE_FAULT": "v2.verify"})
+def test_failing_hook_is_reported_once_and_changes_no_token(fault, healthy):
+    frames, responses = fault
     failed = [b for b in _kind(frames, "hook") if b["status"] == "failed"]
     assert [b["seam"] for b in failed] == ["v2.verify"] and "injected" in failed[0]["detail"]
     greedy = healthy[1][: len(PROMPTS)]  # the healthy run also asked each prompt sampled, after these
@@ -370,7 +371,7 @@ print(caught, len(bad))
 
 
 
-def test_eagle1_draft_under_eagle_is_a_valid_setup(models):
+def test_eagle1_draft_under_eagle_is_a_valid_setup(eagle1):
     """--speculative-algorithm EAGLE with an EAGLE-1 draft: no aux capture and a 2H fc by design, so
     neither aux rule may fire (the same flags with an EAGLE-3 draft are the wrong-algorithm break).
     Its forward (llama_eagle.LlamaModel) is hooked: every pass H wide with fc applied, none read as a
@@ -378,7 +379,7 @@ def test_eagle1_draft_under_eagle_is_a_valid_setup(models):
     EAGLE-1 draft accepts nothing: zero-acceptance would be true there); they add up to meta_info."""
     from eagle3scope.analysis import analyse
 
-    frames, responses = _serve(models["target"], models["eagle1"], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}, algorithm="EAGLE")
+    frames, responses = eagle1
     hello, load = _last(frames, "hello"), _last(frames, "load")
     assert str(hello["server_args"]["algorithm"]).rsplit(".", 1)[-1] == "EAGLE"
     assert load["draft_class"] == "LlamaForCausalLMEagle" and load["fc"] == {"in": 2 * H, "out": H}
