@@ -217,19 +217,24 @@ TUI_ENV = {**os.environ, "TERM": "xterm-256color"}
 GONE = 128 + signal.SIGHUP
 
 
-def test_watch_ends_when_its_terminal_vanishes_without_a_sighup(stream):
-    """The pty's other side closes and no SIGHUP comes (the pty is not its controlling terminal, as
-    under some SSH and tmux setups): writes fail with EIO and stdin reads end-of-file. It used to
-    spin at ~95 % CPU, blocked on its full output queue, deaf to SIGTERM."""
+def _watch_losing_its_pty(stream, **popen) -> tuple[int | None, float]:
+    """``watch`` on a pty whose other side closes once it drew: :func:`_end_of` its next 15 s."""
     master, slave = _pty()
     proc = subprocess.Popen([*CLI, "watch", "--connect", stream.pub.endpoint], stdin=slave, stdout=slave,
-                            stderr=slave, env=TUI_ENV, start_new_session=True)
+                            stderr=slave, env=TUI_ENV, start_new_session=True, **popen)
     os.close(slave)
     try:
         _drawn(master)
     finally:
         os.close(master)
-    code, spun = _end_of(proc, 15)
+    return _end_of(proc, 15)
+
+
+def test_watch_ends_when_its_terminal_vanishes_without_a_sighup(stream):
+    """The pty's other side closes and no SIGHUP comes (the pty is not its controlling terminal, as
+    under some SSH and tmux setups): writes fail with EIO and stdin reads end-of-file. It used to
+    spin at ~95 % CPU, blocked on its full output queue, deaf to SIGTERM."""
+    code, spun = _watch_losing_its_pty(stream)
     assert code == GONE, f"still running 15 s after its terminal closed, {spun:.1f} s of CPU in them"
 
 
@@ -251,16 +256,7 @@ def test_watch_ends_when_its_output_pipe_is_closed(stream):
 
 def test_watch_ends_on_a_hangup_of_its_controlling_terminal(stream):
     """The usual SSH drop: the session's terminal hangs up and the kernel sends SIGHUP."""
-    master, slave = _pty()
-    proc = subprocess.Popen([*CLI, "watch", "--connect", stream.pub.endpoint], stdin=slave, stdout=slave,
-                            stderr=slave, env=TUI_ENV, start_new_session=True,
-                            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
-    os.close(slave)
-    try:
-        _drawn(master)
-    finally:
-        os.close(master)
-    code, spun = _end_of(proc, 15)
+    code, spun = _watch_losing_its_pty(stream, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
     assert code == GONE, f"still running 15 s after the hang-up, {spun:.1f} s of CPU in them"
 
 
