@@ -116,7 +116,10 @@ class HangupAwareDriver(LinuxDriver):
         silence(*dead)
         gone = getattr(self._app, "terminal_gone", None)
         if gone is not None:
-            self._loop.call_soon_threadsafe(gone, reason)
+            try:
+                self._loop.call_soon_threadsafe(gone, reason)
+            except RuntimeError:  # the app's loop has closed: it ended already
+                pass
 
     def _watch_stdin(self) -> None:
         fd = self.fileno
