@@ -228,6 +228,7 @@ def test_a_step_without_a_free_slot_is_counted_as_dropped_not_published(shim, mo
     step_hook, verify_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["verify_v2"]("u.verify")
 
     class Untouched:  # a device tensor the hook must not copy: there is no slot for it
+        is_cpu = False
         device = type("Device", (), {"type": "cuda"})()
 
         def __getattr__(self, name):
