@@ -4,7 +4,11 @@ Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`guard.around
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
 device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
-``tolist`` in :func:`finalize_step` and hands the slot back.
+device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor is listed at once:
+there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
+fires on every eager draft pass, only counts passes inside the callers that read the width they
+hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
+the caches, so the round's work is done where it fires once).
 """
 
 from __future__ import annotations
