@@ -307,3 +307,18 @@ def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monke
     assert [loadreport._observable(_NS())[k] for k in seen] == [True, True, True]
     STATE.unobserved["draft_model"] = "the draft model is LlamaForCausalLM, whose forward the shim does not hook"
     assert [loadreport._observable(_NS())[k] for k in seen] == [False, False, False]
+
+
+def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(ledger, monkeypatch):
+    """v2 ``draft`` runs speculative_num_steps - 1 decode forwards (eagle_worker_v2.py 0.5.23): a call in
+    which none ran replayed that many, at the width the caller read."""
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    graphs.record_capture("decode", 4, 128, False)
+    verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
+    batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
+    hooks.FACTORIES["draft"]("v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)
+    assert STATE.step.passes == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]
