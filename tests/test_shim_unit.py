@@ -642,3 +642,18 @@ def test_the_ring_is_sized_from_the_targets_request_pool_and_the_widest_adaptive
     worker.adaptive_controller = None
     hooks._size_ring(worker)
     assert SNAPSHOTS.capacity == 16 * 4
+
+
+def test_a_batch_with_an_extend_in_it_is_a_prefill_step(shim, monkeypatch):
+    """SGLang's mixed batches: the forward mode says decode but ``is_extend_in_batch`` is set (the
+    step seam's own test, eagle_worker_v2.py 0.5.23); such a step carries no acceptance."""
+    monkeypatch.setattr(STATE, "publisher", PublisherStub())
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    seen = []
+
+    class Mixed(Batch):
+        is_extend_in_batch = True
+
+    for batch in (Batch(), Mixed()):
+        hooks.FACTORIES["step"]("u.step")(lambda self, b: seen.append(STATE.step.prefill), None, batch)
+    assert seen == [False, True]
