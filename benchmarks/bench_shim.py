@@ -49,7 +49,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     import torch
 
-    from eagle3scope_shim import hooks
+    from eagle3scope_shim import hooks, seams
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
@@ -100,6 +100,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     finally:
         STATE.self_ns, time.perf_counter_ns = wall_cells, wall_clock
     STATE.seam_status[hooks.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
+    # SGLang's capture flag, which the engine has imported by the first round (seams.CAPTURE_FLAG):
+    # without it the forward hook would look it up on every call, which no server does
+    import types
+
+    flag_module, flag_name = seams.CAPTURE_FLAG[0]
+    flag = sys.modules.setdefault(flag_module, types.ModuleType(flag_module))
+    setattr(flag, flag_name, lambda: False)
     processor = NS()
     FACTS.draft_embed_width = 128
     worker = NS(speculative_num_steps=3)

@@ -242,6 +242,59 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
     assert STATE.step.forwards == len(families)
 
 
+class _Untouchable:
+    """A draft model or forward batch the counting forward hook must not read (issue 28: its reads,
+    three times a round, were the shim's dearest seam)."""
+
+    def __getattr__(self, name):
+        pytest.fail(f"the forward hook read {name} inside a caller that had read the width")
+
+
+def test_eager_forwards_inside_a_caller_are_counted_there_with_the_callers_width(ledger, monkeypatch):
+    """The draft-forward hook only counts inside a caller; the caller adds the eager passes with the
+    width it read and the fc it implies, once, not as replays; the step's forward count is kept."""
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    forward = hooks.FACTORIES["draft_forward"]("llama_eagle3.forward")
+    caller = hooks.FACTORIES["draft_extend"]("v2.draft_extend")
+
+    def original(worker, batch, batch_result, runs):
+        assert STATE.step.feed is not None
+        for _ in range(runs):
+            forward(lambda *a: None, _Untouchable(), None, None, _Untouchable())
+
+    for width, runs, fc in ((384, 2, True), (128, 1, False)):
+        result = _NS(logits_output=_NS(hidden_states=_NS(shape=(1, width))))
+        caller(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result, runs)
+        assert STATE.step.feed is None
+    assert STATE.step.passes == [["draft_extend_v2", 384, True, 2, None], ["draft_extend_v2", 128, False, 1, None]]
+    assert STATE.step.forwards == 3 and STATE.disabled == set()
+
+
+def test_without_the_embedding_width_the_forward_hook_reads_width_and_fc_itself(ledger, monkeypatch):
+    """The worker-init hook did not learn the draft's embedding width: the caller cannot tell fc, so
+    each forward reads its own input and the embedding, as at a forward outside any caller."""
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    forward = hooks.FACTORIES["draft_forward"]("llama_eagle3.forward")
+    inner = _NS(embed_tokens=_NS(weight=_NS(shape=(1024, 128))))
+    fb = _NS(spec_info=_NS(hidden_states=_NS(shape=(3, 384))), forward_mode=_NS(name="DRAFT_EXTEND_V2"), batch_size=3)
+
+    def original(worker, batch, batch_result):
+        assert STATE.step.feed is None
+        forward(lambda *a: None, inner, None, None, fb)
+
+    result = _NS(logits_output=_NS(hidden_states=_NS(shape=(3, 384))))
+    hooks.FACTORIES["draft_extend"]("v2.draft_extend")(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result)
+    assert STATE.step.passes == [["draft_extend_v2", 384, True, 1, None]] and STATE.step.forwards == 1
+
+
 def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monkeypatch):
     """hello.observable: caller reads stand for a replayed pass only on a draft the hooks see."""
     from eagle3scope_shim import loadreport
@@ -254,3 +307,18 @@ def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monke
     assert [loadreport._observable(_NS())[k] for k in seen] == [True, True, True]
     STATE.unobserved["draft_model"] = "the draft model is LlamaForCausalLM, whose forward the shim does not hook"
     assert [loadreport._observable(_NS())[k] for k in seen] == [False, False, False]
+
+
+def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(ledger, monkeypatch):
+    """v2 ``draft`` runs speculative_num_steps - 1 decode forwards (eagle_worker_v2.py 0.5.23): a call in
+    which none ran replayed that many, at the width the caller read."""
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    graphs.record_capture("decode", 4, 128, False)
+    verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
+    batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
+    hooks.FACTORIES["draft"]("v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)
+    assert STATE.step.passes == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]

@@ -121,6 +121,50 @@ def test_requested_endpoint(monkeypatch):
     assert state.requested_endpoint() == "tcp://127.0.0.1:6000"
 
 
+def test_every_spelling_of_on_enables_the_default_endpoint(monkeypatch):
+    monkeypatch.delenv("EAGLE3SCOPE_ENDPOINT", raising=False)
+    for value in ("1", "true", "yes", "on", " on "):
+        monkeypatch.setenv("EAGLE3SCOPE", value)
+        assert state.requested_endpoint() == "", value
+    for value in ("0", "TRUE", "off", ""):
+        monkeypatch.setenv("EAGLE3SCOPE", value)
+        assert state.requested_endpoint() is None, value
+
+
+def test_a_fresh_process_state(monkeypatch):
+    """What a scheduler process starts from (the module's STATE is built once, at import): nothing
+    disabled, nothing pending, no channel, the first step numbered 1, the fault injection read once."""
+    monkeypatch.delenv("EAGLE3SCOPE_FAULT", raising=False)
+    fresh = state.ShimState()
+    assert fresh.fault is None and fresh.seq == 0 and fresh.disabled == set() and fresh.pending == []
+    assert fresh.aux_channel is None and fresh.publisher is None and fresh.step is None
+    monkeypatch.setenv("EAGLE3SCOPE_FAULT", " v2.verify ")
+    assert state.ShimState().fault == "v2.verify"
+
+
+class _Counting:
+    def __init__(self):
+        self.hook_failures, self.events = 5, []
+
+    def submit(self, kind, body):
+        self.events.append((kind, body["seam"], body["status"]))
+
+
+def test_a_failure_counts_once_on_the_publisher_and_goes_out_as_a_hook_event(monkeypatch):
+    fresh = state.ShimState()
+    fresh.publisher = _Counting()
+    fresh.fail("v2.draft", ValueError("x"))
+    fresh.fail("v2.draft", ValueError("again"))  # disabled already: nothing more
+    assert fresh.publisher.hook_failures == 6 and fresh.publisher.events == [("hook", "v2.draft", "failed")]
+
+
+def test_hook_events_before_the_publisher_are_kept_up_to_256():
+    fresh = state.ShimState()
+    for i in range(300):
+        fresh.report(f"s{i}", "attached")
+    assert len(fresh.pending) == 256 and fresh.seam_status["s299"] == "attached"
+
+
 # -- the ring of reusable host buffers: one slot and one event per step ---------------------------
 class FakeEvent:
     """Stands in for ``torch.cuda.Event``: ``record`` queues it, ``complete`` is the device catching up."""
@@ -228,6 +272,7 @@ def test_a_step_without_a_free_slot_is_counted_as_dropped_not_published(shim, mo
     step_hook, verify_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["verify_v2"]("u.verify")
 
     class Untouched:  # a device tensor the hook must not copy: there is no slot for it
+        is_cpu = False
         device = type("Device", (), {"type": "cuda"})()
 
         def __getattr__(self, name):
@@ -581,3 +626,34 @@ def test_the_patcher_wraps_on_import_and_unwraps_only_its_own_wrappers(monkeypat
     assert fake.Worker().step(1) == 20  # theirs, left in place
     assert "e3s_fake_seam.Worker.step was replaced after the shim wrapped it" in caplog.text
     assert not patcher.active and STATE.seam_status == {"f.step": "disabled", "f.pure": "disabled"}
+
+
+def test_the_ring_is_sized_from_the_targets_request_pool_and_the_widest_adaptive_round(monkeypatch):
+    """Request pool (held by the worker, or else by the target's model runner) x the widest round: the
+    draft tokens, or an adaptive step budget's steps + 1 (bonus included), whichever is larger."""
+    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
+    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    runner = ns(req_to_token_pool=ns(size=16), max_running_requests=2)
+    worker = ns(target_worker=ns(model_runner=runner), speculative_num_steps=3, speculative_num_draft_tokens=4,
+                adaptive_controller=ns(candidate_steps=[1, 5]))
+    hooks._size_ring(worker)
+    assert SNAPSHOTS.capacity == 16 * 6 and SNAPSHOTS.sized
+    worker.adaptive_controller = None
+    hooks._size_ring(worker)
+    assert SNAPSHOTS.capacity == 16 * 4
+
+
+def test_a_batch_with_an_extend_in_it_is_a_prefill_step(shim, monkeypatch):
+    """SGLang's mixed batches: the forward mode says decode but ``is_extend_in_batch`` is set (the
+    step seam's own test, eagle_worker_v2.py 0.5.23); such a step carries no acceptance."""
+    monkeypatch.setattr(STATE, "publisher", PublisherStub())
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    seen = []
+
+    class Mixed(Batch):
+        is_extend_in_batch = True
+
+    for batch in (Batch(), Mixed()):
+        hooks.FACTORIES["step"]("u.step")(lambda self, b: seen.append(STATE.step.prefill), None, batch)
+    assert seen == [False, True]

@@ -251,3 +251,35 @@ def test_the_host_ring_allocates_every_slot_at_the_first_step_and_never_after(en
     assert got["allocations"] == 4 and got["late"] == 0 and got["slots"] >= 8, got
     assert got["oversize"] == [True, True, 1, 4], got
     assert got["unsized"] == [3, 2], got  # what an unknown capacity costs: the reason the ring is sized first
+
+
+CPU_SNAP = r"""
+import json, os, torch
+from eagle3scope_shim import hooks
+from eagle3scope_shim.ring import SNAPSHOTS, snap
+from eagle3scope_shim.state import Step
+step, src = Step(), {"draft": torch.arange(8), "lens": torch.tensor([2, 3], dtype=torch.int32),
+                     "path": torch.tensor([[0, 1, 2], [4, 6, 7]], dtype=torch.int32)}
+views = {name: snap(step, name, t) for name, t in src.items()}
+kinds = sorted({type(v).__name__ for v in views.values()})
+for t in src.values():
+    t.add_(100)  # SGLang reusing its buffers after the round: the snapshot must not follow
+step.draft, step.verify, step.path = views["draft"], ("v2", views["lens"], views["draft"]), views["path"]
+body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
+print(json.dumps({"kinds": kinds, "ring": SNAPSHOTS.ring is not None, "draft_ids": body["draft_ids"],
+                  "accepted_ids": body["accepted_ids"], "path": body["accepted_path"]}))
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_cpu_snapshots_are_host_copies_taken_at_once(engine_python, guarded):
+    """Issue 28: a CPU tensor is listed at once (cheaper than a clone after a forward swept the caches),
+    cloned under the sync guard (which flags tolist on any device); either is a copy the publisher
+    turns into the same body, untouched by SGLang writing the tensors afterwards, and no ring is made."""
+    env = {**checkout_pythonpath(os.environ), "EAGLE3SCOPE_SYNC_GUARD": "1" if guarded else ""}
+    done = run_engine_python(engine_python, "-c", CPU_SNAP, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["kinds"] == (["Tensor"] if guarded else ["list"]) and got["ring"] is False, got
+    assert got["draft_ids"] == [[1, 2, 3], [5, 6, 7]] and got["accepted_ids"] == [[0, 1], [4, 5, 6]], got
+    assert got["path"] == [[0], [1, 2]], got

@@ -4,7 +4,11 @@ Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`guard.around
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
 device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
-``tolist`` in :func:`finalize_step` and hands the slot back.
+device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor is listed at once:
+there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
+fires on every eager draft pass, only counts passes inside the callers that read the width they
+hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
+the caches, so the round's work is done where it fires once).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
+from eagle3scope_shim.ring import SNAPSHOTS, HostRing, listed, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
 _now = time.perf_counter_ns
@@ -270,39 +274,49 @@ def make_commit(seam):
 def _timed(seam, slot: str | None, observe=None):
     """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data.
     For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
-    the draft (a shape: host metadata) and, when the draft's forward did not run during the call
-    (the pass replayed a graph), counts that pass from this eager read."""
+    the draft (a shape: host metadata), and the draft passes of the call come from that one read:
+    the draft-forward hook only counts the forwards that ran (``Step.feed``), and when none did
+    (the pass replayed a graph) the read stands for the replayed pass."""
     feeds = seams.DRAFT_INPUTS.get(seam)
 
     def pre(*args, **kwargs):
         step = STATE.step
         if step is None:
             return None
-        width = None
+        feed = None
         if feeds is not None:
-            index, name, path, _ = feeds
+            index, name, path, mode = feeds
             states = args[index] if len(args) > index else kwargs.get(name)
             for attr in path:
                 states = getattr(states, attr)
-            width = None if states is None else int(states.shape[-1])
-        return _now(), width, step.forwards
+            if states is not None:
+                width = int(states.shape[-1])
+                embed = FACTS.draft_embed_width
+                always = FACTS.draft_fc_always
+                feed = [mode, width, always or (embed is not None and width != embed), 0]
+                step.feed = feed if always or embed is not None else None  # fc known here: the forward hook just counts
+        return _now(), feed, step.forwards
 
     def post(ctx, result, *args, **kwargs):
         step = STATE.step
         if ctx is None or step is None:
             return
-        t0, width, forwards = ctx
+        t0, feed, forwards = ctx
         if slot is not None:
             setattr(step, slot, _now() - t0)
         if observe is not None:
             observe(step, result, args[0])
-        if width is not None and step.forwards == forwards:
-            _replayed(step, args, feeds[3], width)
+        if feed is not None:
+            step.feed = None
+            if feed[3]:  # forwards that ran eagerly, each counted by the draft-forward hook
+                step.add_pass(feed[0], feed[1], feed[2], feed[3])
+            elif step.forwards == forwards:
+                _replayed(step, args, feed[0], feed[1], feed[2])
 
     return around(seam, pre, post, hot=True, in_step=True, traceable=False)
 
 
-def _replayed(step, args, mode: str, width: int) -> None:
+def _replayed(step, args, mode: str, width: int, fc: bool) -> None:
     """The caller ran, the draft's forward did not: its pass replayed a captured graph. Not on a
     draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
     if "draft_model" in STATE.unobserved:
@@ -313,8 +327,6 @@ def _replayed(step, args, mode: str, width: int) -> None:
     if n < 1:
         return  # a one-step draft runs no decode forward at all
     raw_bs = len(batch.seq_lens)
-    embed = FACTS.draft_embed_width
-    fc = FACTS.draft_fc_always or (embed is not None and width != embed)
     step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, raw_bs))
 
 
@@ -393,17 +405,29 @@ def make_tp_broadcast(seam):
 
 
 def make_draft_forward(seam):
+    """Fires once per eager draft pass (two or more a round). Inside a caller that read the width it
+    hands the draft (``Step.feed``, set by :func:`_timed`) it only counts the pass: the caller adds
+    it with that width and fc, and asks no capture flag (SGLang captures the draft's graphs through
+    the graph runners, never inside the hooked callers). Elsewhere, and at graph capture, it reads
+    width and fc itself."""
     capturing = None
     fc_always = seam in seams.FC_ALWAYS
 
     def pre(self, *args, **kwargs):
         nonlocal capturing
+        step = STATE.step
+        feed = None if step is None else step.feed
+        if feed is not None:  # no graph is captured inside a worker's draft call: SGLang captures at start-up
+            step.forwards += 1
+            feed[3] += 1
+            return None
         if capturing is None:
             capturing = graphs.capture_flag()  # kept once found
-        step = STATE.step
         in_capture = capturing is not None and capturing()
         if step is None and not in_capture:
             return None
+        if not in_capture:
+            step.forwards += 1
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         width = int(forward_batch.spec_info.hidden_states.shape[-1])
         embed_width = int(self.embed_tokens.weight.shape[-1])
@@ -413,7 +437,6 @@ def make_draft_forward(seam):
             if graphs.record_capture(mode, int(forward_batch.batch_size), width, fc):
                 loadreport.refresh_hello()
             return None
-        step.forwards += 1
         step.add_pass(mode, width, fc)
         return None
 
@@ -455,14 +478,14 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
     width = 0
     if step.draft is not None and bs:
-        tokens = step.draft.tolist()
+        tokens = listed(step.draft)
         width = len(tokens) // bs
         draft_ids = [tokens[i * width + 1 : (i + 1) * width] for i in range(bs)]
     if step.verify is not None and bs:
         kind, counts, ids = step.verify
-        ids = ids.tolist() if ids is not None else []
+        ids = listed(ids) if ids is not None else []
         if kind == "v2":
-            lens = counts.tolist()
+            lens = listed(counts)
             stride = len(ids) // bs if bs else 0
             for i, n in enumerate(lens):
                 accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0
@@ -504,7 +527,7 @@ def _tree_path(index, accepted: list, bs: int, width: int) -> list:
     """Per request, the accepted draft nodes as indices into its ``draft_ids`` (depth order): row i of
     ``accept_index`` is [root, node at depth 1, ...] in global node numbering (i * width + j, where
     node 0 is the root that ``draft_ids`` leaves out)."""
-    flat = index.tolist()
+    flat = listed(index)
     if flat and type(flat[0]) is list:  # a CPU snapshot keeps the [bs, steps + 1] shape; ring views are flat
         flat = [x for row in flat for x in row]
     s1 = len(flat) // bs

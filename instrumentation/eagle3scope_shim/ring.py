@@ -130,29 +130,31 @@ def ring_for(device_type: str, capacity: int) -> HostRing:
 
 
 def snap(step, name: str, tensor):
-    """A host copy of ``tensor`` taken without a sync. CPU tensors are cloned (cheaper than a
-    slice-and-copy into a held buffer, and done when ``clone`` returns). Device tensors go
-    ``non_blocking`` into the step's ring slot: pinned buffers reused across steps, read by the
-    publisher thread only after the slot's one event, which the step hook records after all the
-    step's copies. None when the ring had no free slot: the step is then marked dropped."""
+    """A host copy of ``tensor`` taken without a sync. A CPU tensor is read into a list at once:
+    cheaper than a ``clone`` and done when it returns, and no device is
+    involved. Device tensors go ``non_blocking`` into the step's ring slot: pinned buffers reused
+    across steps, read by the publisher thread only after the slot's one event, which the step hook
+    records after all the step's copies. None when the ring had no free slot: the step is then
+    marked dropped. ``is_cpu``/``is_cuda`` rather than ``device.type``: each builds no
+    ``torch.device`` (after a forward has swept the caches, ``device.type`` costs about 40 µs of CPU
+    here, ``is_cpu`` 17: BENCHMARKS.md)."""
     if tensor is None:
         return None
-    device = tensor.device.type
-    if device == "cpu" and not SNAPSHOTS.on_cpu:
-        return tensor.clone()
+    if tensor.is_cpu and not SNAPSHOTS.on_cpu:
+        return tensor.clone() if CLONE_CPU else tensor.tolist()
     if step.dropped:
         return None
     slot = step.slot
     if slot is None:
         ring = SNAPSHOTS.ring
         if ring is None:
-            ring = SNAPSHOTS.ring = ring_for(device, SNAPSHOTS.capacity)
+            ring = SNAPSHOTS.ring = ring_for(tensor.device.type, SNAPSHOTS.capacity)
         slot = step.slot = ring.acquire()
         if slot is None:
             step.dropped = True
             return None
     n = tensor.numel()
-    held = SNAPSHOTS.ring.buffer(slot, name, tensor.dtype, n, device == "cuda")  # (buffer, numel of the view, view)
+    held = SNAPSHOTS.ring.buffer(slot, name, tensor.dtype, n, tensor.is_cuda)  # (buffer, numel of the view, view)
     if held is None:
         step.dropped = True
         return None
@@ -161,6 +163,18 @@ def snap(step, name: str, tensor):
     view = held[2]
     view.copy_(tensor if tensor.dim() == 1 else tensor.reshape(-1), non_blocking=True)
     return view
+
+
+def listed(value) -> list:
+    """A snapshot as a list (publisher thread): a CPU tensor's is one already, ring views and clones
+    are read with ``tolist``."""
+    return value if type(value) is list else value.tolist()
+
+
+#: Under the sync guard (``EAGLE3SCOPE_SYNC_GUARD=1``, test support) a CPU tensor is cloned, not
+#: listed: the guard flags ``tolist`` whatever the device, so that a CPU run proves what a GPU run
+#: would sync on, and the CPU branch of :func:`snap` never runs for a device tensor.
+CLONE_CPU = os.environ.get(env.SYNC_GUARD, "").strip() == "1"
 
 
 SNAPSHOTS = Snapshots()

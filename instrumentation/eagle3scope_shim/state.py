@@ -35,11 +35,14 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "prefill", "slot", "dropped",
-                 "num_steps", "path", "discarded", "forwards")
+                 "num_steps", "path", "discarded", "forwards", "feed")
 
     def __init__(self) -> None:
         self.passes: list[list] = []  # [mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None]
         self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
+        #: while a caller of the draft runs (seams.DRAFT_INPUTS): [mode, width, fc, forwards counted]
+        #: from its read of the width it hands over; the draft-forward hook then only counts
+        self.feed: list | None = None
         self.draft = None  # snapshot of EagleVerifyInput.draft_token
         self.verify = None  # (kind, per-request counts, token ids) snapshots
         self.path = None  # trees (topk > 1): snapshot of verify's accept_index, the nodes of the accepted path
