@@ -384,3 +384,103 @@ def test_a_speculators_config_whose_layer_config_is_not_an_object_is_an_invalid_
     finding = ids(report)["config-field-invalid"]
     assert code == 2 and finding["severity"] == "error"
     assert finding["evidence"]["field"] == "transformer_layer_config" and finding["evidence"]["value"] == "5"
+
+
+# -- the findings as `doctor --json` emits them: ids, severities and evidence keys are an interface ------
+
+
+def findings(report: dict) -> list[tuple[str, str, dict]]:
+    return [(f["id"], f["severity"], f["evidence"]) for f in report["findings"]]
+
+
+def test_d2t_missing_findings_pinned(tmp_path):
+    weights = dc.tensors()
+    del weights["d2t"], weights["t2d"]
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()))
+    assert (code, findings(report)) == (2, [("d2t-missing", "error", {"draft_vocab_size": dc.DRAFT_VOCAB,
+                                                                      "target_vocab_size": dc.TARGET_VOCAB})])
+    assert report["refusals"] == ["d2t is missing"]
+    code, report = doctor(dc.write(tmp_path / "e", weights, dc.specforge_config(draft_vocab_size=None)),
+                          "--sglang-version", "0.4.8")  # before 0.4.9 the loader crashes without d2t
+    assert code == 2 and ("d2t-missing", "error", {}) in findings(report)
+
+
+def test_t2d_of_the_wrong_length_findings_pinned(tmp_path):
+    weights = dc.tensors()
+    weights["t2d"] = np.ones(5, bool)
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()))
+    evidence = {"size": dc.DRAFT_VOCAB, "draft_vocab_size": dc.DRAFT_VOCAB, "target_vocab_size": dc.TARGET_VOCAB,
+                "min": 0, "max": dc.DRAFT_VOCAB - 1, "t2d_shape": [5], "t2d_true": 5, "out_of_range": 0,
+                "injective": True, "t2d_consistent": None}
+    assert (code, findings(report)) == (1, [("d2t-absolute", "warning", evidence), ("t2d-invalid", "warning", evidence)])
+
+
+def test_old_release_crash_and_logged_drop_findings_pinned(tmp_path):
+    code, report = doctor(dc.speculators(tmp_path / "d"), "--sglang-version", "0.4.8")
+    got = {i: (s, e) for i, s, e in findings(report)}
+    assert code == 2 and set(got) == {"weights-crash", "config-speculators-format", "weights-dropped"}
+    assert got["weights-crash"] == ("error", {"names": [f"layers.0.{n}.weight" for n in (
+        "mlp.gate_proj", "mlp.up_proj", "self_attn.k_proj", "self_attn.q_proj", "self_attn.v_proj")]})
+    assert got["weights-dropped"] == ("warning", {"names": [f"layers.0.{n}.weight" for n in (
+        "hidden_norm", "input_layernorm", "mlp.down_proj", "post_attention_layernorm", "self_attn.o_proj")], "count": 5})
+
+
+def test_silently_dropped_and_fc_findings_pinned(tmp_path):
+    weights = dc.tensors("layers.0.")
+    weights["layers.0.self_attn.q_norm.weight"] = np.ones(dc.HEAD_DIM, np.float16)
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()), "--sglang-version", "0.5.23")
+    (fid, severity, evidence), = findings(report)
+    assert (code, fid, severity, sorted(evidence)) == (2, "weights-dropped", "error", [
+        "examples", "groups", "loader", "params_left_random", "renamable", "skipped"])
+    assert (evidence["skipped"], evidence["renamable"], evidence["params_left_random"]) == (1, 0, [])
+    weights = dc.tensors()
+    weights["fc.weight"] = weights["fc.weight"][:, : 2 * dc.H]
+    code, report = doctor(dc.write(tmp_path / "e", weights, dc.specforge_config()))
+    assert (code, findings(report)) == (2, [("fc-shape", "error", {
+        "fc_shape": [dc.H, 2 * dc.H], "expected": [dc.H, 3 * dc.H], "num_aux_configured": 3,
+        "target_hidden_size": dc.H, "num_aux_trained": 2})])
+
+
+def test_fc_hint_names_ids_when_the_target_width_is_the_drafts(tmp_path, target):
+    """_fc_hint: the target's width is the fix only when it divides fc's width AND differs from the
+    draft's; a target as wide as the draft leaves the aux-id count as the fix."""
+    weights = dc.tensors()
+    weights["fc.weight"] = weights["fc.weight"][:, : 2 * dc.H]
+    code, report = doctor(dc.write(tmp_path / "d", weights, dc.specforge_config()), "--target", str(target))
+    assert code == 2 and ids(report)["fc-shape"]["fix"].startswith(
+        "Give eagle_config.eagle_aux_hidden_state_layer_ids 2 ids")
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "config.json").write_text(json.dumps({**dc.llama_fields(), "architectures": ["LlamaForCausalLM"],
+                                                  "num_hidden_layers": dc.TARGET_LAYERS, "hidden_size": 2 * dc.H}))
+    weights["fc.weight"] = np.zeros((dc.H, 6 * dc.H), np.float16)  # 3 aux states of the wide target
+    code, report = doctor(dc.write(tmp_path / "e", weights, dc.specforge_config()), "--target", str(wide))
+    assert code == 2 and ids(report)["fc-shape"]["fix"].startswith(f"Set target_hidden_size to {2 * dc.H}")
+
+
+def test_embed_random_needs_a_checkpoint_without_embed_tokens(tmp_path):
+    config = dc.specforge_config(target_hidden_size=2 * dc.H)
+    weights = dc.tensors()
+    weights["fc.weight"] = np.zeros((dc.H, 6 * dc.H), np.float16)
+    weights.pop("embed_tokens.weight", None)
+    code, report = doctor(dc.write(tmp_path / "d", weights, config))
+    assert (code, findings(report)) == (2, [("embed-random", "error", {
+        "target_hidden_size": 2 * dc.H, "hidden_size": dc.H, "embed_tokens_in_checkpoint": False})])
+    weights["embed_tokens.weight"] = np.zeros((dc.TARGET_VOCAB, dc.H), np.float16)
+    code, report = doctor(dc.write(tmp_path / "e", weights, config))
+    assert (code, findings(report)) == (0, [])
+    del weights["embed_tokens.weight"]  # two wrapped copies: neither is loaded, but the draft has its own embedding
+    weights["a.embed_tokens.weight"] = weights["b.embed_tokens.weight"] = np.zeros((dc.TARGET_VOCAB, dc.H), np.float16)
+    code, report = doctor(dc.write(tmp_path / "f", weights, config))
+    assert "embed-random" not in ids(report) and "weights-dropped" in ids(report)
+
+
+def test_mla_draft_with_use_aux_norm_needs_its_fc_norms(tmp_path):
+    config = dc.modelopt_mla_config()
+    code, report = doctor(dc.write(tmp_path / "d", dc.modelopt_mla_tensors(), {**config, "use_aux_norm": True}))
+    got = {i: (s, e) for i, s, e in findings(report)}
+    assert code == 2 and got["weights-unwritten"] == ("error", {
+        "params": [f"model.fc_norm.{i}.weight" for i in range(3)], "count": 3, "unpaired": []})
+    weights = {**dc.modelopt_mla_tensors(), **{f"fc_norm.{i}.weight": np.ones(dc.H, np.float16) for i in range(3)}}
+    code, report = doctor(dc.write(tmp_path / "e", weights, {**config, "use_aux_norm": True}))
+    assert code == 0 and [f["id"] for f in report["findings"]] == ["not-modelled"]
