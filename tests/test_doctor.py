@@ -484,3 +484,28 @@ def test_mla_draft_with_use_aux_norm_needs_its_fc_norms(tmp_path):
     weights = {**dc.modelopt_mla_tensors(), **{f"fc_norm.{i}.weight": np.ones(dc.H, np.float16) for i in range(3)}}
     code, report = doctor(dc.write(tmp_path / "e", weights, {**config, "use_aux_norm": True}))
     assert code == 0 and [f["id"] for f in report["findings"]] == ["not-modelled"]
+
+
+def test_config_check_findings_pinned(tmp_path):
+    """config_checks' findings as doctor --json emits them: the MLA draft before 0.5.12 and after, a
+    class SGLang cannot start (another layout, and Llama's layout), an EAGLE-3.x norm flag too new."""
+    mla = dc.write(tmp_path / "mla", dc.modelopt_mla_tensors(), dc.modelopt_mla_config())
+    code, report = doctor(mla, "--sglang-version", "0.5.10")
+    assert (code, findings(report)) == (2, [("architecture-unsupported", "error", {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "first_release": "0.5.12"})])
+    assert report["headline"] == "SGLang 0.5.10 has no Eagle3DeepseekV2ForCausalLM"
+    code, report = doctor(mla, "--sglang-version", "0.5.23")
+    assert (code, findings(report)) == (0, [("not-modelled", "info", {
+        "loader": "models/kimi_k25_eagle3.py", "checked": ["tensor names", "d2t", "lm_head presence", "aux layer ids"]})])
+    classes = ["Eagle3DeepseekV2ForCausalLM", "LlamaForCausalLMEagle3"]
+    foo = {**dc.specforge_config(), "architectures": ["FooEagle"]}
+    code, report = doctor(dc.write(tmp_path / "other", {"foo.weight": np.ones(4, np.float16)}, foo), "--sglang-version", "0.5.23")
+    assert code == 2 and findings(report)[0] == ("architecture-unsupported", "error", {
+        "architectures": ["FooEagle"], "sglang_version": "0.5.23", "draft_classes": classes})
+    code, report = doctor(dc.write(tmp_path / "llama", dc.tensors(), foo), "--sglang-version", "0.5.23")
+    assert (code, findings(report)) == (2, [("architecture", "error", {
+        "architectures": ["FooEagle"], "sglang_version": "0.5.23", "draft_classes": classes})])
+    normed = dc.write(tmp_path / "norm", dc.tensors(), dc.specforge_config(norm_before_fc=True))
+    code, report = doctor(normed, "--sglang-version", "0.5.11")
+    assert (code, findings(report)) == (2, [("eagle-config-ignored", "error", {
+        "flags": ["norm_before_fc"], "first_release": {"norm_before_fc": "0.5.17"}, "loader": "0.5.3-0.5.11"})])
