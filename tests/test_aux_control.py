@@ -703,3 +703,53 @@ def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_c
 
     run()
     assert runner.decode_cuda_graph_runner.replays == [2, 4, 5]
+
+
+def test_a_server_args_without_pp_size_is_no_pipeline(monkeypatch):
+    """SGLang's server_args may lack ``pp_size`` (older releases): that is one pipeline stage, not a blocker."""
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    _gather(monkeypatch, target)  # FACTS as a one-rank Llama server has them
+    sa = SimpleNamespace(tp_size=1, device="cpu", speculative_draft_model_path="/d")
+    assert aux_channel.gather(SimpleNamespace(server_args=sa)).why_not == ""
+
+
+def test_start_judges_the_facts_of_its_own_tp_rank_and_names_its_thread(tmp_path, monkeypatch):
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    _gather(monkeypatch, target)
+    monkeypatch.setattr(STATE, "seam_status", {seams.BROADCAST: "attached"})
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
+    monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
+    sa = SimpleNamespace(tp_size=4, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    ctl = aux_channel.start(SimpleNamespace(server_args=sa), 0, tp_rank=2)
+    try:
+        assert ctl is not None and STATE.aux_channel is ctl
+        assert ctl.facts.why_not.startswith("tensor parallelism (tp_size 4): this is TP rank 2")
+        assert ctl._thread.name == "eagle3scope-control" and ctl._thread.daemon
+    finally:
+        ctl.close()
+
+
+def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
+    """``wait_s`` ran out at ``now >= deadline``: the queued reply goes out then, not one poll later."""
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    sent = []
+    monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
+    monkeypatch.setattr(aux_channel.time, "monotonic", lambda: 100.0)
+    ctl._parked = [(b"p", "r1", 100.0, {"status": "queued"}), (b"q", "r2", 100.5, {"status": "queued"})]
+    ctl._answer_parked(None)
+    assert sent == [(b"p", {"status": "queued"})] and [p[1] for p in ctl._parked] == ["r2"]
+
+
+def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monkeypatch):
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    _gather(monkeypatch, target)
+    (kind, worker, _, draft), = FACTS.workers
+    del draft.config.target_hidden_size  # fc [128, 384] over the target's 128: 3 aux states
+    sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    facts = aux_channel.gather(SimpleNamespace(server_args=sa))
+    assert (facts.expected, facts.why_not) == (3, "")
