@@ -413,3 +413,39 @@ def test_a_step_that_names_no_mode_is_a_decode_row_and_load_reports_show_what_wa
     assert dict(report.hello)["host"] == "box"
     (silent,) = load_reports(analyse([s.frame("step", step(1, 1, [1]))]))
     assert (silent.hello, silent.load) == (None, None)
+
+
+# -- the load summary's rows, exactly (the TUI's load panel draws them as they are) ------------------
+def test_load_summary_rows_exactly():
+    from eagle3scope.analysis.views import Fact, load_summary
+    from eagle3scope.wire.announcements import read_load
+    from eagle3scope.wire.aux_layers import family_rule
+
+    body = {"draft_class": "LlamaForCausalLMEagle3", "target_class": "LlamaForCausalLM", "fc": {"in": 384, "out": 128},
+            "aux": {"configured": [1, 3, 5], "captured": [2, 4, 6], "use_aux": True, "offset_rule": "+1"},
+            "d2t": {"present": True, "size": 32, "target_min": 0, "target_max": 63, "out_of_range": 0, "injective": True},
+            "lm_head": {"source": "checkpoint", "shape": [32, 128]}, "embed_tokens": {"source": "target"},
+            "weights": {"consumed": ["fc.weight", "d2t"], "skipped": ["a.w", "b.w", "c.w"], "unwritten": ["model.x", "model.y"]}}
+    head = [Fact("draft / target", "LlamaForCausalLMEagle3 / LlamaForCausalLM"), Fact("fc", "384 → 128"),
+            Fact("configured aux ids", "[1, 3, 5]"), Fact("captured (load)", "[2, 4, 6]", "ok")]
+    tail = [Fact("lm_head", "checkpoint [32, 128]"), Fact("embed_tokens", "target"),
+            Fact("weights", "2 consumed, 3 skipped, 2 never written: a.w, b.w, c.w, model.x", "bad")]
+    assert load_summary(read_load(body), {"on": True, "layers": [2, 4, 6]}, family_rule("LlamaForCausalLM")) == [
+        *head, Fact("captured (live)", "[2, 4, 6] capture on"), Fact("use_aux / rule", "True / +1"),
+        Fact("family id rule", "+1: captures id + 1"), Fact("d2t", "size 32 → target [0, 63] ok", "ok"), *tail]
+    bad = {**body, "d2t": {**body["d2t"], "injective": False, "out_of_range": 2, "looks_absolute": True,
+                           "t2d_consistent": False}}
+    del bad["fc"]
+    assert load_summary(read_load(bad), {"on": False, "layers": [2]}, None) == [
+        head[0], Fact("fc", "none", "bad"), *head[2:], Fact("captured (live)", "[2] capture off", "bad"),
+        Fact("use_aux / rule", "True / +1"), Fact("family id rule", "unknown family", "muted"),
+        Fact("d2t", "size 32 → target [0, 63] 2 out of range; not injective; looks absolute; t2d inconsistent", "bad"),
+        *tail]
+    bare = {"draft_class": "D", "target_class": "T", "fc": {"in": 1, "out": 1}, "aux": {"use_aux": False, "captured": [3]},
+            "lm_head": {"source": "init", "shape": [4, 1]}, "weights": {"consumed": ["fc.weight"]}}
+    assert load_summary(read_load(bare), None) == [
+        Fact("draft / target", "D / T"), Fact("fc", "1 → 1"), Fact("configured aux ids", "None"),
+        Fact("captured (load)", "[3]"), Fact("captured (live)", "–"), Fact("use_aux / rule", "False / None"),
+        Fact("family id rule", "unknown family", "muted"), Fact("d2t", "absent (draft vocab = target vocab?)", "muted"),
+        Fact("lm_head", "init [4, 1]", "bad"), Fact("embed_tokens", "None"), Fact("weights", "1 consumed, 0 skipped, 0 never written", "ok")]
+    assert load_summary(None, None) == [Fact("load report", "not received yet", "muted")]
