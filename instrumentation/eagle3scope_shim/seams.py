@@ -73,6 +73,22 @@ def _s(name: str, hook: str, *targets: tuple[str, str], only_with: str = "") -> 
     return Seam(name, tuple(targets), hook, only_with)
 
 
+#: EAGLE-1/2 drafts (--speculative-algorithm EAGLE): one forward each, its fc over cat(embeds, hidden)
+#: on every pass, forward(input_ids, positions, forward_batch, ...). LlamaForCausalLMEagle in every
+#: release (llama_eagle.py, 0.4.4 line 95 to 0.5.23 line 106), Qwen2ForCausalLMEagle in every release,
+#: MistralLarge3ForCausalLMEagle from 0.5.10, MistralForCausalLMEagle from 0.5.11 (read in the wheels).
+EAGLE1_FORWARDS = {
+    "llama_eagle": (_LE, "LlamaModel.forward"),
+    "qwen2_eagle": (_QE, "Qwen2Model.forward"),
+    "mistral_eagle": (_ME, "MistralEagleModel.forward"),
+    "mistral_large_3_eagle": (_ML3E, "MistralLarge3EagleModel.forward"),
+}
+
+
+def _eagle1(name: str, target: tuple[str, str]) -> Adapter:
+    return Adapter(name, "draft_model", (_s(f"{name}.forward", "draft_forward", target),))
+
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter("scheduler", "process", (_s("scheduler.init", "scheduler_init", (_SCHED, "Scheduler.__init__")),)),
     Adapter("v2", "worker", (
@@ -96,23 +112,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("llama_eagle3.forward", "draft_forward", (_LE3, "LlamaModel.forward")),
         _s("llama_eagle3.load", "draft_load", (_LE3, "LlamaForCausalLMEagle3.load_weights")),
     )),
-    # EAGLE-1/2 (LlamaForCausalLMEagle under --speculative-algorithm EAGLE), in every release: its fc
-    # runs over cat(embeds, hidden) on every pass (llama_eagle.py, 0.4.4 line 95 to 0.5.23 line 106).
-    Adapter("llama_eagle", "draft_model", (
-        _s("llama_eagle.forward", "draft_forward", (_LE, "LlamaModel.forward")),
-    )),
-    # The other EAGLE-1/2 drafts, the same fc over cat(embeds, hidden) on every pass and the same
-    # forward(input_ids, positions, forward_batch, ...): Qwen2ForCausalLMEagle in every release
-    # (qwen2_eagle.py), MistralLarge3ForCausalLMEagle from 0.5.10, MistralForCausalLMEagle from 0.5.11.
-    Adapter("qwen2_eagle", "draft_model", (
-        _s("qwen2_eagle.forward", "draft_forward", (_QE, "Qwen2Model.forward")),
-    )),
-    Adapter("mistral_eagle", "draft_model", (
-        _s("mistral_eagle.forward", "draft_forward", (_ME, "MistralEagleModel.forward")),
-    )),
-    Adapter("mistral_large_3_eagle", "draft_model", (
-        _s("mistral_large_3_eagle.forward", "draft_forward", (_ML3E, "MistralLarge3EagleModel.forward")),
-    )),
+    *(_eagle1(name, target) for name, target in EAGLE1_FORWARDS.items()),
     Adapter("kimi_k25_eagle3", "draft_model", (
         _s("kimi_k25_eagle3.forward", "draft_forward", (_KIMI, "Eagle3MLAModel.forward")),
         _s("kimi_k25_eagle3.load", "draft_load", (_KIMI, "Eagle3DeepseekV2ForCausalLM.load_weights")),
@@ -152,12 +152,12 @@ ADAPTERS: tuple[Adapter, ...] = (
 #: Per seam family whose hooks observe a speculative round, the seam whose method a class must
 #: inherit unchanged for the shim to see it (a subclass overriding it runs code the shim never sees).
 OBSERVING_SEAMS = {"worker": ("v2.step", "v1.step"),
-                   "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward", "llama_eagle.forward",
-                                   "qwen2_eagle.forward", "mistral_eagle.forward", "mistral_large_3_eagle.forward")}
+                   "draft_model": ("llama_eagle3.forward", "kimi_k25_eagle3.forward",
+                                   *(f"{name}.forward" for name in EAGLE1_FORWARDS))}
 
 #: Draft forwards whose fc applies on every pass (EAGLE-1/2: 2H -> H over cat(embeds, hidden)); the
 #: EAGLE-3 ones apply it iff the incoming width differs from the embedding width (llama_eagle3.py).
-FC_ALWAYS = ("llama_eagle.forward", "qwen2_eagle.forward", "mistral_eagle.forward", "mistral_large_3_eagle.forward")
+FC_ALWAYS = tuple(f"{name}.forward" for name in EAGLE1_FORWARDS)
 
 #: Where each caller holds the hidden states it hands the draft, read in eager code whether or not
 #: the draft pass then replays a graph: seam -> (argument index, self = 0; its keyword; attribute
