@@ -29,7 +29,7 @@ wheels: venv
 speculators-env: engine-env
 	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-speculators-env.sh
 
-# tmux for tests/test_tui_tmux.py (Debian package; installed only where missing).
+# tmux for tests/tui/test_tui_tmux.py (Debian package; installed only where missing).
 tmux:
 	command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux; }
 

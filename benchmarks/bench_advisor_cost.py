@@ -43,7 +43,7 @@ def held_mb(bs: int, steps: int = 6000) -> float:
     """What one publisher's state holds after ``steps`` decode steps, frames decoded one by one."""
     import tracemalloc
 
-    from analysis_streams import session
+    from support.analysis_streams import session
     from eagle3scope.analysis import SessionState
     from eagle3scope.wire import decode_frame, encode_frame
 
@@ -62,7 +62,7 @@ def held_mb(bs: int, steps: int = 6000) -> float:
 def advisor_costs() -> list[str]:
     from collections import deque
 
-    from analysis_streams import session
+    from support.analysis_streams import session
     from eagle3scope.analysis import analyse, views
     from eagle3scope.analysis.advisor import RoundLog
     from eagle3scope.analysis.state import ADVISOR_ROUNDS

@@ -1,7 +1,7 @@
 """Backbone figures for BENCHMARKS.md: publish cost, viewer ingest, recorder write, seek.
 
 Run: ``.venv/bin/python benchmarks/bench_backbone.py [--seek-steps 1000000] [--seeks 200]``.
-Bodies come from ``tests/synthetic.py`` (realistic top-k 1 chain, 3 drafts per request).
+Bodies come from ``tests/support/synthetic.py`` (realistic top-k 1 chain, 3 drafts per request).
 Goals (issue 2): ingest >= 50k steps/s, record >= 100k steps/s, seek <= 50 ms.
 """
 
@@ -29,7 +29,7 @@ from eagle3scope.store import SessionReader, SessionWriter  # noqa: E402
 from eagle3scope.store.replayer import Replayer  # noqa: E402
 from eagle3scope.wire import decode_frame, encode_frame  # noqa: E402
 from eagle3scope_shim.publisher import Publisher  # noqa: E402
-from synthetic import hello_body, session_frames, step_body  # noqa: E402
+from support.synthetic import hello_body, session_frames, step_body  # noqa: E402
 
 
 class Timed:

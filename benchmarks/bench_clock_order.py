@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from click.testing import CliRunner  # noqa: E402
 
-from analysis_streams import H, session  # noqa: E402
+from support.analysis_streams import H, session  # noqa: E402
 from eagle3scope.analysis import analyse  # noqa: E402
 from eagle3scope.cli import main as cli  # noqa: E402
 from eagle3scope.store import SessionWriter  # noqa: E402

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from synthetic import hello_body, load_body, step_body  # noqa: E402
+from support.synthetic import hello_body, load_body, step_body  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -178,7 +178,7 @@ def in_process(publishers: int, steps_each: int, bs: int, n: int = 20) -> tuple[
 
     from eagle3scope.exporter.service import Exporter
     from eagle3scope.wire import decode_frame
-    from synthetic import session_frames
+    from support.synthetic import session_frames
 
     with Exporter([endpoints_for(1)[0]], "127.0.0.1:0") as exporter:
         gc.collect()

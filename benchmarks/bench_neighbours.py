@@ -1,7 +1,7 @@
 """Neighbour figures for RELIABILITY.md: what another local user, a race or a signal does to a
 checkout, before and after the private-stream change.
 
-Run as root (a second uid acts through ``tests/neighbour_support.py``):
+Run as root (a second uid acts through ``tests/support/neighbour_support.py``):
 ``.venv/bin/python benchmarks/bench_neighbours.py [--before /path/to/older/checkout]``. Each
 checkout runs with its own ``.venv/bin/python`` and its own code first on ``PYTHONPATH``; the
 neighbour is a forked child dropped to the ``e3s-neighbour`` uid.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 import zmq  # noqa: E402
 
-from neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty, zmq_read  # noqa: E402
+from support.neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty, zmq_read  # noqa: E402
 
 PUBLISH = r"""
 import sys, time
@@ -58,7 +58,7 @@ import json, os, sys
 sys.path.append(sys.argv[1])
 from pathlib import Path
 from eagle3scope.wire.token import create_token_file, read_token
-from neighbour_support import rename_race
+from support.neighbour_support import rename_race
 directory = Path(sys.argv[2])
 good = create_token_file(directory)
 evil = directory / "evil.token"
@@ -134,7 +134,7 @@ def default_stream(co: Checkout, who, runtime: Path, old: bool) -> int:
 
 def squatted_port(co: Checkout, who, keys: Path) -> int:
     from eagle3scope.wire import encode_frame
-    from synthetic import hello_body, load_body, step_body
+    from support.synthetic import hello_body, load_body, step_body
 
     port = free_port()
     child = os.fork()
@@ -171,7 +171,7 @@ def signals(co: Checkout, scratch: Path) -> dict:
     from eagle3scope.wire import encode_frame
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.publisher import Publisher
-    from analysis_streams import session
+    from support.analysis_streams import session
 
     out = {}
     pub = Publisher(fresh_ipc_endpoint(), "sig:1:dp0", flush_interval_s=0.02)
@@ -181,7 +181,7 @@ def signals(co: Checkout, scratch: Path) -> dict:
     stop = threading.Event()
 
     def feed():
-        from synthetic import step_body
+        from support.synthetic import step_body
         seq = 0
         while not stop.is_set():
             pub.submit("step", step_body(seq, t_ns=time.time_ns()))

@@ -2,9 +2,9 @@
 
 Run: ``.venv/bin/python benchmarks/bench_reliability.py`` (a few minutes on 2 cores).
 
-It runs ``tests/test_hostile_*.py`` with ``EAGLE3SCOPE_RELIABILITY_OUT`` set, so every test
+It runs ``tests/hostile/test_hostile_*.py`` with ``EAGLE3SCOPE_RELIABILITY_OUT`` set, so every test
 appends its tally (cases tried, crashes, hangs, tracebacks, silent losses, peak memory; see
-``tests/hostile_support.py``), sums them per class and prints the table. It then measures the
+``tests/support/hostile_support.py``), sums them per class and prints the table. It then measures the
 transient memory of decoding the worst frame the default size bound lets through (1 MiB of
 nested empty lists: the most Python objects per byte msgpack allows).
 """
@@ -33,7 +33,7 @@ def run_suite() -> tuple[dict, int, float, str]:
         env = {**os.environ, "EAGLE3SCOPE_RELIABILITY_OUT": str(out)}
         t0 = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               *sorted(str(p) for p in (REPO / "tests").glob("test_hostile_*.py"))],
+                               *sorted(str(p) for p in (REPO / "tests" / "hostile").glob("test_hostile_*.py"))],
                               cwd=REPO, env=env, capture_output=True, text=True)
         elapsed = time.monotonic() - t0
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []

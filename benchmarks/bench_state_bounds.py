@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from analysis_streams import H, Stream, healthy_load, hello, session, step  # noqa: E402
+from support.analysis_streams import H, Stream, healthy_load, hello, session, step  # noqa: E402
 from eagle3scope.analysis import SessionState  # noqa: E402
 from eagle3scope.wire import Frame, decode_frame, encode_frame  # noqa: E402
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")  # loopback TCP figures of a trusted machine, as before CURVE
 sys.path.insert(0, str(ROOT / "tests"))
 
-from synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
+from support.synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

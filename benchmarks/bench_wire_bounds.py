@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from analysis_streams import session  # noqa: E402
+from support.analysis_streams import session  # noqa: E402
 from eagle3scope.exporter.fleet import Fleet  # noqa: E402
 from eagle3scope.exporter.metrics import FleetCollector  # noqa: E402
 from eagle3scope.wire import Frame  # noqa: E402

@@ -45,16 +45,16 @@ class Target:
     deselect: str = ""  # pytest -k expression for slow tests whose job other tests do faster
 
 
-ANALYSIS = ("tests/test_analysis.py", "tests/test_rules_non_eagle3.py", "tests/test_rules_evidence.py",
-            "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/test_wire_bounds.py")
-CONTROL = ("tests/test_control_protocol.py", "tests/test_control_client.py", "tests/test_aux_control.py", "tests/test_hostile_control.py", "tests/test_aux_tp.py", "tests/test_promises.py")
-SHIM_TESTS = ("tests/test_shim_unit.py", "tests/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
+ANALYSIS = ("tests/test_analysis.py", "tests/rules/test_rules_non_eagle3.py", "tests/rules/test_rules_evidence.py",
+            "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/wire/test_wire_bounds.py")
+CONTROL = ("tests/control/test_control_protocol.py", "tests/control/test_control_client.py", "tests/aux/test_aux_control.py", "tests/hostile/test_hostile_control.py", "tests/aux/test_aux_tp.py", "tests/test_promises.py")
+SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
               "tests/test_clock_order.py")
-DOCTOR = ("tests/test_doctor.py", "tests/test_doctor_d2t.py", "tests/test_doctor_2026.py", "tests/test_doctor_hostile.py",
-          "tests/test_doctor_producers.py")
-WIRE = ("tests/test_wire.py", "tests/test_wire_contract.py", "tests/test_promises.py", "tests/test_hostile_frames.py", "tests/test_wire_bounds.py")
-STORE = ("tests/test_store.py", "tests/test_store_boundaries.py", "tests/test_salvage_accounting.py",
-         "tests/test_hostile_recordings.py",
+DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
+          "tests/doctor/test_doctor_producers.py")
+WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
+STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
+         "tests/hostile/test_hostile_recordings.py",
          "tests/test_record_loss.py")
 
 # module -> what is mutated and the fast tests that exercise it (a test file outside the list cannot kill)
@@ -67,33 +67,33 @@ MODULES: dict[str, Target] = {
     "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/test_state_bounds.py")),
     "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/test_clock_order.py")),
     "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/test_loss_accounting.py", "tests/test_promises.py", "tests/test_record_loss.py",
-                                                     "tests/test_shim_cost.py", "tests/test_transport.py")),
+                                                     "tests/shim/test_shim_cost.py", "tests/test_transport.py")),
     "store-format": Target("eagle3scope/store/format.py", STORE),
     "store-index-seek": Target(
-        "eagle3scope/store/reader.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        "eagle3scope/store/reader.py", ("tests/store/test_store.py", "tests/store/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in (
             "SessionReaderǁrefresh", "SessionReaderǁ_batch_at", "SessionReaderǁframes",
             "SessionReaderǁ_first_matching", "SessionReaderǁseek_seq", "SessionReaderǁseek_time",
             "SessionReaderǁstate_at")),
         deselect="not replayer"),
     "store-index-write": Target(
-        "eagle3scope/store/writer.py", ("tests/test_store.py", "tests/test_store_boundaries.py"),
+        "eagle3scope/store/writer.py", ("tests/store/test_store.py", "tests/store/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in ("SessionWriterǁadd", "SessionWriterǁflush")),
         deselect="not replayer"),
-    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/test_replay_pacing.py", "tests/test_store.py",
+    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/test_replay_pacing.py", "tests/store/test_store.py",
                                                               "tests/test_clock_order.py",
                                                               "tests/test_cli_backbone.py")),
     "store-salvage": Target("eagle3scope/store/salvage.py", STORE),
     "exporter": Target(("eagle3scope/exporter/metrics.py", "eagle3scope/exporter/fleet.py",
                         "eagle3scope/exporter/service.py"),
-                       ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/test_wire_bounds.py",
+                       ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/wire/test_wire_bounds.py",
                         "tests/test_clock_order.py", "tests/test_facts.py")),
     "gate": Target(("eagle3scope/gate/__init__.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
-                   ("tests/test_gate_judge.py", "tests/test_gate.py", "tests/test_check.py", "tests/test_promises.py",
-                    "tests/test_hostile_frames.py")),
+                   ("tests/gate/test_gate_judge.py", "tests/gate/test_gate.py", "tests/test_check.py", "tests/test_promises.py",
+                    "tests/hostile/test_hostile_frames.py")),
     "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py", DOCTOR),
     "doctor-config": Target("eagle3scope/doctor/config_checks.py", DOCTOR),
-    "shim-hooks": Target("instrumentation/eagle3scope_shim/hooks.py", (*SHIM_TESTS, "tests/test_aux_control.py")),
+    "shim-hooks": Target("instrumentation/eagle3scope_shim/hooks.py", (*SHIM_TESTS, "tests/aux/test_aux_control.py")),
     "shim-state": Target("instrumentation/eagle3scope_shim/state.py", SHIM_TESTS),
     "control-protocol": Target("eagle3scope/wire/control_protocol.py", CONTROL),
     "control-client": Target("eagle3scope/control/client.py", CONTROL),
@@ -104,7 +104,7 @@ MODULES: dict[str, Target] = {
 # source, so a test that bounds a child's memory measures mutmut's copy (the doctor's 3,000 mutants
 # took a `doctor` child from under 200 MiB to 355 MiB) and fails mutmut's stats pass, which then
 # leaves every mutant "not run". Deselected from every mutation run (they still run in the suite).
-NOT_UNDER_MUTMUT = ("tests/test_doctor_hostile.py::test_sparse_giant_d2t_is_not_loaded",)
+NOT_UNDER_MUTMUT = ("tests/doctor/test_doctor_hostile.py::test_sparse_giant_d2t_is_not_loaded",)
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"

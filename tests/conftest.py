@@ -9,6 +9,7 @@ or test dependency): ``make test`` provides all of them, so a skip there is a ho
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # Hypothesis' timing checks measure the machine, not the code: on a shared 2-core box under load an
-# input draw can take a second (tests/test_aux_tp.py failed so at load 6), and no property here has
+# input draw can take a second (tests/aux/test_aux_tp.py failed so at load 6), and no property here has
 # a deadline to keep. The examples drawn, and their number, are unchanged.
 settings.register_profile("shared-box", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("shared-box")
@@ -28,6 +29,12 @@ atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], True)
 # Many tests feed hostile frames from raw plain-TCP PUB sockets on loopback; tests of the private
 # stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")
+
+# Test modules import each other's fixtures and helpers by module name (``from test_shim_engine import
+# ServerPool``), which pytest's prepend import mode allows once a module's folder is on sys.path: every
+# test folder goes there up front, so one file run alone finds them as the whole suite does.
+for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    sys.path.insert(1, str(_folder))
 
 from eagle3scope.demo.server import cache_dir
 from eagle3scope.demo.tiny import MODELS_DIRNAME
@@ -89,7 +96,7 @@ def deepseek_models(engine_python):
 @pytest.fixture(scope="session")
 def shared_prometheus(tmp_path_factory):
     """() -> a real Prometheus server, started on first use (once per session), or the reason there is none."""
-    from fleet_support import PrometheusServer, prometheus_binary
+    from support.fleet_support import PrometheusServer, prometheus_binary
 
     box: dict = {}
 
@@ -116,10 +123,10 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
     and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
     workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
     answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
-    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/fleet_support.py)."""
+    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/support/fleet_support.py)."""
     from contextlib import ExitStack
 
-    from fleet_support import FleetObservers
+    from support.fleet_support import FleetObservers
 
     from eagle3scope.demo.models import demo_prompts
     from eagle3scope.demo.runner import ScenarioRun

@@ -15,7 +15,7 @@ from eagle3scope.analysis.advisor import MIN_REQUEST_STEPS, RoundLog, advise
 from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import decode_frame, encode_frame
-from synthetic import hello_body, load_body
+from support.synthetic import hello_body, load_body
 from support.cli import invoke
 
 # A known machine: draft 0.8 ms + 0.05/request per step, verify 3 ms + 0.02/token, extend 1 ms + 0.01/token.
@@ -196,7 +196,7 @@ def test_advise_command_on_a_recording_prints_the_table_and_json(tmp_path):
 
 
 def _recording(tmp_path, frames) -> str:
-    from tui_support import write_recording
+    from support.tui_support import write_recording
 
     return str(write_recording(tmp_path / "run.e3s", frames))
 
@@ -224,7 +224,7 @@ def test_the_state_keeps_the_newest_rounds_and_forgets_an_ended_runs():
 
 
 def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
-    from tui_support import paused_app, play_to_end, run_async, screen_text
+    from support.tui_support import paused_app, play_to_end, run_async, screen_text
 
     frames = chain_frames(1500)
     cli = json.loads(invoke("advise", _recording(tmp_path, frames), "--json").output)
@@ -254,7 +254,7 @@ def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
 
 
 def test_tui_says_how_many_more_request_steps_a_short_recording_needs(tmp_path):
-    from tui_support import paused_app, play_to_end, run_async
+    from support.tui_support import paused_app, play_to_end, run_async
 
     frames = chain_frames(20)
     have = sum(len(decode_frame(f).body["accepted"]) for f in frames if decode_frame(f).kind == "step")

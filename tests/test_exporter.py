@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis_streams import H, session
+from support.analysis_streams import H, session
 from eagle3scope.analysis import analyse
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.exporter.metrics import PUBLISHER_LABELS
@@ -238,7 +238,7 @@ def test_the_readmes_other_metrics_mean_what_the_table_says():
     """README "Fleet" metrics: the rolling mean is over the last 512 request-steps; capture-off steps,
     the aux layer set, frames received and lost per cause, hook failures and bad frames are counted
     as the frames say (expected values computed from the frames sent, not by the analysis)."""
-    from analysis_streams import healthy_load
+    from support.analysis_streams import healthy_load
 
     healthy = renamed(session(600, bs=2, accept_p=0.6, seed=3), "host-a:1:dp0")
     last_beat = {"steps": 600, "dropped": 9, "hook_failures": 4, "queued": 0}

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from support.engine import FLEET_SCENARIOS, engine_missing
-from fleet_support import DASHBOARD, GATE_MIN_ACCEPT_LENGTH, GATE_STEPS, assert_dashboard_matches_check, bind, \
+from support.fleet_support import DASHBOARD, GATE_MIN_ACCEPT_LENGTH, GATE_STEPS, assert_dashboard_matches_check, bind, \
     dashboard_queries, panel_expr, values
 from test_real_scenarios import EXPECTED
 

@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
-from fleet_support import FleetObservers, PrometheusServer, assert_dashboard_matches_check, prometheus_binary
-from synthetic import hello_body, load_body, step_body
+from support.fleet_support import FleetObservers, PrometheusServer, assert_dashboard_matches_check, prometheus_binary
+from support.synthetic import hello_body, load_body, step_body
 
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher

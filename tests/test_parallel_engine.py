@@ -2,7 +2,7 @@
 
 Four servers, each shared by its module's tests. Two on the tiny pair (tests/conftest.py:
 tiny_models; a vocab-parallel draft head of 256 rows, 128 per rank at TP-2) with SGLang's simulated
-acceptance (``SGLANG_SIMULATE_ACC_LEN``, as tests/test_shim_engine.py), so per-request counts are
+acceptance (``SGLANG_SIMULATE_ACC_LEN``, as tests/shim/test_shim_engine.py), so per-request counts are
 not trivial and sampled verify runs too: the healthy draft at ``--tp-size 2``, and at
 ``--dp-size 2`` seen through one endpoint. Two on the seeds' family (DeepseekV3: MLA attention +
 MoE, trained; conftest ``deepseek_models``) at ``--tp-size 2``, as the demo serves its scenarios:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis_streams import session
+from support.analysis_streams import session
 from eagle3scope.store import SessionReader, SessionWriter, StoreError
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
-from neighbour_support import as_neighbour, rename_race
+from support.neighbour_support import as_neighbour, rename_race
 from test_private_stream import neighbour, shared_tmp  # noqa: F401 - fixtures
 from support.cli import CLI
 from support.recordings import record

@@ -260,7 +260,7 @@ def _check_pass(p: object, path: str) -> None:
 def check_step(body: dict) -> None:
     """A step body: the per-request lists agree with ``bs`` and hold what the analysis indexes.
     Written out rather than run through the derived checkers (the most frequent frame, checked on
-    every ingest); tests/test_wire_bodies.py holds it to every field's bound in ``bodies.Step``."""
+    every ingest); tests/wire/test_wire_bodies.py holds it to every field's bound in ``bodies.Step``."""
     get = body.get
     seq, bs = get("seq"), get("bs")
     if type(seq) is not int or not 0 <= seq <= INT64_MAX:

@@ -592,7 +592,7 @@ def _ids(value):
     return None if value is None else [int(x) for x in value]
 
 
-#: ``Seam.hook`` name -> the factory of its AROUND hook (tests/test_shim_unit.py: exactly the names the seams use)
+#: ``Seam.hook`` name -> the factory of its AROUND hook (tests/shim/test_shim_unit.py: exactly the names the seams use)
 FACTORIES = {
     "scheduler_init": make_scheduler_init,
     "worker_init_v2": make_worker_init_v2,

@@ -2,7 +2,7 @@
 load the checkpoint with its own ``load_weights`` and print, as one JSON object per line, the
 parameters (name -> shape) and which of them the checkpoint wrote (or the error the class raised
 on the config). The doctor's loader model is
-checked against this (tests/test_doctor_engine.py).
+checked against this (tests/doctor/test_doctor_engine.py).
 
 Usage: python tests/engine_side/eagle3_loader_probe.py DRAFT_DIR [DRAFT_DIR ...]
 """
