@@ -407,26 +407,26 @@ def make_tp_broadcast(seam):
 def make_draft_forward(seam):
     """Fires once per eager draft pass (two or more a round). Inside a caller that read the width it
     hands the draft (``Step.feed``, set by :func:`_timed`) it only counts the pass: the caller adds
-    it with that width and fc, and asks no capture flag (SGLang captures the draft's graphs through
-    the graph runners, never inside the hooked callers). Elsewhere, and at graph capture, it reads
-    width and fc itself."""
+    it with that width and fc. Elsewhere, and at graph capture, it reads width and fc itself: a
+    capture can run inside a caller (SGLang captures the draft's graphs at start-up, but the CPU
+    graph stand-in captures each shape at its first use, in a step), and is recorded as a capture."""
     capturing = None
     fc_always = seam in seams.FC_ALWAYS
 
     def pre(self, *args, **kwargs):
         nonlocal capturing
-        step = STATE.step
-        feed = None if step is None else step.feed
-        if feed is not None:  # no graph is captured inside a worker's draft call: SGLang captures at start-up
-            step.forwards += 1
-            feed[3] += 1
-            return None
         if capturing is None:
             capturing = graphs.capture_flag()  # kept once found
         in_capture = capturing is not None and capturing()
-        if step is None and not in_capture:
-            return None
+        step = STATE.step
         if not in_capture:
+            if step is None:
+                return None
+            feed = step.feed
+            if feed is not None:
+                step.forwards += 1
+                feed[3] += 1
+                return None
             step.forwards += 1
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         width = int(forward_batch.spec_info.hidden_states.shape[-1])
