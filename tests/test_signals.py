@@ -89,11 +89,26 @@ def stream():
         yield s
 
 
+@pytest.fixture
+def cli():
+    """Starts ``eagle3scope ARGS`` with pipes; a process a failed test left running is killed after it."""
+    started = []
+
+    def start(*args: str) -> subprocess.Popen:
+        started.append(subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 @pytest.mark.parametrize("sig", STOPS)
-def test_record_commits_and_closes_on(sig, stream, tmp_path):
+def test_record_commits_and_closes_on(sig, stream, tmp_path, cli):
     out = tmp_path / "r.e3s"
-    proc = subprocess.Popen([*CLI, "record", "--connect", stream.pub.endpoint, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = cli("record", "--connect", stream.pub.endpoint, "--out", str(out))
     _wait_for(proc, "receiving from")
     time.sleep(0.4)  # some batches in, one pending
     proc.send_signal(getattr(signal, sig))
@@ -107,9 +122,9 @@ def test_record_commits_and_closes_on(sig, stream, tmp_path):
 
 
 @pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT"])
-def test_gate_prints_its_verdict_on(sig, stream, tmp_path):
-    proc = subprocess.Popen([*CLI, "gate", "--connect", stream.pub.endpoint, "--steps", "1000000", "--timeout", "120",
-                             "--junit", str(tmp_path / "g.xml")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_gate_prints_its_verdict_on(sig, stream, tmp_path, cli):
+    proc = cli("gate", "--connect", stream.pub.endpoint, "--steps", "1000000", "--timeout", "120",
+               "--junit", str(tmp_path / "g.xml"))
     _wait_caught(proc.pid, getattr(signal, sig))
     time.sleep(1.0)  # subscribed and judging
     proc.send_signal(getattr(signal, sig))
@@ -120,9 +135,8 @@ def test_gate_prints_its_verdict_on(sig, stream, tmp_path):
 
 
 @pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT", "SIGTERM"])
-def test_exporter_exits_cleanly_on(sig, stream):
-    proc = subprocess.Popen([*CLI, "exporter", "--connect", stream.pub.endpoint, "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_exporter_exits_cleanly_on(sig, stream, cli):
+    proc = cli("exporter", "--connect", stream.pub.endpoint, "--listen", "127.0.0.1:0")
     _wait_for(proc, "exporting")
     proc.send_signal(getattr(signal, sig))
     assert proc.wait(30) == 0
