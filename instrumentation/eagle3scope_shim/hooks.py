@@ -422,12 +422,10 @@ def make_draft_forward(seam):
         if not in_capture:
             if step is None:
                 return None
-            feed = step.feed
-            if feed is not None:
-                step.forwards += 1
-                feed[3] += 1
-                return None
             step.forwards += 1
+            if step.feed is not None:
+                step.feed[3] += 1
+                return None
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         width = int(forward_batch.spec_info.hidden_states.shape[-1])
         embed_width = int(self.embed_tokens.weight.shape[-1])
