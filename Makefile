@@ -45,7 +45,7 @@ demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)
 
 test: venv engine-env engine-env-old models wheels speculators-env tmux prometheus
-	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not engine"

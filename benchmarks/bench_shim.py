@@ -2,7 +2,7 @@
 CPU time and tokens/s per generated token with and without the shim, measured in the same run.
 
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
-       [--draft random|trained] [--batch 1] [--steps 20000] [--hook-path-only [--device cuda]]
+       [--draft random|trained] [--batch 1] [--steps 20000] [--sample-hz 100] [--hook-path-only [--device cuda]]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
    the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
@@ -27,7 +27,10 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    time (``step_us``), the publisher thread's busy time (``publisher_us``) and CPU, and the main
    thread's CPU per round without and with the shim, per pair: its difference with a 95 % CI
    (``main_thread_delta_us_per_round``), against which the hook-path figures are held
-   (``agreement``). ``--draft trained`` serves the demo's trained draft (several tokens a round),
+   (``agreement``). An outside sampler (py-spy, when installed; ``--sample-hz``, benchmarks/sampled.py)
+   counts the shim's share of the on server's main-thread samples, which also sees what the
+   self-report cannot: SGLang's ``HookRegistry`` wrapper and the calls into each hook
+   (``sampled_shim_us_per_round``). ``--draft trained`` serves the demo's trained draft (several tokens a round),
    ``--batch 8`` sends each block's requests eight at a time.
 """
 
@@ -359,12 +362,14 @@ def mean_ci(values: list[float]) -> dict:
     return {"mean": round(mean, 1), "ci95": [round(mean - half, 1), round(mean + half, 1)], "pairs": len(values)}
 
 
-def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "random", batch: int = 1) -> dict:
+def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "random", batch: int = 1,
+           sample_hz: int = 100) -> dict:
     """Two servers alive, one without and one with the shim, serving in alternate blocks (never at
     the same time); the block order flips every pair and the start order every session, so drift
     in the shared machine's load and any first-started bias cancel. Per pair: tokens per CPU-second
     of all server processes (launcher, scheduler, detokenizer) with ÷ without the shim, and tokens
     per wall second likewise; ratios = geometric means with 95 % confidence intervals."""
+    import sampled as sampled_mod
     from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python
     from eagle3scope.demo.tiny import MODELS_DIRNAME
     from eagle3scope.live.subscriber import Subscriber
@@ -382,6 +387,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         subprocess.run([str(engine_python()), "-m", "eagle3scope.demo.tiny", str(root)], check=True, capture_output=True)
         target_dir, draft_dir = root / "target", root / "draft-random"
     blocks: dict[str, list] = {"off": [], "on": []}
+    sampled: list[dict] = []  # py-spy's view of the on server's scheduler, per session (sampled.py)
     frames, load = 0, [os.getloadavg()[0]]
     cost = {"shim_us": {}, "step_us": 0.0, "round_shim_us": 0.0, "publisher_us": 0.0, "decode_steps": 0,
             "passes": 0}  # the shim's own account
@@ -410,10 +416,14 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                     env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
                     servers[label] = SGLangServer(target_dir, draft_dir, env=env).start()
                     servers[label].post("/generate", warm)
+                pid = sampled_mod.scheduler_pid(servers["on"].proc.pid) if sample_hz else None
+                sampler = sampled_mod.Sampler(pid, sample_hz) if pid is not None else None
                 for pair in range(pairs):
                     for label in order if pair % 2 == 0 else order[::-1]:
                         blocks[label].append(_block(servers[label], pair, rounds, tokens, batch))
                     frames += heard(sub.poll(timeout_ms=0))
+                if sampler is not None and (got := sampler.stop()) is not None:
+                    sampled.append(got)
                 frames += heard(sub.poll(timeout_ms=1500))
             finally:
                 for server in servers.values():
@@ -431,7 +441,20 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     rounds_per_token = n_rounds / max(1, sum(b["tokens"] for b in on))
     deltas = [1e6 * (b["scheduler_threads"].get("main", 0.0) - a["scheduler_threads"].get("main", 0.0))
               / max(1.0, rounds_per_token * b["tokens"]) for a, b in zip(off, on)]
+    main_samples = sum(x["main_thread_samples"] for x in sampled)
+    shim_samples = sum(x["shim_samples"] for x in sampled)
+    parts: dict[str, int] = {}
+    for x in sampled:
+        for part, n in x["by_part"].items():
+            parts[part] = parts.get(part, 0) + n
+    share = shim_samples / main_samples if main_samples else None
     return {
+        # an outside sampler's view (py-spy, when installed): the shim's share of the on server's
+        # main-thread samples, and that share of its main-thread CPU per round
+        "sampled_shim_share_of_main_thread": round(share, 5) if share is not None else None,
+        "sampled_shim_us_per_round": round(share * main(on) / n_rounds, 1) if share is not None else None,
+        "sampled_main_thread_samples": main_samples, "sampled_shim_samples": shim_samples,
+        "sampled_by_part": dict(sorted(parts.items(), key=lambda kv: -kv[1])[:12]),
         # the shim's own account (heartbeat shim_us / step_us) per decode round, and the main
         # thread's measured difference per round (CPU, /proc): the attribution that bounds the cost
         "shim_self_us_per_round": {k: round(v / n_rounds, 2) for k, v in sorted(cost["shim_us"].items())},
@@ -474,6 +497,8 @@ def main() -> None:
                         help="random: one token a round; trained: the demo's draft, several")
     parser.add_argument("--batch", type=int, default=1, help="requests in flight per block")
     parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--sample-hz", type=int, default=100,
+                        help="py-spy's rate on the shim's scheduler (benchmarks/sampled.py; 0: no sampling)")
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help="with --hook-path-only: cpu, or cuda (sync debug mode 'error')")
     args = parser.parse_args()
@@ -487,7 +512,7 @@ def main() -> None:
                           check=True, capture_output=True, text=True, env=env)
     path = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps({"hook_path": path}, indent=1))
-    measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch)
+    measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch, args.sample_hz)
     print(json.dumps({"engine": measured}, indent=1))
     print(json.dumps({"agreement": agreement(path, measured)}, indent=1))
 
@@ -499,6 +524,8 @@ def agreement(path: dict, measured: dict) -> dict:
     figures = {"hook_path_us": path["bs1"]["hook_path_us"],
                "hook_path_cold_cpu_us": path["bs1"]["shim_cpu_us_self_reported_cold_caches"],
                "engine_self_reported_us": measured["shim_self_us_per_round_total"]}
+    if measured["sampled_shim_us_per_round"] is not None:
+        figures["engine_sampled_us"] = measured["sampled_shim_us_per_round"]
     ratio = measured["cpu_ratio_on_over_off"]
     return {"main_thread_delta_ci95": ci,
             "within_ci": {k: (ci is not None and ci[0] <= v <= ci[1]) for k, v in figures.items()}, **figures,
