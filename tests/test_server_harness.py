@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3scope.demo.server import ServerError, SGLangServer
+from eagle3scope.wire.endpoints import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -70,3 +71,29 @@ def test_ctrl_c_stops_the_whole_server_group(engine_python, tiny_models):
             child.kill()
         if pgid is not None and group_members(pgid):  # a failed run must not leave an idle scheduler spinning
             os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_server_whose_port_was_taken_is_relaunched_on_another(engine_python, tiny_models, monkeypatch):
+    """CI saw SGLang's HTTP port held, between choosing and binding it, by a socket that never
+    answers: uvicorn logged "address already in use", the post-warmup /freeze_gc timed out, and the
+    server exited with code 3. The harness now relaunches on a fresh port."""
+    import socket
+
+    import eagle3scope.demo.server as server_module
+
+    target, _ = tiny_models
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()  # accepts connections, never answers: what CI's port holder did
+    taken = squatter.getsockname()[1]
+    chosen = iter([taken])
+    monkeypatch.setattr(server_module, "free_port", lambda: next(chosen, None) or free_port())
+    server = SGLangServer(target, python=engine_python)
+    try:
+        with server:
+            assert server.port != taken
+            assert server.generate("hello", max_new_tokens=2)[0]["text"] is not None
+        log = server.log_path.read_text(errors="replace").lower()
+        assert "address already in use" in log  # the first launch really lost its port
+    finally:
+        squatter.close()

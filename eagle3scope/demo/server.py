@@ -24,6 +24,8 @@ from typing import Iterable, Mapping, Sequence
 from eagle3scope.wire.endpoints import free_port
 
 ENGINE_SGLANG_VERSION = "0.5.23"
+#: Relaunches of a server whose port was taken between choosing and binding it (SGLangServer.wait_ready).
+PORT_RETRIES = 2
 
 # What SGLang needs to serve on a CPU without AMX (cpu_engine/ and README "The real engine on a CPU").
 # One OpenMP thread: the tiny models gain nothing from more, and on a loaded 2-core
@@ -152,6 +154,7 @@ class SGLangServer:
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._t0 = 0.0
+        self._log_offset = 0
 
     @property
     def url(self) -> str:
@@ -195,6 +198,7 @@ class SGLangServer:
         env.update(checkout_pythonpath(env))
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
+            self._log_offset = log.tell()
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=env, start_new_session=True,
@@ -203,14 +207,34 @@ class SGLangServer:
         return self
 
     def wait_ready(self) -> "SGLangServer":
-        """Block until /health_generate answers; on death or timeout stop and raise ServerError."""
-        try:
-            self._poll_health()
-        except BaseException:
-            self.stop()
-            raise
+        """Block until /health_generate answers; on death or timeout stop and raise ServerError.
+
+        A server that died because its port was taken before it bound it (the port is chosen a
+        minute before SGLang binds it) is relaunched on another port, up to PORT_RETRIES times."""
+        for retry in range(PORT_RETRIES + 1):
+            try:
+                self._poll_health()
+                break
+            except ServerError:
+                lost_port = retry < PORT_RETRIES and self._lost_its_port()
+                self.stop()
+                if not lost_port:
+                    raise
+                self.launch()
+            except BaseException:
+                self.stop()
+                raise
         self.startup_s = time.monotonic() - self._t0
         return self
+
+    def _lost_its_port(self) -> bool:
+        """Whether this launch's log says its HTTP port was already bound (uvicorn logs the OSError)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                return b"address already in use" in log.read().lower()
+        except OSError:
+            return False
 
     def _poll_health(self) -> None:
         while True:

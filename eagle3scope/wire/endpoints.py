@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import random
 import socket
 import stat
 import tempfile
@@ -212,8 +213,36 @@ def reach_sibling(connected: str, announced: str, sibling: str) -> str | None:
     return None
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
+#: Where :func:`free_port` looks: below the kernel's ephemeral range (which ``bind(0)``, every
+#: ``connect()`` and ZeroMQ's random binds draw from) and clear of 22000-29999, where SGLang picks its
+#: own later-bound ports (``get_free_port_below_ephemeral``, sglang/srt/utils/network.py, 0.5.23).
+FREE_PORT_RANGES = ((12000, 21999), (30000, 32767))
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(attempts: int = 64) -> int:
+    """A loopback port that was free a moment ago, for a process that binds it later.
+
+    A port from ``bind(0)`` is one the kernel hands out again to the next ``bind(0)`` or outgoing
+    connection, so a server that binds it only after a minute of model loading can find it taken
+    (CI saw SGLang's HTTP port held by a socket that never answered). Ports outside the ephemeral
+    range are only ever taken by someone who chose them."""
+    low_ephemeral = _ephemeral_low()
+    candidates = [port for lo, hi in FREE_PORT_RANGES for port in range(lo, min(hi, low_ephemeral - 1) + 1)]
+    for port in random.sample(candidates, min(attempts, len(candidates))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
