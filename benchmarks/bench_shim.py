@@ -43,6 +43,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def hook_path(steps: int, device: str = "cpu") -> dict:
@@ -329,6 +330,10 @@ def ratio_ci(ratios: list[float]) -> dict:
             "pairs": len(logs)}
 
 
+#: the shim's own threads in a scheduler process (procstat.thread_role)
+SHIM_THREADS = ("shim publisher", "shim zmq")
+
+
 def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1) -> dict:
     """One block of requests on one server, ``batch`` at a time: tokens, wall time, CPU time of every
     server process and of each scheduler thread role, from /proc before and after."""
@@ -362,13 +367,43 @@ def mean_ci(values: list[float]) -> dict:
     return {"mean": round(mean, 1), "ci95": [round(mean - half, 1), round(mean + half, 1)], "pairs": len(values)}
 
 
+class Toggler:
+    """The bench's side of ``shim_toggle``: switch the one server's hooks and wait for its scheduler
+    to say so, with the shim's self-time cells at that moment."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.serial, self.pid = path, 0, None
+
+    def set(self, state: str, timeout: float = 30.0) -> dict:
+        self.serial += 1
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{state} {self.serial}")
+        os.replace(tmp, self.path)
+        answer, deadline = Path(f"{self.path}.{self.pid}"), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                got = json.loads(answer.read_text())
+                if got["serial"] == str(self.serial):
+                    return got
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.005)
+        raise SystemExit(f"the scheduler {self.pid} did not switch the shim {state} within {timeout} s")
+
+
 def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "random", batch: int = 1,
-           sample_hz: int = 100) -> dict:
-    """Two servers alive, one without and one with the shim, serving in alternate blocks (never at
-    the same time); the block order flips every pair and the start order every session, so drift
-    in the shared machine's load and any first-started bias cancel. Per pair: tokens per CPU-second
-    of all server processes (launcher, scheduler, detokenizer) with ÷ without the shim, and tokens
-    per wall second likewise; ratios = geometric means with 95 % confidence intervals."""
+           sample_hz: int = 100, design: str = "toggle") -> dict:
+    """Per pair, one block of requests with the shim's hooks and one without, never at the same
+    time; the block order alternates every pair and every session, so drift in the shared machine's
+    load cancels. ``toggle`` (default): ONE server with the shim, its hooks switched off and on
+    between blocks (``shim_toggle``): both arms run in the same process; the off arm's CPU leaves
+    out the shim's own threads (publisher, its ZeroMQ threads), which a server without the shim
+    does not have. ``two-servers``: one server without and one with the shim, alive together, the
+    start order flipped every session. Per pair: tokens per CPU-second of all server processes
+    (launcher, scheduler, detokenizer) with ÷ without the shim, and tokens per wall second
+    likewise; ratios = geometric means with 95 % confidence intervals."""
+    import tempfile
+
     import sampled as sampled_mod
     from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python
     from eagle3scope.demo.tiny import MODELS_DIRNAME
@@ -391,6 +426,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     frames, load = 0, [os.getloadavg()[0]]
     cost = {"shim_us": {}, "step_us": 0.0, "round_shim_us": 0.0, "publisher_us": 0.0, "decode_steps": 0,
             "passes": 0}  # the shim's own account
+    off_hook_ns = 0  # toggle: the shim's self-time cells' growth during off blocks (must stay 0)
 
     def heard(got) -> int:
         for f in got:
@@ -406,30 +442,54 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         return sum(1 for f in got if f.kind == "step")
 
     warm = {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    site = Path(tempfile.mkdtemp(prefix="e3s-toggle-"))
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "import shim_toggle\nshim_toggle.start()\n")
     for session in range(sessions):
         order = ("off", "on") if session % 2 == 0 else ("on", "off")
         endpoint = fresh_ipc_endpoint()
         with Subscriber([endpoint]) as sub:
-            servers = {}
+            servers, toggler = {}, None
             try:
-                for label in order:  # started one after the other: no start-up contention
-                    env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
-                    servers[label] = SGLangServer(target_dir, draft_dir, env=env).start()
-                    servers[label].post("/generate", warm)
+                if design == "toggle":
+                    toggler = Toggler(site / f"state-{session}")
+                    env = {"EAGLE3SCOPE_ENDPOINT": endpoint, "E3S_TOGGLE": str(toggler.path), "PYTHONPATH": str(site)}
+                    servers["on"] = servers["off"] = SGLangServer(target_dir, draft_dir, env=env).start()
+                    servers["on"].post("/generate", warm)
+                    toggler.pid = sampled_mod.scheduler_pid(servers["on"].proc.pid)
+                else:
+                    for label in order:  # started one after the other: no start-up contention
+                        env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
+                        servers[label] = SGLangServer(target_dir, draft_dir, env=env).start()
+                        servers[label].post("/generate", warm)
                 pid = sampled_mod.scheduler_pid(servers["on"].proc.pid) if sample_hz else None
                 sampler = sampled_mod.Sampler(pid, sample_hz) if pid is not None else None
+                mark = None
                 for pair in range(pairs):
                     for label in order if pair % 2 == 0 else order[::-1]:
+                        if toggler is not None:
+                            got = toggler.set(label)
+                            if mark is not None and mark[0] == "off":
+                                off_hook_ns += got["shim_ns"] - mark[1]
+                            mark = (label, got["shim_ns"])
                         blocks[label].append(_block(servers[label], pair, rounds, tokens, batch))
                     frames += heard(sub.poll(timeout_ms=0))
+                if toggler is not None:
+                    got = toggler.set("on")
+                    if mark is not None and mark[0] == "off":
+                        off_hook_ns += got["shim_ns"] - mark[1]
                 if sampler is not None and (got := sampler.stop()) is not None:
                     sampled.append(got)
                 frames += heard(sub.poll(timeout_ms=1500))
             finally:
-                for server in servers.values():
+                for server in {id(s): s for s in servers.values()}.values():
                     server.stop()
         load.append(os.getloadavg()[0])
     off, on = blocks["off"], blocks["on"]
+    if design == "toggle":  # a server without the shim has no shim threads: the off arm leaves them out
+        for b in off:
+            b["cpu_s"] -= sum(b["scheduler_threads"].get(role, 0.0) for role in SHIM_THREADS)
     cpu_ratios = [(b["tokens"] / b["cpu_s"]) / (a["tokens"] / a["cpu_s"]) for a, b in zip(off, on)]
     wall_ratios = [(b["tokens"] / b["wall_s"]) / (a["tokens"] / a["wall_s"]) for a, b in zip(off, on)]
     per_token = lambda bl, key: 1000 * sum(b[key] for b in bl) / sum(b["tokens"] for b in bl)  # noqa: E731
@@ -447,7 +507,9 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     for x in sampled:
         for part, n in x["by_part"].items():
             parts[part] = parts.get(part, 0) + n
-    share = shim_samples / main_samples if main_samples else None
+    # toggle: the sampler ran through both arms and the shim can only be in the on blocks' samples
+    on_share = main(on) / (main(on) + main(off)) if design == "toggle" and main(on) + main(off) else 1.0
+    share = shim_samples / (main_samples * on_share) if main_samples else None
     return {
         # an outside sampler's view (py-spy, when installed): the shim's share of the on server's
         # main-thread samples, and that share of its main-thread CPU per round
@@ -467,6 +529,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
         "main_thread_delta_us_per_round": mean_ci(deltas),  # per pair: on - off, CPU (/proc ticks)
         "main_thread_pair_deltas_us": [round(d) for d in deltas],
+        "off_blocks_hook_ns": off_hook_ns if design == "toggle" else None,  # hooks that ran while off: 0
         "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
@@ -482,7 +545,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "same_text": [b["texts"] for b in off] == [b["texts"] for b in on],
         "step_frames_received": frames,
         "load_average_1min": [round(x, 2) for x in load],
-        "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds * batch, "batch": batch,
+        "design": design, "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds * batch, "batch": batch,
         "draft": draft, "tokens_per_request": tokens, "decode_rounds_on": cost["decode_steps"],
     }
 
@@ -492,7 +555,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="requests per block")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--pairs", type=int, default=10, help="off/on block pairs per session")
-    parser.add_argument("--sessions", type=int, default=2, help="server pairs, start order flipped each time")
+    parser.add_argument("--sessions", type=int, default=2, help="servers started in turn, the block order flipped each time")
+    parser.add_argument("--design", choices=("toggle", "two-servers"), default="toggle",
+                        help="toggle: one server, its hooks switched off and on between blocks; "
+                             "two-servers: one server without the shim and one with it")
     parser.add_argument("--draft", choices=("random", "trained"), default="random",
                         help="random: one token a round; trained: the demo's draft, several")
     parser.add_argument("--batch", type=int, default=1, help="requests in flight per block")
@@ -512,7 +578,8 @@ def main() -> None:
                           check=True, capture_output=True, text=True, env=env)
     path = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps({"hook_path": path}, indent=1))
-    measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch, args.sample_hz)
+    measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch, args.sample_hz,
+                      args.design)
     print(json.dumps({"engine": measured}, indent=1))
     print(json.dumps({"agreement": agreement(path, measured)}, indent=1))
 
