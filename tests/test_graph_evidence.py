@@ -322,3 +322,96 @@ def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(ledger, monke
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
     hooks.FACTORIES["draft"]("v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)
     assert STATE.step.passes == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]
+
+
+# -- graph-free servers: the counting forward hook taken out, the callers add eager passes (issue 28) ---
+class _Draft:
+    def forward(self, *args):
+        return "ran"
+
+
+@pytest.fixture
+def graph_free(ledger, monkeypatch):
+    """A v2 worker whose draft has no graph runner (SGLang's slots hold None on a CPU or without graphs),
+    the draft forward wrapped by the shim's own patcher shape (functools.wraps), its detacher registered."""
+    from eagle3scope_shim import registry
+    from eagle3scope_shim.patching import _wrap
+
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(FACTS, "forwards_at_callers", False)
+    worker = _NS(draft_worker=_NS(cuda_graph_runner=None, cuda_graph_runner_for_draft_extend=None,
+                                  draft_runner=_NS(prefill_cuda_graph_runner=None)))
+    monkeypatch.setattr(FACTS, "workers", [("v2", worker, None, None)])
+    original = _Draft.__dict__["forward"]
+    hook = hooks.FACTORIES["draft_forward"]("llama_eagle3.forward")
+    monkeypatch.setattr(_Draft, "forward", _wrap(original, hook))
+
+    def undo():
+        if _Draft.__dict__["forward"] is original:
+            return False
+        _Draft.forward = original
+        return True
+
+    monkeypatch.setattr(registry, "detachers", {"llama_eagle3.forward": undo})
+    return worker, original
+
+
+def test_a_graph_free_server_takes_the_counting_forward_hook_out(graph_free):
+    worker, original = graph_free
+    hooks._detach_counting_forwards(worker)
+    assert _Draft.__dict__["forward"] is original and FACTS.forwards_at_callers is True
+
+
+@pytest.mark.parametrize("why", ["decode graph", "extend graph", "prefill graph", "adaptive", "no embedding width",
+                                 "unhooked draft"])
+def test_the_counting_forward_hook_stays_wherever_it_is_needed(graph_free, monkeypatch, why):
+    """A draft graph runner in any slot (its replays must be told from eager passes, its captures
+    recorded), adaptive steps (which swap runners in later), no embedding width (the forward reads fc
+    itself) or a draft whose forward the shim does not hook: nothing is taken out."""
+    worker, original = graph_free
+    runner = type("EAGLEDraftCudaGraphRunner", (), {})()
+    if why == "decode graph":
+        worker.draft_worker.cuda_graph_runner = runner
+    elif why == "extend graph":
+        worker.draft_worker.cuda_graph_runner_for_draft_extend = runner
+    elif why == "prefill graph":
+        worker.draft_worker.draft_runner.prefill_cuda_graph_runner = runner
+    elif why == "adaptive":
+        worker.adaptive_controller = object()
+    elif why == "no embedding width":
+        monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    else:
+        STATE.unobserved["draft_model"] = "the draft model is X, whose forward the shim does not hook"
+    hooks._detach_counting_forwards(worker)
+    assert _Draft.__dict__["forward"] is not original and FACTS.forwards_at_callers is False
+
+
+def test_callers_add_eager_passes_once_the_forward_hook_is_out(graph_free, monkeypatch):
+    """Same passes as the counting hook gave on the real engine (test_shim_engine: decode H x (steps - 1)
+    without fc, draft_extend_v2 3H x 1 with fc, prefill extend 3H x 1), none marked replayed."""
+    worker, _ = graph_free
+    hooks._detach_counting_forwards(worker)
+    monkeypatch.setattr(STATE, "step", Step())
+    verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
+    batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
+
+    def draft(self, b):  # SGLang's eager draft: its forwards run, unhooked now
+        for _ in range(self.speculative_num_steps - 1):
+            assert _Draft().forward() == "ran"
+        return verify_input
+
+    hooks.FACTORIES["draft"]("v2.draft")(draft, _NS(speculative_num_steps=4), batch)
+    result = _NS(logits_output=_NS(hidden_states=_NS(shape=(8, 384))))
+    hooks.FACTORIES["draft_extend"]("v2.draft_extend")(lambda *a: _Draft().forward(), _NS(speculative_num_steps=4),
+                                                      batch, result)
+    hooks.FACTORIES["draft_extend_prefill"]("v2.draft_extend_prefill")(
+        lambda *a: _Draft().forward(), _NS(speculative_num_steps=4), batch, _NS(shape=(5, 384)))
+    assert STATE.step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None],
+                                 ["extend", 384, True, 1, None]]
+    one_step = Step()
+    monkeypatch.setattr(STATE, "step", one_step)
+    hooks.FACTORIES["draft"]("v2.draft")(lambda self, b: verify_input, _NS(speculative_num_steps=1), batch)
+    assert one_step.passes == []  # a one-step draft runs no decode forward

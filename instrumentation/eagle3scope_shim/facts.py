@@ -17,6 +17,9 @@ class LoadFacts:
         self.workers: list[tuple[str, Any, Any, Any]] = []  # (kind, worker, target model, draft model)
         self.draft_embed_width: int | None = None  # fc applies iff the incoming width differs from it
         self.draft_fc_always = False  # an EAGLE-1/2 draft: fc applies on every pass (seams.FC_ALWAYS)
+        #: no draft pass can replay a graph and the draft-forward hook was taken out: the callers add
+        #: every pass as eager (hooks._detach_counting_forwards)
+        self.forwards_at_callers = False
         # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
         self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
         self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays

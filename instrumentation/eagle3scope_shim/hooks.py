@@ -127,6 +127,26 @@ def _size_ring(worker) -> None:
     SNAPSHOTS.sized = True
 
 
+def _detach_counting_forwards(worker) -> None:
+    """On a server where no draft pass can replay a graph (no draft graph runner: a CPU server, or
+    ``--disable-cuda-graph``), every caller's draft call runs its forwards eagerly, always as many
+    (``_uncounted``), and the caller knows their width and fc. The draft-forward hook would only
+    count them, three calls a round that cost more than the rest of the round's hooks together
+    (BENCHMARKS.md, issue 28), so its wrapper is taken out and the callers add the passes. Not when
+    a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
+    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
+    kind = FACTS.workers[-1][0] if FACTS.workers else None
+    if kind is None or "draft_model" in STATE.unobserved or (FACTS.draft_embed_width is None and not FACTS.draft_fc_always):
+        return
+    if getattr(worker, "adaptive_controller", None) is not None:
+        return
+    if any(graphs.replayed_passes(kind, worker).values()):
+        return
+    for seam in seams.OBSERVING_SEAMS["draft_model"]:
+        if registry.detach(seam):
+            FACTS.forwards_at_callers = True
+
+
 def _embed_width(draft) -> int | None:
     weight = getattr(getattr(getattr(draft, "model", None), "embed_tokens", None), "weight", None)
     return None if weight is None else int(weight.shape[-1])
@@ -172,8 +192,9 @@ def make_step(seam):
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)
-        if not SNAPSHOTS.sized:
+        if not SNAPSHOTS.sized:  # the first step
             _size_ring(self)
+            _detach_counting_forwards(self)
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
         STATE.step = step
@@ -311,23 +332,27 @@ def _timed(seam, slot: str | None, observe=None):
             if feed[3]:  # forwards that ran eagerly, each counted by the draft-forward hook
                 step.add_pass(feed[0], feed[1], feed[2], feed[3])
             elif step.forwards == forwards:
-                _replayed(step, args, feed[0], feed[1], feed[2])
+                _uncounted(step, args, feed[0], feed[1], feed[2])
 
     return around(seam, pre, post, hot=True, in_step=True, traceable=False)
 
 
-def _replayed(step, args, mode: str, width: int, fc: bool) -> None:
-    """The caller ran, the draft's forward did not: its pass replayed a captured graph. Not on a
-    draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
+def _uncounted(step, args, mode: str, width: int, fc: bool) -> None:
+    """The caller ran and the draft-forward hook counted nothing: its pass replayed a captured graph,
+    or, where that hook was taken out because nothing can replay (``_detach_counting_forwards``), ran
+    eagerly. Either way as many forwards as the caller always runs: ``speculative_num_steps - 1``
+    decode forwards in ``draft`` (eagle_worker_v2.py / eagle_worker.py, 0.5.23), one in each extend.
+    Not on a draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
     if "draft_model" in STATE.unobserved:
         return
     worker = args[0]
-    batch = args[1]
     n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
     if n < 1:
         return  # a one-step draft runs no decode forward at all
-    raw_bs = len(batch.seq_lens)
-    step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, raw_bs))
+    if FACTS.forwards_at_callers:
+        step.add_pass(mode, width, fc, n)
+    else:
+        step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, len(args[1].seq_lens)))
 
 
 def _observe_draft(step, result, worker):

@@ -17,6 +17,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import logging
+import pkgutil
 import sys
 
 from eagle3scope_shim import hooks, registry, seams
@@ -56,7 +57,26 @@ def register_with_hook_registry() -> None:
     for name, target, hook in plan():
         HookRegistry.register(seams.dotted(target), hook, HookType.AROUND)
         STATE.seam_status[name] = "attached"
+        registry.detachers[name] = functools.partial(_unwrap_registered, seams.dotted(target), hook)
     registry.mark_registered()
+
+
+def _unwrap_registered(dotted: str, hook) -> bool:
+    """Put back what SGLang's AROUND wrapper of ``hook`` wraps (it keeps it as ``__wrapped__``), if that
+    wrapper is still the attribute at ``dotted`` (a method: a module function's copies that SGLang
+    propagated to importers stay wrapped)."""
+    owner_path, _, attr = dotted.rpartition(".")
+    owner = pkgutil.resolve_name(owner_path)
+    raw = vars(owner).get(attr)
+    func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    try:
+        ours = any(cell.cell_contents is hook for cell in getattr(func, "__closure__", None) or ())
+    except ValueError:  # an empty cell: not SGLang's wrapper
+        ours = False
+    if not ours or not hasattr(func, "__wrapped__"):
+        return False
+    setattr(owner, attr, func.__wrapped__ if func is raw else type(raw)(func.__wrapped__))
+    return True
 
 
 class Patcher:
@@ -80,17 +100,25 @@ class Patcher:
             sys.meta_path.insert(0, self._finder)
 
     def unpatch_all(self) -> None:
-        for target, (owner, attr, raw, wrapper) in self._own.items():
-            if owner.__dict__.get(attr) is wrapper:
-                setattr(owner, attr, raw)
-            else:
-                log.warning("eagle3scope: %s was replaced after the shim wrapped it; left as it is", target)
-        self._own.clear()
+        for target in list(self._own):
+            self._unpatch(target)
         self._pending.clear()
         if self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
         for name in list(STATE.seam_status):
             STATE.seam_status[name] = "disabled"
+
+    def _unpatch(self, target: str) -> bool:
+        """Put back what was at ``target`` before the shim wrapped it, if the shim's wrapper is still there."""
+        entry = self._own.pop(target, None)
+        if entry is None:
+            return False
+        owner, attr, raw, wrapper = entry
+        if owner.__dict__.get(attr) is not wrapper:
+            log.warning("eagle3scope: %s was replaced after the shim wrapped it; left as it is", target)
+            return False
+        setattr(owner, attr, raw)
+        return True
 
     def watches(self, module_name: str) -> bool:
         return module_name in self._pending
@@ -109,6 +137,7 @@ class Patcher:
                 setattr(owner, attr, wrapper)
                 self._own[f"{module_name}.{qual}"] = (owner, attr, raw, wrapper)
                 STATE.seam_status[name] = "attached"
+                registry.detachers[name] = functools.partial(self._unpatch, f"{module_name}.{qual}")
             except Exception as exc:
                 STATE.fail(name, exc)
 

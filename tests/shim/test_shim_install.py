@@ -57,3 +57,39 @@ def test_install_uninstall_idempotent_lazy_and_version_guarded(engine_python):
         "restored": True, "restored_lazy": True, "env_after": None, "refused": True, "refused_unpatched": True,
     }
     assert "not a release line this shim knows" in done.stdout
+
+
+DETACH = r"""
+import functools, json, os, sys
+os.environ.pop("EAGLE3SCOPE_ENDPOINT", None)  # SGLang loads plugins on import: the shim's stays inert
+from sglang.srt.plugins.hook_registry import HookRegistry
+from eagle3scope_shim import patching, registry
+import sglang.srt.models.llama_eagle3 as le3
+import sglang.srt.models.llama as llama
+# in a dict: SGLang rebinds every module global that holds a function it wraps (_propagate_patch)
+kept = {"forward": le3.LlamaModel.forward}
+patching.register_with_hook_registry()  # as the plugin does, SGLang then applies its hooks
+HookRegistry.apply_hooks()
+out = {"wrapped": le3.LlamaModel.forward is not kept["forward"] and le3.LlamaModel.forward.__wrapped__ is kept["forward"]}
+out["detached"] = registry.detach("llama_eagle3.forward")
+out["original_back"] = le3.LlamaModel.forward is kept["forward"]
+out["twice"] = registry.detach("llama_eagle3.forward")
+wrapper = llama.LlamaForCausalLM.set_eagle3_layers_to_capture
+again = functools.wraps(wrapper)(lambda *a, **k: wrapper(*a, **k))  # another plugin wrapped it since
+llama.LlamaForCausalLM.set_eagle3_layers_to_capture = again
+out["rewrapped_left_alone"] = (registry.detach("aux.llama_set_layers") is False
+                               and llama.LlamaForCausalLM.set_eagle3_layers_to_capture is again)
+out["status_kept"] = patching.STATE.seam_status["llama_eagle3.forward"]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_seam_registered_with_sglangs_hook_registry_detaches_only_its_own_wrapper(engine_python):
+    """registry.detach against SGLang 0.5.23's own HookRegistry (plugins/hook_registry.py): the AROUND
+    wrapper that holds the shim's hook is replaced by the function it wraps, once; a wrapper that
+    another plugin put around it since is left as it is."""
+    done = run_engine_python(engine_python, "-c", DETACH, env={"SGLANG_USE_CPU_ENGINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert result == {"wrapped": True, "detached": True, "original_back": True, "twice": False,
+                      "rewrapped_left_alone": True, "status_kept": "attached"}
