@@ -2,36 +2,42 @@
 CPU time and tokens/s per generated token with and without the shim, measured in the same run.
 
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
-       [--draft random|trained] [--batch 1] [--steps 20000] [--sample-hz 100] [--hook-path-only [--device cuda]]
+       [--design toggle|two-servers] [--draft random|trained] [--batch 1] [--steps 20000] [--sample-hz 100]
+       [--hook-path-only [--device cuda]]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
    the one-frame wrapper SGLang's HookRegistry installs, with the capture walk a worker makes, wrap trivial
-   stand-ins for SGLang's step/draft/verify/draft-extend, three draft-model forwards (two draft
+   stand-ins for SGLang's step/draft/verify/draft-extend, the draft-model forwards (two draft
    decode passes inside draft, one draft-extend pass inside draft-extend) and the commit seam the
    scheduler calls after the step (where the step is published), with tensors shaped like
    SGLang's at batch 1 and 64, and a real Publisher. Reported: (hooked - unhooked) CPU µs per round
-   on the calling (scheduler) thread, with the forwards eager (``hook_path_us``) and replayed from
-   graphs (``hook_path_graphs_us``: no forward runs, the callers' width reads give the passes),
-   the shim's own account of the same rounds (``around``'s per-seam cells, what heartbeats carry
+   on the calling (scheduler) thread for the three rounds a server runs: eager on a graph-free
+   server (``hook_path_us``: the CPU engine's round, whose first step took the counting forward hook
+   out, five hook calls), replayed from graphs (``hook_path_graphs_us``: no forward runs, the
+   callers' width reads give the passes) and eager with the forward hook counting
+   (``hook_path_counted_forwards_us``: a graphed server's batch that runs eagerly, eight calls);
+   the shim's own account of the graph-free rounds (``around``'s per-seam cells, what heartbeats carry
    as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
    a forward does: the figure that predicts the engine's), the publisher thread's finalize cost per
    round (off the hot path), the cost of one read of each candidate clock and of the self-timing
    per hook.
-2. Engine: the real server (tiny random target + random EAGLE-3 draft, float32, greedy), one
-   without and one with ``EAGLE3SCOPE_ENDPOINT``, alive together but serving in alternate blocks
-   (see :func:`engine`). Reported: tokens per CPU-second of the server processes (from /proc)
-   with ÷ without the shim (``cpu_ratio_on_over_off``), the same for wall time, each with a 95 %
-   confidence interval over the pairs, CPU ms per token of each scheduler thread role (main,
-   shim publisher, shim zmq, sglang zmq, other), and whether both produced the same text. And the
-   attribution per decode round: each seam's self time from the heartbeats' ``shim_us``, the round
-   time (``step_us``), the publisher thread's busy time (``publisher_us``) and CPU, and the main
-   thread's CPU per round without and with the shim, per pair: its difference with a 95 % CI
-   (``main_thread_delta_us_per_round``), against which the hook-path figures are held
-   (``agreement``). An outside sampler (py-spy, when installed; ``--sample-hz``, benchmarks/sampled.py)
-   counts the shim's share of the on server's main-thread samples, which also sees what the
-   self-report cannot: SGLang's ``HookRegistry`` wrapper and the calls into each hook
-   (``sampled_shim_us_per_round``). ``--draft trained`` serves the demo's trained draft (several tokens a round),
-   ``--batch 8`` sends each block's requests eight at a time.
+2. Engine: the real server (tiny random target + random EAGLE-3 draft, or the demo's trained pair,
+   float32, greedy), in blocks of requests with and without the shim's hooks, never at the same
+   time (see :func:`engine`): by default ONE server whose hooks are switched off and on between
+   blocks (``shim_toggle``), else two servers, one without and one with ``EAGLE3SCOPE_ENDPOINT``.
+   Reported: tokens per CPU-second of the server processes (thread run times from /proc, the
+   shim's own threads left out of the off arm) with ÷ without the shim (``cpu_ratio_on_over_off``),
+   the same for wall time, each with a 95 % confidence interval over the pairs, CPU ms per token of
+   each scheduler thread role (main, shim publisher, shim zmq, sglang zmq, other), and whether both
+   produced the same text. And the attribution per decode round: each seam's self time from the
+   heartbeats' ``shim_us``, the round time (``step_us``), the publisher thread's busy time
+   (``publisher_us``) and CPU, and the main thread's CPU per round without and with the shim, per
+   pair: its difference with a 95 % CI (``main_thread_delta_us_per_round``), against which the
+   hook-path figures are held (``agreement``). An outside sampler (py-spy, when installed;
+   ``--sample-hz``, benchmarks/sampled.py) counts the shim's share of the on blocks' main-thread
+   samples, which also sees what the self-report cannot: SGLang's ``HookRegistry`` wrapper and the
+   calls into each hook (``sampled_shim_us_per_round``). ``--draft trained`` serves the demo's
+   trained draft (several tokens a round), ``--batch 8`` sends each block's requests eight at a time.
 """
 
 from __future__ import annotations
@@ -178,7 +184,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             return r
 
         w_step, w_commit = _wrap(round_, h_step), _wrap(resolve, h_commit)
-        c_step, c_draft, c_verify, c_extend, c_fwd, c_commit = cpu_hooks
+        c_step, c_draft, c_verify, c_extend, _, c_commit = cpu_hooks
         c_draft, c_verify, c_extend = _wrap(draft, c_draft), _wrap(verify, c_verify), _wrap(extend, c_extend)
 
         def cpu_round(self, b):
@@ -187,7 +193,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             c_extend(self, b, r)
             return r
 
-        c_step, c_commit, c_fwd = _wrap(cpu_round, c_step), _wrap(resolve, c_commit), _wrap(fwd, c_fwd)
+        c_step, c_commit = _wrap(cpu_round, c_step), _wrap(resolve, c_commit)
 
         def plain_tick():
             resolve(processor, plain_round(worker, batch), batch)
@@ -215,14 +221,19 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             return best
 
         # graphs: the draft model's forward is replayed, so none of it runs; the callers' eager reads
-        # publish the passes (as replayed). Then eager, which the rest of the figures are about.
-        forward = None
+        # publish the passes (as replayed). Eager with the counting forward hook: a graphed server's
+        # batch that runs eagerly. Then eager on a graph-free server, the CPU engine's round, which
+        # the rest of the figures are about: the first step took the forward hook out, the callers
+        # add the passes (hooks._detach_counting_forwards), five hook calls a round.
+        forward, FACTS.forwards_at_callers = None, False
         plain_graphs = timed(plain_tick)
         with sync_guard():
             hooked_graphs = timed(hooked_tick)
-        forward = fwd
-        plain = timed(plain_tick)
         forward = w_fwd
+        with sync_guard():
+            hooked_counted = timed(hooked_tick)
+        forward, FACTS.forwards_at_callers = fwd, True
+        plain = timed(plain_tick)
         before = sum(cell[0] for cell in STATE.self_ns.values())
         with sync_guard():
             hooked = timed(hooked_tick)
@@ -234,19 +245,18 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             while pub.queued:
                 time.sleep(0.0002)
         cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
-        forward, before = c_fwd, {seam: cell[0] for seam, cell in cpu_cells.items()}
+        before = {seam: cell[0] for seam, cell in cpu_cells.items()}
         for _ in range(steps // 20):
             c_commit(processor, c_step(worker, batch), batch)
             while pub.queued:
                 time.sleep(0.0002)
         cold_cpu = {seam: (cell[0] - before[seam]) / 1000 / (steps // 20) for seam, cell in cpu_cells.items()}
         cold_cpu_us = sum(cold_cpu.values())
-        forward, cold = w_fwd, False
-        captured = []
+        cold, captured = False, []
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize)) or True
         hooked_tick()
-        forward = None
+        forward, FACTS.forwards_at_callers = None, False
         hooked_tick()
         pub.submit = pub_submit
         # the body must carry what the (device) tensors held, read from the ring's host buffers
@@ -260,8 +270,9 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         for _ in range(1000):
             body = finalize(payload)
         out[f"bs{bs}"] = {
-            "hook_path_us": round(hooked - plain, 2),
+            "hook_path_us": round(hooked - plain, 2),  # eager, graph-free: the CPU engine's five hook calls
             "hook_path_graphs_us": round(hooked_graphs - plain_graphs, 2),
+            "hook_path_counted_forwards_us": round(hooked_counted - plain, 2),  # eager, forward hook counting
             "shim_us_self_reported": round(self_us, 2),
             "shim_us_self_reported_cold_caches": round(cold_us, 2),
             "shim_cpu_us_self_reported_cold_caches": round(cold_cpu_us, 2),  # the figure that predicts the engine's

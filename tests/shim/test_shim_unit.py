@@ -657,3 +657,51 @@ def test_a_batch_with_an_extend_in_it_is_a_prefill_step(shim, monkeypatch):
     for batch in (Batch(), Mixed()):
         hooks.FACTORIES["step"]("u.step")(lambda self, b: seen.append(STATE.step.prefill), None, batch)
     assert seen == [False, True]
+
+
+def test_the_own_patcher_detaches_one_seam_and_keeps_its_status(monkeypatch, tmp_path):
+    """registry.detach through the own patcher (releases without HookRegistry): the raw attribute comes
+    back (a staticmethod stays one), once; the seam's status is what it was (its work is done elsewhere)."""
+    import sys
+
+    from eagle3scope_shim import patching, registry
+
+    (tmp_path / "e3s_fake_detach.py").write_text(
+        "class Worker:\n    def step(self, x):\n        return x + 1\n\n    @staticmethod\n    def pure(x):\n        return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(patching, "plan", lambda: [("f.step", ("e3s_fake_detach", "Worker.step"), lambda o, *a: o(*a) * 10),
+                                                   ("f.pure", ("e3s_fake_detach", "Worker.pure"), lambda o, *a: o(*a) * 10)])
+    monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.setattr(registry, "detachers", {})
+    patcher = patching.Patcher()
+    patcher.patch_all()
+    try:
+        import e3s_fake_detach as fake
+
+        raw_step = fake.Worker.step.__wrapped__
+        assert fake.Worker().step(1) == 20 and fake.Worker.pure(2) == 20
+        assert registry.detach("f.step") and fake.Worker.__dict__["step"] is raw_step and fake.Worker().step(1) == 2
+        assert registry.detach("f.pure") and isinstance(fake.Worker.__dict__["pure"], staticmethod)
+        assert fake.Worker.pure(2) == 2
+        assert not registry.detach("f.step") and not registry.detach("never.attached")
+        assert STATE.seam_status == {"f.step": "attached", "f.pure": "attached"} and not patcher._own
+    finally:
+        patcher.unpatch_all()
+        sys.modules.pop("e3s_fake_detach", None)
+
+
+def test_the_draft_model_is_found_in_either_worker_kind():
+    """v2: EAGLEWorkerV2.draft_worker.draft_runner.model; v1: EAGLEWorker.model_runner.model (the draft's
+    runner: a v1 EAGLEWorker is the draft worker itself, eagle_worker.py 0.5.10)."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    assert hooks._draft_model(ns(draft_worker=ns(draft_runner=ns(model="v2 draft")), model_runner=ns(model="x"))) == "v2 draft"
+    assert hooks._draft_model(ns(model_runner=ns(model="v1 draft"))) == "v1 draft"
+    assert hooks._draft_model(ns()) is None
+
+
+def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
+    fresh = state.ShimState()
+    with caplog.at_level("WARNING", logger="eagle3scope"):
+        fresh.fail("v2.verify", ValueError("bad shape"))
+    assert caplog.messages == ["eagle3scope: hook v2.verify failed and is disabled (SGLang continues unaffected): "
+                               "ValueError: bad shape"]
