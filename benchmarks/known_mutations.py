@@ -104,10 +104,37 @@ MUTATIONS = [
      ["tests/control/test_control_client.py"]),
 ]
 
+SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",
+                                         "instrumentation/eagle3scope_shim/patching.py",
+                                         "instrumentation/eagle3scope_shim/state.py")
+GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
+
+# issue 28/29's shim round (session 10): the counting forward hook taken out on graph-free servers
+SHIM_MUTATIONS = [
+    ("round 4 shim: a prefill graph runner ignored when deciding to take the forward hook out", SHIM_HOOKS,
+     "    if any(graphs.replayed_passes(kind, worker).values()):",
+     "    if any(v for k, v in graphs.replayed_passes(kind, worker).items() if k != \"prefill\"):", [GRAPH_EVIDENCE]),
+    ("round 4 shim: adaptive steps not guarded (runners swapped in later)", SHIM_HOOKS,
+     "    if getattr(worker, \"adaptive_controller\", None) is not None:\n        return\n", "", [GRAPH_EVIDENCE]),
+    ("round 4 shim: graph-free eager passes published as replays", SHIM_HOOKS,
+     "    if FACTS.forwards_at_callers:\n        step.add_pass(mode, width, fc, n)",
+     "    if False:\n        step.add_pass(mode, width, fc, n)", [GRAPH_EVIDENCE]),
+    ("round 4 shim: the decode forwards of a draft call counted as num_steps, not num_steps - 1", SHIM_HOOKS,
+     "getattr(worker, \"speculative_num_steps\", 2) - 1 if mode", "getattr(worker, \"speculative_num_steps\", 2) if mode",
+     [GRAPH_EVIDENCE]),
+    ("round 4 shim: the own patcher detaches a wrapper that something wrapped again since", SHIM_PATCHING,
+     "        if owner.__dict__.get(attr) is not wrapper:", "        if False:", [SHIM_UNIT]),
+    ("round 4 shim: a v1 worker's draft model looked up under a misspelt runner", SHIM_HOOKS,
+     "else getattr(worker, \"model_runner\", None)", "else getattr(worker, \"draft_model_runner\", None)", [SHIM_UNIT]),
+    ("round 4 shim: a failed hook's log line leaves out the seam", SHIM_STATE,
+     "log.warning(\"eagle3scope: hook %s failed and is disabled (SGLang continues unaffected): %s\", seam, detail)",
+     "log.warning(\"eagle3scope: a hook failed and is disabled (SGLang continues unaffected): %s\", detail)", [SHIM_UNIT]),
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    chosen = [m for m in MUTATIONS if not argv or any(word in m[0] for word in argv)]
+    chosen = [m for m in MUTATIONS + SHIM_MUTATIONS if not argv or any(word in m[0] for word in argv)]
     survived = 0
     with tempfile.TemporaryDirectory(prefix="known-mutations-") as tmp:
         work = Path(tmp)
