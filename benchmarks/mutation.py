@@ -105,7 +105,10 @@ MODULES: dict[str, Target] = {
 # source, so a test that bounds a child's memory measures mutmut's copy (the doctor's 3,000 mutants
 # took a `doctor` child from under 200 MiB to 355 MiB) and fails mutmut's stats pass, which then
 # leaves every mutant "not run". Deselected from every mutation run (they still run in the suite).
-NOT_UNDER_MUTMUT = ("tests/doctor/test_doctor_hostile.py::test_sparse_giant_d2t_is_not_loaded",)
+# A wall-clock bound fails the same way: under mutmut's trampolines at load 8 a 3 ms busy loop in a
+# hook measured 35 ms, past the 20 ms round it must stay below.
+NOT_UNDER_MUTMUT = ("tests/doctor/test_doctor_hostile.py::test_sparse_giant_d2t_is_not_loaded",
+                    "tests/shim/test_shim_cost.py::test_a_hook_that_burns_a_known_time_shows_up_in_the_next_heartbeat_as_a_delta")
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"
