@@ -120,6 +120,15 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
     ],
+    "shim-hooks": [
+        ('n = getattr(worker, "speculative_num_steps", 3) - 1 if mode == "decode" else 1',
+         "every worker whose draft call is hooked (EAGLEWorker, EagleDraftWorker, 0.5.10-0.5.23) sets "
+         "speculative_num_steps in __init__: the default is never read"),
+    ],
+    "shim-state": [
+        ('self.capture: dict | None = ""', "capture_now assigns STATE.capture before it returns it (the first key "
+         "never equals the initial _capture_key None), and nothing else reads it"),
+    ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),

@@ -705,3 +705,131 @@ def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
         fresh.fail("v2.verify", ValueError("bad shape"))
     assert caplog.messages == ["eagle3scope: hook v2.verify failed and is disabled (SGLang continues unaffected): "
                                "ValueError: bad shape"]
+
+
+# -- round 4 survivors of shim-hooks / shim-state (seed 917811307), each killed here ------------------
+class _CPU:
+    """A CPU tensor as the snapshots read it (``is_cpu``, ``tolist``)."""
+
+    is_cpu, is_cuda = True, False
+
+    def __init__(self, values):
+        self.values = values
+
+    def tolist(self):
+        return self.values
+
+
+def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(monkeypatch):
+    """_observe_verify_v2 reads the worker's topk: a tree (topk > 1) also takes accept_index."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    verify = hooks.FACTORIES["verify_v2"]("v2.verify")
+    result = ns(accept_lens=_CPU([2]), next_token_ids=_CPU([5, 6, 7]), accept_index=_CPU([[0, 2, -1]]))
+    for topk, path in ((2, [[0, 2, -1]]), (1, None)):
+        monkeypatch.setattr(STATE, "step", Step())
+        verify(lambda worker, batch: result, ns(topk=topk), ns())
+        assert STATE.step.verify == ("v2", [2], [5, 6, 7]) and STATE.step.path == path
+
+
+def test_a_one_step_budget_wider_than_the_draft_tokens_sizes_the_ring(monkeypatch):
+    """Without adaptive steps the round's width is max(draft tokens, steps + 1)."""
+    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
+    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    hooks._size_ring(ns(req_to_token_pool=ns(size=3), speculative_num_steps=7, speculative_num_draft_tokens=4))
+    assert SNAPSHOTS.capacity == 3 * 8 and SNAPSHOTS.sized
+
+
+def test_an_unobserved_worker_is_named_in_the_sticky_hellos_detail(monkeypatch):
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.setattr(STATE, "pending", [])
+    monkeypatch.setattr(STATE, "publisher", None)
+    hooks.report_unobserved(type("NGRAMWorker", (), {})())
+    assert "NGRAMWorker" in STATE.unobserved["worker"] and STATE.seam_status["worker"] == "unhooked"
+    assert STATE.pending[-1]["detail"] == STATE.unobserved["worker"]
+
+
+def test_the_aux_configure_hook_keeps_sglangs_resolved_settings_per_model(monkeypatch):
+    monkeypatch.setattr(FACTS, "aux_config", {})
+    monkeypatch.setattr(STATE, "disabled", set())
+    model = object()
+    hooks.FACTORIES["aux_configure"]("aux.configure")(
+        lambda **kw: None, model=model, eagle_use_aux_hidden_state=1, eagle_aux_hidden_state_layer_ids=(2, 5))
+    assert FACTS.aux_config == {id(model): {"use_aux": True, "layer_ids": [2, 5]}}
+
+
+def test_a_draft_forward_inside_a_graph_capture_records_the_graph_once(monkeypatch):
+    """Under SGLang's capture flag the forward hook records (mode, bs) -> [width, fc] and asks for a new hello."""
+    from eagle3scope_shim import graphs, loadreport
+
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(FACTS, "graphs", {})
+    monkeypatch.setattr(FACTS, "graph_for", {})
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", None)
+    monkeypatch.setattr(graphs, "capture_flag", lambda: (lambda: True))
+    refreshed = []
+    monkeypatch.setattr(loadreport, "refresh_hello", lambda: refreshed.append(1))
+    forward = hooks.FACTORIES["draft_forward"]("llama_eagle3.forward")
+    inner = ns(embed_tokens=ns(weight=ns(shape=(1024, 128))))
+    fb = ns(spec_info=ns(hidden_states=ns(shape=(4, 384))), forward_mode=ns(name="DECODE"), batch_size=4)
+    forward(lambda *a: None, inner, None, None, fb)
+    forward(lambda *a: None, inner, None, None, fb)
+    assert FACTS.graphs == {("decode", 4): [384, True]} and refreshed == [1] and STATE.disabled == set()
+
+
+def test_a_step_whose_post_never_ran_gives_its_ring_slot_back(monkeypatch):
+    """SGLang raised inside the last round: its step never reached post; the next round frees its slot."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "publisher", object())
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    stale = Step()
+    stale.slot = ns(busy=True)
+    monkeypatch.setattr(STATE, "step", stale)
+    seen = []
+    hook = hooks.FACTORIES["step"]("v2.step")
+    import types
+
+    batch = ns(forward_mode=types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: False), is_extend_in_batch=False)
+    with pytest.raises(RuntimeError):
+        hook(lambda worker, b: seen.append(STATE.step) or (_ for _ in ()).throw(RuntimeError("SGLang")), ns(), batch)
+    assert stale.slot.busy is False and seen[0] is not stale
+
+
+def test_a_fresh_states_step_seam_adds_up_its_rounds(monkeypatch):
+    import time
+
+    from eagle3scope_shim import guard
+
+    fresh = state.ShimState()
+    monkeypatch.setattr(guard, "STATE", fresh)
+    hook = around("s.step", None, None, step=True)
+    hook(lambda: time.sleep(0.002))
+    assert fresh.step_ns[0] >= 2_000_000 and fresh.round_seams == {"s.step"}
+
+
+def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monkeypatch, caplog, tmp_path):
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+
+    fresh = state.ShimState()
+    fresh.pending.append({"seam": "early", "status": "attached", "detail": ""})
+    base = fresh_ipc_endpoint("startpub")
+    with caplog.at_level("INFO", logger="eagle3scope"):
+        assert fresh.start_publisher(base, 1, 2)
+    pub = fresh.publisher
+    try:
+        assert pub.src == fresh.src and fresh.src.endswith(":dp1")
+        assert fresh.siblings == [endpoint_for_dp_rank(base, 0), endpoint_for_dp_rank(base, 1)]
+        assert pub.self_time == (fresh.self_ns, fresh.step_ns, fresh.round_seams) and fresh.pending == []
+        assert f"eagle3scope: publishing on {pub.endpoint} as {fresh.src}" in caplog.messages
+    finally:
+        pub.close()
+    taken = state.ShimState()
+    with caplog.at_level("ERROR", logger="eagle3scope"):
+        assert taken.start_publisher(f"ipc://{tmp_path}/no/such/dir/sock", 0) is False
+    assert taken.publisher is None
+    assert any(m.startswith("eagle3scope: NOT PUBLISHING: cannot bind") and "Error:" in m for m in caplog.messages)
