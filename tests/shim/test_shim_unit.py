@@ -138,6 +138,7 @@ def test_a_fresh_process_state(monkeypatch):
     fresh = state.ShimState()
     assert fresh.fault is None and fresh.seq == 0 and fresh.disabled == set() and fresh.pending == []
     assert fresh.aux_channel is None and fresh.publisher is None and fresh.step is None
+    assert fresh.step_ns == [0] and fresh.self_ns == {}  # the first heartbeat's deltas start from nothing
     monkeypatch.setenv("EAGLE3SCOPE_FAULT", " v2.verify ")
     assert state.ShimState().fault == "v2.verify"
 
@@ -833,3 +834,55 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert taken.start_publisher(f"ipc://{tmp_path}/no/such/dir/sock", 0) is False
     assert taken.publisher is None
     assert any(m.startswith("eagle3scope: NOT PUBLISHING: cannot bind") and "Error:" in m for m in caplog.messages)
+
+
+def test_without_a_pool_the_ring_is_sized_from_the_runners_max_running_requests(monkeypatch):
+    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
+    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    hooks._size_ring(ns(target_worker=ns(model_runner=ns(max_running_requests=5)), speculative_num_steps=3,
+                        speculative_num_draft_tokens=4))
+    assert SNAPSHOTS.capacity == 5 * 4
+
+
+def test_an_idle_attention_dp_pass_is_no_step(monkeypatch):
+    """An idle DP-attention rank runs a collective-only pass (ForwardMode.IDLE): nothing to report."""
+    import types
+
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "publisher", object())
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setattr(STATE, "step", None)
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    seen = []
+    idle = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_idle=lambda: True, is_extend=lambda: False))
+    hooks.FACTORIES["step"]("v2.step")(lambda worker, b: seen.append(STATE.step) or "out", object(), idle)
+    assert seen == [None] and STATE.step is None and STATE.disabled == set()
+
+
+def test_a_v1_verify_keeps_sglangs_per_request_counts_and_packed_tokens(monkeypatch):
+    """v1 EagleVerifyOutput: counts without the bonus (a CPU list; named per release, seams.V1_COUNT_FIELDS)."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    out = ns(num_accepted_drafts_per_req_cpu=[1, 0], accept_tokens=_CPU([5, 6, 7]))
+    hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
+    assert STATE.step.verify == ("v1", [1, 0], [5, 6, 7]) and STATE.disabled == set()
+
+
+def test_the_tp_broadcast_hook_without_a_channel_passes_sglangs_call_through(monkeypatch, caplog):
+    from eagle3scope_shim import collective
+
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    hook = hooks.FACTORIES["tp_broadcast"]("tp.broadcast")
+    assert hook(lambda self, reqs: reqs, object(), []) == [] and STATE.disabled == set()
+
+    def unreadable(result):
+        raise ValueError("not a list")
+
+    monkeypatch.setattr(collective, "take", unreadable)
+    with caplog.at_level("WARNING", logger="eagle3scope"):
+        assert hook(lambda self, reqs: ["req"], object(), None) == ["req"]
+    assert caplog.messages == ["eagle3scope: reading SGLang's broadcast failed: ValueError: not a list"]
+    assert STATE.disabled == set()  # never disabled: a change it did not take out would reach SGLang's dispatcher
