@@ -139,6 +139,7 @@ def test_a_fresh_process_state(monkeypatch):
     assert fresh.fault is None and fresh.seq == 0 and fresh.disabled == set() and fresh.pending == []
     assert fresh.aux_channel is None and fresh.publisher is None and fresh.step is None
     assert fresh.step_ns == [0] and fresh.self_ns == {}  # the first heartbeat's deltas start from nothing
+    assert fresh.aux_change_applying is False and list(fresh.uncommitted) == []
     monkeypatch.setenv("EAGLE3SCOPE_FAULT", " v2.verify ")
     assert state.ShimState().fault == "v2.verify"
 
@@ -816,8 +817,17 @@ def test_a_fresh_states_step_seam_adds_up_its_rounds(monkeypatch):
 def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monkeypatch, caplog, tmp_path):
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
+    submitted = []
+
+    class Recording(state.Publisher):
+        def submit(self, kind, payload, finalize=None):
+            submitted.append((kind, payload))
+            return super().submit(kind, payload, finalize)
+
+    monkeypatch.setattr(state, "Publisher", Recording)
     fresh = state.ShimState()
-    fresh.pending.append({"seam": "early", "status": "attached", "detail": ""})
+    early = {"seam": "early", "status": "attached", "detail": ""}
+    fresh.pending.append(early)
     base = fresh_ipc_endpoint("startpub")
     with caplog.at_level("INFO", logger="eagle3scope"):
         assert fresh.start_publisher(base, 1, 2)
@@ -826,6 +836,7 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert pub.src == fresh.src and fresh.src.endswith(":dp1")
         assert fresh.siblings == [endpoint_for_dp_rank(base, 0), endpoint_for_dp_rank(base, 1)]
         assert pub.self_time == (fresh.self_ns, fresh.step_ns, fresh.round_seams) and fresh.pending == []
+        assert submitted == [("hook", early)]  # what the seams said before there was a publisher
         assert f"eagle3scope: publishing on {pub.endpoint} as {fresh.src}" in caplog.messages
     finally:
         pub.close()
@@ -886,3 +897,31 @@ def test_the_tp_broadcast_hook_without_a_channel_passes_sglangs_call_through(mon
         assert hook(lambda self, reqs: ["req"], object(), None) == ["req"]
     assert caplog.messages == ["eagle3scope: reading SGLang's broadcast failed: ValueError: not a list"]
     assert STATE.disabled == set()  # never disabled: a change it did not take out would reach SGLang's dispatcher
+
+
+def test_the_draft_forward_seam_counts_within_the_rounds_and_the_commit_seam_outside(monkeypatch):
+    """round_shim_us (the TUI's share) takes the seams whose hooks run inside a step seam's call."""
+    monkeypatch.setattr(STATE, "round_seams", set())
+    monkeypatch.setattr(STATE, "self_ns", {})
+    hooks.FACTORIES["draft_forward"]("t.fwd")
+    hooks.FACTORIES["commit"]("t.commit")
+    assert "t.fwd" in STATE.round_seams and "t.commit" not in STATE.round_seams
+
+
+def test_the_target_graph_capture_hook_of_a_runner_without_a_model_records_nothing(monkeypatch):
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(FACTS, "target_graph_aux", None)
+    hook = hooks.FACTORIES["target_graph_capture"]("graphs.target_capture")
+    assert hook(lambda self: "captured", object()) == "captured"
+    assert FACTS.target_graph_aux is None and STATE.disabled == set()
+
+
+def test_a_published_step_counts_in_the_publishers_steps(monkeypatch):
+    """The heartbeat's ``steps`` counts step events: _submit hands them over as kind "step"."""
+    from eagle3scope_shim.publisher import Publisher
+
+    pub = Publisher("ipc:///tmp/e3s-never-bound", "t")  # never started: submit only queues
+    monkeypatch.setattr(STATE, "publisher", pub)
+    monkeypatch.setattr(STATE, "seq", 0)
+    hooks._submit([None, 0, [], Step(), None])
+    assert pub.steps == 1 and pub.queued == 1 and STATE.seq == 1
