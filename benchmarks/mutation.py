@@ -129,6 +129,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ('if os.environ.get(env.ENABLE, "XXXX").strip() in ("1", "true", "yes", "on"):',
          "an unset EAGLE3SCOPE read as \"XXXX\" is no spelling of on, as \"\" is not"),
         ('self.src = ""', "start_publisher sets src before any frame is sent; nothing reads it before"),
+        ('self.siblings: list[str] | None = ""', "read only into the hello, which is built after start_publisher sets it"),
         ('self.capture: dict | None = ""', "capture_now assigns STATE.capture before it returns it (the first key "
          "never equals the initial _capture_key None), and nothing else reads it"),
     ],
