@@ -121,6 +121,9 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "every caller (analysis/state.py) passes depth: the default is never used"),
     ],
     "shim-hooks": [
+        ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
+        ("return around(seam, pre, post, hot=True, in_step=True, traceable=None)",
+         "around reads traceable only as `traceable and _compiling()`: None is False there"),
         ('n = getattr(worker, "speculative_num_steps", 3) - 1 if mode == "decode" else 1',
          "every worker whose draft call is hooked (EAGLEWorker, EagleDraftWorker, 0.5.10-0.5.23) sets "
          "speculative_num_steps in __init__: the default is never read"),

@@ -1042,3 +1042,90 @@ def test_a_hook_event_without_detail_says_nothing(monkeypatch):
     fresh = state.ShimState()
     fresh.report("s", "attached")
     assert fresh.pending == [{"seam": "s", "status": "attached", "detail": ""}]
+
+
+# -- the fifth draw's survivors (seed 858504535) --------------------------------------------------------
+def test_the_step_body_carries_each_phases_time_in_ms_under_its_wire_name():
+    step = Step()
+    step.draft_ns, step.verify_ns, step.extend_ns = 2_500_000, 1_000_000, None
+    body = hooks._step_body(1, 0, [], step, None)
+    assert (body["draft_ms"], body["verify_ms"], body["extend_ms"]) == (2.5, 1.0, None)
+
+
+def test_the_draft_call_times_its_phase(monkeypatch):
+    import time
+
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    verify_input = ns(draft_token=_CPU([1, 2]))
+    batch = ns(spec_info=ns(hidden_states=None))
+    hooks.FACTORIES["draft"]("v2.draft")(lambda w, b: time.sleep(0.002) or verify_input, ns(), batch)
+    assert STATE.step.draft_ns >= 2_000_000 and STATE.step.draft == [1, 2]
+
+
+def test_the_worker_hooks_run_under_the_sync_guard_when_the_tests_ask(monkeypatch):
+    """EAGLE3SCOPE_SYNC_GUARD=1 (test support): hot bodies run inside the guard, named by their seam."""
+    import contextlib
+
+    from eagle3scope_shim import guard
+
+    entered = []
+
+    @contextlib.contextmanager
+    def recording(seam):
+        entered.append(seam)
+        yield
+
+    monkeypatch.setattr(guard, "SYNC_GUARD", recording)
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    hooks.FACTORIES["draft_extend"]("v2.draft_extend")(lambda w, b, r: None, ns(), ns(), ns(logits_output=ns(hidden_states=None)))
+    assert entered == ["v2.draft_extend", "v2.draft_extend"]  # pre and post
+
+
+def test_the_first_step_keeps_the_forward_hook_of_a_worker_with_draft_graphs(monkeypatch):
+    """The first step judges its own worker's graph slots (not none at all) before taking a hook out."""
+    import types
+
+    from eagle3scope_shim import registry
+
+    taken = []
+    monkeypatch.setattr(registry, "detachers", {"llama_eagle3.forward": lambda: taken.append(1) or True})
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "publisher", types.SimpleNamespace(submit=lambda *a: True, hook_failures=0))
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setattr(STATE, "step", None)
+    monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "forwards_at_callers", False)
+    runner = type("EAGLEDraftCudaGraphRunner", (), {})()
+    worker = types.SimpleNamespace(draft_worker=types.SimpleNamespace(cuda_graph_runner=runner), speculative_num_steps=3,
+                                   speculative_num_draft_tokens=4, req_to_token_pool=types.SimpleNamespace(size=1))
+    monkeypatch.setattr(FACTS, "workers", [("v2", worker, None, None)])
+    batch = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: True),
+                                  reqs=[])
+    hooks.FACTORIES["step"]("v2.step")(lambda w, b: None, worker, batch)
+    assert taken == [] and FACTS.forwards_at_callers is False and SNAPSHOTS.sized
+
+
+def test_a_hook_events_detail_is_cut_at_1000_characters():
+    fresh = state.ShimState()
+    fresh.report("s", "failed", "x" * 2000)
+    assert len(fresh.pending[0]["detail"]) == 1000
+
+
+def test_an_unsafe_default_endpoint_is_named_as_the_default_on_the_servers_log(monkeypatch, caplog):
+    from eagle3scope.wire.endpoints import EndpointError
+
+    def unsafe(endpoint):
+        raise EndpointError("the runtime directory is not private")
+
+    monkeypatch.setattr(state, "resolve_bind_endpoint", unsafe)
+    with caplog.at_level("ERROR", logger="eagle3scope"):
+        assert state.ShimState().start_publisher("", 0) is False
+    assert caplog.messages[-1].startswith("eagle3scope: NOT PUBLISHING: cannot bind the default endpoint: EndpointError")
