@@ -1129,3 +1129,36 @@ def test_an_unsafe_default_endpoint_is_named_as_the_default_on_the_servers_log(m
     with caplog.at_level("ERROR", logger="eagle3scope"):
         assert state.ShimState().start_publisher("", 0) is False
     assert caplog.messages[-1].startswith("eagle3scope: NOT PUBLISHING: cannot bind the default endpoint: EndpointError")
+
+
+def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topology(monkeypatch):
+    """Wiring of make_scheduler_init (the engine tests run it for real): the topology read once, the
+    publisher started with this rank's index and the publisher count, the control channel with its
+    TP rank, the unobserved check on the scheduler's draft worker, the start-up bodies."""
+    import types
+
+    from eagle3scope_shim import aux_channel, loadreport, registry, topology
+
+    calls = []
+    parallel, rank = {"publishers": 2}, {"tp_rank": 3}
+    monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "ipc:///tmp/e3s-wiring")
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "publisher", None)
+    monkeypatch.setattr(STATE, "topology", None)
+    monkeypatch.setattr(STATE, "scheduler", None)
+    monkeypatch.setattr(topology, "read", lambda sched, args, kwargs: (parallel, rank))
+    monkeypatch.setattr(topology, "publisher_index", lambda p, r: 1)
+    monkeypatch.setattr(registry, "confirm_registered", lambda: calls.append("confirm"))
+    monkeypatch.setattr(STATE, "start_publisher", lambda endpoint, index, publishers: calls.append(
+        ("start", endpoint, index, publishers)) or True)
+    monkeypatch.setattr(aux_channel, "start", lambda sched, index, tp: calls.append(("aux", sched, index, tp)))
+    monkeypatch.setattr(hooks, "report_unobserved", lambda worker: calls.append(("unobserved", worker)))
+    monkeypatch.setattr(loadreport, "publish_startup", lambda sched: calls.append(("startup", sched)))
+    sched = types.SimpleNamespace(draft_worker="the draft worker")
+    for publishes in (False, True):
+        monkeypatch.setattr(topology, "entry_rank", lambda p, r: (publishes, f"publishes={publishes}"))
+        hooks.FACTORIES["scheduler_init"]("scheduler.init")(lambda self: None, sched)
+        assert STATE.scheduler is sched and STATE.topology == {"parallel": parallel, "rank": rank, "index": 1,
+                                                               "publishes": publishes, "reason": f"publishes={publishes}"}
+    assert calls == ["confirm", ("start", "ipc:///tmp/e3s-wiring", 1, 2), ("aux", sched, 1, 3),
+                     ("unobserved", "the draft worker"), ("startup", sched)]
