@@ -122,6 +122,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "shim-hooks": [
         ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
+        ('step.verify = ("v1", list(counts), snap(step, None, tokens))',
+         "the field name only keys the ring's buffers of a step, and None is as unique a key there as \"ids\""),
         ("return around(seam, pre, post, hot=True, in_step=True, traceable=None)",
          "around reads traceable only as `traceable and _compiling()`: None is False there"),
         ('n = getattr(worker, "speculative_num_steps", 3) - 1 if mode == "decode" else 1',
@@ -132,6 +134,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ('if os.environ.get(env.ENABLE, "XXXX").strip() in ("1", "true", "yes", "on"):',
          "an unset EAGLE3SCOPE read as \"XXXX\" is no spelling of on, as \"\" is not"),
         ('self.src = ""', "start_publisher sets src before any frame is sent; nothing reads it before"),
+        ('self._capture_key = ""', "only compared with capture_now's tuple key, which equals neither None nor \"\""),
+        ('self.scheduler = ""', "read only as getattr(STATE.scheduler, \"forward_ct\", None): None for both"),
         ('self.siblings: list[str] | None = ""', "read only into the hello, which is built after start_publisher sets it"),
         ('self.capture: dict | None = ""', "capture_now assigns STATE.capture before it returns it (the first key "
          "never equals the initial _capture_key None), and nothing else reads it"),

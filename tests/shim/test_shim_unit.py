@@ -838,6 +838,11 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert pub.self_time == (fresh.self_ns, fresh.step_ns, fresh.round_seams) and fresh.pending == []
         assert submitted == [("hook", early)]  # what the seams said before there was a publisher
         assert f"eagle3scope: publishing on {pub.endpoint} as {fresh.src}" in caplog.messages
+        assert pub.endpoint == endpoint_for_dp_rank(base, 1)
+        alone = state.ShimState()
+        assert alone.start_publisher(fresh_ipc_endpoint("startpub1"), 0)  # one publisher unless told more
+        alone.publisher.close()
+        assert len(alone.siblings) == 1
     finally:
         pub.close()
     taken = state.ShimState()
@@ -845,7 +850,7 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert taken.start_publisher(f"ipc://{tmp_path}/no/such/dir/sock", 0) is False
     assert taken.publisher is None
     assert any(m.startswith(f"eagle3scope: NOT PUBLISHING: cannot bind ipc://{tmp_path}/no/such/dir/sock") and "Error:" in m
-               for m in caplog.messages), caplog.messages
+               and "Error: None." not in m for m in caplog.messages), caplog.messages
 
 
 def test_without_a_pool_the_ring_is_sized_from_the_runners_max_running_requests(monkeypatch):
@@ -1065,6 +1070,25 @@ def test_the_draft_call_times_its_phase(monkeypatch):
     assert STATE.step.draft_ns >= 2_000_000 and STATE.step.draft == [1, 2]
 
 
+def test_a_one_step_tree_sizes_the_ring_by_its_draft_tokens(monkeypatch):
+    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
+    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    hooks._size_ring(ns(req_to_token_pool=ns(size=2), speculative_num_steps=3, speculative_num_draft_tokens=8))
+    assert SNAPSHOTS.capacity == 2 * 8
+
+
+def test_a_v1_draft_call_returns_its_verify_input_first(monkeypatch):
+    """v1 EAGLEWorker.draft returns the verify input (a tuple's first item in some releases)."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    batch = ns(spec_info=ns(hidden_states=None))
+    hooks.FACTORIES["draft"]("v1.draft")(lambda w, b: (ns(draft_token=_CPU([7, 8])), "other"), ns(), batch)
+    assert STATE.step.draft == [7, 8]
+
+
 def test_the_worker_hooks_run_under_the_sync_guard_when_the_tests_ask(monkeypatch):
     """EAGLE3SCOPE_SYNC_GUARD=1 (test support): hot bodies run inside the guard, named by their seam."""
     import contextlib
@@ -1084,6 +1108,10 @@ def test_the_worker_hooks_run_under_the_sync_guard_when_the_tests_ask(monkeypatc
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     hooks.FACTORIES["draft_extend"]("v2.draft_extend")(lambda w, b, r: None, ns(), ns(), ns(logits_output=ns(hidden_states=None)))
     assert entered == ["v2.draft_extend", "v2.draft_extend"]  # pre and post
+    monkeypatch.setattr(STATE, "uncommitted", __import__("collections").deque([(lambda: None, None)]))
+    monkeypatch.setattr(STATE, "publisher", object())
+    hooks.FACTORIES["commit"]("commit.resolve")(lambda self, r, b: None, object(), object(), ns(reqs=[]))
+    assert entered[2:] == ["commit.resolve", "commit.resolve"]
 
 
 def test_the_first_step_keeps_the_forward_hook_of_a_worker_with_draft_graphs(monkeypatch):
