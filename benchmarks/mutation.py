@@ -122,6 +122,9 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "shim-hooks": [
         ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
+        ('if (getattr(worker, "topk", 2) or 1) > 1:', "EAGLEWorkerV2 sets topk in __init__ (0.5.12-0.5.23): the default is never read"),
+        ('step.path = snap(step, "PATH", getattr(result, "accept_index", None))',
+         "the field name only keys the ring's buffers of a step: \"PATH\" is as unique a key as \"path\""),
         ('step.verify = ("v1", list(counts), snap(step, None, tokens))',
          "the field name only keys the ring's buffers of a step, and None is as unique a key there as \"ids\""),
         ("return around(seam, pre, post, hot=True, in_step=True, traceable=None)",
@@ -134,6 +137,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ('if os.environ.get(env.ENABLE, "XXXX").strip() in ("1", "true", "yes", "on"):',
          "an unset EAGLE3SCOPE read as \"XXXX\" is no spelling of on, as \"\" is not"),
         ('self.src = ""', "start_publisher sets src before any frame is sent; nothing reads it before"),
+        ("self.dropped = None", "Step.dropped is only truth-tested (if step.dropped): None is False there"),
         ('self._capture_key = ""', "only compared with capture_now's tuple key, which equals neither None nor \"\""),
         ('self.scheduler = ""', "read only as getattr(STATE.scheduler, \"forward_ct\", None): None for both"),
         ('self.siblings: list[str] | None = ""', "read only into the hello, which is built after start_publisher sets it"),

@@ -838,7 +838,7 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert pub.self_time == (fresh.self_ns, fresh.step_ns, fresh.round_seams) and fresh.pending == []
         assert submitted == [("hook", early)]  # what the seams said before there was a publisher
         assert f"eagle3scope: publishing on {pub.endpoint} as {fresh.src}" in caplog.messages
-        assert pub.endpoint == endpoint_for_dp_rank(base, 1)
+        assert pub.endpoint == endpoint_for_dp_rank(base, 1) and pub.heartbeat_extra == SNAPSHOTS.stats  # ring figures
         alone = state.ShimState()
         assert alone.start_publisher(fresh_ipc_endpoint("startpub1"), 0)  # one publisher unless told more
         alone.publisher.close()
@@ -1190,3 +1190,31 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
                                                                "publishes": publishes, "reason": f"publishes={publishes}"}
     assert calls == ["confirm", ("start", "ipc:///tmp/e3s-wiring", 1, 2), ("aux", sched, 1, 3),
                      ("unobserved", "the draft worker"), ("startup", sched)]
+
+
+# -- the final draw's survivors (seed 309311355, measured on commit 63d745a) ----------------------------
+def test_an_unhooked_draft_model_is_named_by_its_class(monkeypatch):
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "unobserved", {})
+    monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.setattr(STATE, "pending", [])
+    monkeypatch.setattr(STATE, "publisher", None)
+    monkeypatch.setattr(hooks, "_observes", lambda obj, family: family == "worker")
+    draft = type("MedusaHead", (), {})()
+    hooks.report_unobserved(ns(draft_worker=ns(draft_runner=ns(model=draft))))
+    assert STATE.unobserved["draft_model"].startswith("the draft model is MedusaHead, whose forward the shim does not hook")
+
+
+def test_a_fresh_state_dates_its_process_and_rebuilds_no_hello_before_the_first(monkeypatch):
+    import time
+
+    from eagle3scope_shim import loadreport
+
+    before = time.time_ns()
+    fresh = state.ShimState()
+    assert before <= fresh.started_ns <= time.time_ns() and fresh.hello_args is None
+    sticky = []
+    fresh.publisher = type("P", (), {"set_sticky": lambda self, kind, body: sticky.append(kind)})()
+    monkeypatch.setattr(loadreport, "STATE", fresh)
+    loadreport.refresh_hello()  # a capture before the start-up bodies: nothing to rebuild yet
+    assert sticky == []
