@@ -122,7 +122,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "shim-hooks": [
         ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
-        ('if (getattr(worker, "topk", 2) or 1) > 1:', "EAGLEWorkerV2 sets topk in __init__ (0.5.12-0.5.23): the default is never read"),
+        ('if (getattr(worker, "topk", 2) or 1) > 1:', "EAGLEWorkerV2 sets topk in __init__ (eagle_worker_v2.py 0.5.23, line 1317): the default is never read"),
         ('step.path = snap(step, "PATH", getattr(result, "accept_index", None))',
          "the field name only keys the ring's buffers of a step: \"PATH\" is as unique a key as \"path\""),
         ('step.verify = ("v1", list(counts), snap(step, None, tokens))',
