@@ -51,7 +51,7 @@ CONTROL = ("tests/control/test_control_protocol.py", "tests/control/test_control
 SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
               "tests/test_clock_order.py")
 DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
-          "tests/doctor/test_doctor_producers.py")
+          "tests/doctor/test_doctor_producers.py", "tests/doctor/test_doctor_texts.py")
 WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
 STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
          "tests/hostile/test_hostile_recordings.py",

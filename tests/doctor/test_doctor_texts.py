@@ -1,0 +1,146 @@
+"""``doctor --json`` pinned whole on a table of checkpoints: every finding's id, severity, title,
+evidence and fix, the headline, verdict, refusals, assumptions and notes. These texts are an
+interface (README "doctor": the title says what SGLang will do, the fix the next step), so a changed
+word is a change to review: the expected reports are in ``data/doctor_reports.json``; after a
+deliberate change, rewrite it with ``EAGLE3SCOPE_REWRITE_PINNED=1 pytest tests/doctor/test_doctor_texts.py``
+and review its diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from support import draft_checkpoints as dc
+from support.cli import invoke
+
+PINNED = Path(__file__).parent / "data" / "doctor_reports.json"
+
+
+def _weights(**change) -> dict:
+    """dc.tensors() with tensors replaced (a value) or removed (None)."""
+    weights = dc.tensors()
+    for name, value in change.items():
+        if value is None:
+            weights.pop(name, None)
+        else:
+            weights[name] = value
+    return weights
+
+
+def _narrow_fc() -> np.ndarray:
+    return dc.tensors()["fc.weight"][:, : 2 * dc.H]
+
+
+def _wide_target(root: Path) -> Path:
+    wide = root / "wide"
+    wide.mkdir()
+    (wide / "config.json").write_text(json.dumps({**dc.llama_fields(), "architectures": ["LlamaForCausalLM"],
+                                                  "num_hidden_layers": dc.TARGET_LAYERS, "hidden_size": 2 * dc.H}))
+    return wide
+
+
+def _pickled(root: Path) -> Path:
+    pickled = root / "p"
+    pickled.mkdir()
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not opened")
+    (pickled / "config.json").write_text(json.dumps(dc.specforge_config()))
+    return pickled
+
+
+def _missing_shard(root: Path) -> Path:
+    draft = dc.write(root / "d", dc.tensors(), dc.specforge_config(), shards=2)
+    (draft / "model-00002-of-00002.safetensors").unlink()
+    return draft
+
+
+def _q_norm() -> dict:
+    weights = dc.tensors("layers.0.")
+    weights["layers.0.self_attn.q_norm.weight"] = np.ones(dc.HEAD_DIM, np.float16)
+    return weights
+
+
+def _d2t_absolute() -> dict:
+    weights = dc.tensors()
+    weights["d2t"] = weights["d2t"] + np.arange(len(weights["d2t"]))
+    return weights
+
+
+# name -> (draft directory builder(root), doctor's arguments builder(root)); "T": the test target
+SCENARIOS = {
+    **{f"{producer}-{version}": (lambda root, p=producer: dc.producer_layout(p, root)[0],
+                                 lambda root, p=producer, v=version: ["--sglang-version", v, "--target", str(
+                                     root / ("ds-target" if "kimi" in p or "mla" in p else "llama-target"))])
+       for producer in ("speculators", "specforge", "modelopt-2-layers", "midlayer-N", "modelopt-mla", "eagle",
+                        "specforge-kimi") for version in ("0.5.10", "0.5.23")},
+    "aux-capture-off": (lambda root: dc.specforge(root / "d", eagle_config={
+        "eagle_aux_hidden_state_layer_ids": dc.AUX_IDS, "use_aux_hidden_state": False}), lambda root: []),
+    "aux-layers-mismatch": (lambda root: dc.specforge(root / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}),
+                            lambda root: ["--target", str(dc.target(root / "t"))]),
+    "aux-layers-out-of-range": (lambda root: dc.specforge(root / "d", eagle_config={
+        "eagle_aux_hidden_state_layer_ids": [1, 3, 7]}), lambda root: ["--target", str(dc.target(root / "t"))]),
+    "config-field-invalid": (lambda root: dc.write(root / "d", dc.tensors("layers.0."), {
+        **dc.speculators_config(), "transformer_layer_config": 5}), lambda root: ["--sglang-version", "0.5.23"]),
+    "config-missing": (lambda root: dc.write(root / "d", dc.tensors(), None), lambda root: []),
+    "pickle-weights": (_pickled, lambda root: []),
+    "missing-shard": (_missing_shard, lambda root: []),
+    "embed-random": (lambda root: dc.write(root / "d", _weights(**{"fc.weight": np.zeros((dc.H, 6 * dc.H), np.float16),
+                                                                   "embed_tokens.weight": None}),
+                                           dc.specforge_config(target_hidden_size=2 * dc.H)), lambda root: []),
+    "weights-dropped-0.5.23": (lambda root: dc.write(root / "d", _q_norm(), dc.specforge_config()),
+                               lambda root: ["--sglang-version", "0.5.23"]),
+    "fc-shape": (lambda root: dc.write(root / "d", _weights(**{"fc.weight": _narrow_fc()}), dc.specforge_config()),
+                 lambda root: ["--target", str(dc.target(root / "t"))]),
+    "fc-shape-wide-target": (lambda root: dc.write(root / "d", _weights(**{"fc.weight": np.zeros((dc.H, 6 * dc.H), np.float16)}),
+                                                   dc.specforge_config()), lambda root: ["--target", str(_wide_target(root))]),
+    "lm-head-from-target": (lambda root: dc.write(root / "d", _weights(**{"lm_head.weight": None, "d2t": None, "t2d": None}),
+                                                  dc.specforge_config(draft_vocab_size=None)), lambda root: []),
+    "no-eagle3": (lambda root: dc.specforge(root / "d"), lambda root: ["--sglang-version", "0.4.4"]),
+    "shape-mismatch": (lambda root: dc.write(root / "d", _weights(**{
+        "midlayer.mlp.down_proj.weight": dc.tensors()["midlayer.mlp.down_proj.weight"][:, :16]}), dc.specforge_config()),
+        lambda root: []),
+    "t2d-invalid": (lambda root: dc.write(root / "d", _weights(t2d=np.ones(5, bool)), dc.specforge_config()), lambda root: []),
+    "d2t-absolute": (lambda root: dc.write(root / "d", _d2t_absolute(), dc.specforge_config()), lambda root: []),
+    "weights-crash-0.4.8": (lambda root: dc.speculators(root / "d"), lambda root: ["--sglang-version", "0.4.8"]),
+    "d2t-missing": (lambda root: dc.write(root / "d", _weights(d2t=None, t2d=None), dc.specforge_config()), lambda root: []),
+    "d2t-missing-0.4.8": (lambda root: dc.write(root / "d", _weights(d2t=None, t2d=None), dc.specforge_config(draft_vocab_size=None)),
+                          lambda root: ["--sglang-version", "0.4.8"]),
+    "eagle-config-ignored": (lambda root: dc.write(root / "d", dc.tensors(), dc.specforge_config(norm_before_fc=True)),
+                             lambda root: ["--sglang-version", "0.5.11"]),
+    "architecture-foo": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(), "architectures": ["FooEagle"]}),
+                         lambda root: ["--sglang-version", "0.5.23"]),
+}
+
+
+#: finding ids the table reaches (so that an edit of a scenario cannot silently drop one)
+REACHED = {"no-eagle3", "config-missing", "pickle-weights", "weights-crash", "aux-capture-off", "fc-shape", "embed-random",
+           "d2t-missing", "architecture", "multi-layer-draft", "shape-mismatch", "eagle-config-ignored",
+           "aux-layers-out-of-range", "config-field-invalid", "architecture-unsupported", "weights-dropped",
+           "weights-unwritten", "t2d-invalid", "d2t-absolute", "lm-head-from-target", "aux-layers-mismatch",
+           "config-speculators-format", "hidden-width-mismatch", "weights-unused", "weights-unreadable", "not-modelled",
+           "lm-head-mismatch", "aux-layers-era", "config-incomplete"}
+
+
+def _report(root: Path, name: str) -> dict:
+    build, args = SCENARIOS[name]
+    draft = build(root)
+    result = invoke("doctor", str(draft), "--json", *args(root))
+    text = result.output.replace(str(root), "<root>")
+    return {"exit": result.exit_code, **{k: v for k, v in json.loads(text).items() if k not in ("draft", "tensors")}}
+
+
+def test_doctor_reports_are_pinned_whole(tmp_path):
+    got = {}
+    for name in SCENARIOS:
+        (tmp_path / name).mkdir()
+        got[name] = _report(tmp_path / name, name)
+    if os.environ.get("EAGLE3SCOPE_REWRITE_PINNED"):
+        PINNED.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    pinned = json.loads(PINNED.read_text())
+    assert sorted(got) == sorted(pinned)
+    assert {f["id"] for report in got.values() for f in report["findings"]} >= REACHED  # the table still reaches them
+    for name in SCENARIOS:  # one scenario at a time: a failure names it
+        assert got[name] == pinned[name], name
