@@ -120,6 +120,20 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
         ('" order by idx desc limit 1",', _SQL_CASE),
     ],
+    "store-salvage": [
+        ("for bid in _ids_with_holes(sorted(found), None):",
+         "report is only used for a negative id, and probe_batch_ids(con) returns ids > -1 only"),
+        ('     report.batches_lost.append((bid, "negative batch id"))\n-            continue\n+            break',
+         "unreachable: probe_batch_ids(con) returns ids > -1 only"),
+        ('row = con.execute("SELECT CRC, BLOB FROM BATCHES WHERE ID = ?", (bid,)).fetchone()', _SQL_CASE),
+    ],
+    "store-replayer": [
+        ("if self._batch_pos - 1 >= len(self.reader.batches):",
+         "past the last batch _fill leaves no frames, so _peek returns None two positions later; position reads "
+         "count() for any _batch_pos >= len(batches) and nothing else reads it before a seek reloads"),
+        ("if pace is None or 1 <= frame.t - pace <= self._max_gap_ns or not self._lone(frame):",
+         "a gap of 0 sets _pace_t to the value it has already"),
+    ],
     "store-index-write": [
         ('con.execute("begin")', _SQL_CASE),
         ('con.executemany("insert into state(idx, src, kind, key, frame) values (?, ?, ?, ?, ?)",', _SQL_CASE),
@@ -308,7 +322,8 @@ def _glob(name: str, pattern: str) -> bool:
 def _equivalent(module: str, diff: str) -> str | None:
     changed = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     for needle, reason in EQUIVALENT.get(module, []):
-        if any(needle == line for line in changed):
+        # one added line, exactly; or, where that line is too common ("break"), a run of diff lines
+        if any(needle == line for line in changed) or ("\n" in needle and needle in diff):
             return reason
     return None
 

@@ -82,3 +82,45 @@ def test_seeks_land_where_the_readme_says(gaps, batch, data):
             assert r.seek_index(-10) == 0 and r.seek_index(10**9) == len(frames)
         finally:
             r.close()
+
+
+def test_a_lone_outlier_is_due_exactly_with_the_frame_before_it(tmp_path):
+    """A frame stamped far from both neighbours is due at once (no gap at all) and leaves the pace
+    where it was: the frame after it is due its gap to the frame before the outlier."""
+    t0, path = 1_000_000_000, tmp_path / "o.e3s"
+    with SessionWriter(path, batch_frames=10) as writer:
+        for seq, t in enumerate((t0, t0 + 10_000_000, 1, t0 + 30_000_000)):
+            raw = encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
+            writer.add(raw, decode_frame(raw))
+    now = [50.0]
+    r = Replayer(path, clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        at = []
+        while not r.finished:
+            now[0] += r.wait_s()
+            at += [now[0]] * len(r.due(max_frames=1))
+        assert at[2] == at[1] and at[3] - at[1] == pytest.approx(0.02, abs=1e-9)
+    finally:
+        r.close()
+
+
+def test_headless_iteration_sleeps_until_each_frame_is_due_a_quarter_second_at_most(tmp_path, monkeypatch):
+    """``for frame in replayer`` sleeps (in slices of at most 0.25 s) until the next frame is due,
+    rather than polling: a 1 s gap at 1x is four 0.25 s sleeps, a 0.1 s gap one of 0.1 s."""
+    import eagle3scope.store.replayer as replayer
+
+    frames = _record(tmp_path / "i.e3s", [0, 1_000_000_000, 100_000_000], batch=2)
+    now, slept = [50.0], []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    monkeypatch.setattr(replayer.time, "sleep", sleep)
+    r = Replayer(tmp_path / "i.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        got = [(f.n, now[0]) for f in r]
+    finally:
+        r.close()
+    assert got == [(frames[0].n, 50.0), (frames[1].n, 51.0), (frames[2].n, pytest.approx(51.1))]
+    assert slept == [0.25, 0.25, 0.25, 0.25, pytest.approx(0.1)]

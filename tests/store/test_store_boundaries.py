@@ -107,3 +107,33 @@ def test_the_recorders_default_batch_is_512_frames_100_ms_or_4_mib(tmp_path, mon
         assert writer.batches == 0
         writer.add(raws[1], decode_frame(raws[1]))
         assert writer.batches == 1  # its bytes reached the cap
+
+
+def test_a_failed_commit_says_why_and_how_many_steps_stay_readable(tmp_path):
+    """README "Bounds": on a failed write (disk full, I/O error) the recorder stops with one error
+    naming the cause and the steps committed before it, which stay readable. Here the third batch's
+    row id is taken by another connection, so its INSERT fails."""
+    import sqlite3
+
+    from eagle3scope.store import StoreError
+
+    raws = list(session_frames(30, bs=1, heartbeat_every=0))
+    frames = [decode_frame(r) for r in raws]
+    path = tmp_path / "f.e3s"
+    with SessionWriter(path, batch_frames=10 ** 6) as writer:  # closing after the failure raises nothing
+        for chunk in (slice(0, 10), slice(10, 20)):
+            for raw, frame in zip(raws[chunk], frames[chunk]):
+                writer.add(raw, frame)
+            writer.flush()
+        committed = sum(1 for f in frames[:20] if f.kind == "step")
+        assert writer.committed_steps == committed > 0
+        other = sqlite3.connect(path)
+        with other:
+            other.execute("INSERT INTO batches VALUES (2, 999, 1, 0, 0, 0, 0, 0, x'00')")
+        other.close()
+        for raw, frame in zip(raws[20:], frames[20:]):
+            writer.add(raw, frame)
+        with pytest.raises(StoreError) as failed:
+            writer.flush()
+        assert str(failed.value) == (f"cannot write {path}: UNIQUE constraint failed: batches.id; the {committed} steps "
+                                     "committed before stay readable")
