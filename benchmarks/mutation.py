@@ -127,6 +127,14 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "unreachable: probe_batch_ids(con) returns ids > -1 only"),
     ],
     "store-format": [
+        ('attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("XXmode=ro&immutable=1XX",)',
+         "SQLite ignores the unknown XXmode and reads immutable=1XX as true (its boolean parse is atoi): still an "
+         "immutable open, which takes no lock and writes nothing, as the reader writes nothing"),
+        ('con = sqlite3.connect(f"{uri}?{flags}", uri=None, isolation_level=None, check_same_thread=False)',
+         "this build's SQLite (3.40, SQLITE_USE_URI=1) reads a file: name as a URI without the flag; not equivalent "
+         "on a build without it"),
+        ('con = sqlite3.connect(f"{uri}?{flags}", isolation_level=None, check_same_thread=False)',
+         "as uri=None: this build's SQLite reads URIs without the flag"),
         ("raws = msgpack.unpackb(bytes(out), max_bin_len=MAX_FRAME_BYTES, max_array_len=MAX_BATCH_FRAMES,",
          "raw=False is msgpack's default (since 1.0; pyproject wants msgpack>=1.0)"),
     ],

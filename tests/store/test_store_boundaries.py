@@ -302,3 +302,4 @@ def test_a_batch_whose_zstd_window_passes_128_mib_is_refused(window_log, refused
             unpack_blob(decompressor(), zlib.crc32(blob), blob)
     else:
         assert unpack_blob(decompressor(), zlib.crc32(blob), blob) == [b"abc"]
+
