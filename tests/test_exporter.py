@@ -378,7 +378,22 @@ def test_every_family_is_served_with_its_type_help_text_and_label_names_exactly(
     served = {fam.name: (fam.type, fam.documentation, sorted({k for s in fam.samples for k in s.labels}))
               for fam in fams}
     assert served == FAMILIES and [fam.name for fam in fams] == list(FAMILIES)
+    buckets = [s.labels["le"] for fam in fams for s in fam.samples if s.name == "eagle3scope_accept_length_bucket"]
+    assert buckets == ["1", "2", "3", "4", "+Inf"]  # accepted drafts + 1, for k = 3, then Prometheus' +Inf
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in fams for s in fam.samples
               if fam.name in ("eagle3scope_shim_seconds", "eagle3scope_shim_round_seconds")}
     assert sorted((name, dict(labels).get("seam"), value) for (name, labels), value in values.items()) == [
         ("eagle3scope_shim_round_seconds_total", None, 0.25), ("eagle3scope_shim_seconds_total", "verify", 0.0015)]
+
+
+def test_a_publisher_still_waiting_for_its_hello_holds_back_no_other():
+    """Publishers are served each on its own: one whose hello has not arrived yet (held back) does
+    not hide the series of those after it."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    fleet = Fleet()
+    fleet.ingest([f for f in renamed(session(20), "early") if f.kind != "hello"])
+    fleet.ingest(renamed(session(30), "late"))
+    steps = {s.labels["publisher"]: s.value for fam in FleetCollector(fleet).collect() for s in fam.samples
+             if s.name == "eagle3scope_steps_total"}
+    assert steps == {"late": 30}

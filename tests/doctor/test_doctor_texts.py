@@ -35,12 +35,26 @@ def _narrow_fc() -> np.ndarray:
     return dc.tensors()["fc.weight"][:, : 2 * dc.H]
 
 
-def _wide_target(root: Path) -> Path:
-    wide = root / "wide"
-    wide.mkdir()
-    (wide / "config.json").write_text(json.dumps({**dc.llama_fields(), "architectures": ["LlamaForCausalLM"],
-                                                  "num_hidden_layers": dc.TARGET_LAYERS, "hidden_size": 2 * dc.H}))
-    return wide
+def _other_target(root: Path, **fields) -> Path:
+    other = root / "other-target"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**dc.llama_fields(), "architectures": ["LlamaForCausalLM"],
+                                                   "num_hidden_layers": dc.TARGET_LAYERS, **fields}))
+    return other
+
+
+def _fixed_with_a_flag(root: Path) -> Path:
+    """speculators' norm_before_residual, through `fix`: the copy's record keeps the flag."""
+    config = {**dc.speculators_config(), "norm_before_residual": True}
+    draft = dc.write(root / "d", dc.tensors("layers.0."), config)
+    assert invoke("fix", str(draft), "--out", str(root / "fixed")).exit_code == 0
+    return root / "fixed"
+
+
+def _d2t_disagreeing() -> dict:
+    t2d = np.zeros(dc.TARGET_VOCAB, bool)
+    t2d[1::2] = True  # d2t as offsets says 0, 2, 4, ...; as ids 0..31; t2d says 1, 3, 5, ...
+    return _weights(d2t=np.arange(dc.DRAFT_VOCAB, dtype=np.int64), t2d=t2d)
 
 
 def _pickled(root: Path) -> Path:
@@ -66,6 +80,22 @@ def _q_norm() -> dict:
 def _d2t_absolute() -> dict:
     weights = dc.tensors()
     weights["d2t"] = weights["d2t"] + np.arange(len(weights["d2t"]))
+    return weights
+
+
+def _mla(**change) -> dict:
+    """dc.modelopt_mla_tensors() with tensors replaced (a value) or removed (None)."""
+    weights = dc.modelopt_mla_tensors()
+    for name, value in change.items():
+        weights.pop(name) if value is None else weights.__setitem__(name, value)
+    return weights
+
+
+def _fc_norms() -> dict:
+    """SpecForge's EAGLE-3.1 layout (qwen3-30B-A3B-eagle3.1.json): fc_norm and norm_output tensors."""
+    weights = dc.tensors()
+    for i in range(3):
+        weights[f"fc_norm.{i}.weight"] = np.ones(dc.H, np.float16)
     return weights
 
 
@@ -95,7 +125,7 @@ SCENARIOS = {
     "fc-shape": (lambda root: dc.write(root / "d", _weights(**{"fc.weight": _narrow_fc()}), dc.specforge_config()),
                  lambda root: ["--target", str(dc.target(root / "t"))]),
     "fc-shape-wide-target": (lambda root: dc.write(root / "d", _weights(**{"fc.weight": np.zeros((dc.H, 6 * dc.H), np.float16)}),
-                                                   dc.specforge_config()), lambda root: ["--target", str(_wide_target(root))]),
+                                                   dc.specforge_config()), lambda root: ["--target", str(_other_target(root, hidden_size=2 * dc.H))]),
     "lm-head-from-target": (lambda root: dc.write(root / "d", _weights(**{"lm_head.weight": None, "d2t": None, "t2d": None}),
                                                   dc.specforge_config(draft_vocab_size=None)), lambda root: []),
     "no-eagle3": (lambda root: dc.specforge(root / "d"), lambda root: ["--sglang-version", "0.4.4"]),
@@ -110,6 +140,25 @@ SCENARIOS = {
                           lambda root: ["--sglang-version", "0.4.8"]),
     "eagle-config-ignored": (lambda root: dc.write(root / "d", dc.tensors(), dc.specforge_config(norm_before_fc=True)),
                              lambda root: ["--sglang-version", "0.5.11"]),
+    "fc-norm-0.5.10": (lambda root: dc.write(root / "d", _fc_norms(), dc.specforge_config(fc_norm=True, norm_output=True)),
+                       lambda root: ["--sglang-version", "0.5.10"]),
+    "mla-embed-0.5.23": (lambda root: dc.write(root / "d", _mla(**{"embed_tokens.weight": np.ones((dc.TARGET_VOCAB, dc.H),
+                                                                                                   np.float16)}),
+                                               dc.modelopt_mla_config()), lambda root: ["--sglang-version", "0.5.23"]),
+    "mla-unpaired-0.5.23": (lambda root: dc.write(root / "d", _mla(**{"layers.0.self_attn.kv_a_proj_with_mqa.weight": None}),
+                                                  dc.modelopt_mla_config()), lambda root: ["--sglang-version", "0.5.23"]),
+    "fc-3-config-4-0.5.10": (lambda root: dc.specforge(root / "d", eagle_config={
+        "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4], "use_aux_hidden_state": True}),
+        lambda root: ["--sglang-version", "0.5.10"]),
+    "vocab-mismatch": (lambda root: dc.specforge(root / "d"),
+                       lambda root: ["--target", str(_other_target(root, vocab_size=2 * dc.TARGET_VOCAB))]),
+    "target-unreadable": (lambda root: dc.specforge(root / "d"), lambda root: ["--target", str(root)]),  # no config.json
+    "d2t-mismatch": (lambda root: dc.write(root / "d", _d2t_disagreeing(), dc.specforge_config()),
+                     lambda root: ["--sglang-version", "0.5.23"]),
+    "lm-head-tied": (lambda root: dc.specforge(root / "d", tie_word_embeddings=True), lambda root: []),
+    "lm-head-tied-no-head": (lambda root: dc.write(root / "d", _weights(**{"lm_head.weight": None}),
+                                                   dc.specforge_config(tie_word_embeddings=True)), lambda root: []),
+    "producer-flag-ignored": (_fixed_with_a_flag, lambda root: ["--sglang-version", "0.5.23"]),
     "architecture-foo": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(), "architectures": ["FooEagle"]}),
                          lambda root: ["--sglang-version", "0.5.23"]),
 }
@@ -121,7 +170,8 @@ REACHED = {"no-eagle3", "config-missing", "pickle-weights", "weights-crash", "au
            "aux-layers-out-of-range", "config-field-invalid", "architecture-unsupported", "weights-dropped",
            "weights-unwritten", "t2d-invalid", "d2t-absolute", "lm-head-from-target", "aux-layers-mismatch",
            "config-speculators-format", "hidden-width-mismatch", "weights-unused", "weights-unreadable", "not-modelled",
-           "lm-head-mismatch", "aux-layers-era", "config-incomplete"}
+           "lm-head-mismatch", "aux-layers-era", "config-incomplete", "vocab-mismatch", "target-unreadable",
+           "d2t-mismatch", "lm-head-tied", "producer-flag-ignored"}
 
 
 def _report(root: Path, name: str) -> dict:
