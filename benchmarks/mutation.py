@@ -125,6 +125,10 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "report is only used for a negative id, and probe_batch_ids(con) returns ids > -1 only"),
         ('     report.batches_lost.append((bid, "negative batch id"))\n-            continue\n+            break',
          "unreachable: probe_batch_ids(con) returns ids > -1 only"),
+        ('-            report.batches_lost.append((bid, "negative batch id"))',
+         "unreachable: probe_batch_ids(con) returns ids > -1 only"),
+        ("value = json.loads(row[0]) if (row) or True else []",
+         "without a row, row[0] raises TypeError, which _endpoints catches and answers [] as the else does"),
     ],
     "store-format": [
         ('attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("XXmode=ro&immutable=1XX",)',
@@ -346,7 +350,8 @@ def _equivalent(module: str, diff: str) -> str | None:
     changed = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     for needle, reason in EQUIVALENT.get(module, []):
         # one added line, exactly; or, where that line is too common ("break"), a run of diff lines
-        if any(needle == line for line in changed) or ("\n" in needle and needle in diff):
+        # (with "\n", or one removed line "-...": any change of that line)
+        if any(needle == line for line in changed) or (("\n" in needle or needle.startswith("-")) and needle in diff):
             return reason
     return None
 

@@ -124,3 +124,46 @@ def test_headless_iteration_sleeps_until_each_frame_is_due_a_quarter_second_at_m
         r.close()
     assert got == [(frames[0].n, 50.0), (frames[1].n, 51.0), (frames[2].n, pytest.approx(51.1))]
     assert slept == [0.25, 0.25, 0.25, 0.25, pytest.approx(0.1)]
+
+
+def test_an_empty_recording_replays_as_finished_at_once(tmp_path):
+    SessionWriter(tmp_path / "e.e3s").close()
+    r = Replayer(tmp_path / "e.e3s", clock=lambda: 0.0)
+    try:
+        assert r.finished and r.due() == [] and r.wait_s() is None and list(r) == []
+        assert (r.position, r.step_seq, r.t_ns) == (0, None, None)
+    finally:
+        r.close()
+
+
+def test_due_hands_out_at_most_max_frames_at_a_time(tmp_path):
+    frames = _record(tmp_path / "m.e3s", [0] * 10, batch=4)
+    r = Replayer(tmp_path / "m.e3s", clock=lambda: 0.0)
+    try:
+        assert r.step_seq is None  # before any step
+        assert [f.n for f in r.due(max_frames=3)] == [f.n for f in frames[:3]] and r.step_seq == 2
+        assert [f.n for f in r.due()] == [f.n for f in frames[3:]]
+    finally:
+        r.close()
+
+
+def test_a_damaged_first_batch_is_skipped_and_the_next_plays_from_its_first_frame(tmp_path):
+    """README "Bounds" (readers read the rest): a replay starting in, or seeking into, a damaged batch
+    lists it and goes on from the first frame of the next readable one."""
+    import sqlite3
+
+    path = tmp_path / "d.e3s"
+    frames = _record(path, [1_000_000] * 15, batch=5)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 0")
+    con.close()
+    r = Replayer(path, clock=lambda: 0.0)
+    try:
+        played = []
+        while not r.finished:
+            played += r.step_one()
+        assert [f.n for f in played] == [f.n for f in frames[5:]] and len(r.errors) == 1
+        assert r.seek_index(2) == 5 and [f.n for f in r.step_one()] == [frames[5].n]
+    finally:
+        r.close()

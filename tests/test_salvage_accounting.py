@@ -91,8 +91,9 @@ def test_salvage_never_writes_over_its_input_and_needs_one(recording, tmp_path):
     with pytest.raises(StoreError, match="overwrite"):
         salvage(path, path)
     for side in ("-wal", "-shm", "-journal"):
-        with pytest.raises(StoreError, match=side[1:]):
+        with pytest.raises(StoreError) as refused:
             salvage(path, f"{path}{side}")
+        assert str(refused.value) == f"--out {path}{side} is {path}'s SQLite {side[1:]} file; choose another name"
     with pytest.raises(StoreError, match="no such session file"):
         salvage(tmp_path / "absent.e3s", tmp_path / "out.e3s")
 

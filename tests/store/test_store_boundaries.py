@@ -303,3 +303,14 @@ def test_a_batch_whose_zstd_window_passes_128_mib_is_refused(window_log, refused
     else:
         assert unpack_blob(decompressor(), zlib.crc32(blob), blob) == [b"abc"]
 
+
+
+def test_an_unreadable_state_frame_is_listed_and_the_others_rebuild_the_state(tmp_path):
+    path = tmp_path / "s.e3s"
+    frames = _write(path, list(session_frames(40, bs=1, heartbeat_every=10)), 10)
+    _sql(path, "UPDATE state SET frame = x'c1' WHERE kind = 'hello'")
+    with SessionReader(path) as reader:
+        rebuilt = reader.state_at(len(frames))
+        assert "hello" not in {f.kind for f in rebuilt} and "heartbeat" in {f.kind for f in rebuilt}
+        assert [str(e) for e in reader.errors] == [
+            "state frame unreadable: not a msgpack frame: FormatError: "]
