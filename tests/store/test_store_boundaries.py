@@ -138,10 +138,14 @@ def test_a_failed_commit_says_why_and_how_many_steps_stay_readable(tmp_path):
         other.close()
         for raw, frame in zip(raws[20:], frames[20:]):
             writer.add(raw, frame)
+        message = (f"cannot write {path}: UNIQUE constraint failed: batches.id; the {committed} steps committed before "
+                   "stay readable")
         with pytest.raises(StoreError) as failed:
             writer.flush()
-        assert str(failed.value) == (f"cannot write {path}: UNIQUE constraint failed: batches.id; the {committed} steps "
-                                     "committed before stay readable")
+        assert str(failed.value) == message
+        with pytest.raises(StoreError) as again:  # a later batch is refused with the same reason
+            writer.flush()
+        assert str(again.value) == message
 
 
 def _sql(path, statement: str, *args) -> None:
@@ -314,3 +318,16 @@ def test_an_unreadable_state_frame_is_listed_and_the_others_rebuild_the_state(tm
         assert "hello" not in {f.kind for f in rebuilt} and "heartbeat" in {f.kind for f in rebuilt}
         assert [str(e) for e in reader.errors] == [
             "state frame unreadable: not a msgpack frame: FormatError: "]
+
+
+def test_the_writer_counts_decode_steps_apart_for_record_decode_steps(tmp_path):
+    """`record --decode-steps N` stops on the writer's count of decode steps (not every step)."""
+    from eagle3scope.wire import encode_frame
+    from support.synthetic import step_body
+
+    path = tmp_path / "d.e3s"
+    with SessionWriter(path, batch_frames=4) as writer:
+        for seq, mode in enumerate(("decode", "extend", "decode", "decode", "extend", "decode")):
+            raw = encode_frame("step", {**step_body(seq, t_ns=1000 + seq), "mode": mode}, src="dp0", n=seq, t=1000 + seq)
+            writer.add(raw, decode_frame(raw))
+        assert (writer.steps, writer.decode_steps) == (6, 4)
