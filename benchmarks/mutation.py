@@ -142,6 +142,10 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("raws = msgpack.unpackb(bytes(out), max_bin_len=MAX_FRAME_BYTES, max_array_len=MAX_BATCH_FRAMES,",
          "raw=False is msgpack's default (since 1.0; pyproject wants msgpack>=1.0)"),
     ],
+    "store-index-write": [
+        ("-    self._sources_dirty = False\n+    self._sources_dirty = True",
+         "after a flush, every later batch rewrites the meta row `sources` with the value it holds already: a cost"),
+    ],
     "store-replayer": [
         ("if self._batch_pos - 1 >= len(self.reader.batches):",
          "past the last batch _fill leaves no frames, so _peek returns None two positions later; position reads "
@@ -330,7 +334,7 @@ def _glob(name: str, pattern: str) -> bool:
     return fnmatch.fnmatch(name, pattern)
 
 
-_SQL_WORD = re.compile(r'^"\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|CREATE|PRAGMA|ORDER|WHERE|FROM|AND)\b',
+_SQL_WORD = re.compile(r'^"\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|CREATE|PRAGMA|ORDER|WHERE|FROM|AND|VALUES|INTO|LIMIT)\b',
                        re.IGNORECASE)
 
 

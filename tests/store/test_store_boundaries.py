@@ -331,3 +331,19 @@ def test_the_writer_counts_decode_steps_apart_for_record_decode_steps(tmp_path):
             raw = encode_frame("step", {**step_body(seq, t_ns=1000 + seq), "mode": mode}, src="dp0", n=seq, t=1000 + seq)
             writer.add(raw, decode_frame(raw))
         assert (writer.steps, writer.decode_steps) == (6, 4)
+
+
+def test_a_committed_batch_reaches_the_main_file_once_the_checkpoint_interval_passed(tmp_path):
+    """README "Bounds": a copy of a live recording without its -wal holds everything committed more
+    than checkpoint_s (2 s) before: a flush after the interval folds the WAL into the main file."""
+    import shutil
+
+    path = tmp_path / "live.e3s"
+    raws = list(session_frames(20, bs=1, heartbeat_every=0))
+    with SessionWriter(path, batch_frames=10 ** 6, checkpoint_s=0.0) as writer:
+        for raw in raws:
+            writer.add(raw, decode_frame(raw))
+        writer.flush()
+        shutil.copy(path, tmp_path / "copy.e3s")  # the main file alone, as a backup tool copies it
+        with SessionReader(tmp_path / "copy.e3s") as copy:
+            assert copy.count() == len(raws) and copy.errors == []
