@@ -131,6 +131,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "without a row, row[0] raises TypeError, which _endpoints catches and answers [] as the else does"),
     ],
     "store-format": [
+        ('last: Exception | None = ""',
+         "every attempt that fails sets last before the message reads it (attempts is never empty)"),
         ('attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("XXmode=ro&immutable=1XX",)',
          "SQLite ignores the unknown XXmode and reads immutable=1XX as true (its boolean parse is atoi): still an "
          "immutable open, which takes no lock and writes nothing, as the reader writes nothing"),

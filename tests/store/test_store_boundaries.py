@@ -211,6 +211,7 @@ def _blob(frames) -> tuple[int, bytes]:
     ([b"one", ""], "not a list of frames"),
     ({}, "not a list of frames"),
     ([b"x" * (8 * 1024 * 1024 + 1)], f"cannot unpack: {8 * 1024 * 1024 + 1} exceeds max_bin_len({8 * 1024 * 1024})"),
+    ([b""] * 65537, "cannot unpack: 65537 exceeds max_array_len(65536)"),  # MAX_BATCH_FRAMES + 1
 ])
 def test_a_batch_that_is_not_a_list_of_frame_bytes_is_refused_saying_why(content, error):
     """A batch row decodes to a list of byte strings (each at most one frame's 8 MiB) or is refused:
@@ -347,3 +348,25 @@ def test_a_committed_batch_reaches_the_main_file_once_the_checkpoint_interval_pa
         shutil.copy(path, tmp_path / "copy.e3s")  # the main file alone, as a backup tool copies it
         with SessionReader(tmp_path / "copy.e3s") as copy:
             assert copy.count() == len(raws) and copy.errors == []
+
+
+def test_a_reader_of_a_killed_recorders_file_leaves_its_wal_as_it_found_it(tmp_path):
+    """README "Bounds": readers never modify a file. A recorder killed leaves its -wal; a reader
+    opens read-only through it, so closing (the last connection) checkpoints nothing: the main file
+    and the -wal stay byte for byte as they were."""
+    import shutil
+
+    live, dead = tmp_path / "live.e3s", tmp_path / "dead.e3s"
+    raws = list(session_frames(30, bs=1, heartbeat_every=0))
+    with SessionWriter(live, batch_frames=10 ** 6) as writer:
+        for raw in raws:
+            writer.add(raw, decode_frame(raw))
+        writer.flush()
+        for suffix in ("", "-wal"):  # what a SIGKILL leaves, copied while the recorder still runs
+            shutil.copy(f"{live}{suffix}", f"{dead}{suffix}")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("dead")}
+    assert set(before) == {"dead.e3s", "dead.e3s-wal"}
+    with SessionReader(dead) as reader:
+        assert reader.count() == len(raws) and not reader.complete
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name in before}
+    assert after == before
