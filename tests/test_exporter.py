@@ -397,3 +397,29 @@ def test_a_publisher_still_waiting_for_its_hello_holds_back_no_other():
     steps = {s.labels["publisher"]: s.value for fam in FleetCollector(fleet).collect() for s in fam.samples
              if s.name == "eagle3scope_steps_total"}
     assert steps == {"late": 30}
+
+
+def test_an_empty_aux_layer_set_is_served_as_none():
+    """`aux_layers_info{configured}`: the ids in effect, comma-separated; an empty set is `none` (not
+    an empty label, which Prometheus drops)."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    frames = [Frame(f.kind, f.src, f.n, f.t, {**f.body, "aux": {**f.body["aux"], "configured": []}})
+              if f.kind == "load" else f for f in session(20)]
+    fleet = Fleet()
+    fleet.ingest(frames)
+    (info,) = [s.labels for fam in FleetCollector(fleet).collect() for s in fam.samples
+               if s.name == "eagle3scope_aux_layers_info"]
+    assert info["configured"] == "none"
+
+
+def test_a_forgotten_publisher_leaves_nothing_behind():
+    """A long-running exporter stays bounded while publishers come and go (a restarted server comes
+    back under a new src): forgetting one drops every table entry about it."""
+    now = [0.0]
+    fleet = Fleet(forget_after_s=60, clock=lambda: now[0])
+    fleet.ingest(renamed(session(50), "gone"))
+    now[0] = 100.0
+    fleet.ingest(renamed(session(50), "here"))
+    tables = [value for value in vars(fleet).values() if isinstance(value, dict)]
+    assert len(tables) >= 5 and not any("gone" in repr(list(table)) for table in tables)

@@ -99,6 +99,22 @@ def _fc_norms() -> dict:
     return weights
 
 
+def _duplicated(root: Path) -> Path:
+    """One tensor in two files (no index): which copy SGLang loads is an accident."""
+    from safetensors.numpy import save_file
+
+    draft = dc.write(root / "d", dc.tensors(), dc.specforge_config())
+    save_file({"norm.weight": dc.tensors()["norm.weight"]}, str(draft / "extra.safetensors"))
+    return draft
+
+
+def _with_config(root: Path, config: object) -> Path:
+    """A directory holding only config.json (``config`` as JSON)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
 # name -> (draft directory builder(root), doctor's arguments builder(root)); "T": the test target
 SCENARIOS = {
     **{f"{producer}-{version}": (lambda root, p=producer: dc.producer_layout(p, root)[0],
@@ -159,6 +175,18 @@ SCENARIOS = {
     "lm-head-tied-no-head": (lambda root: dc.write(root / "d", _weights(**{"lm_head.weight": None}),
                                                    dc.specforge_config(tie_word_embeddings=True)), lambda root: []),
     "producer-flag-ignored": (_fixed_with_a_flag, lambda root: ["--sglang-version", "0.5.23"]),
+    "mla-extra-0.5.23": (lambda root: dc.write(root / "d", _mla(**{"layers.0.extra.weight": np.ones(4, np.float16)}),
+                                               dc.modelopt_mla_config()), lambda root: ["--sglang-version", "0.5.23"]),
+    "d2t-invalid": (lambda root: dc.write(root / "d", _weights(d2t=-np.arange(dc.DRAFT_VOCAB, dtype=np.int64), t2d=None),
+                                          dc.specforge_config()), lambda root: []),
+    "d2t-outside": (lambda root: dc.write(root / "d", _weights(d2t=np.full(dc.DRAFT_VOCAB, 10 * dc.TARGET_VOCAB, np.int64),
+                                                           t2d=None), dc.specforge_config()), lambda root: []),
+    "no-weights": (lambda root: _with_config(root / "d", dc.specforge_config()), lambda root: []),
+    "fix-record-9-notes": (lambda root: dc.specforge(root / "d", eagle3scope_fix={"notes": [f"note {i}" for i in range(9)]}),
+                           lambda root: []),
+    "duplicate-tensors": (_duplicated, lambda root: []),
+    "target-not-an-object": (lambda root: dc.specforge(root / "d"),
+                             lambda root: ["--target", str(_with_config(root / "t", [1, 2]))]),
     "architecture-foo": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(), "architectures": ["FooEagle"]}),
                          lambda root: ["--sglang-version", "0.5.23"]),
 }
@@ -171,7 +199,7 @@ REACHED = {"no-eagle3", "config-missing", "pickle-weights", "weights-crash", "au
            "weights-unwritten", "t2d-invalid", "d2t-absolute", "lm-head-from-target", "aux-layers-mismatch",
            "config-speculators-format", "hidden-width-mismatch", "weights-unused", "weights-unreadable", "not-modelled",
            "lm-head-mismatch", "aux-layers-era", "config-incomplete", "vocab-mismatch", "target-unreadable",
-           "d2t-mismatch", "lm-head-tied", "producer-flag-ignored"}
+           "d2t-mismatch", "lm-head-tied", "producer-flag-ignored", "d2t-invalid", "no-weights", "duplicate-tensors"}
 
 
 def _report(root: Path, name: str) -> dict:
