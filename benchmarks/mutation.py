@@ -112,6 +112,12 @@ _SQL_CASE = "SQL keywords are case-insensitive"
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "control-client": [
         ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
+        ("def __init__(self, endpoint: str, token: str, *, timeout_s: float = 6.0) -> None:",
+         "every construction goes through from_options, which passes timeout_s: the default is never used"),
+    ],
+    "control-protocol": [
+        ('return hmac.new(token.encode("UTF-8"), pack({"fields": fields}), hashlib.sha256).hexdigest()',
+         "Python's codec names are case-insensitive: UTF-8 is utf-8"),
     ],
     "analysis-stats": [
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
