@@ -121,6 +121,13 @@ MUTATIONS = [
     ("round 4 exporter: the rolling mean's HELP text says 256 request-steps", METRICS,
      '"Mean acceptance length over the last 512 request-steps."',
      '"Mean acceptance length over the last 256 request-steps."', ["tests/test_exporter.py"]),
+    ("round 4 gate: a rule's evidence printed with its keys unsorted", GATE,
+     "json_line(v['evidence'], sort_keys=True)", "json_line(v['evidence'])", ["tests/gate/test_gate_judge.py"]),
+    ("round 4 control: a recapture's wait_s refusal names the plain bound", CONTROL,
+     'f"wait_s must be a number in 0..{most}"', 'f"wait_s must be a number in 0..{MAX_WAIT_S}"',
+     ["tests/control/test_control_protocol.py"]),
+    ("round 4 control client: the silence message rounds the timeout to whole seconds", CLIENT,
+     "within {timeout_ms / 1000:.1f}s", "within {timeout_ms / 1000:.0f}s", ["tests/control/test_control_client.py"]),
     ("round 4 doctor: multi-layer-draft's fix names the wrong release", CONFIG_CHECKS,
      '"Use SGLang 0.5.12 or newer."', '"Use SGLang 0.5.11 or newer."', ["tests/doctor/test_doctor_texts.py"]),
 ]

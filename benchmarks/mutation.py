@@ -151,6 +151,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "raw=False is msgpack's default (since 1.0; pyproject wants msgpack>=1.0)"),
     ],
     "store-index-write": [
+        ("if seq >= self._seq_hi:", "a seq equal to the running maximum sets it to the value it has"),
         ("-    self._sources_dirty = False\n+    self._sources_dirty = True",
          "after a flush, every later batch rewrites the meta row `sources` with the value it holds already: a cost"),
     ],

@@ -84,14 +84,16 @@ def test_seeks_land_where_the_readme_says(gaps, batch, data):
             r.close()
 
 
-def test_a_lone_outlier_is_due_exactly_with_the_frame_before_it(tmp_path):
-    """A frame stamped far from both neighbours is due at once (no gap at all) and leaves the pace
-    where it was: the frame after it is due its gap to the frame before the outlier."""
-    t0, path = 1_000_000_000, tmp_path / "o.e3s"
+def _record_at(path: Path, times: list[int]) -> None:
+    """One step frame at each recorded time, in one batch."""
     with SessionWriter(path, batch_frames=10) as writer:
-        for seq, t in enumerate((t0, t0 + 10_000_000, 1, t0 + 30_000_000)):
+        for seq, t in enumerate(times):
             raw = encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
             writer.add(raw, decode_frame(raw))
+
+
+def _due_times(path: Path) -> list[float]:
+    """When each frame is due, on a simulated clock from 50.0 that waits exactly as told."""
     now = [50.0]
     r = Replayer(path, clock=lambda: now[0], max_gap_s=MAX_GAP_S)
     try:
@@ -99,9 +101,18 @@ def test_a_lone_outlier_is_due_exactly_with_the_frame_before_it(tmp_path):
         while not r.finished:
             now[0] += r.wait_s()
             at += [now[0]] * len(r.due(max_frames=1))
-        assert at[2] == at[1] and at[3] - at[1] == pytest.approx(0.02, abs=1e-9)
+        return at
     finally:
         r.close()
+
+
+def test_a_lone_outlier_is_due_exactly_with_the_frame_before_it(tmp_path):
+    """A frame stamped far from both neighbours is due at once (no gap at all) and leaves the pace
+    where it was: the frame after it is due its gap to the frame before the outlier."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "o.e3s", [t0, t0 + 10_000_000, 1, t0 + 30_000_000])
+    at = _due_times(tmp_path / "o.e3s")
+    assert at[2] == at[1] and at[3] - at[1] == pytest.approx(0.02, abs=1e-9)
 
 
 def test_headless_iteration_sleeps_until_each_frame_is_due_a_quarter_second_at_most(tmp_path, monkeypatch):
@@ -167,3 +178,11 @@ def test_a_damaged_first_batch_is_skipped_and_the_next_plays_from_its_first_fram
         assert r.seek_index(2) == 5 and [f.n for f in r.step_one()] == [frames[5].n]
     finally:
         r.close()
+
+
+def test_an_outlier_is_lone_when_the_frame_after_it_is_exactly_the_largest_gap_on(tmp_path):
+    """The frame after a far-future outlier comes exactly max_gap_s after the frame before it: still
+    within the pace, so the outlier is lone (due at once, the pace kept) and that frame is due 5 s on."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "f.e3s", [t0, t0 + 10 ** 18, t0 + int(MAX_GAP_S * 1e9)])
+    assert _due_times(tmp_path / "f.e3s") == [50.0, 50.0, 55.0]

@@ -370,3 +370,44 @@ def test_a_reader_of_a_killed_recorders_file_leaves_its_wal_as_it_found_it(tmp_p
         assert reader.count() == len(raws) and not reader.complete
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name in before}
     assert after == before
+
+
+def test_an_interrupted_commit_is_rolled_back_and_its_frames_commit_with_the_next_flush(tmp_path, monkeypatch):
+    """A signal's exception (KeyboardInterrupt) in the middle of a batch's transaction rolls it back
+    and propagates as it is; the frames stay pending, so `record`'s clean stop commits them."""
+    import eagle3scope.store.writer as writer_module
+
+    def interrupted(latest):
+        raise KeyboardInterrupt
+
+    raws = list(session_frames(10, bs=1, heartbeat_every=0))  # starts with a hello: the sources get written
+    path = tmp_path / "i.e3s"
+    with SessionWriter(path, batch_frames=10 ** 6) as writer:
+        for raw in raws:
+            writer.add(raw, decode_frame(raw))
+        with monkeypatch.context() as patch:
+            patch.setattr(writer_module, "session_sources", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                writer.flush()
+        assert writer.batches == 0
+        writer.flush()
+        assert writer.batches == 1
+    with SessionReader(path) as reader:
+        assert [f for _, f in reader.frames()] == [decode_frame(r) for r in raws] and reader.errors == []
+
+
+def test_the_writers_byte_count_is_what_its_batches_hold(tmp_path):
+    """`record` reports the bytes written: the compressed batches, summed."""
+    import sqlite3
+
+    path = tmp_path / "b.e3s"
+    with SessionWriter(path, batch_frames=7) as writer:
+        for raw in session_frames(30, bs=2, heartbeat_every=0):
+            writer.add(raw, decode_frame(raw))
+        writer.flush()
+        written = writer.bytes
+    con = sqlite3.connect(path)
+    try:
+        assert written == con.execute("SELECT sum(length(blob)) FROM batches").fetchone()[0] > 0
+    finally:
+        con.close()
