@@ -152,6 +152,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "store-index-write": [
         ("if seq >= self._seq_hi:", "a seq equal to the running maximum sets it to the value it has"),
+        ("-    self._sources_dirty = False\n+    self._sources_dirty = None", "only truth-tested: None is False"),
         ("-    self._sources_dirty = False\n+    self._sources_dirty = True",
          "after a flush, every later batch rewrites the meta row `sources` with the value it holds already: a cost"),
     ],
@@ -161,6 +162,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "count() for any _batch_pos >= len(batches) and nothing else reads it before a seek reloads"),
         ("if pace is None or 1 <= frame.t - pace <= self._max_gap_ns or not self._lone(frame):",
          "a gap of 0 sets _pace_t to the value it has already"),
+        ("-    self._batch_pos = 0\n+    self._batch_pos = 1", "__init__'s _load(0) sets _batch_pos before anything reads it"),
+        ("if not 0 < gap <= self._max_gap_ns:", "a gap of 0 taken into the clamp comes out 0 on both of its branches"),
     ],
 }
 

@@ -122,19 +122,22 @@ def test_headless_iteration_sleeps_until_each_frame_is_due_a_quarter_second_at_m
 
     frames = _record(tmp_path / "i.e3s", [0, 1_000_000_000, 100_000_000], batch=2)
     now, slept = [50.0], []
+    r = Replayer(tmp_path / "i.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
 
     def sleep(s):
         slept.append(s)
         now[0] += s
+        if r.paused:  # paused at the start: 50 ms naps until resumed
+            r.resume()
 
     monkeypatch.setattr(replayer.time, "sleep", sleep)
-    r = Replayer(tmp_path / "i.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    r.pause()
     try:
         got = [(f.n, now[0]) for f in r]
     finally:
         r.close()
-    assert got == [(frames[0].n, 50.0), (frames[1].n, 51.0), (frames[2].n, pytest.approx(51.1))]
-    assert slept == [0.25, 0.25, 0.25, 0.25, pytest.approx(0.1)]
+    assert got == [(frames[0].n, 50.05), (frames[1].n, 51.05), (frames[2].n, pytest.approx(51.15))]
+    assert slept == [0.05, 0.25, 0.25, 0.25, 0.25, pytest.approx(0.1)]
 
 
 def test_an_empty_recording_replays_as_finished_at_once(tmp_path):

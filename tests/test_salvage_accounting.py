@@ -88,8 +88,9 @@ def test_frames_that_do_not_validate_are_dropped_and_counted(tmp_path):
 
 def test_salvage_never_writes_over_its_input_and_needs_one(recording, tmp_path):
     path, *_ = recording
-    with pytest.raises(StoreError, match="overwrite"):
+    with pytest.raises(StoreError) as refused:
         salvage(path, path)
+    assert str(refused.value) == "--out would overwrite the damaged file"
     for side in ("-wal", "-shm", "-journal"):
         with pytest.raises(StoreError) as refused:
             salvage(path, f"{path}{side}")
@@ -124,3 +125,16 @@ def test_missing_ids_count_as_lost_up_to_a_jump_of_the_probe_range(recording, tm
     holes = list(range(last, moved)) if counted else []
     assert report.batches_lost == [(bid, "its row is missing") for bid in holes]
     assert report.batches_read == len(batches) and _frames(tmp_path / "out.e3s") == frames
+
+
+def test_the_summary_says_every_loss_it_counted():
+    """`salvage`'s last line: recovered steps and frames, batches read of found, lost ones, invalid
+    frames dropped and where the file is damaged past, each said when it happened."""
+    from eagle3scope.store.salvage import SalvageReport
+
+    report = SalvageReport(batches_read=3, batches_lost=[(1, "x"), (4, "y")], frames=30, steps=12, invalid_frames=2,
+                           damaged_past=7)
+    assert report.summary() == ("recovered 12 steps (30 frames) from 3 of 5 batches found; 2 damaged batch(es) lost, "
+                                "2 invalid frame(s) dropped; the file is damaged past batch 7 (truncated?): later "
+                                "batches are lost")
+    assert not report.complete

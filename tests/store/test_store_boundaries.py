@@ -411,3 +411,18 @@ def test_the_writers_byte_count_is_what_its_batches_hold(tmp_path):
         assert written == con.execute("SELECT sum(length(blob)) FROM batches").fetchone()[0] > 0
     finally:
         con.close()
+
+
+def test_a_catalog_that_cannot_be_scanned_is_said_so_and_probed(tmp_path):
+    """The catalog's scan fails (here a column gone, as a damaged page would fail it): the reader
+    lists why, probes the batches one by one and lists each row it cannot read, instead of failing
+    to open."""
+    path = tmp_path / "c.e3s"
+    _write(path, list(session_frames(20, bs=1, heartbeat_every=0)), 10)
+    _sql(path, "ALTER TABLE batches DROP COLUMN t_hi")
+    with SessionReader(path) as reader:
+        errors = [str(e) for e in reader.errors]
+        assert reader.batches == [] and errors[0] == (
+            "batch catalog partly unreadable (no such column: t_hi); probing batch by batch")
+        assert errors[1].startswith("batch 0 (records 0..") and errors[1].endswith(
+            "is unreadable: its row cannot be read: no such column: t_hi")
