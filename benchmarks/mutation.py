@@ -112,6 +112,7 @@ _SQL_CASE = "SQL keywords are case-insensitive"
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "control-client": [
         ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
+        ("sock.close(1)", "a 1 ms linger on a REQ socket closed after its answer or its timeout: nothing is left to send"),
         ("def __init__(self, endpoint: str, token: str, *, timeout_s: float = 6.0) -> None:",
          "every construction goes through from_options, which passes timeout_s: the default is never used"),
     ],
@@ -125,6 +126,15 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
+    ],
+    "doctor-diagnosis": [
+        ('optional = {"model.embed_tokens.weight"} | (set() if (own_head) and False else {"lm_head.weight"})  # shared from the target',
+         "with its own head, lm_head.weight is in params already: also optional changes neither what is written "
+         "nor what is missing (params - written)"),
+    ],
+    "doctor-config": [
+        ("text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)".replace("default=str", "default=None"),
+         "_short only shows values json.loads made, which json.dumps writes without a default"),
     ],
     "store-salvage": [
         ("for bid in _ids_with_holes(sorted(found), None):",
