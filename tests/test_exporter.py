@@ -423,3 +423,29 @@ def test_a_forgotten_publisher_leaves_nothing_behind():
     fleet.ingest(renamed(session(50), "here"))
     tables = [value for value in vars(fleet).values() if isinstance(value, dict)]
     assert len(tables) >= 5 and not any("gone" in repr(list(table)) for table in tables)
+
+
+def test_the_command_line_forget_after_reaches_the_fleet():
+    """`exporter --forget-after S`: the Exporter hands it to its fleet (here 0: forgotten at once)."""
+    exporter = Exporter([], "127.0.0.1:0", forget_after_s=0.0, discover=False)
+    try:
+        exporter.fleet.ingest(session(5))
+        time.sleep(0.01)
+        with exporter.fleet.lock:
+            exporter.fleet.expire()
+        assert exporter.fleet.forgotten == 1 and exporter.fleet.states == {}
+    finally:
+        exporter.close()
+
+
+def test_a_hello_without_a_version_or_model_is_labelled_empty():
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    frames = session(5)
+    bare = [Frame(f.kind, f.src, f.n, f.t, {k: v for k, v in f.body.items() if k != "sglang_version"})
+            if f.kind == "hello" else f for f in frames]
+    fleet = Fleet()
+    fleet.ingest(bare)
+    labels = [s.labels for fam in FleetCollector(fleet).collect() for s in fam.samples
+              if s.name == "eagle3scope_steps_total"]
+    assert [lab["sglang_version"] for lab in labels] == [""]

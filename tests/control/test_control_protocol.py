@@ -42,6 +42,7 @@ def test_a_time_that_is_not_a_number_is_refused(ts):
 @pytest.mark.parametrize("fields, ok", [
     ({"cmd": "list"}, True),
     ({"cmd": "set", "layers": [1], "id": "i" * 64, "wait_s": 0, "recapture": False}, True),
+    ({"cmd": "set", "layers": [1], "id": "i"}, True),  # one character is an id
     ({"cmd": "set", "layers": [1], "wait_s": 10}, True),
     ({"cmd": "set", "layers": [1], "wait_s": 300.0, "recapture": True}, True),
     ({"cmd": "set", "layers": [1], "wait_s": 10.01}, False),
