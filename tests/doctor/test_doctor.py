@@ -524,3 +524,15 @@ def test_fix_flattens_a_transformers_5_rope_theta_for_sglang(tmp_path, rope_type
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert written["rope_theta"] == 500000.0
     assert written.get("rope_scaling") == (rope if scaling else None)
+
+
+def test_fix_keeps_a_flat_rope_theta_and_drops_the_attention_backend(tmp_path):
+    """transformers 4 and 5 both written: the flat rope_theta wins; the layer's architectures and
+    _attn_implementation (a transformers runtime choice) are not SGLang config."""
+    layer = {**dc.speculators_config()["transformer_layer_config"], "rope_theta": 10000.0, "_attn_implementation": "sdpa",
+             "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), {**dc.speculators_config(), "transformer_layer_config": layer})
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 0
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["rope_theta"] == 10000.0 and "_attn_implementation" not in written
+    assert written["architectures"] == ["LlamaForCausalLMEagle3"]

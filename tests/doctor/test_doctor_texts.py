@@ -115,6 +115,20 @@ def _with_config(root: Path, config: object) -> Path:
     return root
 
 
+def _speculators(**layer) -> dict:
+    """speculators' config with fields of its transformer_layer_config replaced."""
+    config = dc.speculators_config()
+    return {**config, "transformer_layer_config": {**config["transformer_layer_config"], **layer}}
+
+
+def _link_out(root: Path) -> Path:
+    """A draft directory with a link to a file outside it (never followed)."""
+    draft = dc.specforge(root / "d")
+    (root / "outside.json").write_text("{}")
+    (draft / "extra.json").symlink_to(root / "outside.json")
+    return draft
+
+
 # name -> (draft directory builder(root), doctor's arguments builder(root)); "T": the test target
 SCENARIOS = {
     **{f"{producer}-{version}": (lambda root, p=producer: dc.producer_layout(p, root)[0],
@@ -205,6 +219,17 @@ SCENARIOS = {
                            lambda root: []),
     "target-without-architectures": (lambda root: dc.specforge(root / "d"), lambda root: [
         "--target", str(_with_config(root / "t", {k: v for k, v in dc.llama_fields().items() if k != "architectures"}))]),
+    "qwen3-layer": (lambda root: dc.write(root / "d", dc.tensors("layers.0."), _speculators(model_type="qwen3")),
+                    lambda root: ["--sglang-version", "0.5.23"]),
+    "speculators-flags": (lambda root: dc.write(root / "d", dc.tensors("layers.0."), {
+        **_speculators(_attn_implementation="sdpa"), "norm_before_residual": True, "fc_norm": True}),
+        lambda root: ["--sglang-version", "0.5.23"]),
+    "link-out": (_link_out, lambda root: []),
+    "draft-is-a-target": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(),
+                                                                           "architectures": ["LlamaForCausalLM"]}),
+                          lambda root: []),
+    "d2t-2d": (lambda root: dc.write(root / "d", _weights(d2t=np.zeros((4, 8), np.int64), t2d=None), dc.specforge_config()),
+               lambda root: []),
     "architecture-foo": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(), "architectures": ["FooEagle"]}),
                          lambda root: ["--sglang-version", "0.5.23"]),
 }
