@@ -535,4 +535,4 @@ def test_fix_keeps_a_flat_rope_theta_and_drops_the_attention_backend(tmp_path):
     assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 0
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert written["rope_theta"] == 10000.0 and "_attn_implementation" not in written
-    assert written["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert written["architectures"] == ["LlamaForCausalLMEagle3"] and written["eagle_config"]["use_aux_hidden_state"] is True

@@ -230,6 +230,7 @@ SCENARIOS = {
                           lambda root: []),
     "d2t-2d": (lambda root: dc.write(root / "d", _weights(d2t=np.zeros((4, 8), np.int64), t2d=None), dc.specforge_config()),
                lambda root: []),
+    "heads-not-dividing": (lambda root: dc.specforge(root / "d", num_attention_heads=3), lambda root: []),
     "architecture-foo": (lambda root: dc.write(root / "d", dc.tensors(), {**dc.specforge_config(), "architectures": ["FooEagle"]}),
                          lambda root: ["--sglang-version", "0.5.23"]),
 }
