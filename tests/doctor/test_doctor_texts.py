@@ -237,13 +237,15 @@ SCENARIOS = {
 
 
 #: finding ids the table reaches (so that an edit of a scenario cannot silently drop one)
-REACHED = {"no-eagle3", "config-missing", "pickle-weights", "weights-crash", "aux-capture-off", "fc-shape", "embed-random",
-           "d2t-missing", "architecture", "multi-layer-draft", "shape-mismatch", "eagle-config-ignored",
-           "aux-layers-out-of-range", "config-field-invalid", "architecture-unsupported", "weights-dropped",
-           "weights-unwritten", "t2d-invalid", "d2t-absolute", "lm-head-from-target", "aux-layers-mismatch",
-           "config-speculators-format", "hidden-width-mismatch", "weights-unused", "weights-unreadable", "not-modelled",
-           "lm-head-mismatch", "aux-layers-era", "config-incomplete", "vocab-mismatch", "target-unreadable",
-           "d2t-mismatch", "lm-head-tied", "producer-flag-ignored", "d2t-invalid", "no-weights", "duplicate-tensors"}
+REACHED = {"architecture", "architecture-unsupported", "aux-capture-off", "aux-layers-era", "aux-layers-mismatch",
+           "aux-layers-out-of-range", "config-field-invalid", "config-incomplete", "config-missing",
+           "config-speculators-format", "d2t-absolute", "d2t-invalid", "d2t-mismatch", "d2t-missing",
+           "duplicate-tensors", "eagle-config-ignored", "embed-random", "fc-shape", "fc-width-unsupported",
+           "hidden-width-mismatch", "layer-type-unsupported", "lm-head-from-target", "lm-head-mismatch",
+           "lm-head-tied", "multi-layer-draft", "no-eagle3", "no-weights", "not-modelled", "pickle-weights",
+           "producer-flag-ignored", "shape-mismatch", "t2d-invalid", "target-hidden-null", "target-unreadable",
+           "unsafe-entry", "vocab-mismatch", "weights-crash", "weights-dropped", "weights-unreadable",
+           "weights-unused", "weights-unwritten"}
 
 
 def _report(root: Path, name: str) -> dict:
