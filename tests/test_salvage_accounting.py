@@ -88,10 +88,53 @@ def test_frames_that_do_not_validate_are_dropped_and_counted(tmp_path):
 
 def test_salvage_never_writes_over_its_input_and_needs_one(recording, tmp_path):
     path, *_ = recording
-    with pytest.raises(StoreError, match="overwrite"):
+    with pytest.raises(StoreError) as refused:
         salvage(path, path)
+    assert str(refused.value) == "--out would overwrite the damaged file"
     for side in ("-wal", "-shm", "-journal"):
-        with pytest.raises(StoreError, match=side[1:]):
+        with pytest.raises(StoreError) as refused:
             salvage(path, f"{path}{side}")
+        assert str(refused.value) == f"--out {path}{side} is {path}'s SQLite {side[1:]} file; choose another name"
     with pytest.raises(StoreError, match="no such session file"):
         salvage(tmp_path / "absent.e3s", tmp_path / "out.e3s")
+
+
+def test_each_lost_batch_says_why(recording, tmp_path):
+    """The reason listed with each lost batch id is what was wrong with it (a CRC that does not match
+    the bytes, a row gone from the table)."""
+    path, batches, _ = recording
+    _sql(path, "UPDATE batches SET crc = crc + 1 WHERE id = ?", batches[1][0])
+    _sql(path, "DELETE FROM batches WHERE id = ?", batches[3][0])
+    report = salvage(path, tmp_path / "out.e3s")
+    assert report.batches_lost == [(batches[1][0], "checksum mismatch (damaged bytes)"),
+                                   (batches[3][0], "its row is missing")]
+
+
+@pytest.mark.parametrize("jump, counted", [(0, True), (1, False)])
+def test_missing_ids_count_as_lost_up_to_a_jump_of_the_probe_range(recording, tmp_path, jump, counted):
+    """Batch ids run 0, 1, 2, ...: the ids missing before the next one found are lost batches, unless
+    the next id is more than PROBE_PAST_LAST (1,024) past the expected one (a damaged id, not a
+    thousand lost batches)."""
+    from eagle3scope.store.format import PROBE_PAST_LAST
+
+    path, batches, frames = recording
+    last = batches[-1][0]
+    moved = last + PROBE_PAST_LAST + jump
+    _sql(path, "UPDATE batches SET id = ? WHERE id = ?", moved, last)
+    report = salvage(path, tmp_path / "out.e3s")
+    holes = list(range(last, moved)) if counted else []
+    assert report.batches_lost == [(bid, "its row is missing") for bid in holes]
+    assert report.batches_read == len(batches) and _frames(tmp_path / "out.e3s") == frames
+
+
+def test_the_summary_says_every_loss_it_counted():
+    """`salvage`'s last line: recovered steps and frames, batches read of found, lost ones, invalid
+    frames dropped and where the file is damaged past, each said when it happened."""
+    from eagle3scope.store.salvage import SalvageReport
+
+    report = SalvageReport(batches_read=3, batches_lost=[(1, "x"), (4, "y")], frames=30, steps=12, invalid_frames=2,
+                           damaged_past=7)
+    assert report.summary() == ("recovered 12 steps (30 frames) from 3 of 5 batches found; 2 damaged batch(es) lost, "
+                                "2 invalid frame(s) dropped; the file is damaged past batch 7 (truncated?): later "
+                                "batches are lost")
+    assert not report.complete

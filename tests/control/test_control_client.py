@@ -136,3 +136,33 @@ def test_endpoint_and_token_come_from_options_then_the_environment(tmp_path, mon
     client = ControlClient.from_options(None, None, timeout_s=1.5)
     assert (client.endpoint, client.token, client.timeout_s) == ("tcp://127.0.0.1:7001", read_token(token_file), 1.5)
     assert ControlClient.from_options("ipc:///given", None).endpoint == "ipc:///given"  # the option wins
+
+
+def test_the_clients_errors_say_what_happened_exactly(monkeypatch):
+    """The messages `eagle3scope aux` prints on an error: silence (the timeout to a tenth of a second),
+    a refusal without a reason, a malformed reply, and a missing endpoint or token file."""
+    silent = zmq.Context.instance().socket(zmq.REP)
+    silent.setsockopt(zmq.LINGER, 0)
+    endpoint = fresh_ipc_endpoint()
+    silent.bind(endpoint)
+    try:
+        with pytest.raises(ControlError) as silence:
+            ControlClient(endpoint, TOKEN, timeout_s=0.05).list()  # 50 ms: "0.1s"
+    finally:
+        silent.close(0)
+    assert str(silence.value) == f"no answer from {endpoint} within 0.1s (server not started with --control, or busy)"
+    for reply, error in (({"ok": False}, "refused without a reason"),
+                         (b"\xc1", "malformed reply from {}: not a msgpack control message: FormatError: ")):
+        server = Server(reply)
+        try:
+            with pytest.raises(ControlError) as refused:
+                ControlClient(server.endpoint, TOKEN, timeout_s=5).list()
+        finally:
+            server.close()
+        assert str(refused.value) == error.format(server.endpoint)
+    monkeypatch.delenv(ENV_CONTROL, raising=False)
+    monkeypatch.delenv(ENV_TOKEN_FILE, raising=False)
+    with pytest.raises(ControlError, match=r"^no control endpoint: pass --control ENDPOINT or set EAGLE3SCOPE_CONTROL$"):
+        ControlClient.from_options(None, None)
+    with pytest.raises(ControlError, match=r"^no token file: pass --token-file PATH or set EAGLE3SCOPE_CONTROL_TOKEN_FILE$"):
+        ControlClient.from_options("5555", None)

@@ -42,6 +42,7 @@ def test_a_time_that_is_not_a_number_is_refused(ts):
 @pytest.mark.parametrize("fields, ok", [
     ({"cmd": "list"}, True),
     ({"cmd": "set", "layers": [1], "id": "i" * 64, "wait_s": 0, "recapture": False}, True),
+    ({"cmd": "set", "layers": [1], "id": "i"}, True),  # one character is an id
     ({"cmd": "set", "layers": [1], "wait_s": 10}, True),
     ({"cmd": "set", "layers": [1], "wait_s": 300.0, "recapture": True}, True),
     ({"cmd": "set", "layers": [1], "wait_s": 10.01}, False),
@@ -130,3 +131,27 @@ def test_a_stale_or_future_request_is_refused_with_the_reason():
     assert not wrong["ok"] and "wrong token" in wrong["error"] and channel.refused_tokens == 1
     old_client = channel.handle(pack({"cmd": "list", "token": TOKEN}))
     assert not old_client["ok"] and "upgrade eagle3scope on the client side" in old_client["error"]
+
+
+@pytest.mark.parametrize("check, req, error", [
+    ("fresh", {"ts": 30.0, "nonce": "n" * 32},
+     "request time is not within 60 s of the server's clock (a replayed request, or clocks apart)"),
+    ("fresh", {"ts": 100.0, "nonce": "n"}, "request nonce must be a string of 16..64 characters"),
+    ("request", {"cmd": "nope"}, "unknown command 'nope'; commands are: list, set"),
+    ("request", {"cmd": "list", "b": 1, "a": 2}, "unknown field(s) for 'list': a, b"),
+    ("request", {"cmd": "set", "layers": [1], "id": ""}, "request id must be a printable string of 1..64 characters"),
+    ("request", {"cmd": "set", "layers": [1], "recapture": 1}, "recapture must be true or false"),
+    ("request", {"cmd": "set", "layers": [1], "wait_s": 11}, "wait_s must be a number in 0..10.0"),
+    ("request", {"cmd": "set", "layers": [1], "wait_s": 301, "recapture": True}, "wait_s must be a number in 0..300.0"),
+    ("unpack", b"\xc1", "not a msgpack control message: FormatError: "),
+    ("unpack", pack([1]), "control message must be a map, got list"),
+    ("unpack", b"x" * (MAX_MESSAGE_BYTES + 1), "control message of 65537 bytes exceeds the 65536-byte limit"),
+])
+def test_each_refusal_says_why_in_the_words_a_client_shows(check, req, error):
+    """A refusal's reason is the `error` of the `{ok: false, error}` reply, which `eagle3scope aux`
+    and the TUI print: each reason, exactly."""
+    run = {"fresh": lambda: check_freshness(req, 100.0), "request": lambda: check_request(req),
+           "unpack": lambda: unpack(req)}[check]
+    with pytest.raises(ProtocolError) as refused:
+        run()
+    assert str(refused.value) == error

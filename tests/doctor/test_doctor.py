@@ -509,3 +509,30 @@ def test_config_check_findings_pinned(tmp_path):
     code, report = doctor(normed, "--sglang-version", "0.5.11")
     assert (code, findings(report)) == (2, [("eagle-config-ignored", "error", {
         "flags": ["norm_before_fc"], "first_release": {"norm_before_fc": "0.5.17"}, "loader": "0.5.3-0.5.11"})])
+
+
+@pytest.mark.parametrize("rope_type, scaling", [("default", False), ("llama3", True)])
+def test_fix_flattens_a_transformers_5_rope_theta_for_sglang(tmp_path, rope_type, scaling):
+    """A speculators layer config written by transformers 5 keeps rope_theta under rope_parameters;
+    SGLang 0.5.10 reads only the flat field, so fix writes rope_theta (and rope_scaling for a
+    non-default rope type) into the SGLang config."""
+    layer = {k: v for k, v in dc.speculators_config()["transformer_layer_config"].items() if k != "rope_theta"}
+    rope = {"rope_theta": 500000.0, "rope_type": rope_type, "factor": 8.0}
+    config = {**dc.speculators_config(), "transformer_layer_config": {**layer, "rope_parameters": rope}}
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), config)
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 0
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["rope_theta"] == 500000.0
+    assert written.get("rope_scaling") == (rope if scaling else None)
+
+
+def test_fix_keeps_a_flat_rope_theta_and_drops_the_attention_backend(tmp_path):
+    """transformers 4 and 5 both written: the flat rope_theta wins; the layer's architectures and
+    _attn_implementation (a transformers runtime choice) are not SGLang config."""
+    layer = {**dc.speculators_config()["transformer_layer_config"], "rope_theta": 10000.0, "_attn_implementation": "sdpa",
+             "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), {**dc.speculators_config(), "transformer_layer_config": layer})
+    assert invoke("fix", str(draft), "--out", str(tmp_path / "out")).exit_code == 0
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["rope_theta"] == 10000.0 and "_attn_implementation" not in written
+    assert written["architectures"] == ["LlamaForCausalLMEagle3"] and written["eagle_config"]["use_aux_hidden_state"] is True

@@ -76,6 +76,8 @@ def test_floor_messages_name_both_numbers_and_the_comparison():
         "mean acceptance length 2.500 >= 2.5"
     assert checks["min-per-position[1]"].message == "acceptance at position 1: 0.500 < 0.6"
     assert checks["min-per-position[2]"].message == "no draft judged at position 2 (floor 0.1)"
+    assert {c.group for c in checks.values() if c.name != "min-accept-length" and c.name.startswith("min-")} == {
+        "acceptance"}  # JUnit's classname eagle3scope.acceptance, whether measured or not
     assert not checks["min-per-position[3]"].passed
     none = {c.name: c for c in judge({"summary": {"mean_accept_length": None, "per_position": []}, "violations": []},
                                      Thresholds(1.0))}
@@ -91,6 +93,9 @@ def test_the_evidence_names_where_and_whether_it_still_holds():
     assert first.splitlines()[0] == "error zero-acceptance on dp0 from step 7 (no longer active at the end): " \
                                     "zero-acceptance t"
     assert first.splitlines()[1:] == ['evidence: {"n": 1}', "fix: do x"]
+    unordered = {**violation("zero-acceptance", "error"), "evidence": {"b": 1, "a": [2]}}
+    (c,) = [c for c in judge({**result, "violations": [unordered]}, Thresholds()) if c.name == "zero-acceptance"]
+    assert c.details.splitlines()[1] == 'evidence: {"a": [2], "b": 1}'  # keys sorted: the same text every run
     assert second.splitlines()[0] == "error zero-acceptance on dp0 before the first step: zero-acceptance t"
 
 
@@ -117,12 +122,12 @@ def test_junit_has_one_case_per_check_with_failures_evidence_and_properties(tmp_
     root = ET.parse(path).getroot()
     (suite,) = root.findall("testsuite")
     failing = [c for c in checks if not c.passed]
-    assert root.get("tests") == suite.get("tests") == str(len(checks))
+    assert root.get("name") == "eagle3scope" and root.get("tests") == suite.get("tests") == str(len(checks))
     assert root.get("failures") == suite.get("failures") == str(len(failing)) == "2"
     assert suite.get("name") == "check r.e3s" and suite.get("time") == "1.235"
     assert [(p.get("name"), p.get("value")) for p in suite.findall("properties/property")] == [("draft", "d\\x1b")]
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert list(cases) == [c.name for c in checks]
+    assert list(cases) == [c.name for c in checks] and {c.get("time") for c in cases.values()} == {"0"}
     bypassed = cases["fc-bypassed"]
     assert bypassed.get("classname") == "eagle3scope.rules"
     failure = bypassed.find("failure")
