@@ -52,7 +52,7 @@ SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "t
               "tests/test_clock_order.py")
 DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
           "tests/doctor/test_doctor_producers.py")
-WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
+WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/wire/test_wire_bodies.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
 STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
          "tests/hostile/test_hostile_recordings.py",
          "tests/test_record_loss.py")
