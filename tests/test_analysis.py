@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from support.analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analyse
 
 
@@ -449,3 +449,110 @@ def test_load_summary_rows_exactly():
         Fact("family id rule", "unknown family", "muted"), Fact("d2t", "absent (draft vocab = target vocab?)", "muted"),
         Fact("lm_head", "init [4, 1]", "bad"), Fact("embed_tokens", "None"), Fact("weights", "1 consumed, 0 skipped, 0 never written", "ok")]
     assert load_summary(None, None) == [Fact("load report", "not received yet", "muted")]
+
+
+# -- the panels' views, exactly (the TUI draws them as they are) -------------------------------------
+def test_publisher_row_says_what_the_hello_heartbeat_and_hooks_said():
+    from eagle3scope.analysis.views import PublisherRow, publisher_rows
+
+    s = Stream("h:7:dp1")
+    h = {**hello(), "dp_rank": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
+         "seams": {"v2.step": "attached", "commit": "attached", "draft_forward": "attached", "load": "attached",
+                   "draft_model": "unhooked"}}
+    frames = [s.frame("hello", h), s.frame("hook", {"seam": "commit", "status": "failed", "detail": "x"})]
+    frames += [s.frame("step", step(seq, s.t, [1, 3]), dt_ns=250_000_000) for seq in range(5)]
+    s.n += 2
+    frames.append(s.frame("heartbeat", {"steps": 5, "dropped": 3, "hook_failures": 1, "queued": 0,
+                                        "shim_us": {"v2.step": 30.0, "commit": 10.0}, "step_us": 400.0,
+                                        "round_shim_us": 20.0}))
+    (row,) = publisher_rows(analyse(frames))
+    assert row == PublisherRow(
+        src="h:7:dp1", version="0.5.23", algorithm="EAGLE3", worker="v2", steps=K, topk=1, draft_tokens=K + 1,
+        cuda_graph=False, tp_rank=2, dp_rank=1, steps_per_s=4.0, dropped=3, gaps=2, hook_failures=1, hooks_ok=3,
+        hooks_total=5, has_hello=True, model_path="t", run=1, state="live", shim_share=0.05,
+        worker_class="EAGLEWorkerV2", unobserved=("draft_model",))
+    (silent,) = publisher_rows(analyse([Stream().frame("step", step(0, 0, [1]))]))
+    assert (silent.has_hello, silent.version, silent.worker, silent.tp_rank, silent.dp_rank, silent.worker_class,
+            silent.algorithm, silent.steps, silent.steps_per_s, silent.hooks_total, silent.shim_share) == (
+        False, None, None, None, None, None, None, None, None, 0, None)
+
+
+def test_acceptance_view_of_a_session_with_a_live_aux_change():
+    from eagle3scope.analysis.views import SegmentRow, acceptance_view
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    frames += [s.frame("step", step(seq, 1_000 * (seq + 1), [3, 1])) for seq in range(4)]
+    frames.append(s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "origin": "control"}))
+    frames += [s.frame("step", step(seq, 1_000 * (seq + 1), [0, 0], capture={"on": True, "layers": [3, 5, 6]}))
+               for seq in range(4, 6)]
+    view = acceptance_view(analyse(frames))
+    # 4 rounds of 6 tokens (3 + 1 accepted, 2 bonus), then 2 of 2, over 12 request-steps, 1 µs apart
+    assert (view.mean, view.cumulative, view.k, view.draft_tokens, view.steps, view.request_steps) == (
+        28 / 12, 28 / 12, K, K + 1, 6, 12)
+    assert view.steps_per_s == pytest.approx(1e6) and view.tokens_per_s == pytest.approx(22 / 5e-6)
+    assert view.per_position == [8 / 12, 0.5, 1.0] and view.histogram == [4, 4, 0, 4]
+    assert view.history == [3.0, 3.0, 3.0, 3.0, 2.6, 28 / 12] and view.marks == [4]
+    assert view.segments == [SegmentRow([1, 3, 4], [2, 4, 5], "startup", 4, 3.0, 0),
+                             SegmentRow([2, 4, 5], [3, 5, 6], "control", 2, 1.0, 4)]
+    assert (view.ranks, view.skew) == ([], None)
+
+
+def test_aux_view_lists_modes_in_order_their_widths_and_the_passes_it_could_not_watch():
+    from eagle3scope.analysis.state import MAX_WIDTHS
+    from eagle3scope.analysis.views import Fact, PassRow, aux_view
+
+    s = Stream()
+    observable = {"passes_prefill": False, "passes_draft_decode": True, "graph_draft_decode": True,
+                  "passes_draft_extend": True, "graph_draft_extend": True}
+    graphs = {"captured": [{"mode": "decode", "bs": 4}, {"mode": "decode", "bs": 1}, {"mode": "decode"},
+                           {"mode": "extend", "bs": 8}]}
+    frames = [s.frame("hello", {**hello(), "observable": observable, "graphs": graphs})]
+    body = step(0, 0, [1], feature_width=H, fc=False)
+    body["passes"] = [*body["passes"], *({"mode": "x", "width": w, "fc": True, "n": 2} for w in range(MAX_WIDTHS + 3)),
+                      {"width": 5, "fc": True, "replayed": True}]
+    frames.append(s.frame("step", body))
+    view = aux_view(analyse(frames))
+    widths = tuple(sorted(((w, 2) for w in range(MAX_WIDTHS)), key=lambda kv: str(kv[0])))
+    assert view.passes == [PassRow(None, 1, ((5, 1),), 1, 0, 1),  # a pass without a mode sorts as "None"
+                           PassRow("decode", K - 1, ((H, K - 1),), 0, K - 1),
+                           PassRow("draft_extend_v2", 1, ((H, 1),), 0, 1),
+                           PassRow("x", 2 * (MAX_WIDTHS + 3), (*widths, ("other", 6)), 2 * (MAX_WIDTHS + 3), 0)]
+    assert view.seen == [
+        ("r0", "prefill: not seen on this server (replays a graph, and its caller is not hooked): fc and widths cannot "
+               "be judged for it", "bad"),
+        ("r0", "draft decode: replayed from graphs (captured for batch sizes 1, 4); width and fc read where SGLang "
+               "hands the draft its hidden states", "muted"),
+        ("r0", "draft extend: replayed from graphs (capture not seen); width and fc read where SGLang hands the draft "
+               "its hidden states", "muted")]
+    assert view.publishers == [("r0", [Fact("load report", "not received yet", "muted")])]
+
+
+def test_draft_rows_newest_first_filtered_and_limited():
+    from eagle3scope.analysis.views import DraftRow, draft_rows
+
+    s = Stream()
+    frames = [s.frame("step", step(seq, 0, [seq % 3, 1], draft_ids=[[seq, 1, 2], [3, 4, 5]])) for seq in range(4)]
+    state = analyse(frames)
+    rows = draft_rows(state, None, limit=3)
+    assert [(r.seq, r.rid) for r in rows] == [(3, "r0"), (3, "r1"), (2, "r0")]
+    assert rows[0] == DraftRow(3, "r0", "r0", [3, 1, 2], 0, 1, [7], "decode", None, "r0")
+    assert [(r.seq, r.rid) for r in draft_rows(state, "1")] == [(seq, "r1") for seq in (3, 2, 1, 0)]
+    assert len(draft_rows(state, None)) == 8 and draft_rows(state, "zz") == []
+
+
+def test_advisor_logs_and_violation_copies():
+    from eagle3scope.analysis.views import advice_rows, advisor_logs, events, violations
+
+    a, b, c = Stream("a:1:dp0"), Stream("b:2:dp0"), Stream("c:3:dp0")
+    state = SessionState()
+    for f in (a.frame("hello", hello("EAGLE")), a.frame("load", healthy_load()), b.frame("step", step(0, 0, [1])),
+              c.frame("load", healthy_load())):
+        state.ingest(f)
+    logs = advisor_logs(state)
+    assert [(label, log.num_steps, log.seen) for label, log in logs] == [("1:dp0", K, 0), ("2:dp0", None, 1)]
+    assert logs[1][1] is not state.publishers["b:2:dp0"].rounds
+    assert [row.label for row in advice_rows(logs, bootstrap=5)] == ["1:dp0", "2:dp0"]
+    (v,) = violations(state)
+    v.active = False
+    assert state.violations()[0].active and events(state) == list(state.events) and events(state) is not state.events
