@@ -556,3 +556,48 @@ def test_advisor_logs_and_violation_copies():
     (v,) = violations(state)
     v.active = False
     assert state.violations()[0].active and events(state) == list(state.events) and events(state) is not state.events
+
+
+def test_the_event_log_says_what_happened_in_order_and_in_these_words():
+    s = Stream()
+    skipped = healthy_load()
+    skipped["weights"]["skipped"] = ["x.weight"]
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load()), s.frame("load", skipped),
+              s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "origin": "control",
+                                 "pause_ms": 12.4}),
+              s.frame("config", {"layers": [99], "applied": False, "reason": "out of range"}),
+              s.frame("hook", {"seam": "commit", "status": "failed", "detail": "boom"}),
+              s.frame("hook", {"seam": "commit", "status": "attached", "detail": None})]
+    s.n += 2
+    frames.append(s.frame("step", step(0, s.t, [1], capture={"on": True, "layers": [3, 5, 6]})))
+    frames.append(frames[-1])  # the same frame again
+    frames.append(s.frame("config", {"layers": [1, 3, 4], "captured": [2, 4, 5], "applied": True, "origin": "startup"}))
+    frames.append(s.frame("hello", {**hello(), "pid": 4243}))  # another process under the same src
+    s.n = 0
+    frames.append(s.frame("heartbeat", {"steps": 0, "dropped": 0, "hook_failures": 0, "queued": 0}))
+    state = SessionState()
+    for frame in frames:
+        state.ingest(frame)
+    t = [f.t for f in frames]
+    started = "publisher r0: SGLang 0.5.23, EAGLE3 steps=3 topk=1 draft_tokens=4"
+    assert [(e.t_ns, e.src, e.level, e.text) for e in state.events] == [
+        (t[0], "r0", "info", started),
+        (t[1], "r0", "info", "load report: LlamaForCausalLMEagle3 on LlamaForCausalLM"),
+        (t[2], "r0", "error", "weights-dropped: Draft weights were silently dropped at load"),
+        (t[3], "r0", "info", "aux layers now [2, 4, 5] (captured [3, 5, 6], control); graphs recaptured, serving paused 12 ms"),
+        (t[4], "r0", "warning", "aux layer change to [99] refused: out of range"),
+        (t[5], "r0", "warning", "hook commit failed: boom"),
+        (t[5], "r0", "warning", "hook-failed: An instrumentation hook failed: visibility degraded"),
+        (t[7], "r0", "warning", "2 frame(s) lost in transit (frame 6 -> 9)"),
+        (t[7], "r0", "warning", "frame 9 arrived again (after 9): duplicates are dropped and counted, reported once"),
+        (t[9], "r0", "info", "aux layers now [1, 3, 4] (captured [2, 4, 5], startup)"),
+        (t[9], "r0", "warning", "frames-lost: Frames were lost between the server and the viewer"),  # the step's
+        # frames run no rule pass of their own before RULES_EVERY steps or RULES_EVERY_NS: the next frame's does
+        (t[10], "r0", "warning", "publisher restarted under the same src: run 2 starts, kept apart from run 1 (its 1 "
+                                 "decode steps and violations stay as they ended)"),
+        (t[10], "r0", "info", started),
+        (t[11], "r0", "warning", "frame counter went back (11 -> 0) with time going on: publisher restarted"),
+        (t[11], "r0", "warning", "publisher restarted under the same src: run 3 starts, kept apart from run 2 (its 0 "
+                                 "decode steps and violations stay as they ended)")]
+    assert [(p.run, p.began) for p in state.runs()] == [(1, (0, t[0])), (2, (11, t[10])), (3, (0, t[11]))]
+    assert [s.origin for s in state.segments] == ["control", "startup"]
