@@ -26,6 +26,7 @@ STATE, SUBSCRIBER, SIGNALS, CHECKPOINT, GATE, SALVAGE, CLIENT = (
     "eagle3scope/analysis/state.py", "eagle3scope/live/subscriber.py", "eagle3scope/signals.py",
     "eagle3scope/doctor/checkpoint.py", "eagle3scope/gate/__init__.py", "eagle3scope/store/salvage.py",
     "eagle3scope/control/client.py")
+SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -102,6 +103,24 @@ MUTATIONS = [
     ("round 2 control client: recapture sent even when not asked", CLIENT,
      'fields = {"recapture": True} if recapture else {}', 'fields = {"recapture": recapture}',
      ["tests/control/test_control_client.py"]),
+    # issue 29, fourth round (analysis and wire): bugs planted by hand, each killed by a named fast test
+    ("round 4 rules: an error that turned into a warning is downgraded", RULES,
+     'previous.severity = severity if severity == "error" else previous.severity', "previous.severity = severity",
+     ["tests/rules/test_rules_evidence.py"]),
+    ("round 4 validate: an unknown field may nest one level deeper than the bound", VALIDATE,
+     'check_plain(item, f"{path}.{key}", 1)', 'check_plain(item, f"{path}.{key}", 0)',
+     ["tests/wire/test_wire_contract.py"]),
+    ("round 4 schema: a frame without a valid src is not named by its kind", SCHEMA,
+     "raise FrameError(f\"frame has no publisher id 'src': {str(src)[:60]!r}\", kind=kind)",
+     "raise FrameError(f\"frame has no publisher id 'src': {str(src)[:60]!r}\")", ["tests/wire/test_wire_contract.py"]),
+    ("round 4 state: a duplicated frame is analysed again", STATE,
+     "        if verdict is DUPLICATE:\n            return\n", "", ["tests/test_analysis.py"]),
+    ("round 4 views: an unhooked seam counted among the hooks that work", VIEWS,
+     'hooks_ok=sum(1 for status in seams.values() if status == "attached")',
+     'hooks_ok=sum(1 for status in seams.values() if status not in ("failed", "missing"))', ["tests/test_analysis.py"]),
+    ("round 4 loss: the recorder tracks one publisher past the cap", LOSS,
+     "if len(self.sources) >= MAX_PUBLISHERS:", "if len(self.sources) > MAX_PUBLISHERS:",
+     ["tests/test_loss_accounting.py"]),
 ]
 
 
