@@ -482,15 +482,15 @@ def test_acceptance_view_of_a_session_with_a_live_aux_change():
 
     s = Stream()
     frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
-    frames += [s.frame("step", step(seq, 1_000 * (seq + 1), [3, 1])) for seq in range(4)]
+    frames += [s.frame("step", step(seq, 500_000_000 * (seq + 1), [3, 1])) for seq in range(4)]
     frames.append(s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "origin": "control"}))
-    frames += [s.frame("step", step(seq, 1_000 * (seq + 1), [0, 0], capture={"on": True, "layers": [3, 5, 6]}))
+    frames += [s.frame("step", step(seq, 500_000_000 * (seq + 1), [0, 0], capture={"on": True, "layers": [3, 5, 6]}))
                for seq in range(4, 6)]
     view = acceptance_view(analyse(frames))
-    # 4 rounds of 6 tokens (3 + 1 accepted, 2 bonus), then 2 of 2, over 12 request-steps, 1 µs apart
+    # 4 rounds of 6 tokens (3 + 1 accepted, 2 bonus), then 2 of 2, over 12 request-steps, 0.5 s apart
     assert (view.mean, view.cumulative, view.k, view.draft_tokens, view.steps, view.request_steps) == (
         28 / 12, 28 / 12, K, K + 1, 6, 12)
-    assert view.steps_per_s == pytest.approx(1e6) and view.tokens_per_s == pytest.approx(22 / 5e-6)
+    assert (view.steps_per_s, view.tokens_per_s) == (5 / 2.5, 22 / 2.5)  # the first step's tokens precede the span
     assert view.per_position == [8 / 12, 0.5, 1.0] and view.histogram == [4, 4, 0, 4]
     assert view.history == [3.0, 3.0, 3.0, 3.0, 2.6, 28 / 12] and view.marks == [4]
     assert view.segments == [SegmentRow([1, 3, 4], [2, 4, 5], "startup", 4, 3.0, 0),
@@ -601,3 +601,26 @@ def test_the_event_log_says_what_happened_in_order_and_in_these_words():
                                  "decode steps and violations stay as they ended)")]
     assert [(p.run, p.began) for p in state.runs()] == [(1, (0, t[0])), (2, (11, t[10])), (3, (0, t[11]))]
     assert [s.origin for s in state.segments] == ["control", "startup"]
+
+
+def test_session_totals_after_the_fork_keep_widths_budgets_and_every_run_its_bounded_history():
+    from eagle3scope.analysis.views import PassRow, aux_view
+
+    a, b = Stream("a"), Stream("b")
+    state = SessionState(history=3)
+    for s in (a, b):
+        state.ingest(s.frame("hello", hello()))
+    for seq in range(2):
+        for s in (a, b):
+            body = step(seq, s.t, [2])
+            body["num_steps"], body["draft_ids"] = 2, [body["draft_ids"][0][:2]]
+            state.ingest(s.frame("step", body))
+    assert state.acceptance is not state.publishers["a"].acceptance  # forked at b's first step
+    assert aux_view(state).passes == [PassRow("decode", 4 * (K - 1), ((H, 4 * (K - 1)),), 0, 4 * (K - 1)),
+                                      PassRow("draft_extend_v2", 4, ((3 * H, 4),), 4, 0)]
+    # every round accepted its whole budget of 2: position 3 was not proposed, so never reached
+    assert state.acceptance.cumulative_per_position == [1.0, 1.0, None]
+    state.ingest(a.frame("hello", {**hello(), "pid": 1}))  # a restarted: its new run is bounded as the first was
+    for seq in range(5):
+        state.ingest(a.frame("step", step(seq, a.t, [1])))
+    assert len(state.publishers["a"].acceptance.history) == 3 and state.publishers["a"].run == 2

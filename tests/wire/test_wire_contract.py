@@ -14,7 +14,8 @@ import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.schema import FrameError, SchemaVersionError
-from eagle3scope.wire.validate import BodyError, validate_body
+from eagle3scope.wire import bodies
+from eagle3scope.wire.validate import BodyError, _check_fields, fields, validate_body
 from support.synthetic import hello_body, load_body, step_body
 
 I64 = (1 << 63) - 1
@@ -281,6 +282,16 @@ def test_the_deepest_nesting_and_the_widest_values_are_accepted():
                                 draft_ids=[[5] * 1024], accepted_ids=[[(1 << 31) - 1] * 1025], num_steps=1,
                                 accepted_path=[[1]], discarded=["d"] * 65536, draft_ms=1e15, verify_ms=-10 ** 15))
     validate_body("heartbeat", {"shim_us": {f"s{i}": 0 for i in range(256)}, "step_us": 1e15, "publisher_us": 0})
+    validate_body("hello", {"graphs": {"captured": None, "target_aux": None}, "parallel": None, "siblings": None})
+
+
+@pytest.mark.parametrize("kind, body, message", [r for r in REFUSALS if r[0] in bodies.BODIES and r[0] != "step"],
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 12 else "")
+def test_the_field_tables_derived_from_bodies_refuse_what_validation_refuses(kind, body, message):
+    """validate.fields() turns a TypedDict of bodies.py into its checkers: derived again, they say the same."""
+    with pytest.raises(BodyError) as info:
+        _check_fields(body, fields(bodies.BODIES[kind]), "b")
+    assert str(info.value) == message
 
 
 ENVELOPES = [
