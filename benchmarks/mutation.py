@@ -108,6 +108,8 @@ NOT_UNDER_MUTMUT = ("tests/doctor/test_doctor_hostile.py::test_sparse_giant_d2t_
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"
+_PASS_NET = ("unreachable: _check_pass's inline test refuses exactly what the Pass fields' own checkers refuse, "
+             "and they raise first, naming the field")
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "control-client": [
         ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
@@ -115,6 +117,15 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "analysis-stats": [
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
+    ],
+    "analysis-views": [
+        ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",
+         "a segment's start_step is a step already in history (at most n_steps - 1): never len(history) past its first"),
+    ],
+    "wire-validation": [
+        ('_fail(path, "\'n\' must be an integer >= 1", )', _PASS_NET),
+        ('_fail(path, f"must be a list of at most {max_len} maps" + (" or null" if (optional) or True else ""), value)',
+         "every _maps checker is optional (Step.passes, the one MapList(optional=False), is check_step's own)"),
     ],
     "store-index-seek": [
         ('after = self.batches[-1].id if self.batches else -2', "batch ids are SQLite rowids >= 1: id > -2 = id > -1"),
