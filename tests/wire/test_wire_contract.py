@@ -333,3 +333,15 @@ def test_bytes_that_are_no_frame_are_refused_saying_why():
         assert str(info.value).startswith(message) and (info.value.kind, info.value.src) == (None, None)
         assert str(info.value) == message or message.endswith(": ")  # msgpack's own words follow
     assert decode_frame(encode_frame("step", STEP, src="s", n=0, t=0), max_bytes=10 ** 6).body == STEP
+
+
+def test_the_envelope_as_encoded_and_as_a_reader_writes_it_back():
+    import time
+
+    raw = msgpack.unpackb(encode_frame("hook", {"seam": "x"}, src="dp0", n=7, t=9))
+    assert raw == {"v": [1, 0], "k": "hook", "src": "dp0", "n": 7, "t": 9, "b": {"seam": "x"}}
+    before = time.time_ns()
+    stamped = decode_frame(encode_frame("hook", {}, src="dp0", n=0))
+    assert before <= stamped.t <= time.time_ns()  # no t: the sender's clock now
+    newer = decode_frame(msgpack.packb({**raw, "v": [1, 4]}))
+    assert newer.to_dict() == {**raw, "v": [1, 4]} and newer.minor == 4 and newer.known
