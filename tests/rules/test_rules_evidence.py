@@ -245,6 +245,11 @@ def test_a_rule_without_a_first_seq_of_its_own_dates_its_break_at_the_last_step_
     s = Stream()
     frames = [s.frame("hello", hello())] + [s.frame("step", step(seq, s.t, [1])) for seq in range(3)]
     frames.append(s.frame("load", load))
+    state = SessionState()
+    for frame in frames:
+        state.ingest(frame)
+    (v,) = state.violations()  # fired on the load report, after step 2
+    assert (v.id, v.first_seq, v.last_seq) == ("weights-dropped", 2, 2)
     frames += [s.frame("step", step(seq, s.t, [1])) for seq in range(3, 5)]
     v = fired(frames)["weights-dropped"]
     assert (v.first_seq, v.last_seq, v.active, v.run, v.src) == (2, 4, True, 1, "r0")
