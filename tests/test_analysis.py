@@ -310,6 +310,19 @@ def test_zero_acceptance_is_detected_on_the_step_that_fills_the_window():
     assert fired(state)["zero-acceptance"].first_seq == 31  # 32 steps x 2 requests = 64 request-steps
 
 
+def test_a_slow_server_gets_a_rule_pass_every_quarter_second_of_stream_time():
+    """RULES_EVERY_NS: a step 250 ms (frame time) after the last pass runs the rules, whatever the step count."""
+    s = Stream()
+    state = SessionState()
+    for frame in (s.frame("hello", hello()), s.frame("load", healthy_load()),
+                  s.frame("step", step(0, 0, [0] * 64), dt_ns=250_000_000)):
+        state.ingest(frame)
+    (v,) = state.violations()
+    assert (v.id, v.first_seq) == ("zero-acceptance", 0)
+    state.ingest(s.frame("step", step(1, 0, [3] * 64), dt_ns=249_999_999))  # healed, but no pass yet
+    assert state.violations()[0].active
+
+
 def test_rules_fire_on_ingest_with_the_same_first_seq_as_analyse():
     """Nobody asks for violations: ingest alone finds the break, logs it once, and at the seq
     ``check`` (analyse) reports, because both run the rules on ingest's schedule."""
