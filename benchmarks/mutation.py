@@ -118,6 +118,9 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
     ],
+    "analysis-state": [
+        ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),
+    ],
     "analysis-views": [
         ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",
          "a segment's start_step is a step already in history (at most n_steps - 1): never len(history) past its first"),

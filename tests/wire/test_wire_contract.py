@@ -345,3 +345,7 @@ def test_the_envelope_as_encoded_and_as_a_reader_writes_it_back():
     assert before <= stamped.t <= time.time_ns()  # no t: the sender's clock now
     newer = decode_frame(msgpack.packb({**raw, "v": [1, 4]}))
     assert newer.to_dict() == {**raw, "v": [1, 4]} and newer.minor == 4 and newer.known
+    longest = decode_frame(msgpack.packb({**raw, "k": "k" * 4096, "src": "s" * 4096}))  # names of 4,096 characters
+    assert (longest.kind, longest.src, longest.known) == ("k" * 4096, "s" * 4096, False)
+    with pytest.raises(FrameError, match=r"^not a msgpack frame: ValueError: "):
+        decode_frame(msgpack.packb({**raw, 5: 1}))  # map keys are strings, the envelope's too
