@@ -51,6 +51,41 @@ def test_evidence_fields_by_name():
 
 # -- every rule's evidence, whole (check --json's "evidence" object) -------------------------------
 
+def test_aux_capture_off_evidence_and_its_severity_by_opt_out():
+    frames = session(6, algorithm="EAGLE", step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    v = fired(frames)["aux-capture-off"]
+    assert (v.severity, v.first_seq, v.last_seq) == ("error", None, 5)  # known from hello and load, before any step
+    assert v.evidence == {"algorithm": "EAGLE", "capture_on": False, "use_aux_hidden_state": True, "fc_in": 3 * H,
+                          "fc_from_checkpoint": True, "steps_with_capture_off": 6}
+    opted_out = healthy_load()
+    opted_out["aux"]["use_aux"] = False
+    opted_out["weights"]["consumed"] = ["layers.0.self_attn.qkv_proj.weight"]  # no trained fc
+    late = session(4, load=opted_out, step_kw={"capture": {"on": False, "layers": None}})
+    v = fired(late)["aux-capture-off"]
+    assert (v.severity, v.first_seq) == ("warning", 0)  # EAGLE3 asked for: the first step showed capture off
+    assert v.evidence == {"algorithm": "EAGLE3", "capture_on": False, "use_aux_hidden_state": False, "fc_in": 3 * H,
+                          "fc_from_checkpoint": False, "steps_with_capture_off": 4}
+    assert fired(session(4, load=opted_out, algorithm="EAGLE"))["aux-capture-off"].severity == "error"
+
+
+def test_fc_bypassed_evidence_names_the_replayed_passes():
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    for seq in range(4):
+        body = step(seq, s.t, [1], feature_width=H, fc=False)
+        body["passes"].append({"mode": "draft_extend_v2", "width": H, "fc": False, "n": 2, "replayed": True})
+        body["passes"].append({"mode": "extend", "width": 3 * H, "fc": True, "n": 1})
+        frames.append(s.frame("step", body))
+    v = fired(frames)["fc-bypassed"]
+    assert (v.severity, v.first_seq) == ("error", 0)
+    assert v.evidence == {"skipped_calls": 12, "skipped_by_mode": {"draft_extend_v2": 12},
+                          "replayed_by_mode": {"draft_extend_v2": 8}, "width_seen": [H], "fc_in": 3 * H,
+                          "use_aux_hidden_state": True, "fc_from_checkpoint": True, "algorithm": "EAGLE3",
+                          "hidden_size": H}
+    eager = fired(session(3, step_kw={"feature_width": H, "fc": False}))["fc-bypassed"].evidence
+    assert "replayed_by_mode" not in eager and eager["skipped_calls"] == 3
+
+
 def test_hidden_width_mismatch_evidence_and_where_it_was_first_seen():
     s = Stream()
     frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
