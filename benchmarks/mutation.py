@@ -117,9 +117,12 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "analysis-stats": [
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
+        ("if budget is not None and budget >= self.k_budget:", "at equality it sets k_budget to the value it has"),
     ],
     "analysis-state": [
         ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),
+        ('self.segments.append(ConfigSegment(layers.configured, "startup", seq, None, layers.captured))',
+         "the startup segment's src is never read: only a config segment's src names the MAX_SEGMENTS note"),
     ],
     "analysis-views": [
         ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",

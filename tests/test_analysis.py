@@ -637,3 +637,63 @@ def test_session_totals_after_the_fork_keep_widths_budgets_and_every_run_its_bou
     for seq in range(5):
         state.ingest(a.frame("step", step(seq, a.t, [1])))
     assert len(state.publishers["a"].acceptance.history) == 3 and state.publishers["a"].run == 2
+
+
+def test_steps_with_capture_off_are_counted_from_the_first_and_draft_ids_of_partly_empty_steps_are_read():
+    s = Stream()
+    frames = [s.frame("hello", hello("EAGLE")), s.frame("load", healthy_load())]
+    for seq, on in enumerate([True, True, False, True, False]):
+        frames.append(s.frame("step", step(seq, s.t, [1], capture={"on": on, "layers": [2, 4, 5]},
+                                           draft_ids=[[10 + seq, 11, 12]])))
+    prefill = step(5, s.t, [0, 0], draft_ids=[[], []])
+    prefill.update(mode="prefill", accepted_ids=[[], []], bonus=[0, 0])
+    mixed = step(6, s.t, [0, 1], draft_ids=[[], [TARGET_VOCAB - 1, 3]])
+    mixed["accepted_ids"] = [[7], [TARGET_VOCAB - 1, 7]]
+    frames += [s.frame("step", prefill), s.frame("step", mixed)]
+    state = analyse(frames)
+    pub = state.publishers["r0"]
+    assert (pub.capture_off_steps, pub.capture_off_first_seq) == (2, 2)
+    assert fired(state)["aux-capture-off"].evidence["steps_with_capture_off"] == 2
+    assert (pub.draft_id_max, pub.draft_max_seq, pub.draft_id_min, pub.draft_min_seq) == (TARGET_VOCAB - 1, 6, 3, 6)
+    assert pub.draft_max_rises == [(0, 12), (3, 13), (4, 14), (6, TARGET_VOCAB - 1)]  # the prefill's empty lists: none
+    assert pub.draft_ids == 5 * K + 2 and pub.decode_steps == 6
+
+
+def test_violations_list_active_first_then_by_severity_then_where_they_began():
+    frames = session(80, algorithm="EAGLE", accept_p=0.0,
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    state = analyse(frames)
+    assert [(v.id, v.first_seq) for v in state.violations()] == [
+        ("aux-capture-off", None), ("fc-bypassed", 0), ("zero-acceptance", 63)]  # None: known before any step
+    load = healthy_load()
+    load["weights"]["skipped"] = ["x.weight"]
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", load)]
+    frames += [s.frame("step", step(seq, s.t, [1], capture={"on": seq == 0, "layers": [2, 4, 5]})) for seq in range(2)]
+    assert [(v.id, v.first_seq) for v in analyse(frames).violations()] == [("weights-dropped", None),
+                                                                           ("aux-capture-off", 1)]
+
+
+def test_a_config_without_an_origin_is_a_control_change_and_rates_need_time_going_forward():
+    from eagle3scope.analysis.views import acceptance_view
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("step", step(0, 3_000, [1])), s.frame("step", step(1, 1_000, [1])),
+              s.frame("config", {"layers": [1], "captured": [2], "applied": True})]
+    state = analyse(frames)
+    assert [(seg.origin, seg.src) for seg in state.segments] == [("startup", "r0"), ("control", "r0")]
+    view = acceptance_view(state)  # the second step stamped before the first: no rate rather than a negative one
+    assert (view.steps_per_s, view.tokens_per_s, view.steps) == (None, None, 2)
+
+
+def test_rank_skew_names_the_worst_and_the_best_of_three():
+    from eagle3scope.analysis.views import RankRow, RankSkew, rank_rows
+
+    state = SessionState()
+    for dp, accepted in ((0, 2), (1, 0), (2, 3)):
+        s = Stream(f"h:1:dp{dp}")
+        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("step", step(0, s.t, [accepted])))
+    rows, skew = rank_rows(state)
+    assert rows == [RankRow("dp0", 3.0, 1), RankRow("dp1", 1.0, 1), RankRow("dp2", 4.0, 1)]
+    assert skew == RankSkew("dp1", 1.0, "dp2", 4.0) and skew.spread == 3.0
