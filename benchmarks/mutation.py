@@ -128,6 +128,10 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",
          "a segment's start_step is a step already in history (at most n_steps - 1): never len(history) past its first"),
     ],
+    "wire-codec": [
+        ("obj = msgpack.unpackb(data, raw=False, ext_hook=_refuse_ext, **limits)",
+         "strict_map_key=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+    ],
     "wire-validation": [
         ('_fail(path, "\'n\' must be an integer >= 1", )', _PASS_NET),
         ('_fail(path, f"must be a list of at most {max_len} maps" + (" or null" if (optional) or True else ""), value)',

@@ -633,6 +633,9 @@ def test_session_totals_after_the_fork_keep_widths_budgets_and_every_run_its_bou
                                       PassRow("draft_extend_v2", 4, ((3 * H, 4),), 4, 0)]
     # every round accepted its whole budget of 2: position 3 was not proposed, so never reached
     assert state.acceptance.cumulative_per_position == [1.0, 1.0, None]
+    for seq in range(2, 5):
+        state.ingest(b.frame("step", step(seq, b.t, [1])))
+    assert len(state.publishers["b"].acceptance.history) == 3  # every view's history is the state's length
     state.ingest(a.frame("hello", {**hello(), "pid": 1}))  # a restarted: its new run is bounded as the first was
     for seq in range(5):
         state.ingest(a.frame("step", step(seq, a.t, [1])))

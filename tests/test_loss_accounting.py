@@ -103,6 +103,9 @@ def test_what_each_verdict_says_in_the_event_log():
         "frame 0 arrived again (after 0): duplicates are dropped and counted, reported once",)
     assert (loss.frames, loss.lost, loss.resets, loss.restarts, loss.duplicates, loss.last_n, loss.last_t) == (
         4, 2, 1, 1, 1, 0, 103)
+    loss.observe(frame(MAX_GAP + 1, t=104))  # a second reset, a second restart: each counted
+    loss.observe(frame(1, t=105))
+    assert (loss.resets, loss.restarts, loss.lost) == (2, 2, 2)
 
 
 def test_the_rounds_share_counts_only_their_own_hooks_and_new_seams_past_the_bound_are_not_kept():

@@ -349,3 +349,14 @@ def test_the_envelope_as_encoded_and_as_a_reader_writes_it_back():
     assert (longest.kind, longest.src, longest.known) == ("k" * 4096, "s" * 4096, False)
     with pytest.raises(FrameError, match=r"^not a msgpack frame: ValueError: "):
         decode_frame(msgpack.packb({**raw, 5: 1}))  # map keys are strings, the envelope's too
+    blob = decode_frame(encode_frame("new", {"blob": b"\x00\xff"}, src="dp0", n=0, t=0))
+    assert blob.body == {"blob": b"\x00\xff"}  # bytes travel as msgpack bin, not as text
+
+
+def test_extension_types_are_refused_even_where_a_caller_lets_their_length_through():
+    from eagle3scope.wire.schema import unpack_untrusted
+
+    data = msgpack.packb({"x": msgpack.ExtType(5, b"ab")})
+    with pytest.raises(FrameError) as info:
+        unpack_untrusted(data, limits={"max_ext_len": 16})
+    assert str(info.value) == "not a msgpack frame: FrameError: msgpack extension type 5 is not allowed"
