@@ -118,6 +118,7 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
         ("if budget is not None and budget >= self.k_budget:", "at equality it sets k_budget to the value it has"),
+        ("return span if span >= 0 else None", "both callers test the span's truth: 0, like None, gives no rate"),
     ],
     "analysis-state": [
         ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),

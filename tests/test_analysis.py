@@ -462,6 +462,10 @@ def test_load_summary_rows_exactly():
         Fact("family id rule", "unknown family", "muted"), Fact("d2t", "absent (draft vocab = target vocab?)", "muted"),
         Fact("lm_head", "init [4, 1]", "bad"), Fact("embed_tokens", "None"), Fact("weights", "1 consumed, 0 skipped, 0 never written", "ok")]
     assert load_summary(None, None) == [Fact("load report", "not received yet", "muted")]
+    for skipped, unwritten, text in ((["s.w"], [], "1 consumed, 1 skipped, 0 never written: s.w"),
+                                     ([], ["u.w"], "1 consumed, 0 skipped, 1 never written: u.w")):
+        alone = {**bare, "weights": {"consumed": ["fc.weight"], "skipped": skipped, "unwritten": unwritten}}
+        assert load_summary(read_load(alone), None)[-1] == Fact("weights", text, "bad")  # either alone is bad
 
 
 # -- the panels' views, exactly (the TUI draws them as they are) -------------------------------------
