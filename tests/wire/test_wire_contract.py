@@ -332,7 +332,10 @@ def test_bytes_that_are_no_frame_are_refused_saying_why():
             decode_frame(data, max_bytes=10)
         assert str(info.value).startswith(message) and (info.value.kind, info.value.src) == (None, None)
         assert str(info.value) == message or message.endswith(": ")  # msgpack's own words follow
-    assert decode_frame(encode_frame("step", STEP, src="s", n=0, t=0), max_bytes=10 ** 6).body == STEP
+    raw = encode_frame("step", STEP, src="s", n=0, t=0)
+    assert decode_frame(raw, max_bytes=len(raw)).body == STEP  # a frame of exactly the limit is read
+    with pytest.raises(FrameError, match=f"^frame of {len(raw)} bytes exceeds the {len(raw) - 1}-byte limit$"):
+        decode_frame(raw, max_bytes=len(raw) - 1)
 
 
 def test_the_envelope_as_encoded_and_as_a_reader_writes_it_back():
