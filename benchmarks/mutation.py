@@ -132,6 +132,9 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "wire-codec": [
         ("obj = msgpack.unpackb(data, raw=False, ext_hook=_refuse_ext, **limits)",
          "strict_map_key=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("obj = msgpack.unpackb(data, strict_map_key=True, ext_hook=_refuse_ext, **limits)",
+         "raw=False is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("-use_bin_type=True, -) +)", "use_bin_type=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
     ],
     "wire-validation": [
         ('_fail(path, "\'n\' must be an integer >= 1", )', _PASS_NET),
@@ -328,9 +331,14 @@ def _glob(name: str, pattern: str) -> bool:
 
 
 def _equivalent(module: str, diff: str) -> str | None:
-    changed = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    """The reason a survivor is judged equivalent: a needle equals one added line of its diff, or (for a
+    mutant that only deletes, whose added line says nothing) the whole change, "-old -old +new" with
+    each line stripped."""
+    lines = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    changed = [line[1:].strip() for line in lines if line.startswith("+")]
+    whole = " ".join(line[0] + line[1:].strip() for line in lines)
     for needle, reason in EQUIVALENT.get(module, []):
-        if any(needle == line for line in changed):
+        if needle == whole or any(needle == line for line in changed):
             return reason
     return None
 
