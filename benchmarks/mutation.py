@@ -122,6 +122,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "analysis-state": [
         ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),
+        ("self.acceptance = AcceptanceStats(window, None)",
+         "the first publisher's stats replace it at its first step, before any step is added: its history stays empty"),
         ('self.segments.append(ConfigSegment(layers.configured, "startup", seq, None, layers.captured))',
          "the startup segment's src is never read: only a config segment's src names the MAX_SEGMENTS note"),
     ],

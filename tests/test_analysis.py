@@ -210,6 +210,7 @@ def test_zero_acceptance_fires_then_stays_listed_inactive_after_recovery():
         state.ingest(s.frame("step", step(seq, s.t, [2, 3])))
     v = fired(state)["zero-acceptance"]
     assert not v.active and v.first_seq is not None and v.evidence["rolling_mean_accept_length"] == 1.0
+    assert v.active is False and v.to_dict()["active"] is False  # check --json: false, not null
 
 
 def test_zero_acceptance_needs_enough_request_steps():
@@ -517,7 +518,7 @@ def test_acceptance_view_of_a_session_with_a_live_aux_change():
 
 def test_aux_view_lists_modes_in_order_their_widths_and_the_passes_it_could_not_watch():
     from eagle3scope.analysis.state import MAX_WIDTHS
-    from eagle3scope.analysis.views import Fact, PassRow, aux_view
+    from eagle3scope.analysis.views import Fact, PassRow, SegmentRow, aux_view
 
     s = Stream()
     observable = {"passes_prefill": False, "passes_draft_decode": True, "graph_draft_decode": True,
@@ -543,6 +544,7 @@ def test_aux_view_lists_modes_in_order_their_widths_and_the_passes_it_could_not_
         ("r0", "draft extend: replayed from graphs (capture not seen); width and fc read where SGLang hands the draft "
                "its hidden states", "muted")]
     assert view.publishers == [("r0", [Fact("load report", "not received yet", "muted")])]
+    assert view.segments == [SegmentRow(None, [2, 4, 5], "startup", 1, 2.0, 0)]  # the startup configuration, as captured
 
 
 def test_draft_rows_newest_first_filtered_and_limited():
@@ -617,6 +619,9 @@ def test_the_event_log_says_what_happened_in_order_and_in_these_words():
         (t[11], "r0", "warning", "publisher restarted under the same src: run 3 starts, kept apart from run 2 (its 0 "
                                  "decode steps and violations stay as they ended)")]
     assert [(p.run, p.began) for p in state.runs()] == [(1, (0, t[0])), (2, (11, t[10])), (3, (0, t[11]))]
+    from eagle3scope.analysis.views import publisher_rows
+
+    assert [row.run for row in publisher_rows(state)] == [3]  # the header names the current run
     assert [s.origin for s in state.segments] == ["control", "startup"]
 
 

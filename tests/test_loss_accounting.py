@@ -71,7 +71,9 @@ def test_heartbeat_counters_are_running_totals_each_read_from_its_own_key():
     # a heartbeat without a counter (or with a value no shim sends) keeps the last total
     assert loss.observe(beat(1, steps=12)) == ()
     assert (loss.shim_steps, loss.shim_dropped, loss.hook_failures, loss.queued) == (12, 2, 1, 7)
-    assert loss.observe(beat(2, steps=13, queued=0, hook_failures=3, dropped=7)) == (
+    assert loss.observe(beat(2)) == () and (loss.shim_steps, loss.shim_dropped, loss.hook_failures, loss.queued) == (
+        12, 2, 1, 7)  # none of them: every total kept
+    assert loss.observe(beat(3, steps=13, queued=0, hook_failures=3, dropped=7)) == (
         "5 new frame(s) dropped by the shim (total 7)", "2 new hook failure(s) (total 3)")
     assert (loss.shim_steps, loss.queued, loss.hook_failures, loss.lost) == (13, 0, 3, 7)
 

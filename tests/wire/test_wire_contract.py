@@ -238,6 +238,8 @@ REFUSALS = [
     ("step", _step(draft_ids=[[5] * 1025]),
      "b.draft_ids: items must be lists of at most 1024 token ids, got [5, 5, 5, 5, 5, 5, ...]"),
     ("step", _step(accepted_ids=[[-1]]), "b.accepted_ids: token ids must be integers in [0, 2147483647], got -1"),
+    ("step", _step(accepted_ids=[[5] * 1026]),  # 1,024 accepted drafts and the bonus at most
+     "b.accepted_ids: items must be lists of at most 1025 token ids, got [5, 5, 5, 5, 5, 5, ...]"),
     ("step", _step(passes="x"), "b.passes: must be a list of at most 1024 maps, got 'x'"),
     ("step", _step(passes=None), "b.passes: must be a list of at most 1024 maps, got None"),
     ("step", _step(passes=[5]), f"{P}: must be a map, got 5"),
