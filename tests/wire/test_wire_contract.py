@@ -299,6 +299,8 @@ def test_the_field_tables_derived_from_bodies_refuse_what_validation_refuses(kin
 ENVELOPES = [
     ({"v": [1]}, FrameError, "frame has no valid schema version 'v': [1]"),
     ({"v": [1, "0"]}, FrameError, "frame has no valid schema version 'v': [1, '0']"),
+    ({"v": ["1", 0]}, FrameError, "frame has no valid schema version 'v': ['1', 0]"),
+    ({"v": [True, 0]}, FrameError, "frame has no valid schema version 'v': [True, 0]"),
     ({"v": [2, 0]}, SchemaVersionError, "frame uses eagle3scope schema 2.0, this viewer understands 1.x: upgrade eagle3scope"),
     ({"v": [0, 3]}, SchemaVersionError, "frame uses obsolete eagle3scope schema 0.3: upgrade the shim in the server"),
     ({"k": ""}, FrameError, "frame has no kind 'k': ''"),
