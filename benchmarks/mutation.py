@@ -137,6 +137,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
         ("obj = msgpack.unpackb(data, strict_map_key=True, ext_hook=_refuse_ext, **limits)",
          "raw=False is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
         ("-use_bin_type=True, -) +)", "use_bin_type=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("obj = msgpack.unpackb(data, raw=None, strict_map_key=True, ext_hook=_refuse_ext, **limits)",
+         "unpackb's raw is a C bint: None converts to false"),
     ],
     "wire-validation": [
         ('_fail(path, "\'n\' must be an integer >= 1", )', _PASS_NET),

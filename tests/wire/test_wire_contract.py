@@ -296,6 +296,13 @@ def test_the_field_tables_derived_from_bodies_refuse_what_validation_refuses(kin
     assert str(info.value) == message
 
 
+def test_a_pass_field_table_derived_again_requires_n():
+    """A pass's ``n`` is the one field that may not be null (check_step runs the others inline)."""
+    with pytest.raises(BodyError) as info:
+        _check_fields({"mode": "decode", "n": None}, fields(bodies.Pass), P)
+    assert str(info.value) == f"{P}.n: must be an integer in [1, 1048576], got None"
+
+
 ENVELOPES = [
     ({"v": [1]}, FrameError, "frame has no valid schema version 'v': [1]"),
     ({"v": [1, "0"]}, FrameError, "frame has no valid schema version 'v': [1, '0']"),
