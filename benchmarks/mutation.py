@@ -122,12 +122,16 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     ],
     "analysis-state": [
         ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),
+        ("def add(self, seq: int, width, fc, n: int, replayed: bool = True) -> bool:",
+         "both callers (SessionState._step) pass replayed: the default is never used"),
         ("self.acceptance = AcceptanceStats(window, None)",
          "the first publisher's stats replace it at its first step, before any step is added: its history stays empty"),
         ('self.segments.append(ConfigSegment(layers.configured, "startup", seq, None, layers.captured))',
          "the startup segment's src is never read: only a config segment's src names the MAX_SEGMENTS note"),
     ],
     "analysis-views": [
+        ("longest = max(map(len, parts.values()), default=1)",
+         "the default is used only with no publishers, where range(1, longest) and the loop are empty for 0 and 1"),
         ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",
          "a segment's start_step is a step already in history (at most n_steps - 1): never len(history) past its first"),
     ],

@@ -296,6 +296,12 @@ def test_the_field_tables_derived_from_bodies_refuse_what_validation_refuses(kin
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("kind, path, value", [(k, p, v) for k, p, v, ok in CASES if ok and k != "step"],
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "")
+def test_the_field_tables_derived_from_bodies_accept_each_range_to_its_edges(kind, path, value):
+    _check_fields(_set(GOOD[kind], path, value), fields(bodies.BODIES[kind]), "b")
+
+
 def test_a_pass_field_table_derived_again_requires_n():
     """A pass's ``n`` is the one field that may not be null (check_step runs the others inline)."""
     with pytest.raises(BodyError) as info:
