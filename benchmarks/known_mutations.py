@@ -30,6 +30,7 @@ READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
     "eagle3scope/store/reader.py", "eagle3scope/store/format.py", "eagle3scope/store/writer.py",
     "eagle3scope/exporter/metrics.py", "eagle3scope/doctor/config_checks.py")
 BOUNDARIES = "tests/store/test_store_boundaries.py"
+SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -130,6 +131,24 @@ MUTATIONS = [
      "within {timeout_ms / 1000:.1f}s", "within {timeout_ms / 1000:.0f}s", ["tests/control/test_control_client.py"]),
     ("round 4 doctor: multi-layer-draft's fix names the wrong release", CONFIG_CHECKS,
      '"Use SGLang 0.5.12 or newer."', '"Use SGLang 0.5.11 or newer."', ["tests/doctor/test_doctor_texts.py"]),
+    # issue 29, fourth round (analysis and wire): bugs planted by hand, each killed by a named fast test
+    ("round 4 rules: an error that turned into a warning is downgraded", RULES,
+     'previous.severity = severity if severity == "error" else previous.severity', "previous.severity = severity",
+     ["tests/rules/test_rules_evidence.py"]),
+    ("round 4 validate: an unknown field may nest one level deeper than the bound", VALIDATE,
+     'check_plain(item, f"{path}.{key}", 1)', 'check_plain(item, f"{path}.{key}", 0)',
+     ["tests/wire/test_wire_contract.py"]),
+    ("round 4 schema: a frame without a valid src is not named by its kind", SCHEMA,
+     "raise FrameError(f\"frame has no publisher id 'src': {str(src)[:60]!r}\", kind=kind)",
+     "raise FrameError(f\"frame has no publisher id 'src': {str(src)[:60]!r}\")", ["tests/wire/test_wire_contract.py"]),
+    ("round 4 state: a duplicated frame is analysed again", STATE,
+     "        if verdict is DUPLICATE:\n            return\n", "", ["tests/test_analysis.py"]),
+    ("round 4 views: an unhooked seam counted among the hooks that work", VIEWS,
+     'hooks_ok=sum(1 for status in seams.values() if status == "attached")',
+     'hooks_ok=sum(1 for status in seams.values() if status not in ("failed", "missing"))', ["tests/test_analysis.py"]),
+    ("round 4 loss: the recorder tracks one publisher past the cap", LOSS,
+     "if len(self.sources) >= MAX_PUBLISHERS:", "if len(self.sources) > MAX_PUBLISHERS:",
+     ["tests/test_loss_accounting.py"]),
 ]
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",

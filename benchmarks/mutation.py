@@ -53,7 +53,7 @@ SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "t
               "tests/test_clock_order.py")
 DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
           "tests/doctor/test_doctor_producers.py", "tests/doctor/test_doctor_texts.py")
-WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
+WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/wire/test_wire_bodies.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
 STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
          "tests/hostile/test_hostile_recordings.py",
          "tests/test_record_loss.py")
@@ -113,6 +113,8 @@ NOT_UNDER_MUTMUT = ("tests/doctor/test_doctor_hostile.py::test_sparse_giant_d2t_
 
 # Survivors judged equivalent, per module: (a line of the mutant's diff, why no test can tell).
 _SQL_CASE = "SQL keywords are case-insensitive"
+_PASS_NET = ("unreachable: _check_pass's inline test refuses exactly what the Pass fields' own checkers refuse, "
+             "and they raise first, naming the field")
 EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "control-client": [
         ("sock.close(None)", "LINGER is set to 0 on the socket: close(None) uses it, as close(0) does"),
@@ -127,6 +129,37 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
     "analysis-stats": [
         ("def add_step(self, seq: int, t_ns: int, accepted: list[int], bonus: list[int], depth: int = 1,",
          "every caller (analysis/state.py) passes depth: the default is never used"),
+        ("if budget is not None and budget >= self.k_budget:", "at equality it sets k_budget to the value it has"),
+        ("return span if span >= 0 else None", "both callers test the span's truth: 0, like None, gives no rate"),
+    ],
+    "analysis-state": [
+        ('self.capture: dict | None = ""', "SessionState.capture is written, never read (views read each publisher's)"),
+        ("def add(self, seq: int, width, fc, n: int, replayed: bool = True) -> bool:",
+         "both callers (SessionState._step) pass replayed: the default is never used"),
+        ("self.acceptance = AcceptanceStats(window, None)",
+         "the first publisher's stats replace it at its first step, before any step is added: its history stays empty"),
+        ('self.segments.append(ConfigSegment(layers.configured, "startup", seq, None, layers.captured))',
+         "the startup segment's src is never read: only a config segment's src names the MAX_SEGMENTS note"),
+    ],
+    "analysis-views": [
+        ("longest = max(map(len, parts.values()), default=1)",
+         "the default is used only with no publishers, where range(1, longest) and the loop are empty for 0 and 1"),
+        ("if s.start_step is not None and 0 <= s.start_step - first_step <= len(history)]",
+         "a segment's start_step is a step already in history (at most n_steps - 1): never len(history) past its first"),
+    ],
+    "wire-codec": [
+        ("obj = msgpack.unpackb(data, raw=False, ext_hook=_refuse_ext, **limits)",
+         "strict_map_key=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("obj = msgpack.unpackb(data, strict_map_key=True, ext_hook=_refuse_ext, **limits)",
+         "raw=False is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("-use_bin_type=True, -) +)", "use_bin_type=True is msgpack's default since 1.0 (pyproject requires >= 1.0.8)"),
+        ("obj = msgpack.unpackb(data, raw=None, strict_map_key=True, ext_hook=_refuse_ext, **limits)",
+         "unpackb's raw is a C bint: None converts to false"),
+    ],
+    "wire-validation": [
+        ('_fail(path, "\'n\' must be an integer >= 1", )', _PASS_NET),
+        ('_fail(path, f"must be a list of at most {max_len} maps" + (" or null" if (optional) or True else ""), value)',
+         "every _maps checker is optional (Step.passes, the one MapList(optional=False), is check_step's own)"),
     ],
     "shim-hooks": [
         ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
@@ -399,13 +432,18 @@ def _sql_case_only(diff: str) -> bool:
 
 
 def _equivalent(module: str, diff: str) -> str | None:
+    """The reason a survivor is judged equivalent: a needle equals one added line of its diff; or (for a
+    mutant that only deletes, whose added line says nothing) the whole change, "-old -old +new" with
+    each line stripped; or, where one added line is too common ("break"), a run of diff lines (with
+    "\n", or one removed line "-...": any change of that line). SQL-case-only store mutants by rule."""
     if module.startswith("store-") and _sql_case_only(diff):
         return _SQL_CASE
-    changed = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    lines = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    changed = [line[1:].strip() for line in lines if line.startswith("+")]
+    whole = " ".join(line[0] + line[1:].strip() for line in lines)
     for needle, reason in EQUIVALENT.get(module, []):
-        # one added line, exactly; or, where that line is too common ("break"), a run of diff lines
-        # (with "\n", or one removed line "-...": any change of that line)
-        if any(needle == line for line in changed) or (("\n" in needle or needle.startswith("-")) and needle in diff):
+        if needle == whole or any(needle == line for line in changed) or (
+                ("\n" in needle or needle.startswith("-")) and needle in diff):
             return reason
     return None
 

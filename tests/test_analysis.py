@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from support.analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analyse
 
 
@@ -210,6 +210,7 @@ def test_zero_acceptance_fires_then_stays_listed_inactive_after_recovery():
         state.ingest(s.frame("step", step(seq, s.t, [2, 3])))
     v = fired(state)["zero-acceptance"]
     assert not v.active and v.first_seq is not None and v.evidence["rolling_mean_accept_length"] == 1.0
+    assert v.active is False and v.to_dict()["active"] is False  # check --json: false, not null
 
 
 def test_zero_acceptance_needs_enough_request_steps():
@@ -308,6 +309,19 @@ def test_zero_acceptance_is_detected_on_the_step_that_fills_the_window():
         state.ingest(s.frame("step", step(seq, s.t, [0, 0])))
         state.evaluate_rules()
     assert fired(state)["zero-acceptance"].first_seq == 31  # 32 steps x 2 requests = 64 request-steps
+
+
+def test_a_slow_server_gets_a_rule_pass_every_quarter_second_of_stream_time():
+    """RULES_EVERY_NS: a step 250 ms (frame time) after the last pass runs the rules, whatever the step count."""
+    s = Stream()
+    state = SessionState()
+    for frame in (s.frame("hello", hello()), s.frame("load", healthy_load()),
+                  s.frame("step", step(0, 0, [0] * 64), dt_ns=250_000_000)):
+        state.ingest(frame)
+    (v,) = state.violations()
+    assert (v.id, v.first_seq) == ("zero-acceptance", 0)
+    state.ingest(s.frame("step", step(1, 0, [3] * 64), dt_ns=249_999_999))  # healed, but no pass yet
+    assert state.violations()[0].active
 
 
 def test_rules_fire_on_ingest_with_the_same_first_seq_as_analyse():
@@ -449,3 +463,249 @@ def test_load_summary_rows_exactly():
         Fact("family id rule", "unknown family", "muted"), Fact("d2t", "absent (draft vocab = target vocab?)", "muted"),
         Fact("lm_head", "init [4, 1]", "bad"), Fact("embed_tokens", "None"), Fact("weights", "1 consumed, 0 skipped, 0 never written", "ok")]
     assert load_summary(None, None) == [Fact("load report", "not received yet", "muted")]
+    for skipped, unwritten, text in ((["s.w"], [], "1 consumed, 1 skipped, 0 never written: s.w"),
+                                     ([], ["u.w"], "1 consumed, 0 skipped, 1 never written: u.w")):
+        alone = {**bare, "weights": {"consumed": ["fc.weight"], "skipped": skipped, "unwritten": unwritten}}
+        assert load_summary(read_load(alone), None)[-1] == Fact("weights", text, "bad")  # either alone is bad
+
+
+# -- the panels' views, exactly (the TUI draws them as they are) -------------------------------------
+def test_publisher_row_says_what_the_hello_heartbeat_and_hooks_said():
+    from eagle3scope.analysis.views import PublisherRow, publisher_rows
+
+    s = Stream("h:7:dp1")
+    h = {**hello(), "dp_rank": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
+         "seams": {"v2.step": "attached", "commit": "attached", "draft_forward": "attached", "load": "attached",
+                   "draft_model": "unhooked"}}
+    frames = [s.frame("hello", h), s.frame("hook", {"seam": "commit", "status": "failed", "detail": "x"})]
+    frames += [s.frame("step", step(seq, s.t, [1, 3]), dt_ns=250_000_000) for seq in range(5)]
+    s.n += 2
+    frames.append(s.frame("heartbeat", {"steps": 5, "dropped": 3, "hook_failures": 1, "queued": 0,
+                                        "shim_us": {"v2.step": 30.0, "commit": 10.0}, "step_us": 400.0,
+                                        "round_shim_us": 20.0}))
+    (row,) = publisher_rows(analyse(frames))
+    assert row == PublisherRow(
+        src="h:7:dp1", version="0.5.23", algorithm="EAGLE3", worker="v2", steps=K, topk=1, draft_tokens=K + 1,
+        cuda_graph=False, tp_rank=2, dp_rank=1, steps_per_s=4.0, dropped=3, gaps=2, hook_failures=1, hooks_ok=3,
+        hooks_total=5, has_hello=True, model_path="t", run=1, state="live", shim_share=0.05,
+        worker_class="EAGLEWorkerV2", unobserved=("draft_model",))
+    (silent,) = publisher_rows(analyse([Stream().frame("step", step(0, 0, [1]))]))
+    assert (silent.has_hello, silent.version, silent.worker, silent.tp_rank, silent.dp_rank, silent.worker_class,
+            silent.algorithm, silent.steps, silent.steps_per_s, silent.hooks_total, silent.shim_share) == (
+        False, None, None, None, None, None, None, None, None, 0, None)
+
+
+def test_acceptance_view_of_a_session_with_a_live_aux_change():
+    from eagle3scope.analysis.views import SegmentRow, acceptance_view
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    frames += [s.frame("step", step(seq, 500_000_000 * (seq + 1), [3, 1])) for seq in range(4)]
+    frames.append(s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "origin": "control"}))
+    frames += [s.frame("step", step(seq, 500_000_000 * (seq + 1), [0, 0], capture={"on": True, "layers": [3, 5, 6]}))
+               for seq in range(4, 6)]
+    view = acceptance_view(analyse(frames))
+    # 4 rounds of 6 tokens (3 + 1 accepted, 2 bonus), then 2 of 2, over 12 request-steps, 0.5 s apart
+    assert (view.mean, view.cumulative, view.k, view.draft_tokens, view.steps, view.request_steps) == (
+        28 / 12, 28 / 12, K, K + 1, 6, 12)
+    assert (view.steps_per_s, view.tokens_per_s) == (5 / 2.5, 22 / 2.5)  # the first step's tokens precede the span
+    assert view.per_position == [8 / 12, 0.5, 1.0] and view.histogram == [4, 4, 0, 4]
+    assert view.history == [3.0, 3.0, 3.0, 3.0, 2.6, 28 / 12] and view.marks == [4]
+    assert view.segments == [SegmentRow([1, 3, 4], [2, 4, 5], "startup", 4, 3.0, 0),
+                             SegmentRow([2, 4, 5], [3, 5, 6], "control", 2, 1.0, 4)]
+    assert (view.ranks, view.skew) == ([], None)
+
+
+def test_aux_view_lists_modes_in_order_their_widths_and_the_passes_it_could_not_watch():
+    from eagle3scope.analysis.state import MAX_WIDTHS
+    from eagle3scope.analysis.views import Fact, PassRow, SegmentRow, aux_view
+
+    s = Stream()
+    observable = {"passes_prefill": False, "passes_draft_decode": True, "graph_draft_decode": True,
+                  "passes_draft_extend": True, "graph_draft_extend": True}
+    graphs = {"captured": [{"mode": "decode", "bs": 4}, {"mode": "decode", "bs": 1}, {"mode": "decode"},
+                           {"mode": "extend", "bs": 8}]}
+    frames = [s.frame("hello", {**hello(), "observable": observable, "graphs": graphs})]
+    body = step(0, 0, [1], feature_width=H, fc=False)
+    body["passes"] = [*body["passes"], *({"mode": "x", "width": w, "fc": True, "n": 2} for w in range(MAX_WIDTHS + 3)),
+                      {"width": 5, "fc": True, "replayed": True}]
+    frames.append(s.frame("step", body))
+    view = aux_view(analyse(frames))
+    widths = tuple(sorted(((w, 2) for w in range(MAX_WIDTHS)), key=lambda kv: str(kv[0])))
+    assert view.passes == [PassRow(None, 1, ((5, 1),), 1, 0, 1),  # a pass without a mode sorts as "None"
+                           PassRow("decode", K - 1, ((H, K - 1),), 0, K - 1),
+                           PassRow("draft_extend_v2", 1, ((H, 1),), 0, 1),
+                           PassRow("x", 2 * (MAX_WIDTHS + 3), (*widths, ("other", 6)), 2 * (MAX_WIDTHS + 3), 0)]
+    assert view.seen == [
+        ("r0", "prefill: not seen on this server (replays a graph, and its caller is not hooked): fc and widths cannot "
+               "be judged for it", "bad"),
+        ("r0", "draft decode: replayed from graphs (captured for batch sizes 1, 4); width and fc read where SGLang "
+               "hands the draft its hidden states", "muted"),
+        ("r0", "draft extend: replayed from graphs (capture not seen); width and fc read where SGLang hands the draft "
+               "its hidden states", "muted")]
+    assert view.publishers == [("r0", [Fact("load report", "not received yet", "muted")])]
+    assert view.segments == [SegmentRow(None, [2, 4, 5], "startup", 1, 2.0, 0)]  # the startup configuration, as captured
+
+
+def test_draft_rows_newest_first_filtered_and_limited():
+    from eagle3scope.analysis.views import DraftRow, draft_rows
+
+    s = Stream()
+    frames = [s.frame("step", step(seq, 0, [seq % 3, 1], draft_ids=[[seq, 1, 2], [3, 4, 5]])) for seq in range(4)]
+    state = analyse(frames)
+    rows = draft_rows(state, None, limit=3)
+    assert [(r.seq, r.rid) for r in rows] == [(3, "r0"), (3, "r1"), (2, "r0")]
+    assert rows[0] == DraftRow(3, "r0", "r0", [3, 1, 2], 0, 1, [7], "decode", None, "r0")
+    assert [(r.seq, r.rid) for r in draft_rows(state, "1")] == [(seq, "r1") for seq in (3, 2, 1, 0)]
+    assert len(draft_rows(state, None)) == 8 and draft_rows(state, "zz") == []
+
+
+def test_advisor_logs_and_violation_copies():
+    from eagle3scope.analysis.views import advice_rows, advisor_logs, events, violations
+
+    a, b, c = Stream("a:1:dp0"), Stream("b:2:dp0"), Stream("c:3:dp0")
+    state = SessionState()
+    for f in (a.frame("hello", hello("EAGLE")), a.frame("load", healthy_load()), b.frame("step", step(0, 0, [1])),
+              c.frame("load", healthy_load())):
+        state.ingest(f)
+    logs = advisor_logs(state)
+    assert [(label, log.num_steps, log.seen) for label, log in logs] == [("1:dp0", K, 0), ("2:dp0", None, 1)]
+    assert logs[1][1] is not state.publishers["b:2:dp0"].rounds
+    assert [row.label for row in advice_rows(logs, bootstrap=5)] == ["1:dp0", "2:dp0"]
+    (v,) = violations(state)
+    v.active = False
+    assert state.violations()[0].active and events(state) == list(state.events) and events(state) is not state.events
+
+
+def test_the_event_log_says_what_happened_in_order_and_in_these_words():
+    s = Stream()
+    skipped = healthy_load()
+    skipped["weights"]["skipped"] = ["x.weight"]
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load()), s.frame("load", skipped),
+              s.frame("config", {"layers": [2, 4, 5], "captured": [3, 5, 6], "applied": True, "origin": "control",
+                                 "pause_ms": 12.4}),
+              s.frame("config", {"layers": [99], "applied": False, "reason": "out of range"}),
+              s.frame("hook", {"seam": "commit", "status": "failed", "detail": "boom"}),
+              s.frame("hook", {"seam": "commit", "status": "attached", "detail": None})]
+    s.n += 2
+    frames.append(s.frame("step", step(0, s.t, [1], capture={"on": True, "layers": [3, 5, 6]})))
+    frames.append(frames[-1])  # the same frame again
+    frames.append(s.frame("config", {"layers": [1, 3, 4], "captured": [2, 4, 5], "applied": True, "origin": "startup"}))
+    frames.append(s.frame("hello", {**hello(), "pid": 4243}))  # another process under the same src
+    s.n = 0
+    frames.append(s.frame("heartbeat", {"steps": 0, "dropped": 0, "hook_failures": 0, "queued": 0}))
+    state = SessionState()
+    for frame in frames:
+        state.ingest(frame)
+    t = [f.t for f in frames]
+    started = "publisher r0: SGLang 0.5.23, EAGLE3 steps=3 topk=1 draft_tokens=4"
+    assert [(e.t_ns, e.src, e.level, e.text) for e in state.events] == [
+        (t[0], "r0", "info", started),
+        (t[1], "r0", "info", "load report: LlamaForCausalLMEagle3 on LlamaForCausalLM"),
+        (t[2], "r0", "error", "weights-dropped: Draft weights were silently dropped at load"),
+        (t[3], "r0", "info", "aux layers now [2, 4, 5] (captured [3, 5, 6], control); graphs recaptured, serving paused 12 ms"),
+        (t[4], "r0", "warning", "aux layer change to [99] refused: out of range"),
+        (t[5], "r0", "warning", "hook commit failed: boom"),
+        (t[5], "r0", "warning", "hook-failed: An instrumentation hook failed: visibility degraded"),
+        (t[7], "r0", "warning", "2 frame(s) lost in transit (frame 6 -> 9)"),
+        (t[7], "r0", "warning", "frame 9 arrived again (after 9): duplicates are dropped and counted, reported once"),
+        (t[9], "r0", "info", "aux layers now [1, 3, 4] (captured [2, 4, 5], startup)"),
+        (t[9], "r0", "warning", "frames-lost: Frames were lost between the server and the viewer"),  # the step's
+        # frames run no rule pass of their own before RULES_EVERY steps or RULES_EVERY_NS: the next frame's does
+        (t[10], "r0", "warning", "publisher restarted under the same src: run 2 starts, kept apart from run 1 (its 1 "
+                                 "decode steps and violations stay as they ended)"),
+        (t[10], "r0", "info", started),
+        (t[11], "r0", "warning", "frame counter went back (11 -> 0) with time going on: publisher restarted"),
+        (t[11], "r0", "warning", "publisher restarted under the same src: run 3 starts, kept apart from run 2 (its 0 "
+                                 "decode steps and violations stay as they ended)")]
+    assert [(p.run, p.began) for p in state.runs()] == [(1, (0, t[0])), (2, (11, t[10])), (3, (0, t[11]))]
+    from eagle3scope.analysis.views import publisher_rows
+
+    assert [row.run for row in publisher_rows(state)] == [3]  # the header names the current run
+    assert [s.origin for s in state.segments] == ["control", "startup"]
+
+
+def test_session_totals_after_the_fork_keep_widths_budgets_and_every_run_its_bounded_history():
+    from eagle3scope.analysis.views import PassRow, aux_view
+
+    a, b = Stream("a"), Stream("b")
+    state = SessionState(history=3)
+    for s in (a, b):
+        state.ingest(s.frame("hello", hello()))
+    for seq in range(2):
+        for s in (a, b):
+            body = step(seq, s.t, [2])
+            body["num_steps"], body["draft_ids"] = 2, [body["draft_ids"][0][:2]]
+            state.ingest(s.frame("step", body))
+    assert state.acceptance is not state.publishers["a"].acceptance  # forked at b's first step
+    assert aux_view(state).passes == [PassRow("decode", 4 * (K - 1), ((H, 4 * (K - 1)),), 0, 4 * (K - 1)),
+                                      PassRow("draft_extend_v2", 4, ((3 * H, 4),), 4, 0)]
+    # every round accepted its whole budget of 2: position 3 was not proposed, so never reached
+    assert state.acceptance.cumulative_per_position == [1.0, 1.0, None]
+    for seq in range(2, 5):
+        state.ingest(b.frame("step", step(seq, b.t, [1])))
+    assert len(state.publishers["b"].acceptance.history) == 3  # every view's history is the state's length
+    state.ingest(a.frame("hello", {**hello(), "pid": 1}))  # a restarted: its new run is bounded as the first was
+    for seq in range(5):
+        state.ingest(a.frame("step", step(seq, a.t, [1])))
+    assert len(state.publishers["a"].acceptance.history) == 3 and state.publishers["a"].run == 2
+
+
+def test_steps_with_capture_off_are_counted_from_the_first_and_draft_ids_of_partly_empty_steps_are_read():
+    s = Stream()
+    frames = [s.frame("hello", hello("EAGLE")), s.frame("load", healthy_load())]
+    for seq, on in enumerate([True, True, False, True, False]):
+        frames.append(s.frame("step", step(seq, s.t, [1], capture={"on": on, "layers": [2, 4, 5]},
+                                           draft_ids=[[10 + seq, 11, 12]])))
+    prefill = step(5, s.t, [0, 0], draft_ids=[[], []])
+    prefill.update(mode="prefill", accepted_ids=[[], []], bonus=[0, 0])
+    mixed = step(6, s.t, [0, 1], draft_ids=[[], [TARGET_VOCAB - 1, 3]])
+    mixed["accepted_ids"] = [[7], [TARGET_VOCAB - 1, 7]]
+    frames += [s.frame("step", prefill), s.frame("step", mixed)]
+    state = analyse(frames)
+    pub = state.publishers["r0"]
+    assert (pub.capture_off_steps, pub.capture_off_first_seq) == (2, 2)
+    assert fired(state)["aux-capture-off"].evidence["steps_with_capture_off"] == 2
+    assert (pub.draft_id_max, pub.draft_max_seq, pub.draft_id_min, pub.draft_min_seq) == (TARGET_VOCAB - 1, 6, 3, 6)
+    assert pub.draft_max_rises == [(0, 12), (3, 13), (4, 14), (6, TARGET_VOCAB - 1)]  # the prefill's empty lists: none
+    assert pub.draft_ids == 5 * K + 2 and pub.decode_steps == 6
+
+
+def test_violations_list_active_first_then_by_severity_then_where_they_began():
+    frames = session(80, algorithm="EAGLE", accept_p=0.0,
+                     step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})
+    state = analyse(frames)
+    assert [(v.id, v.first_seq) for v in state.violations()] == [
+        ("aux-capture-off", None), ("fc-bypassed", 0), ("zero-acceptance", 63)]  # None: known before any step
+    load = healthy_load()
+    load["weights"]["skipped"] = ["x.weight"]
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", load)]
+    frames += [s.frame("step", step(seq, s.t, [1], capture={"on": seq == 0, "layers": [2, 4, 5]})) for seq in range(2)]
+    assert [(v.id, v.first_seq) for v in analyse(frames).violations()] == [("weights-dropped", None),
+                                                                           ("aux-capture-off", 1)]
+
+
+def test_a_config_without_an_origin_is_a_control_change_and_rates_need_time_going_forward():
+    from eagle3scope.analysis.views import acceptance_view
+
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("step", step(0, 3_000, [1])), s.frame("step", step(1, 1_000, [1])),
+              s.frame("config", {"layers": [1], "captured": [2], "applied": True})]
+    state = analyse(frames)
+    assert [(seg.origin, seg.src) for seg in state.segments] == [("startup", "r0"), ("control", "r0")]
+    view = acceptance_view(state)  # the second step stamped before the first: no rate rather than a negative one
+    assert (view.steps_per_s, view.tokens_per_s, view.steps) == (None, None, 2)
+
+
+def test_rank_skew_names_the_worst_and_the_best_of_three():
+    from eagle3scope.analysis.views import RankRow, RankSkew, rank_rows
+
+    state = SessionState()
+    for dp, accepted in ((0, 2), (1, 0), (2, 3)):
+        s = Stream(f"h:1:dp{dp}")
+        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("step", step(0, s.t, [accepted])))
+    rows, skew = rank_rows(state)
+    assert rows == [RankRow("dp0", 3.0, 1), RankRow("dp1", 1.0, 1), RankRow("dp2", 4.0, 1)]
+    assert skew == RankSkew("dp1", 1.0, "dp2", 4.0) and skew.spread == 3.0

@@ -270,3 +270,38 @@ def test_any_mix_stays_within_the_caps_and_notes_each_kind_once(ops):
                 assert len(notes) == sum(1 for ps in pub.passes.values() if ps.unlisted_width_calls)
             else:
                 assert len(notes) == (1 if count else 0)
+
+
+def test_each_bound_says_exactly_what_it_keeps_once():
+    """The event log's line for each bound (with the caps shrunk), the first time it is hit, and where."""
+    s = Stream("p")
+    config = {"layers": [1], "captured": [2], "applied": True, "origin": "control"}
+    bodies = [("hello", {**hello(), "seams": {"a": "attached", "b": "attached", "c": "attached", "d": "failed"}}),
+              *(("hook", {"seam": f"h{i}", "status": "attached", "detail": None}) for i in range(2)),
+              *(("config", config) for _ in range(3))]
+    for seq in range(5):
+        body = step(seq, s.t, [1], draft_ids=[[0, 100 + seq]])
+        body["passes"] = [{"mode": f"m{seq}", "width": 1, "fc": True, "n": 1},
+                          {"mode": "draft_extend", "width": seq, "fc": True, "n": 1}]
+        bodies.append(("step", body))
+    frames = [s.frame(kind, body) for kind, body in bodies] + strangers(3, "hook")
+    caps = {**CAPS, "MAX_PUBLISHERS": 2}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, cap in caps.items():
+            mp.setattr(state_module, name, cap)
+        state = analysed(frames)
+    notes = [(e.src, e.t_ns, e.text) for e in state.events if e.level == "warning" and "more than" in e.text]
+    t = [f.t for f in frames]
+    assert notes == [
+        ("p", t[0], "the hello names more than 2 seams: the rest are counted, not listed"),
+        ("p", t[1], "hooks on more than 2 seams: new seams are counted, not listed (a failure still shows here)"),
+        ("p", t[5], "more than 2 aux configurations: the oldest after the first are dropped from the A/B view"),
+        ("p", t[7], "draft forwards in more than 2 forward modes: new modes are counted, not listed"),
+        ("p", t[8], "draft forwards in mode draft_extend came in more than 2 widths: the rest are counted as other"),
+        ("p", t[9], "the highest draft id rose more than 3 times: later rises are counted, not kept "
+                    "(draft-token-out-of-vocab may date its break up to a rule pass late)"),
+        ("stranger1", t[12], "more than 2 publishers: frames from new ones are counted, not analysed")]
+    pub = state.publishers["p"]
+    assert (pub.unlisted_hello_seams, pub.unlisted_hook_frames, state.dropped_segments, pub.unlisted_pass_calls,
+            pub.unkept_max_rises, state.refused_frames) == (2, 2, 1, 4, 2, 2)
+    assert pub.passes["draft_extend"].unlisted_width_calls == 3 and list(pub.hooks) == ["a", "b"]
