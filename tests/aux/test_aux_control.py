@@ -753,3 +753,52 @@ def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monk
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
     facts = aux_channel.gather(SimpleNamespace(server_args=sa))
     assert (facts.expected, facts.why_not) == (3, "")
+
+
+# -- control-shim survivors of issue 29's round 4 (seed 1851799245) -----------------------------------
+def test_gather_counts_the_fcs_aux_layers_as_an_int_and_starts_at_layer_0_without_pp(monkeypatch):
+    """expected = fc input width // the target's hidden size (an int on the wire); a target model
+    without ``start_layer`` (no pipeline stage) starts at layer 0."""
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    facts = _gather(monkeypatch, target, runner=SimpleNamespace(decode_cuda_graph_runner=EagerRunner()))
+    assert type(facts.expected) is int and facts.expected == 3
+    assert not hasattr(target.model, "start_layer") and facts.first_layer == 0
+    target.model.start_layer = 4  # a later pipeline stage's slice
+    assert _gather(monkeypatch, target).first_layer == 4
+
+
+def test_the_unauthenticated_answer_budget_refills_with_time(monkeypatch):
+    """20 answers a second, a burst of 40: spent, then one more for each 50 ms that passes."""
+    now = [100.0]
+    monkeypatch.setattr(aux_channel.time, "monotonic", lambda: now[0])
+    budget = aux_channel._Budget(20.0)
+    assert sum(budget.take() for _ in range(50)) == 40
+    now[0] += 0.06  # 1.2 answers' worth
+    assert budget.take() and not budget.take()
+    now[0] += 10.0
+    assert sum(budget.take() for _ in range(50)) == 40  # refilled to the burst, never past it
+
+
+def test_a_control_endpoint_that_cannot_be_bound_says_why(monkeypatch, tmp_path, caplog):
+    import zmq
+
+    from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
+
+    taken = zmq.Context.instance().socket(zmq.ROUTER)
+    taken.setsockopt(zmq.LINGER, 0)
+    port = taken.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{port}")  # another socket holds the port
+        monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "token"))
+        monkeypatch.setattr(FACTS, "workers", [])
+        monkeypatch.setattr(aux_channel, "read_token", lambda path: "t" * 64)
+        with caplog.at_level("WARNING", logger="eagle3scope"):
+            channel = aux_channel.start(SimpleNamespace(server_args=None), 0)
+        if channel is not None:
+            channel.close()
+        assert channel is None
+    finally:
+        taken.close()
+    said = [m for m in caplog.messages if m.startswith(f"eagle3scope: control channel not started: cannot bind tcp://127.0.0.1:{port}: ")]
+    assert said and not said[0].endswith(": None"), caplog.messages
