@@ -46,6 +46,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -394,12 +395,21 @@ def mean_ci(values: list[float]) -> dict:
 
 class Toggler:
     """The bench's side of ``shim_toggle``: switch the one server's hooks and wait for its scheduler
-    to say so, with the shim's self-time cells at that moment."""
+    to say so. ``off_hook_ns``: what the shim's self-time cells gained while the hooks were off
+    (between an ``off`` and the next switch), which must stay 0."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.serial, self.pid = path, 0, None
+        self.off_hook_ns, self._last = 0, None  # _last: (state, cells) at the previous switch
 
     def set(self, state: str, timeout: float = 30.0) -> dict:
+        got = self._switch(state, timeout)
+        if self._last is not None and self._last[0] == "off":
+            self.off_hook_ns += got["shim_ns"] - self._last[1]
+        self._last = (state, got["shim_ns"])
+        return got
+
+    def _switch(self, state: str, timeout: float) -> dict:
         self.serial += 1
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(f"{state} {self.serial}")
@@ -490,20 +500,15 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                         servers[label].post("/generate", warm)
                 pid = sampled_mod.scheduler_pid(servers["on"].proc.pid) if sample_hz else None
                 sampler = sampled_mod.Sampler(pid, sample_hz) if pid is not None else None
-                mark = None
                 for pair in range(pairs):
                     for label in order if pair % 2 == 0 else order[::-1]:
                         if toggler is not None:
-                            got = toggler.set(label)
-                            if mark is not None and mark[0] == "off":
-                                off_hook_ns += got["shim_ns"] - mark[1]
-                            mark = (label, got["shim_ns"])
+                            toggler.set(label)
                         blocks[label].append(_block(servers[label], pair, rounds, tokens, batch))
                     frames += heard(sub.poll(timeout_ms=0))
                 if toggler is not None:
-                    got = toggler.set("on")
-                    if mark is not None and mark[0] == "off":
-                        off_hook_ns += got["shim_ns"] - mark[1]
+                    toggler.set("on")  # closes the last off block's account
+                    off_hook_ns += toggler.off_hook_ns
                 if sampler is not None and (got := sampler.stop()) is not None:
                     sampled.append(got)
                 frames += heard(sub.poll(timeout_ms=1500))
@@ -511,6 +516,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                 for server in {id(s): s for s in servers.values()}.values():
                     server.stop()
         load.append(os.getloadavg()[0])
+    shutil.rmtree(site, ignore_errors=True)
     off, on = blocks["off"], blocks["on"]
     if design == "toggle":  # a server without the shim has no shim threads: the off arm leaves them out
         for b in off:

@@ -2,11 +2,12 @@
 of requests in ONE server (``bench_shim.py``'s default design), so that both arms run in the same
 process, heap and core placement and the pair-to-pair noise of two servers drops out.
 
-Loaded into every process of the server by a ``sitecustomize`` on its PYTHONPATH (``sitecustomize``
-below). A daemon thread watches the file ``$E3S_TOGGLE`` (every 5 ms, one ``stat``): when the bench
-writes ``off N`` there (N: a serial number the answer repeats), each process that holds the shim's wrapped seams puts back the function every
-wrapper keeps as ``__wrapped__`` (SGLang's ``HookRegistry`` sets it, as ``functools.wraps`` does for the
-shim's own patcher), so not one hook frame runs; ``on`` puts the wrappers back. It answers in
+Loaded into every process of the server by the ``sitecustomize`` that ``bench_shim.engine`` puts on
+its PYTHONPATH. A daemon thread watches the file ``$E3S_TOGGLE`` (every 5 ms, one ``stat``): when the
+bench writes ``off N`` there (N: a serial number the answer repeats), each process that holds the
+shim's wrapped seams puts back the function every wrapper keeps as ``__wrapped__`` (SGLang's
+``HookRegistry`` sets it, as ``functools.wraps`` does for the shim's own patcher), so not one hook
+frame runs; ``on`` puts the wrappers back. It answers in
 ``$E3S_TOGGLE.<pid>`` with the state applied and the sum of the shim's self-time cells, which must not
 grow in an off block (the bench checks it: a seam SGLang calls through a reference it kept would).
 The shim's publisher thread keeps running in both arms; its CPU is its own thread's, which the bench
@@ -101,5 +102,3 @@ def start() -> None:
     if path:
         threading.Thread(target=_watch, args=(path,), name="e3s-bench-toggle", daemon=True).start()
 
-
-SITECUSTOMIZE = "import shim_toggle\nshim_toggle.start()\n"
