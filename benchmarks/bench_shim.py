@@ -13,8 +13,8 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    SGLang's at batch 1 and 64, and a real Publisher. Reported: (hooked - unhooked) CPU µs per round
    on the calling (scheduler) thread for the three rounds a server runs: eager on a graph-free
    server (``hook_path_us``: the CPU engine's round, whose first step took the counting forward hook
-   out, five hook calls), replayed from graphs (``hook_path_graphs_us``: no forward runs, the
-   callers' width reads give the passes) and eager with the forward hook counting
+   and the draft and draft-extend hooks out, three hook calls: step, verify, commit), replayed from graphs (``hook_path_graphs_us``: no
+   forward runs, the callers' width reads give the passes) and eager with the forward hook counting
    (``hook_path_counted_forwards_us``: a graphed server's batch that runs eagerly, eight calls);
    the shim's own account of the graph-free rounds (``around``'s per-seam cells, what heartbeats carry
    as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
@@ -131,14 +131,17 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     scratch, cold = torch.zeros(4 << 20), False
     torch.set_num_threads(1)  # as the CPU engine runs (OMP_NUM_THREADS=1): no OpenMP workers spinning
     for bs in (1, 64):
+        # SGLang's batch.spec_info: the draft input as a round begins, the verify input the draft made once
+        # forward_batch_generation has it (eagle_worker_v2.py 0.5.23)
+        draft_input = NS(hidden_states=torch.zeros(bs, 128, device=device), is_verify_input=lambda: False)
         batch = NS(reqs=[NS(rid=f"req-{i:04d}", spec_verify_ct=0) for i in range(bs)], forward_mode=Mode("decode"),
-                   spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)),
+                   spec_info=draft_input,
                    seq_lens=torch.zeros(bs, dtype=torch.int64, device=device))
         fb_decode = NS(forward_mode=Mode("decode"), batch_size=bs,
                        spec_info=NS(hidden_states=torch.zeros(bs, 128, device=device)))
         fb_extend = NS(forward_mode=Mode("draft_extend_v2"), batch_size=bs,
                        spec_info=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
-        verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,), device=device))
+        verify_input = NS(draft_token=torch.randint(0, 1024, (bs * 4,), device=device), is_verify_input=lambda: True)
         result = NS(accept_lens=torch.randint(1, 5, (bs,), dtype=torch.int32, device=device),
                     next_token_ids=torch.randint(0, 1024, (bs * 4,), device=device),
                     logits_output=NS(hidden_states=torch.zeros(bs * 4, 384, device=device)))
@@ -164,7 +167,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
                 forward(draft_model, None, None, fb_extend)
 
         def plain_round(self, b):
-            draft(self, b)
+            b.spec_info = draft(self, b)
             r = verify(self, b)
             extend(self, b, r)
             return r
@@ -173,25 +176,29 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             cold and scratch.add_(1)
             for req in b.reqs:
                 req.spec_verify_ct += 1
+            b.spec_info = draft_input  # the next round's draft input
 
         # called through the same one-frame wrapper SGLang's HookRegistry (or the own patcher) installs
         w_draft, w_fwd, w_verify, w_extend = (_wrap(draft, h_draft), _wrap(fwd, h_fwd), _wrap(verify, h_verify),
                                               _wrap(extend, h_extend))
 
         def round_(self, b):
-            w_draft(self, b)
+            b.spec_info = calls["draft"](self, b)
             r = w_verify(self, b)
-            w_extend(self, b, r)
+            calls["extend"](self, b, r)
             return r
 
         w_step, w_commit = _wrap(round_, h_step), _wrap(resolve, h_commit)
         c_step, c_draft, c_verify, c_extend, _, c_commit = cpu_hooks
         c_draft, c_verify, c_extend = _wrap(draft, c_draft), _wrap(verify, c_verify), _wrap(extend, c_extend)
+        # the draft and draft extend as the round calls them: hooked, or (graph-free:
+        # hooks._detach_counting_forwards) unhooked, verify's hook adding their passes
+        calls = {"draft": w_draft, "extend": w_extend, "cpu_draft": c_draft, "cpu_extend": c_extend}
 
         def cpu_round(self, b):
-            c_draft(self, b)
+            b.spec_info = calls["cpu_draft"](self, b)
             r = c_verify(self, b)
-            c_extend(self, b, r)
+            calls["cpu_extend"](self, b, r)
             return r
 
         c_step, c_commit = _wrap(cpu_round, c_step), _wrap(resolve, c_commit)
@@ -224,16 +231,23 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         # graphs: the draft model's forward is replayed, so none of it runs; the callers' eager reads
         # publish the passes (as replayed). Eager with the counting forward hook: a graphed server's
         # batch that runs eagerly. Then eager on a graph-free server, the CPU engine's round, which
-        # the rest of the figures are about: the first step took the forward hook out, the callers
-        # add the passes (hooks._detach_counting_forwards), five hook calls a round.
-        forward, FACTS.forwards_at_callers = None, False
+        # the rest of the figures are about: the first step took the forward, draft and extend hooks
+        # out, step and verify add the passes (hooks._detach_counting_forwards), three hook calls a round.
+        def graph_free(yes: bool) -> None:
+            nonlocal forward
+            forward = fwd if yes else None
+            FACTS.forwards_at_callers = FACTS.draft_at_verify = FACTS.extend_at_verify = yes
+            calls.update(draft=draft if yes else w_draft, extend=extend if yes else w_extend,
+                         cpu_draft=draft if yes else c_draft, cpu_extend=extend if yes else c_extend)
+
+        graph_free(False)
         plain_graphs = timed(plain_tick)
         with sync_guard():
             hooked_graphs = timed(hooked_tick)
         forward = w_fwd
         with sync_guard():
             hooked_counted = timed(hooked_tick)
-        forward, FACTS.forwards_at_callers = fwd, True
+        graph_free(True)
         plain = timed(plain_tick)
         before = sum(cell[0] for cell in STATE.self_ns.values())
         with sync_guard():
@@ -257,7 +271,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         pub_submit = pub.submit
         pub.submit = lambda kind, payload, finalize=None: captured.append((payload, finalize)) or True
         hooked_tick()
-        forward, FACTS.forwards_at_callers = None, False
+        graph_free(False)
         hooked_tick()
         pub.submit = pub_submit
         # the body must carry what the (device) tensors held, read from the ring's host buffers
@@ -271,7 +285,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         for _ in range(1000):
             body = finalize(payload)
         out[f"bs{bs}"] = {
-            "hook_path_us": round(hooked - plain, 2),  # eager, graph-free: the CPU engine's five hook calls
+            "hook_path_us": round(hooked - plain, 2),  # eager, graph-free: the CPU engine's three hook calls
             "hook_path_graphs_us": round(hooked_graphs - plain_graphs, 2),
             "hook_path_counted_forwards_us": round(hooked_counted - plain, 2),  # eager, forward hook counting
             "shim_us_self_reported": round(self_us, 2),
@@ -383,6 +397,62 @@ def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1) -> dict:
             "scheduler_threads": spent["thread_cpu_s"].get("sglang::scheduler", {}), "texts": texts}
 
 
+def _arms_delta(before: dict, after: dict) -> dict:
+    return {arm: {k: after[arm][k] - before[arm][k] for k in after[arm]} for arm in after}
+
+
+def _split_arms(blocks: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Each interleaved block as an off and an on block: each arm keeps the main-thread CPU of its
+    own rounds' ``run_batch`` + ``process_batch_result`` calls and its tokens; the on arm also the
+    shim's threads (which work only for its rounds); everything else (the scheduler's loop between
+    the calls, SGLang's other threads and processes, which the shim does not run in) is shared by
+    tokens. Wall time likewise: each arm's calls, the rest shared by tokens."""
+    off, on = [], []
+    for b in blocks:
+        arms, threads = b["arms"], b["scheduler_threads"]
+        total_tokens = arms["on"]["tokens"] + arms["off"]["tokens"]
+        shim = {role: threads.get(role, 0.0) for role in SHIM_THREADS}
+        in_calls = (arms["on"]["cpu_ns"] + arms["off"]["cpu_ns"]) / 1e9
+        shared_cpu = b["cpu_s"] - in_calls - sum(shim.values())
+        shared_main = threads.get("main", 0.0) - in_calls
+        shared_wall = b["wall_s"] - (arms["on"]["wall_ns"] + arms["off"]["wall_ns"]) / 1e9
+        for arm, out in (("off", off), ("on", on)):
+            a, share = arms[arm], arms[arm]["tokens"] / total_tokens
+            own_threads = {"main": a["cpu_ns"] / 1e9 + share * shared_main}
+            if arm == "on":
+                own_threads.update(shim)
+            cpu = a["cpu_ns"] / 1e9 + share * shared_cpu + (sum(shim.values()) if arm == "on" else 0.0)
+            out.append({"tokens": a["tokens"], "cpu_s": cpu, "wall_s": a["wall_ns"] / 1e9 + share * shared_wall,
+                        "scheduler_threads": own_threads, "texts": b["texts"], "arm": a})
+    return off, on
+
+
+def _gc_delta(before: dict | None, after: dict | None) -> dict | None:
+    if before is None or after is None:
+        return None
+    return {"ns": [a - b for a, b in zip(after["ns"], before["ns"])], "n": [a - b for a, b in zip(after["n"], before["n"])],
+            "by_arm": {arm: after["by_arm"][arm] - before["by_arm"][arm] for arm in after["by_arm"]}}
+
+
+def _gc_summary(blocks: list[dict]) -> dict | None:
+    """The scheduler's garbage collections over the interleaved blocks: count and CPU per generation,
+    and CPU within each arm's calls, all per round."""
+    gcs = [b["gc"] for b in blocks if b.get("gc")]
+    if not gcs:
+        return None
+    rounds = max(1, sum(b["arms"]["on"]["rounds"] + b["arms"]["off"]["rounds"] for b in blocks))
+    per_arm_rounds = {arm: max(1, sum(b["arms"][arm]["rounds"] for b in blocks)) for arm in ("on", "off")}
+    return {"collections_per_1000_rounds": [round(1000 * sum(g["n"][i] for g in gcs) / rounds, 2) for i in range(3)],
+            "cpu_us_per_round": [round(sum(g["ns"][i] for g in gcs) / 1000 / rounds, 2) for i in range(3)],
+            "cpu_us_per_round_in_arm": {arm: round(sum(g["by_arm"][arm] for g in gcs) / 1000 / per_arm_rounds[arm], 2)
+                                        for arm in ("on", "off")}}
+
+
+def _per_round(blocks: list[dict]) -> float:
+    """µs of main-thread CPU per round in the arm's own calls."""
+    return sum(b["arm"]["cpu_ns"] for b in blocks) / 1000 / max(1, sum(b["arm"]["rounds"] for b in blocks))
+
+
 def mean_ci(values: list[float]) -> dict:
     """Arithmetic mean and its 95 % confidence interval (t)."""
     mean = sum(values) / len(values)
@@ -427,7 +497,7 @@ class Toggler:
 
 
 def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "random", batch: int = 1,
-           sample_hz: int = 100, design: str = "toggle") -> dict:
+           sample_hz: int = 100, design: str = "interleave", interleave_rounds: int = 1) -> dict:
     """Per pair, one block of requests with the shim's hooks and one without, never at the same
     time; the block order alternates every pair and every session, so drift in the shared machine's
     load cancels. ``toggle`` (default): ONE server with the shim, its hooks switched off and on
@@ -487,12 +557,14 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         with Subscriber([endpoint]) as sub:
             servers, toggler = {}, None
             try:
-                if design == "toggle":
+                if design in ("toggle", "interleave"):
                     toggler = Toggler(site / f"state-{session}")
                     env = {"EAGLE3SCOPE_ENDPOINT": endpoint, "E3S_TOGGLE": str(toggler.path), "PYTHONPATH": str(site)}
                     servers["on"] = servers["off"] = SGLangServer(target_dir, draft_dir, env=env).start()
                     servers["on"].post("/generate", warm)
                     toggler.pid = sampled_mod.scheduler_pid(servers["on"].proc.pid)
+                    if design == "interleave":
+                        toggler.set(f"interleave:{interleave_rounds}:{order[0]}")  # the first round's arm
                 else:
                     for label in order:  # started one after the other: no start-up contention
                         env = {"EAGLE3SCOPE_ENDPOINT": endpoint} if label == "on" else {}
@@ -501,12 +573,20 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                 pid = sampled_mod.scheduler_pid(servers["on"].proc.pid) if sample_hz else None
                 sampler = sampled_mod.Sampler(pid, sample_hz) if pid is not None else None
                 for pair in range(pairs):
+                    if design == "interleave":  # one block holds both arms, round by round
+                        got0 = toggler.set("interleave")
+                        block = _block(servers["on"], pair, rounds, tokens, batch)
+                        got = toggler.set("interleave")
+                        block["arms"], block["gc"] = _arms_delta(got0["arms"], got["arms"]), _gc_delta(got0["gc"], got["gc"])
+                        blocks["on"].append(block)
+                        frames += heard(sub.poll(timeout_ms=0))
+                        continue
                     for label in order if pair % 2 == 0 else order[::-1]:
                         if toggler is not None:
                             toggler.set(label)
                         blocks[label].append(_block(servers[label], pair, rounds, tokens, batch))
                     frames += heard(sub.poll(timeout_ms=0))
-                if toggler is not None:
+                if toggler is not None and design == "toggle":
                     toggler.set("on")  # closes the last off block's account
                     off_hook_ns += toggler.off_hook_ns
                 if sampler is not None and (got := sampler.stop()) is not None:
@@ -518,6 +598,8 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         load.append(os.getloadavg()[0])
     shutil.rmtree(site, ignore_errors=True)
     off, on = blocks["off"], blocks["on"]
+    if design == "interleave":
+        off, on = _split_arms(on)
     if design == "toggle":  # a server without the shim has no shim threads: the off arm leaves them out
         for b in off:
             b["cpu_s"] -= sum(b["scheduler_threads"].get(role, 0.0) for role in SHIM_THREADS)
@@ -532,6 +614,9 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     rounds_per_token = n_rounds / max(1, sum(b["tokens"] for b in on))
     deltas = [1e6 * (b["scheduler_threads"].get("main", 0.0) - a["scheduler_threads"].get("main", 0.0))
               / max(1.0, rounds_per_token * b["tokens"]) for a, b in zip(off, on)]
+    if design == "interleave":  # each arm's own rounds: CPU of its run_batch + process_batch_result calls
+        deltas = [(b["arm"]["cpu_ns"] / b["arm"]["rounds"] - a["arm"]["cpu_ns"] / a["arm"]["rounds"]) / 1e3
+                  for a, b in zip(off, on)]
     main_samples = sum(x["main_thread_samples"] for x in sampled)
     shim_samples = sum(x["shim_samples"] for x in sampled)
     parts: dict[str, int] = {}
@@ -557,10 +642,13 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "shim_share_of_rounds": round(cost["round_shim_us"] / cost["step_us"], 5) if cost["step_us"] else None,
         "draft_forwards_per_round": round(cost["passes"] / n_rounds, 2),
         # same text on and off, so the off server ran as many rounds as the on one reported
-        "main_thread_cpu_us_per_round_off_on": [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)],
+        "main_thread_cpu_us_per_round_off_on": ([round(_per_round(off), 1), round(_per_round(on), 1)] if design == "interleave"
+                                                else [round(main(off) / n_rounds, 1), round(main(on) / n_rounds, 1)]),
         "main_thread_delta_us_per_round": mean_ci(deltas),  # per pair: on - off, CPU (/proc ticks)
         "main_thread_pair_deltas_us": [round(d) for d in deltas],
-        "off_blocks_hook_ns": off_hook_ns if design == "toggle" else None,  # hooks that ran while off: 0
+        "off_blocks_hook_ns": (sum(b["arm"]["hook_ns"] for b in off) if design == "interleave"
+                               else off_hook_ns if design == "toggle" else None),  # hooks that ran while off: 0
+        "garbage_collection": _gc_summary(blocks["on"]) if design == "interleave" else None,
         "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
@@ -574,10 +662,13 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "wall_pair_ratios": [round(r, 4) for r in wall_ratios],
         "tokens_per_s_off": round(sum(b["tokens"] for b in off) / sum(b["wall_s"] for b in off), 1),
         "tokens_per_s_on": round(sum(b["tokens"] for b in on) / sum(b["wall_s"] for b in on), 1),
-        "same_text": [b["texts"] for b in off] == [b["texts"] for b in on],
+        # interleave: each session's prompts again in the next one with the arms the other way round
+        "same_text": ((all(len({json.dumps(b["texts"]) for b in on[i::pairs]}) == 1 for i in range(pairs))
+                       if sessions > 1 else None)
+                      if design == "interleave" else [b["texts"] for b in off] == [b["texts"] for b in on]),
         "step_frames_received": frames,
         "load_average_1min": [round(x, 2) for x in load],
-        "design": design, "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds * batch, "batch": batch,
+        "design": design, "interleave_rounds": interleave_rounds if design == "interleave" else None, "sessions": sessions, "pairs_per_session": pairs, "requests_per_block": rounds * batch, "batch": batch,
         "draft": draft, "tokens_per_request": tokens, "decode_rounds_on": cost["decode_steps"],
     }
 
@@ -588,9 +679,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--pairs", type=int, default=10, help="off/on block pairs per session")
     parser.add_argument("--sessions", type=int, default=2, help="servers started in turn, the block order flipped each time")
-    parser.add_argument("--design", choices=("toggle", "two-servers"), default="toggle",
-                        help="toggle: one server, its hooks switched off and on between blocks; "
+    parser.add_argument("--design", choices=("interleave", "toggle", "two-servers"), default="interleave",
+                        help="interleave: one server, its hooks switched off and on round by round; "
+                             "toggle: one server, switched between blocks; "
                              "two-servers: one server without the shim and one with it")
+    parser.add_argument("--interleave-rounds", type=int, default=1,
+                        help="with --design interleave: rounds of one arm before the other's")
     parser.add_argument("--draft", choices=("random", "trained"), default="random",
                         help="random: one token a round; trained: the demo's draft, several")
     parser.add_argument("--batch", type=int, default=1, help="requests in flight per block")
@@ -611,7 +705,7 @@ def main() -> None:
     path = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps({"hook_path": path}, indent=1))
     measured = engine(args.rounds, args.tokens, args.pairs, args.sessions, args.draft, args.batch, args.sample_hz,
-                      args.design)
+                      args.design, args.interleave_rounds)
     print(json.dumps({"engine": measured}, indent=1))
     print(json.dumps({"agreement": agreement(path, measured)}, indent=1))
 

@@ -415,3 +415,115 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(graph_free, monke
     monkeypatch.setattr(STATE, "step", one_step)
     hooks.FACTORIES["draft"]("v2.draft")(lambda self, b: verify_input, _NS(speculative_num_steps=1), batch)
     assert one_step.passes == []  # a one-step draft runs no decode forward
+
+
+@pytest.fixture
+def extend_detachable(graph_free, monkeypatch):
+    """The graph-free v2 worker with four steps, whose draft and draft-extend seams SGLang's wrapper
+    holds too (a seam whose wrapper was replaced since cannot be taken out: its detacher says False)."""
+    from eagle3scope_shim import registry
+
+    worker, _ = graph_free
+    worker.speculative_num_steps = 4
+    taken, held = [], set()
+    for seam in (hooks.DRAFT_SEAM, hooks.EXTEND_SEAM):
+        registry.detachers[seam] = lambda seam=seam: seam not in held and not taken.append(seam)
+    monkeypatch.setattr(FACTS, "draft_at_verify", False)
+    monkeypatch.setattr(FACTS, "extend_at_verify", False)
+    return worker, taken, held
+
+
+def test_a_graph_free_v2_server_takes_the_draft_and_extend_hooks_out_too(extend_detachable):
+    worker, taken, _ = extend_detachable
+    hooks._detach_counting_forwards(worker)
+    assert taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM] and FACTS.draft_at_verify and FACTS.extend_at_verify
+
+
+@pytest.mark.parametrize("held", [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM])
+def test_only_a_hook_taken_out_has_its_work_moved(extend_detachable, held):
+    """A hook still in place keeps doing its own work: moving it too would count its passes twice."""
+    worker, taken, holding = extend_detachable
+    holding.add(held)
+    hooks._detach_counting_forwards(worker)
+    assert held not in taken
+    assert FACTS.draft_at_verify is (held != hooks.DRAFT_SEAM) and FACTS.extend_at_verify is (held != hooks.EXTEND_SEAM)
+
+
+@pytest.mark.parametrize("why", ["zero steps", "v1", "graphs"])
+def test_the_draft_and_extend_hooks_stay_where_verify_cannot_stand_for_them(extend_detachable, monkeypatch, why):
+    """0 steps (SGLang drafts nothing and may stub the extend out: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND),
+    a v1 worker (its extend reads the batch, not verify's result) or a draft graph (the forward hook stays)."""
+    worker, taken, _ = extend_detachable
+    if why == "zero steps":
+        worker.speculative_num_steps = 0
+    elif why == "v1":
+        monkeypatch.setattr(FACTS, "workers", [("v1", worker, None, None)])
+    else:
+        worker.draft_worker.cuda_graph_runner = type("EAGLEDraftCudaGraphRunner", (), {})()
+    hooks._detach_counting_forwards(worker)
+    assert taken == [] and not FACTS.draft_at_verify and not FACTS.extend_at_verify
+
+
+def _verify_result(width: int):
+    return _NS(accept_lens=_NS(is_cpu=True, tolist=lambda: [2]), next_token_ids=_NS(is_cpu=True, tolist=lambda: [5, 6]),
+               logits_output=_NS(hidden_states=_NS(shape=(4, width))))
+
+
+def _verify_batch(width: int | None = 128, prebuilt: bool = False):
+    """A batch as verify gets it: spec_info is the verify input the draft made (draft_token); the
+    step's hook saw the draft input before (hidden_states), or a verify input already (PP)."""
+    return _NS(spec_info=_NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 7, 8, 9]), is_verify_input=lambda: prebuilt,
+                             hidden_states=None if width is None else _NS(shape=(1, width))))
+
+
+def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(extend_detachable, monkeypatch):
+    """The frame is the one the two hooks gave: the draft's tokens, decode x (steps - 1) at the width
+    the step's hook read, draft_extend_v2 at verify's hidden width with fc (3H into an H draft)."""
+    worker, _, _ = extend_detachable
+    hooks._detach_counting_forwards(worker)
+    monkeypatch.setattr(STATE, "publisher", None)
+    step = Step()
+    step.draft_from = hooks._draft_start(_verify_batch(128))
+    monkeypatch.setattr(STATE, "step", step)
+    hooks.FACTORIES["verify_v2"]("v2.verify")(lambda self, b: _verify_result(384), _NS(topk=1, speculative_num_steps=4),
+                                              _verify_batch())
+    assert step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]
+    assert step.draft == [1, 7, 8, 9] and step.draft_ns > 0 and step.verify_end is not None and step.verify_ns is not None
+    again = Step()  # aux capture off: the H-wide states skip fc; a verify input already there: no draft ran
+    again.draft_from = hooks._draft_start(_verify_batch(prebuilt=True))
+    monkeypatch.setattr(STATE, "step", again)
+    hooks.FACTORIES["verify_v2"]("v2.verify")(lambda self, b: _verify_result(128), _NS(topk=1, speculative_num_steps=4),
+                                              _verify_batch())
+    assert again.passes == [["draft_extend_v2", 128, False, 1, None]] and again.draft_ns is None
+    assert again.draft == [1, 7, 8, 9]  # the tokens it verifies all the same
+
+
+def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_detachable, monkeypatch):
+    import time
+
+    from eagle3scope_shim.ring import SNAPSHOTS
+
+    worker, _, _ = extend_detachable
+    hooks._detach_counting_forwards(worker)
+    submitted = []
+    monkeypatch.setattr(STATE, "publisher", _NS(submit=lambda kind, payload, fin: submitted.append(payload) or True))
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    monkeypatch.setattr(STATE, "step", None)
+    monkeypatch.setattr(STATE, "seam_status", {})  # no commit seam: the step goes out at once
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    result = _verify_result(384)
+    verify = hooks.FACTORIES["verify_v2"]("v2.verify")
+
+    def round_(self, b):
+        time.sleep(0.01)  # SGLang's draft, unhooked
+        b.spec_info = _verify_batch().spec_info
+        verify(lambda *a: result, _NS(topk=1, speculative_num_steps=4), b)
+        time.sleep(0.02)  # SGLang's draft extend, unhooked
+        return result
+
+    batch = _NS(forward_mode=_NS(is_idle=lambda: False, is_extend=lambda: False), is_extend_in_batch=False,
+                reqs=[_NS(rid="r")], spec_info=_verify_batch(128).spec_info)
+    hooks.FACTORIES["step"]("v2.step")(round_, worker, batch)
+    step = submitted[0][3]
+    assert 10e6 <= step.draft_ns < 200e6 and 20e6 <= step.extend_ns < 200e6  # the sleeps before and after verify
+    assert step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]

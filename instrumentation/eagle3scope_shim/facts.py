@@ -20,6 +20,12 @@ class LoadFacts:
         #: no draft pass can replay a graph and the draft-forward hook was taken out: the callers add
         #: every pass as eager (hooks._detach_counting_forwards)
         self.forwards_at_callers = False
+        #: ... and the v2 draft hook too: verify's hook reads the draft's tokens and adds its passes at the
+        #: width the step's hook read, the draft timed from the step's start to verify's
+        self.draft_at_verify = False
+        #: ... and the v2 draft-extend hook: verify's hook reads the width the extend gets and adds its
+        #: pass, the extend timed from verify's end to the step's
+        self.extend_at_verify = False
         # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
         self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
         self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays

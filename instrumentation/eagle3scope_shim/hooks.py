@@ -8,7 +8,9 @@ device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor
 there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
 fires on every eager draft pass, only counts passes inside the callers that read the width they
 hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
-the caches, so the round's work is done where it fires once).
+the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
+is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
+(:func:`_detach_counting_forwards`): three hook calls a round, step, verify and commit.
 """
 
 from __future__ import annotations
@@ -134,7 +136,14 @@ def _detach_counting_forwards(worker) -> None:
     count them, three calls a round that cost more than the rest of the round's hooks together
     (BENCHMARKS.md, issue 28), so its wrapper is taken out and the callers add the passes. Not when
     a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
-    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
+    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``).
+    On such a v2 server the draft and draft-extend hooks go too, two calls a round less: around verify
+    SGLang's ``forward_batch_generation`` only drafts from ``batch.spec_info`` (unless it already holds
+    a verify input) and hands the extend verify's result, and verify gets the draft's tokens in
+    ``batch.spec_info``. So the step's hook reads the draft's width, verify's hook the tokens and the
+    extend's width and adds the passes, and the draft is timed from the step's start to verify's, the
+    extend from verify's end to the step's (``draft_ms``, ``extend_ms``). Not with 0 steps, where SGLang
+    drafts nothing and may stub the extend out. Each hook's work moves only once it is out."""
     kind = FACTS.workers[-1][0] if FACTS.workers else None
     if kind is None or "draft_model" in STATE.unobserved or (FACTS.draft_embed_width is None and not FACTS.draft_fc_always):
         return
@@ -145,6 +154,13 @@ def _detach_counting_forwards(worker) -> None:
     for seam in seams.OBSERVING_SEAMS["draft_model"]:
         if registry.detach(seam):
             FACTS.forwards_at_callers = True
+    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0:
+        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
+        FACTS.extend_at_verify = registry.detach(EXTEND_SEAM)
+
+
+#: v2's draft and draft extend around verify: taken out with the forward hook (verify's hook adds their passes)
+DRAFT_SEAM, EXTEND_SEAM = "v2.draft", "v2.draft_extend"
 
 
 def _embed_width(draft) -> int | None:
@@ -197,6 +213,8 @@ def make_step(seam):
             _detach_counting_forwards(self)
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
+        if FACTS.draft_at_verify and not step.prefill:
+            step.draft_from = _draft_start(batch)
         STATE.step = step
         return step
 
@@ -220,6 +238,8 @@ def make_step(seam):
         rids = [req.rid for req in batch.reqs]
         if not step.prefill:
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
+            if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
+                step.extend_ns = _now() - step.verify_end
         payload = [None, time.time_ns(), rids, step, loadreport.capture_now()]
         pending = STATE.uncommitted
         key = _result_key(result) if not step.prefill and rids and _commit_observed() else None
@@ -292,7 +312,34 @@ def make_commit(seam):
     return around(seam, pre, post, hot=True, traceable=False)
 
 
-def _timed(seam, slot: str | None, observe=None):
+def _draft_start(batch) -> tuple[int, int | None] | None:
+    """Where the draft hook is out: the draft's start and the width of the hidden states it is handed,
+    unless the batch already holds a verify input (SGLang then drafts nothing this round)."""
+    spec = batch.spec_info
+    if spec is not None and spec.is_verify_input():
+        return None
+    _, _, path, _ = seams.DRAFT_INPUTS[DRAFT_SEAM]
+    states = batch
+    for attr in path:
+        states = getattr(states, attr, None)
+    return _now(), None if states is None else int(states.shape[-1])
+
+
+def _drafted(step, args, kwargs) -> None:
+    """verify's start where the draft hook is out: the draft's tokens (``batch.spec_info``, the verify
+    input), its time and its decode passes (``_uncounted``)."""
+    if not FACTS.draft_at_verify:
+        return
+    batch = args[1] if len(args) > 1 else kwargs["batch"]
+    step.draft = snap(step, "draft", batch.spec_info.draft_token)
+    began = step.draft_from
+    if began is not None:
+        step.draft_ns = _now() - began[0]
+        if began[1] is not None:
+            _uncounted(step, args, seams.DRAFT_INPUTS[DRAFT_SEAM][3], began[1], _fc_at_caller(began[1]))
+
+
+def _timed(seam, slot: str | None, observe=None, enter=None):
     """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data.
     For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
     the draft (a shape: host metadata), and the draft passes of the call come from that one read:
@@ -304,6 +351,8 @@ def _timed(seam, slot: str | None, observe=None):
         step = STATE.step
         if step is None:
             return None
+        if enter is not None:
+            enter(step, args, kwargs)
         feed = None
         if feeds is not None:
             index, name, path, mode = feeds
@@ -312,10 +361,9 @@ def _timed(seam, slot: str | None, observe=None):
                 states = getattr(states, attr)
             if states is not None:
                 width = int(states.shape[-1])
-                embed = FACTS.draft_embed_width
-                always = FACTS.draft_fc_always
-                feed = [mode, width, always or (embed is not None and width != embed), 0]
-                step.feed = feed if always or embed is not None else None  # fc known here: the forward hook just counts
+                feed = [mode, width, _fc_at_caller(width), 0]
+                # fc known here: the forward hook just counts
+                step.feed = feed if FACTS.draft_fc_always or FACTS.draft_embed_width is not None else None
         return _now(), feed, step.forwards
 
     def post(ctx, result, *args, **kwargs):
@@ -335,6 +383,13 @@ def _timed(seam, slot: str | None, observe=None):
                 _uncounted(step, args, feed[0], feed[1], feed[2])
 
     return around(seam, pre, post, hot=True, in_step=True, traceable=False)
+
+
+def _fc_at_caller(width: int) -> bool:
+    """Whether the draft applies fc to hidden states of ``width`` (EAGLE-3: iff it differs from the
+    embedding width; an EAGLE-1/2 draft always), as a caller of the draft can tell."""
+    embed = FACTS.draft_embed_width
+    return FACTS.draft_fc_always or (embed is not None and width != embed)
 
 
 def _uncounted(step, args, mode: str, width: int, fc: bool) -> None:
@@ -368,6 +423,15 @@ def _observe_verify_v2(step, result, worker):
     step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
     if (getattr(worker, "topk", 1) or 1) > 1:
         step.path = snap(step, "path", getattr(result, "accept_index", None))
+    if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
+        _, _, path, mode = seams.DRAFT_INPUTS[EXTEND_SEAM]
+        states = result
+        for attr in path:
+            states = getattr(states, attr)
+        if states is not None:
+            width = int(states.shape[-1])
+            step.add_pass(mode, width, _fc_at_caller(width))
+        step.verify_end = _now()
 
 
 def _observe_verify_v1(step, result, worker):
@@ -383,7 +447,7 @@ def make_draft(seam):
 
 
 def make_verify_v2(seam):
-    return _timed(seam, "verify_ns", _observe_verify_v2)
+    return _timed(seam, "verify_ns", _observe_verify_v2, _drafted)
 
 
 def make_verify_v1(seam):

@@ -35,7 +35,7 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "prefill", "slot", "dropped",
-                 "num_steps", "path", "discarded", "forwards", "feed")
+                 "num_steps", "path", "discarded", "forwards", "feed", "verify_end", "draft_from")
 
     def __init__(self) -> None:
         self.passes: list[list] = []  # [mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None]
@@ -49,6 +49,9 @@ class Step:
         self.num_steps = None  # this round's step budget (adaptive steps vary it per round)
         self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
         self.draft_ns = self.verify_ns = self.extend_ns = None
+        self.verify_end: int | None = None  # perf_counter_ns as verify returned, where the extend is timed from it
+        #: (perf_counter_ns, width of the hidden states it gets) as the step began, where the draft hook is out
+        self.draft_from: tuple[int, int | None] | None = None
         self.prefill = False
         self.slot: RingSlot | None = None  # host buffers of this step's snapshots, taken on first use
         self.dropped = False  # every ring slot was busy: the step is counted as dropped, not published

@@ -1,0 +1,129 @@
+"""benchmarks/shim_toggle.py: the bench's switch of the shim's hooks inside the server under test, and
+its per-round interleaving (``bench_shim.py --design interleave``), on a stand-in scheduler whose two
+per-round methods have SGLang 0.5.23's signatures (scheduler.py: ``run_batch(self, batch,
+pp_proxy_tensors=None)``, ``process_batch_result(self, batch, result)``) and seams wrapped the way
+SGLang's ``HookRegistry`` wraps them (``__wrapped__``)."""
+
+import functools
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("shim_toggle", Path(__file__).parents[1] / "benchmarks" / "shim_toggle.py")
+shim_toggle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shim_toggle)
+
+
+class Worker:
+    def forward_batch_generation(self, batch):
+        return "plain"
+
+
+class Resolver:
+    def resolve(self, result, batch):
+        return "plain"
+
+
+def _wrapped(original, calls, seam):
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        calls.append(seam)
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A module holding the two seams, registered as the shim's registry would; the self-time cells
+    a hook adds to when it runs."""
+    module = types.ModuleType("e3s_toggle_stand_in")
+    module.Worker, module.Resolver = Worker, Resolver
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    calls = []
+    plain = {"step": Worker.__dict__["forward_batch_generation"], "commit": Resolver.__dict__["resolve"]}
+    monkeypatch.setattr(Worker, "forward_batch_generation", _wrapped(plain["step"], calls, "step"))
+    monkeypatch.setattr(Resolver, "resolve", _wrapped(plain["commit"], calls, "commit"))
+    registry = types.SimpleNamespace(targets={"v2.step": f"{module.__name__}.Worker.forward_batch_generation",
+                                              shim_toggle.COMMIT_SEAM: f"{module.__name__}.Resolver.resolve"})
+    monkeypatch.setitem(sys.modules, "eagle3scope_shim.registry", registry)
+    return calls
+
+
+class Scheduler:
+    """SGLang's overlap loop in small: run_batch(k + 1) before process_batch_result(k)."""
+
+    def __init__(self):
+        self.worker, self.resolver = Worker(), Resolver()
+
+    def run_batch(self, batch, pp_proxy_tensors=None):
+        self.worker.forward_batch_generation(batch)
+        return types.SimpleNamespace(batch=batch)
+
+    def process_batch_result(self, batch, result):
+        self.resolver.resolve(result, batch)
+        for req in batch.reqs:
+            req.output_ids.append(1)
+
+
+@pytest.fixture
+def scheduler_class():
+    """A class of its own per test: install() rewraps the class it is given."""
+    return type("Scheduler", (Scheduler,), {"run_batch": Scheduler.run_batch,
+                                            "process_batch_result": Scheduler.process_batch_result})
+
+
+def _batch(extend=False):
+    return types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_extend=lambda: extend),
+                                 reqs=[types.SimpleNamespace(output_ids=[])])
+
+
+def test_rounds_take_turns_and_each_rounds_hooks_follow_its_arm(server, scheduler_class):
+    toggle = shim_toggle.Toggle()
+    interleave = shim_toggle.Interleave(toggle, 1, first="on", owner=scheduler_class)
+    interleave.install()
+    sched = scheduler_class()
+    batches = [_batch(extend=(i % 4 == 0)) for i in range(8)]
+    results = [sched.run_batch(batches[0])]
+    for i in range(1, 8):  # overlap: each round's result is processed after the next round ran
+        results.append(sched.run_batch(batches[i]))
+        sched.process_batch_result(batches[i - 1], results[i - 1])
+    sched.process_batch_result(batches[7], results[7])
+    # prefill rounds (0, 4) take turns apart from decode rounds: on, off; decode 1 2 3 5 6 7: on off on off on off
+    arms = ["on", "on", "off", "on", "off", "off", "on", "off"]
+    expected = []
+    for i in range(8):
+        if arms[i] == "on":
+            expected.append("step")
+        if i > 0 and arms[i - 1] == "on":
+            expected.append("commit")
+    if arms[7] == "on":
+        expected.append("commit")
+    assert server == expected
+    totals = interleave.snapshot()
+    assert totals["on"]["rounds"] == totals["off"]["rounds"] == 4
+    assert totals["on"]["tokens"] == totals["off"]["tokens"] == 4
+    assert totals["on"]["cpu_ns"] > 0 and totals["off"]["cpu_ns"] > 0
+
+
+def test_the_second_session_starts_with_the_other_arm(server, scheduler_class):
+    interleave = shim_toggle.Interleave(shim_toggle.Toggle(), 1, first="off", owner=scheduler_class)
+    interleave.install()
+    sched = scheduler_class()
+    batch = _batch()
+    sched.process_batch_result(batch, sched.run_batch(batch))
+    assert server == [] and interleave.snapshot()["off"]["rounds"] == 1
+
+
+def test_a_result_run_before_interleaving_is_processed_unaccounted(server, scheduler_class):
+    sched = scheduler_class()
+    batch = _batch()
+    early = sched.run_batch(batch)
+    interleave = shim_toggle.Interleave(shim_toggle.Toggle(), 1, owner=scheduler_class)
+    interleave.install()
+    sched.process_batch_result(batch, early)
+    assert batch.reqs[0].output_ids == [1]
+    assert interleave.snapshot()["on"]["tokens"] == interleave.snapshot()["off"]["tokens"] == 0
