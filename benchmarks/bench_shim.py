@@ -403,26 +403,29 @@ def _arms_delta(before: dict, after: dict) -> dict:
 
 def _split_arms(blocks: list[dict]) -> tuple[list[dict], list[dict]]:
     """Each interleaved block as an off and an on block: each arm keeps the main-thread CPU of its
-    own rounds' ``run_batch`` + ``process_batch_result`` calls and its tokens; the on arm also the
-    shim's threads (which work only for its rounds); everything else (the scheduler's loop between
-    the calls, SGLang's other threads and processes, which the shim does not run in) is shared by
-    tokens. Wall time likewise: each arm's calls, the rest shared by tokens."""
+    own rounds' ``run_batch`` + ``process_batch_result`` calls; the on arm also the shim's threads
+    (which work only for its rounds); everything else (the scheduler's loop between the calls,
+    SGLang's other threads and processes, which the shim does not run in) is shared by rounds. Wall
+    time likewise. The block's tokens are shared by rounds too: both arms write the same text over a
+    run (``same_text``), and which arm a round with many accepted tokens fell to depends on the
+    turn, not on the shim (with a trained draft, counting each arm's own tokens gave pairs of 1.15
+    in one session and 0.86 in the next)."""
     off, on = [], []
     for b in blocks:
         arms, threads = b["arms"], b["scheduler_threads"]
-        total_tokens = arms["on"]["tokens"] + arms["off"]["tokens"]
+        total_rounds = arms["on"]["rounds"] + arms["off"]["rounds"]
         shim = {role: threads.get(role, 0.0) for role in SHIM_THREADS}
         in_calls = (arms["on"]["cpu_ns"] + arms["off"]["cpu_ns"]) / 1e9
         shared_cpu = b["cpu_s"] - in_calls - sum(shim.values())
         shared_main = threads.get("main", 0.0) - in_calls
         shared_wall = b["wall_s"] - (arms["on"]["wall_ns"] + arms["off"]["wall_ns"]) / 1e9
         for arm, out in (("off", off), ("on", on)):
-            a, share = arms[arm], arms[arm]["tokens"] / total_tokens
+            a, share = arms[arm], arms[arm]["rounds"] / total_rounds
             own_threads = {"main": a["cpu_ns"] / 1e9 + share * shared_main}
             if arm == "on":
                 own_threads.update(shim)
             cpu = a["cpu_ns"] / 1e9 + share * shared_cpu + (sum(shim.values()) if arm == "on" else 0.0)
-            out.append({"tokens": a["tokens"], "cpu_s": cpu, "wall_s": a["wall_ns"] / 1e9 + share * shared_wall,
+            out.append({"tokens": share * b["tokens"], "cpu_s": cpu, "wall_s": a["wall_ns"] / 1e9 + share * shared_wall,
                         "scheduler_threads": own_threads, "texts": b["texts"], "arm": a})
     return off, on
 
@@ -649,6 +652,10 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "off_blocks_hook_ns": (sum(b["arm"]["hook_ns"] for b in off) if design == "interleave"
                                else off_hook_ns if design == "toggle" else None),  # hooks that ran while off: 0
         "garbage_collection": _gc_summary(blocks["on"]) if design == "interleave" else None,
+        # interleave: the tokens each arm's own rounds added (the ratio shares the block's by rounds)
+        "interleave_tokens_per_round": ({arm: round(sum(b["arms"][arm]["tokens"] for b in blocks["on"])
+                                               / max(1, sum(b["arms"][arm]["rounds"] for b in blocks["on"])), 3)
+                                         for arm in ("on", "off")} if design == "interleave" else None),
         "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
         "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
