@@ -176,6 +176,23 @@ SHIM_MUTATIONS = [
     ("round 4 shim: a failed hook's log line leaves out the seam", SHIM_STATE,
      "log.warning(\"eagle3scope: hook %s failed and is disabled (SGLang continues unaffected): %s\", seam, detail)",
      "log.warning(\"eagle3scope: a hook failed and is disabled (SGLang continues unaffected): %s\", detail)", [SHIM_UNIT]),
+    # session 11: the draft and draft-extend hooks taken out too, their work done by the step and verify
+    ("round 5 shim: a draft hook that stayed in place has its work moved all the same", SHIM_HOOKS,
+     "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)",
+     "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM) or True", [GRAPH_EVIDENCE]),
+    ("round 5 shim: the hooks taken out with 0 steps (SGLang drafts nothing)", SHIM_HOOKS,
+     "(getattr(worker, \"speculative_num_steps\", 0) or 0) > 0:", "(getattr(worker, \"speculative_num_steps\", 0) or 0) >= 0:",
+     [GRAPH_EVIDENCE]),
+    ("round 5 shim: a prebuilt verify input counted as a draft that ran", SHIM_HOOKS,
+     "    if spec is not None and spec.is_verify_input():\n        return None\n", "", [GRAPH_EVIDENCE]),
+    ("round 5 bench: prefill rounds take turns with the decode rounds", "benchmarks/shim_toggle.py",
+     "            kind = \"extend\" if batch.forward_mode.is_extend() else \"decode\"", "            kind = \"decode\"",
+     ["tests/test_shim_toggle.py"]),
+    ("round 5 bench: the commit seam never switched (left on in the off rounds)", "benchmarks/shim_toggle.py",
+     "            this.toggle.apply(arm == \"on\", this.commit)\n", "", ["tests/test_shim_toggle.py"]),
+    ("round 5 shim: the extend timed from the step's start, not from verify's end", SHIM_HOOKS,
+     "                step.extend_ns = _now() - step.verify_end", "                step.extend_ns = _now() - step.draft_from[0]",
+     [GRAPH_EVIDENCE]),
 ]
 
 
