@@ -199,8 +199,9 @@ def make_step(seam):
     def pre(self, *args, **kwargs):
         if STATE.publisher is None:
             return None
-        if STATE.aux_channel is not None:
-            STATE.aux_channel.apply_pending()  # between steps, on the scheduler's own thread
+        channel = STATE.aux_channel
+        if channel is not None and channel._pending is not None:  # a call only with a change queued
+            channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
         idle = getattr(batch.forward_mode, "is_idle", None)
         if idle is not None and idle():  # an idle attention-DP rank's collective-only pass: nothing to report
