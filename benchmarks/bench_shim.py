@@ -13,7 +13,7 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    SGLang's at batch 1 and 64, and a real Publisher. Reported: (hooked - unhooked) CPU µs per round
    on the calling (scheduler) thread for the three rounds a server runs: eager on a graph-free
    server (``hook_path_us``: the CPU engine's round, whose first step took the counting forward hook
-   and the draft and draft-extend hooks out, three hook calls: step, verify, commit), replayed from graphs (``hook_path_graphs_us``: no
+   and the draft, draft-extend and commit hooks out, two hook calls: step, verify), replayed from graphs (``hook_path_graphs_us``: no
    forward runs, the callers' width reads give the passes) and eager with the forward hook counting
    (``hook_path_counted_forwards_us``: a graphed server's batch that runs eagerly, eight calls);
    the shim's own account of the graph-free rounds (``around``'s per-seam cells, what heartbeats carry
@@ -191,8 +191,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         w_step, w_commit = _wrap(round_, h_step), _wrap(resolve, h_commit)
         c_step, c_draft, c_verify, c_extend, _, c_commit = cpu_hooks
         c_draft, c_verify, c_extend = _wrap(draft, c_draft), _wrap(verify, c_verify), _wrap(extend, c_extend)
-        # the draft and draft extend as the round calls them: hooked, or (graph-free:
-        # hooks._detach_counting_forwards) unhooked, verify's hook adding their passes
+        # the draft, draft extend and commit as the round calls them: hooked, or (graph-free:
+        # hooks._detach_counting_forwards, _detach_commit) unhooked, step and verify doing their work
         calls = {"draft": w_draft, "extend": w_extend, "cpu_draft": c_draft, "cpu_extend": c_extend}
 
         def cpu_round(self, b):
@@ -202,12 +202,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             return r
 
         c_step, c_commit = _wrap(cpu_round, c_step), _wrap(resolve, c_commit)
+        calls.update(commit=w_commit, cpu_commit=c_commit)
 
         def plain_tick():
             resolve(processor, plain_round(worker, batch), batch)
 
         def hooked_tick():  # what a real round fires: step (draft, forwards, verify, extend), then commit
-            w_commit(processor, w_step(worker, batch), batch)
+            calls["commit"](processor, w_step(worker, batch), batch)
 
         def timed(fn) -> float:
             # CPU time of this (the "scheduler") thread: on a shared, loaded machine wall time
@@ -232,13 +233,16 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         # publish the passes (as replayed). Eager with the counting forward hook: a graphed server's
         # batch that runs eagerly. Then eager on a graph-free server, the CPU engine's round, which
         # the rest of the figures are about: the first step took the forward, draft and extend hooks
-        # out, step and verify add the passes (hooks._detach_counting_forwards), three hook calls a round.
+        # out, step and verify add the passes (hooks._detach_counting_forwards), and with no overlap loop
+        # the commit hook (hooks._detach_commit): two hook calls a round.
         def graph_free(yes: bool) -> None:
             nonlocal forward
             forward = fwd if yes else None
             FACTS.forwards_at_callers = FACTS.draft_at_verify = FACTS.extend_at_verify = yes
+            FACTS.published_at_step = yes  # a CPU server runs no overlap loop: the commit hook is out too
             calls.update(draft=draft if yes else w_draft, extend=extend if yes else w_extend,
-                         cpu_draft=draft if yes else c_draft, cpu_extend=extend if yes else c_extend)
+                         cpu_draft=draft if yes else c_draft, cpu_extend=extend if yes else c_extend,
+                         commit=resolve if yes else w_commit, cpu_commit=resolve if yes else c_commit)
 
         graph_free(False)
         plain_graphs = timed(plain_tick)
@@ -262,7 +266,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
         before = {seam: cell[0] for seam, cell in cpu_cells.items()}
         for _ in range(steps // 20):
-            c_commit(processor, c_step(worker, batch), batch)
+            calls["cpu_commit"](processor, c_step(worker, batch), batch)
             while pub.queued:
                 time.sleep(0.0002)
         cold_cpu = {seam: (cell[0] - before[seam]) / 1000 / (steps // 20) for seam, cell in cpu_cells.items()}
@@ -285,7 +289,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         for _ in range(1000):
             body = finalize(payload)
         out[f"bs{bs}"] = {
-            "hook_path_us": round(hooked - plain, 2),  # eager, graph-free: the CPU engine's three hook calls
+            "hook_path_us": round(hooked - plain, 2),  # eager, graph-free: the CPU engine's two hook calls
             "hook_path_graphs_us": round(hooked_graphs - plain_graphs, 2),
             "hook_path_counted_forwards_us": round(hooked_counted - plain, 2),  # eager, forward hook counting
             "shim_us_self_reported": round(self_us, 2),

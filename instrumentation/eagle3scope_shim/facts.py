@@ -26,6 +26,9 @@ class LoadFacts:
         #: ... and the v2 draft-extend hook: verify's hook reads the width the extend gets and adds its
         #: pass, the extend timed from verify's end to the step's
         self.extend_at_verify = False
+        #: the scheduler runs no overlap loop, so no round is discarded and the commit hook was taken
+        #: out: a step is published as it ends (hooks._detach_commit)
+        self.published_at_step = False
         # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
         self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
         self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays

@@ -10,7 +10,8 @@ fires on every eager draft pass, only counts passes inside the callers that read
 hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
-(:func:`_detach_counting_forwards`): three hook calls a round, step, verify and commit.
+(:func:`_detach_counting_forwards`); without the overlap loop the commit hook goes too
+(:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify.
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ def make_step(seam):
         if not SNAPSHOTS.sized:  # the first step
             _size_ring(self)
             _detach_counting_forwards(self)
+            _detach_commit()
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
         if FACTS.draft_at_verify and not step.prefill:
@@ -264,7 +266,19 @@ COMMIT_SEAM = "commit.resolve"
 
 
 def _commit_observed() -> bool:
-    return STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
+    return (STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
+            and not FACTS.published_at_step)
+
+
+def _detach_commit() -> None:
+    """A scheduler without the overlap loop processes each round's result right after running it and
+    never runs a finished request one more tick, so it discards no round: a step is published as it
+    ends, and the commit hook (one call a round) is taken out. SGLang runs speculative decoding on a
+    CPU that way (``_disable_overlap_schedule_for_cpu``, arg_groups/speculative_hook.py 0.5.23), and
+    any server started with ``--disable-overlap-schedule``. A scheduler that does not say
+    (``enable_overlap`` missing) keeps the hook."""
+    if getattr(STATE.scheduler, "enable_overlap", True) is False:
+        FACTS.published_at_step = registry.detach(COMMIT_SEAM)
 
 
 def _result_key(result):

@@ -501,6 +501,27 @@ def test_without_the_commit_seam_a_step_is_published_at_once(committing):
     assert [payload[0] for _, payload, _ in committing.submitted] == [1, 2] and not STATE.uncommitted
 
 
+@pytest.mark.parametrize("overlap", [False, True, None])
+def test_without_the_overlap_loop_the_commit_hook_comes_out_and_steps_go_out_as_they_end(committing, monkeypatch, overlap):
+    """SGLang's CPU speculative decoding runs no overlap loop (arg_groups/speculative_hook.py 0.5.23): no
+    round is discarded, so the commit hook is taken out and a step is published as it ends. An
+    overlap scheduler, or one that does not say (no ``enable_overlap``), keeps it and its steps wait."""
+    import types
+
+    from eagle3scope_shim import registry
+    from eagle3scope_shim.facts import FACTS
+
+    taken = []
+    monkeypatch.setattr(registry, "detachers", {hooks.COMMIT_SEAM: lambda: taken.append(1) or True})
+    monkeypatch.setattr(FACTS, "published_at_step", False)
+    monkeypatch.setattr(STATE, "scheduler", types.SimpleNamespace() if overlap is None else
+                        types.SimpleNamespace(enable_overlap=overlap))
+    hooks._detach_commit()
+    _run_round(hooks.FACTORIES["step"]("u.step"), DecodeBatch([Req("r")]), [1])
+    assert (taken == [1]) is (overlap is False) and FACTS.published_at_step is (overlap is False)
+    assert len(committing.submitted) == (1 if overlap is False else 0)
+
+
 class _Observed:
     def forward_batch_generation(self, batch):
         return None
