@@ -183,6 +183,8 @@ SHIM_MUTATIONS = [
     ("round 5 shim: the hooks taken out with 0 steps (SGLang drafts nothing)", SHIM_HOOKS,
      "(getattr(worker, \"speculative_num_steps\", 0) or 0) > 0:", "(getattr(worker, \"speculative_num_steps\", 0) or 0) >= 0:",
      [GRAPH_EVIDENCE]),
+    ("round 5 shim: the draft hook taken out under pipeline stages (their tail-draft unseen)", SHIM_HOOKS,
+     " > 0 and stages == 1:", " > 0:", [GRAPH_EVIDENCE]),
     ("round 5 shim: a prebuilt verify input counted as a draft that ran", SHIM_HOOKS,
      "    if spec is not None and spec.is_verify_input():\n        return None\n", "", [GRAPH_EVIDENCE]),
     ("round 5 bench: prefill rounds take turns with the decode rounds", "benchmarks/shim_toggle.py",

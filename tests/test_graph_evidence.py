@@ -430,6 +430,7 @@ def extend_detachable(graph_free, monkeypatch):
         registry.detachers[seam] = lambda seam=seam: seam not in held and not taken.append(seam)
     monkeypatch.setattr(FACTS, "draft_at_verify", False)
     monkeypatch.setattr(FACTS, "extend_at_verify", False)
+    monkeypatch.setattr(STATE, "topology", None)  # one stage, as without the scheduler's hook
     return worker, taken, held
 
 
@@ -449,13 +450,17 @@ def test_only_a_hook_taken_out_has_its_work_moved(extend_detachable, held):
     assert FACTS.draft_at_verify is (held != hooks.DRAFT_SEAM) and FACTS.extend_at_verify is (held != hooks.EXTEND_SEAM)
 
 
-@pytest.mark.parametrize("why", ["zero steps", "v1", "graphs"])
+@pytest.mark.parametrize("why", ["zero steps", "v1", "graphs", "pipeline"])
 def test_the_draft_and_extend_hooks_stay_where_verify_cannot_stand_for_them(extend_detachable, monkeypatch, why):
     """0 steps (SGLang drafts nothing and may stub the extend out: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND),
-    a v1 worker (its extend reads the batch, not verify's result) or a draft graph (the forward hook stays)."""
+    a v1 worker (its extend reads the batch, not verify's result), a draft graph (the forward hook
+    stays) or pipeline stages (the last drafts the next round at the end of the step: eagle_worker_v2.py
+    0.5.23, the PP tail-draft, which verify never sees)."""
     worker, taken, _ = extend_detachable
     if why == "zero steps":
         worker.speculative_num_steps = 0
+    elif why == "pipeline":
+        monkeypatch.setattr(STATE, "topology", {"parallel": {"pp_size": 2}})
     elif why == "v1":
         monkeypatch.setattr(FACTS, "workers", [("v1", worker, None, None)])
     else:

@@ -144,7 +144,8 @@ def _detach_counting_forwards(worker) -> None:
     ``batch.spec_info``. So the step's hook reads the draft's width, verify's hook the tokens and the
     extend's width and adds the passes, and the draft is timed from the step's start to verify's, the
     extend from verify's end to the step's (``draft_ms``, ``extend_ms``). Not with 0 steps, where SGLang
-    drafts nothing and may stub the extend out. Each hook's work moves only once it is out."""
+    drafts nothing and may stub the extend out, nor under pipeline parallelism, whose last stage drafts
+    the next round at the end of the step (the PP tail-draft). Each hook's work moves only once it is out."""
     kind = FACTS.workers[-1][0] if FACTS.workers else None
     if kind is None or "draft_model" in STATE.unobserved or (FACTS.draft_embed_width is None and not FACTS.draft_fc_always):
         return
@@ -155,7 +156,8 @@ def _detach_counting_forwards(worker) -> None:
     for seam in seams.OBSERVING_SEAMS["draft_model"]:
         if registry.detach(seam):
             FACTS.forwards_at_callers = True
-    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0:
+    stages = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1)
+    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and stages == 1:
         FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
         FACTS.extend_at_verify = registry.detach(EXTEND_SEAM)
 
