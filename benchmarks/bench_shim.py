@@ -2,7 +2,8 @@
 CPU time and tokens/s per generated token with and without the shim, measured in the same run.
 
 Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--pairs 10] [--sessions 2]
-       [--design toggle|two-servers] [--draft random|trained] [--batch 1] [--steps 20000] [--sample-hz 100]
+       [--design interleave|toggle|two-servers] [--interleave-rounds 1] [--draft random|trained] [--batch 1]
+       [--steps 20000] [--sample-hz 100]
        [--hook-path-only [--device cuda]]
 
 1. Hook path: in the engine venv (torch), the real hook functions of the v2 adapter, called through
@@ -23,8 +24,10 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    per hook.
 2. Engine: the real server (tiny random target + random EAGLE-3 draft, or the demo's trained pair,
    float32, greedy), in blocks of requests with and without the shim's hooks, never at the same
-   time (see :func:`engine`): by default ONE server whose hooks are switched off and on between
-   blocks (``shim_toggle``), else two servers, one without and one with ``EAGLE3SCOPE_ENDPOINT``.
+   time (see :func:`engine`): by default ONE server whose hooks are switched off and on round by
+   round (``--design interleave``, ``shim_toggle.Interleave``: the host's speed drifts over seconds,
+   which alternate rounds cancel and blocks do not), or between blocks (``toggle``), else two
+   servers, one without and one with ``EAGLE3SCOPE_ENDPOINT``.
    Reported: tokens per CPU-second of the server processes (thread run times from /proc, the
    shim's own threads left out of the off arm) with ÷ without the shim (``cpu_ratio_on_over_off``),
    the same for wall time, each with a 95 % confidence interval over the pairs, CPU ms per token of
