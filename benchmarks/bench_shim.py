@@ -620,13 +620,13 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                         for r in sorted({r for b in bl for r in b["scheduler_threads"]})}
     n_rounds = max(1, cost["decode_steps"])
     main = lambda bl: 1e6 * sum(b["scheduler_threads"].get("main", 0.0) for b in bl)  # noqa: E731
-    # same text on and off: a pair's blocks ran the same rounds, rounds per token as the steps said
-    rounds_per_token = n_rounds / max(1, sum(b["tokens"] for b in on))
-    deltas = [1e6 * (b["scheduler_threads"].get("main", 0.0) - a["scheduler_threads"].get("main", 0.0))
-              / max(1.0, rounds_per_token * b["tokens"]) for a, b in zip(off, on)]
     if design == "interleave":  # each arm's own rounds: CPU of its run_batch + process_batch_result calls
         deltas = [(b["arm"]["cpu_ns"] / b["arm"]["rounds"] - a["arm"]["cpu_ns"] / a["arm"]["rounds"]) / 1e3
                   for a, b in zip(off, on)]
+    else:  # same text on and off: a pair's blocks ran the same rounds, rounds per token as the steps said
+        rounds_per_token = n_rounds / max(1, sum(b["tokens"] for b in on))
+        deltas = [1e6 * (b["scheduler_threads"].get("main", 0.0) - a["scheduler_threads"].get("main", 0.0))
+                  / max(1.0, rounds_per_token * b["tokens"]) for a, b in zip(off, on)]
     main_samples = sum(x["main_thread_samples"] for x in sampled)
     shim_samples = sum(x["shim_samples"] for x in sampled)
     parts: dict[str, int] = {}

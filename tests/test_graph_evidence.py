@@ -417,6 +417,12 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(graph_free, monke
     assert one_step.passes == []  # a one-step draft runs no decode forward
 
 
+def _first_step_detaches(worker):
+    """What the step hook takes out at the first step, the forward hook first (make_step)."""
+    hooks._detach_counting_forwards(worker)
+    hooks._detach_draft_and_extend(worker)
+
+
 @pytest.fixture
 def extend_detachable(graph_free, monkeypatch):
     """The graph-free v2 worker with four steps, whose draft and draft-extend seams SGLang's wrapper
@@ -436,7 +442,7 @@ def extend_detachable(graph_free, monkeypatch):
 
 def test_a_graph_free_v2_server_takes_the_draft_and_extend_hooks_out_too(extend_detachable):
     worker, taken, _ = extend_detachable
-    hooks._detach_counting_forwards(worker)
+    _first_step_detaches(worker)
     assert taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM] and FACTS.draft_at_verify and FACTS.extend_at_verify
 
 
@@ -445,7 +451,7 @@ def test_only_a_hook_taken_out_has_its_work_moved(extend_detachable, held):
     """A hook still in place keeps doing its own work: moving it too would count its passes twice."""
     worker, taken, holding = extend_detachable
     holding.add(held)
-    hooks._detach_counting_forwards(worker)
+    _first_step_detaches(worker)
     assert held not in taken
     assert FACTS.draft_at_verify is (held != hooks.DRAFT_SEAM) and FACTS.extend_at_verify is (held != hooks.EXTEND_SEAM)
 
@@ -465,7 +471,7 @@ def test_the_draft_and_extend_hooks_stay_where_verify_cannot_stand_for_them(exte
         monkeypatch.setattr(FACTS, "workers", [("v1", worker, None, None)])
     else:
         worker.draft_worker.cuda_graph_runner = type("EAGLEDraftCudaGraphRunner", (), {})()
-    hooks._detach_counting_forwards(worker)
+    _first_step_detaches(worker)
     assert taken == [] and not FACTS.draft_at_verify and not FACTS.extend_at_verify
 
 
@@ -485,7 +491,7 @@ def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(extend_detac
     """The frame is the one the two hooks gave: the draft's tokens, decode x (steps - 1) at the width
     the step's hook read, draft_extend_v2 at verify's hidden width with fc (3H into an H draft)."""
     worker, _, _ = extend_detachable
-    hooks._detach_counting_forwards(worker)
+    _first_step_detaches(worker)
     monkeypatch.setattr(STATE, "publisher", None)
     step = Step()
     step.draft_from = hooks._draft_start(_verify_batch(128))
@@ -501,6 +507,7 @@ def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(extend_detac
                                               _verify_batch())
     assert again.passes == [["draft_extend_v2", 128, False, 1, None]] and again.draft_ns is None
     assert again.draft == [1, 7, 8, 9]  # the tokens it verifies all the same
+    assert hooks._draft_start(_NS(spec_info=None))[1] is None  # SGLang drafts from an idle input it makes
 
 
 def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_detachable, monkeypatch):
@@ -509,7 +516,7 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_d
     from eagle3scope_shim.ring import SNAPSHOTS
 
     worker, _, _ = extend_detachable
-    hooks._detach_counting_forwards(worker)
+    _first_step_detaches(worker)
     submitted = []
     monkeypatch.setattr(STATE, "publisher", _NS(submit=lambda kind, payload, fin: submitted.append(payload) or True))
     monkeypatch.setattr(STATE, "aux_channel", None)

@@ -10,7 +10,7 @@ fires on every eager draft pass, only counts passes inside the callers that read
 hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
-(:func:`_detach_counting_forwards`); without the overlap loop the commit hook goes too
+(:func:`_detach_draft_and_extend`); without the overlap loop the commit hook goes too
 (:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify.
 """
 
@@ -137,15 +137,7 @@ def _detach_counting_forwards(worker) -> None:
     count them, three calls a round that cost more than the rest of the round's hooks together
     (BENCHMARKS.md, issue 28), so its wrapper is taken out and the callers add the passes. Not when
     a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
-    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``).
-    On such a v2 server the draft and draft-extend hooks go too, two calls a round less: around verify
-    SGLang's ``forward_batch_generation`` only drafts from ``batch.spec_info`` (unless it already holds
-    a verify input) and hands the extend verify's result, and verify gets the draft's tokens in
-    ``batch.spec_info``. So the step's hook reads the draft's width, verify's hook the tokens and the
-    extend's width and adds the passes, and the draft is timed from the step's start to verify's, the
-    extend from verify's end to the step's (``draft_ms``, ``extend_ms``). Not with 0 steps, where SGLang
-    drafts nothing and may stub the extend out, nor under pipeline parallelism, whose last stage drafts
-    the next round at the end of the step (the PP tail-draft). Each hook's work moves only once it is out."""
+    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
     kind = FACTS.workers[-1][0] if FACTS.workers else None
     if kind is None or "draft_model" in STATE.unobserved or (FACTS.draft_embed_width is None and not FACTS.draft_fc_always):
         return
@@ -156,6 +148,19 @@ def _detach_counting_forwards(worker) -> None:
     for seam in seams.OBSERVING_SEAMS["draft_model"]:
         if registry.detach(seam):
             FACTS.forwards_at_callers = True
+
+
+def _detach_draft_and_extend(worker) -> None:
+    """Where the forward hook is out on a v2 server, the draft and draft-extend hooks go too, two calls
+    a round less: around verify, SGLang's ``forward_batch_generation`` only drafts from
+    ``batch.spec_info`` (unless it already holds a verify input) and hands the extend verify's result,
+    and verify gets the draft's tokens in ``batch.spec_info``. So the step's hook reads the draft's
+    width, verify's hook the tokens and the extend's width and adds the passes, and the draft is timed
+    from the step's start to verify's, the extend from verify's end to the step's (``draft_ms``,
+    ``extend_ms``). Not with 0 steps, where SGLang drafts nothing and may stub the extend out, nor
+    under pipeline parallelism, whose last stage drafts the next round at the end of the step (the PP
+    tail-draft). Each hook's work moves only once it is out."""
+    kind = FACTS.workers[-1][0] if FACTS.workers else None
     stages = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1)
     if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and stages == 1:
         FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
@@ -215,6 +220,7 @@ def make_step(seam):
         if not SNAPSHOTS.sized:  # the first step
             _size_ring(self)
             _detach_counting_forwards(self)
+            _detach_draft_and_extend(self)
             _detach_commit()
         step = Step()
         step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
@@ -268,8 +274,8 @@ COMMIT_SEAM = "commit.resolve"
 
 
 def _commit_observed() -> bool:
-    return (STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
-            and not FACTS.published_at_step)
+    return (not FACTS.published_at_step and STATE.seam_status.get(COMMIT_SEAM) == "attached"
+            and COMMIT_SEAM not in STATE.disabled)
 
 
 def _detach_commit() -> None:
@@ -333,13 +339,11 @@ def _draft_start(batch) -> tuple[int, int | None] | None:
     """Where the draft hook is out: the draft's start and the width of the hidden states it is handed,
     unless the batch already holds a verify input (SGLang then drafts nothing this round)."""
     spec = batch.spec_info
-    if spec is not None and spec.is_verify_input():
+    if spec is None:  # SGLang makes an idle input (its width unknown here) and drafts from it
+        return _now(), None
+    if spec.is_verify_input():
         return None
-    _, _, path, _ = seams.DRAFT_INPUTS[DRAFT_SEAM]
-    states = batch
-    for attr in path:
-        states = getattr(states, attr, None)
-    return _now(), None if states is None else int(states.shape[-1])
+    return _now(), _hidden_width(batch, seams.DRAFT_INPUTS[DRAFT_SEAM][2])
 
 
 def _drafted(step, args, kwargs) -> None:
@@ -373,11 +377,8 @@ def _timed(seam, slot: str | None, observe=None, enter=None):
         feed = None
         if feeds is not None:
             index, name, path, mode = feeds
-            states = args[index] if len(args) > index else kwargs.get(name)
-            for attr in path:
-                states = getattr(states, attr)
-            if states is not None:
-                width = int(states.shape[-1])
+            width = _hidden_width(args[index] if len(args) > index else kwargs.get(name), path)
+            if width is not None:
                 feed = [mode, width, _fc_at_caller(width), 0]
                 # fc known here: the forward hook just counts
                 step.feed = feed if FACTS.draft_fc_always or FACTS.draft_embed_width is not None else None
@@ -400,6 +401,14 @@ def _timed(seam, slot: str | None, observe=None, enter=None):
                 _uncounted(step, args, feed[0], feed[1], feed[2])
 
     return around(seam, pre, post, hot=True, in_step=True, traceable=False)
+
+
+def _hidden_width(owner, path: tuple[str, ...]) -> int | None:
+    """The width of the hidden states a caller hands the draft, at ``path`` under ``owner``
+    (``seams.DRAFT_INPUTS``; a shape: host metadata), None where SGLang holds none."""
+    for attr in path:
+        owner = getattr(owner, attr)
+    return None if owner is None else int(owner.shape[-1])
 
 
 def _fc_at_caller(width: int) -> bool:
@@ -442,11 +451,8 @@ def _observe_verify_v2(step, result, worker):
         step.path = snap(step, "path", getattr(result, "accept_index", None))
     if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
         _, _, path, mode = seams.DRAFT_INPUTS[EXTEND_SEAM]
-        states = result
-        for attr in path:
-            states = getattr(states, attr)
-        if states is not None:
-            width = int(states.shape[-1])
+        width = _hidden_width(result, path)
+        if width is not None:
             step.add_pass(mode, width, _fc_at_caller(width))
         step.verify_end = _now()
 
