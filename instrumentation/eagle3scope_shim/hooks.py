@@ -211,8 +211,8 @@ def make_step(seam):
         if channel is not None and channel._pending is not None:  # a call only with a change queued
             channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
-        idle = getattr(batch.forward_mode, "is_idle", None)
-        if idle is not None and idle():  # an idle attention-DP rank's collective-only pass: nothing to report
+        idle, extend = _mode_of(batch)
+        if idle:  # an idle attention-DP rank's collective-only pass: nothing to report
             return None
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
@@ -223,7 +223,7 @@ def make_step(seam):
             _detach_draft_and_extend(self)
             _detach_commit()
         step = Step()
-        step.prefill = bool(batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
+        step.prefill = extend or bool(getattr(batch, "is_extend_in_batch", False))
         if FACTS.draft_at_verify and not step.prefill:
             step.draft_from = _draft_start(batch)
         STATE.step = step
@@ -253,7 +253,7 @@ def make_step(seam):
                 step.extend_ns = _now() - step.verify_end
         payload = [None, time.time_ns(), rids, step, loadreport.capture_now()]
         pending = STATE.uncommitted
-        key = _result_key(result) if not step.prefill and rids and _commit_observed() else None
+        key = None if FACTS.published_at_step or step.prefill or not rids or not _commit_observed() else _result_key(result)
         if key is None:
             while pending:  # the commit seam went away (disabled): what waited goes out as run
                 _submit(pending.popleft()[1])
@@ -274,8 +274,7 @@ COMMIT_SEAM = "commit.resolve"
 
 
 def _commit_observed() -> bool:
-    return (not FACTS.published_at_step and STATE.seam_status.get(COMMIT_SEAM) == "attached"
-            and COMMIT_SEAM not in STATE.disabled)
+    return STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
 
 
 def _detach_commit() -> None:
@@ -341,9 +340,53 @@ def _draft_start(batch) -> tuple[int, int | None] | None:
     spec = batch.spec_info
     if spec is None:  # SGLang makes an idle input (its width unknown here) and drafts from it
         return _now(), None
-    if spec.is_verify_input():
+    if _is_verify_input(spec):
         return None
     return _now(), _hidden_width(batch, seams.DRAFT_INPUTS[DRAFT_SEAM][2])
+
+
+def _is_verify_input(spec) -> bool:
+    """SGLang's ``spec.is_verify_input()``, asked once per ``spec_input_type`` (an enum member): the
+    method builds a set of five members on every call."""
+    kind = getattr(spec, "spec_input_type", None)
+    if kind is None:  # a release or stand-in without it
+        return bool(spec.is_verify_input())
+    try:
+        return _VERIFY_INPUT_TYPES[kind]
+    except KeyError:
+        verify = bool(spec.is_verify_input())
+        if len(_VERIFY_INPUT_TYPES) < MAX_MEMO:
+            _VERIFY_INPUT_TYPES[kind] = verify
+        return verify
+    except TypeError:  # not hashable: asked every time
+        return bool(spec.is_verify_input())
+
+
+def _mode_of(batch) -> tuple[bool, bool]:
+    """(idle, extend) of the batch's ``forward_mode``, asked once per mode (a ``ForwardMode`` member,
+    whose ``is_idle``/``is_extend`` answers never change): two Python calls a step less."""
+    mode = batch.forward_mode
+    try:
+        return _MODES[mode]
+    except KeyError:
+        got = _ask_mode(mode)
+        if len(_MODES) < MAX_MEMO:
+            _MODES[mode] = got
+        return got
+    except TypeError:  # not hashable: asked every time
+        return _ask_mode(mode)
+
+
+def _ask_mode(mode) -> tuple[bool, bool]:
+    idle = getattr(mode, "is_idle", None)
+    return (idle is not None and bool(idle()), bool(mode.is_extend()))
+
+
+#: spec_input_type -> whether it is a verify input; forward mode -> (idle, extend); each holds at most
+#: MAX_MEMO (SGLang's enums have a few dozen members; anything past that is asked every time)
+MAX_MEMO = 64
+_VERIFY_INPUT_TYPES: dict = {}
+_MODES: dict = {}
 
 
 def _drafted(step, args, kwargs) -> None:

@@ -177,11 +177,17 @@ def _eagle_config(config) -> dict:
 
 
 def capture_now():
-    """The target's aux capture as it stands (host attributes only); same dict while unchanged."""
+    """The target's aux capture as it stands (host attributes only); same dict while unchanged. The
+    models holding it are found once per target: every step reads it, and ``owner.model`` goes
+    through torch's ``Module.__getattr__`` (capture_now was 9 µs a step in the engine, BENCHMARKS.md)."""
     if not FACTS.workers:
         return None
-    target = capture_owner(FACTS.workers[-1][2])
-    key = (bool(getattr(target, "capture_aux_hidden_states", False)), tuple(getattr(getattr(target, "model", None), "layers_to_capture", ()) or ()))
+    target, where = FACTS.workers[-1][2], STATE._capture_from
+    if where is None or where[0] is not target:
+        owner = capture_owner(target)
+        where = STATE._capture_from = (target, owner, getattr(owner, "model", None))
+    _, owner, inner = where
+    key = (bool(getattr(owner, "capture_aux_hidden_states", False)), tuple(getattr(inner, "layers_to_capture", ()) or ()))
     if key != STATE._capture_key:
         STATE._capture_key = key
         STATE.capture = {"on": key[0], "layers": [int(x) for x in key[1]]}

@@ -3,7 +3,8 @@
 Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
 ``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
 publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
-tensors), encodes the frame and sends it with ``NOBLOCK``. The thread drains the ring every
+tensors), encodes the frame and sends it without waiting, and without letting go of the GIL
+(:mod:`eagle3scope_shim.heldsend`). The thread drains the ring every
 ``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken per event:
 signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
 3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
@@ -31,6 +32,7 @@ import zmq
 from eagle3scope.wire import bodies, encode_frame
 from eagle3scope.wire.curve import load_keys, secure_server
 from eagle3scope.wire.endpoints import guard, resolve_bind_endpoint
+from eagle3scope_shim.heldsend import sender
 
 #: OS-visible thread names, so per-thread CPU (``top -H``, /proc/<pid>/task/*/comm, py-spy) shows
 #: the shim's share of the scheduler process: the publisher thread, and ZeroMQ's I/O and reaper
@@ -86,6 +88,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
+        self._put: Callable[[bytes], None] | None = None  # send without waiting (heldsend.sender)
         self._auth = None  # the CURVE ZAP handler over TCP
         self._bound: str | None = None
         self._sticky: dict[str, dict] = {}
@@ -152,7 +155,7 @@ class Publisher:
             self._ctx.term()
             self._ctx = None
             raise
-        self._sock = sock
+        self._sock, self._put = sock, sender(sock)
         self._bound = sock.getsockopt_string(zmq.LAST_ENDPOINT) or self._requested
         self._thread = threading.Thread(target=self._run, name=PUBLISHER_THREAD_NAME, daemon=True)
         self._thread.start()
@@ -210,7 +213,7 @@ class Publisher:
             self._failure(kind, "encode", exc)
             return
         try:
-            self._sock.send(data, zmq.NOBLOCK)
+            self._put(data)
         except zmq.Again:
             self._send_dropped += 1
             return
@@ -296,12 +299,15 @@ class Publisher:
     def _run(self) -> None:
         name_os_thread(PUBLISHER_THREAD_NAME)
         ring = self._ring
-        next_sticky = next_beat = last_sticky = 0.0
+        next_sticky = next_beat = last_sticky = next_look = 0.0
         try:
             while True:
                 now = time.monotonic()
-                if self._viewer_joined() and now >= last_sticky + JOIN_RESEND_S:
-                    self._sticky_dirty = True
+                # a look per JOIN_RESEND_S, not per pass (two a wake-up, 40-70 µs each in the engine)
+                if now >= next_look:
+                    next_look = now + JOIN_RESEND_S
+                    if self._viewer_joined() and now >= last_sticky + JOIN_RESEND_S:
+                        self._sticky_dirty = True
                 if self._sticky_dirty or now >= next_sticky:
                     self._send_sticky()
                     last_sticky, next_sticky = now, now + self._sticky_interval

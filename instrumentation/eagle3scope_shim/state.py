@@ -80,6 +80,8 @@ class ShimState:
         self.fault = os.environ.get(env.FAULT, "").strip() or None
         self.capture: dict | None = None
         self._capture_key = None
+        #: (target model, the model holding its capture flag, the model holding its layers), found once
+        self._capture_from: tuple | None = None
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
         self.scheduler = None  # this process's SGLang Scheduler (every TP rank): its forward_ct dates a change
         self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture

@@ -1239,3 +1239,84 @@ def test_a_fresh_state_dates_its_process_and_rebuilds_no_hello_before_the_first(
     monkeypatch.setattr(loadreport, "STATE", fresh)
     loadreport.refresh_hello()  # a capture before the start-up bodies: nothing to rebuild yet
     assert sticky == []
+
+
+def test_the_capture_read_each_step_follows_changes_and_a_new_target(monkeypatch):
+    """capture_now finds the models holding the capture once per target (``owner.model`` is a torch
+    submodule, read through ``Module.__getattr__``) and still reads the flag and the layers every step:
+    a runtime switch (SGLang's set_eagle3_layers_to_capture sets both) shows at the next step."""
+    from eagle3scope_shim import loadreport
+
+    class Module:  # as torch's: submodules live in _modules, reached through __getattr__
+        def __init__(self, **modules):
+            self._modules = modules
+
+        def __getattr__(self, name):
+            looked.append(name)
+            try:
+                return self.__dict__["_modules"][name]
+            except KeyError:
+                raise AttributeError(name) from None
+
+    def target(layers):
+        owner = Module(model=Module())
+        owner.capture_aux_hidden_states, owner.model.layers_to_capture = True, layers
+        return owner
+
+    looked = []
+
+    first = target([2, 5, 8])
+    monkeypatch.setattr(FACTS, "workers", [("v2", None, first, None)])
+    monkeypatch.setattr(STATE, "_capture_from", None)
+    monkeypatch.setattr(STATE, "_capture_key", None)
+    assert loadreport.capture_now() == {"on": True, "layers": [2, 5, 8]}
+    inner = first.model
+    looked.clear()
+    inner.layers_to_capture = [1, 4]  # a new list, as SGLang assigns it
+    assert loadreport.capture_now() == {"on": True, "layers": [1, 4]}
+    inner.layers_to_capture.append(7)  # or the same list changed in place
+    assert loadreport.capture_now() == {"on": True, "layers": [1, 4, 7]}
+    first.capture_aux_hidden_states = False
+    assert loadreport.capture_now() == {"on": False, "layers": [1, 4, 7]}
+    assert "model" not in looked  # the submodule was found once
+    monkeypatch.setattr(FACTS, "workers", [("v2", None, first, None), ("v2", None, target([3]), None)])
+    assert loadreport.capture_now() == {"on": True, "layers": [3]}  # a new worker's target is looked up afresh
+
+
+def test_forward_modes_and_spec_input_types_are_asked_once_each_and_stand_ins_every_time(monkeypatch):
+    """SGLang's ForwardMode and SpecInputType are enums whose ``is_*`` answers never change, so each
+    member is asked once; an unhashable mode, or a spec input without ``spec_input_type``, is asked
+    every call, and the memo holds at most MAX_MEMO members."""
+    import enum
+    import types
+
+    class Mode(enum.IntEnum):
+        DECODE, EXTEND, IDLE = 1, 2, 3
+
+        def is_idle(self):
+            asked.append(self)
+            return self is Mode.IDLE
+
+        def is_extend(self):
+            return self is Mode.EXTEND
+
+    asked = []
+    monkeypatch.setattr(hooks, "_MODES", {})
+    batch = lambda mode: types.SimpleNamespace(forward_mode=mode)  # noqa: E731
+    assert [hooks._mode_of(batch(m)) for m in (Mode.DECODE, Mode.EXTEND, Mode.IDLE, Mode.DECODE, Mode.IDLE)] == [
+        (False, False), (False, True), (True, False), (False, False), (True, False)]
+    assert asked == [Mode.DECODE, Mode.EXTEND, Mode.IDLE]
+    unhashable = types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: True)
+    assert hooks._mode_of(batch(unhashable)) == (False, True) and len(hooks._MODES) == 3
+    monkeypatch.setattr(hooks, "MAX_MEMO", 3)  # full: a fourth mode is answered, not kept
+
+    class Other:
+        def is_extend(self):
+            return False
+
+    assert hooks._mode_of(batch(Other())) == (False, False) and len(hooks._MODES) == 3
+    spec = lambda prebuilt, kind=None: types.SimpleNamespace(is_verify_input=lambda: prebuilt, **({"spec_input_type": kind} if kind else {}))  # noqa: E731
+    monkeypatch.setattr(hooks, "_VERIFY_INPUT_TYPES", {})
+    assert (hooks._is_verify_input(spec(False)), hooks._is_verify_input(spec(True))) == (False, True)  # no type: asked
+    assert (hooks._is_verify_input(spec(True, "verify")), hooks._is_verify_input(spec(False, "verify"))) == (True, True)
+    assert hooks._VERIFY_INPUT_TYPES == {"verify": True}
