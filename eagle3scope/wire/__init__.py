@@ -14,5 +14,6 @@ from eagle3scope.wire.schema import (  # noqa: F401
     SchemaVersionError,
     decode_frame,
     encode_frame,
+    frame_packer,
     is_decode_step,
 )

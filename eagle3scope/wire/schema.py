@@ -159,12 +159,19 @@ class Frame:
         return {"v": [SCHEMA_MAJOR, self.minor], "k": self.kind, "src": self.src, "n": self.n, "t": self.t, "b": self.body}
 
 
-def encode_frame(kind: str, body: dict, *, src: str, n: int, t: int | None = None) -> bytes:
-    """Pack one frame. ``body`` must hold only msgpack-native types (no tensors)."""
-    return msgpack.packb(
-        {"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n, "t": time.time_ns() if t is None else t, "b": body},
-        use_bin_type=True,
-    )
+def encode_frame(kind: str, body: dict, *, src: str, n: int, t: int | None = None,
+                 packer: msgpack.Packer | None = None) -> bytes:
+    """Pack one frame. ``body`` must hold only msgpack-native types (no tensors). A sender that packs
+    many frames on one thread passes its own ``packer`` (:func:`frame_packer`): the same bytes, without
+    building a packer per frame."""
+    envelope = {"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n, "t": time.time_ns() if t is None else t,
+                "b": body}
+    return msgpack.packb(envelope, use_bin_type=True) if packer is None else packer.pack(envelope)
+
+
+def frame_packer() -> msgpack.Packer:
+    """A packer for :func:`encode_frame`, for one thread at a time (it resets itself after a failed pack)."""
+    return msgpack.Packer(use_bin_type=True)
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

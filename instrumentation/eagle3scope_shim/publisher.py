@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import zmq
 
-from eagle3scope.wire import bodies, encode_frame
+from eagle3scope.wire import bodies, encode_frame, frame_packer
 from eagle3scope.wire.curve import load_keys, secure_server
 from eagle3scope.wire.endpoints import guard, resolve_bind_endpoint
 from eagle3scope_shim.heldsend import sender
@@ -89,6 +89,7 @@ class Publisher:
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._put: Callable[[bytes], None] | None = None  # send without waiting (heldsend.sender)
+        self._packer = frame_packer()  # the publisher thread's own
         self._auth = None  # the CURVE ZAP handler over TCP
         self._bound: str | None = None
         self._sticky: dict[str, dict] = {}
@@ -208,7 +209,7 @@ class Publisher:
     # -- publisher thread ---------------------------------------------------------------------
     def _send(self, kind: str, body: dict, t: int | None = None) -> None:
         try:
-            data = encode_frame(kind, body, src=self.src, n=self._n, t=t)
+            data = encode_frame(kind, body, src=self.src, n=self._n, t=t, packer=self._packer)
         except Exception as exc:
             self._failure(kind, "encode", exc)
             return

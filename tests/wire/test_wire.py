@@ -15,6 +15,7 @@ from eagle3scope.wire import (
     SchemaVersionError,
     decode_frame,
     encode_frame,
+    frame_packer,
 )
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
 from support.synthetic import hello_body, load_body, step_body
@@ -85,6 +86,25 @@ def test_every_non_step_kind_round_trips_or_is_refused_by_name(kind, body, src, 
 def test_step_round_trips(body, src, n, t):
     frame = decode_frame(encode_frame("step", body, src=src, n=n, t=t))
     assert frame.kind == "step" and frame.body == body and (frame.src, frame.n, frame.t) == (src, n, t)
+
+
+_PACKER = frame_packer()  # one packer across every example, as the publisher thread keeps one
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(sorted(KINDS)), body=st.one_of(step_bodies(), generic_bodies), **envelope)
+def test_a_kept_packer_gives_the_same_bytes_as_a_fresh_one(kind, body, src, n, t):
+    assert encode_frame(kind, body, src=src, n=n, t=t, packer=_PACKER) == encode_frame(kind, body, src=src, n=n, t=t)
+
+
+def test_a_kept_packer_is_clean_after_a_body_it_could_not_pack():
+    """The publisher reports a body that does not pack (a tensor left in it) and goes on with the
+    same packer: the next frame must not carry the failed one's bytes."""
+    packer = frame_packer()
+    with pytest.raises(TypeError):
+        encode_frame("step", {"seq": 1, "bad": object()}, src="s", n=0, t=1, packer=packer)
+    good = {"seq": 2}
+    assert encode_frame("hook", good, src="s", n=1, t=2, packer=packer) == encode_frame("hook", good, src="s", n=1, t=2)
 
 
 @pytest.mark.parametrize("change, field", [
