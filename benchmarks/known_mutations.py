@@ -155,6 +155,7 @@ SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks
                                          "instrumentation/eagle3scope_shim/patching.py",
                                          "instrumentation/eagle3scope_shim/state.py")
 GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
+HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
 
 # issue 28/29's shim round (session 10): the counting forward hook taken out on graph-free servers
 SHIM_MUTATIONS = [
@@ -186,7 +187,7 @@ SHIM_MUTATIONS = [
     ("round 5 shim: the draft hook taken out under pipeline stages (their tail-draft unseen)", SHIM_HOOKS,
      " > 0 and stages == 1:", " > 0:", [GRAPH_EVIDENCE]),
     ("round 5 shim: a prebuilt verify input counted as a draft that ran", SHIM_HOOKS,
-     "    if spec.is_verify_input():\n        return None\n", "", [GRAPH_EVIDENCE]),
+     "    if _is_verify_input(spec):\n        return None\n", "", [GRAPH_EVIDENCE]),
     ("round 5 bench: prefill rounds take turns with the decode rounds", "benchmarks/shim_toggle.py",
      "            kind = \"extend\" if batch.forward_mode.is_extend() else \"decode\"", "            kind = \"decode\"",
      ["tests/test_shim_toggle.py"]),
@@ -195,10 +196,27 @@ SHIM_MUTATIONS = [
     ("round 5 shim: the commit hook taken out under the overlap loop too", SHIM_HOOKS,
      "    if getattr(STATE.scheduler, \"enable_overlap\", True) is False:", "    if True:", [SHIM_UNIT]),
     ("round 5 shim: a step waits for a commit hook that was taken out", SHIM_HOOKS,
-     "    return (not FACTS.published_at_step and", "    return (True and", [SHIM_UNIT]),
+     "        key = None if FACTS.published_at_step or step.prefill", "        key = None if step.prefill", [SHIM_UNIT]),
     ("round 5 shim: the extend timed from the step's start, not from verify's end", SHIM_HOOKS,
      "                step.extend_ns = _now() - step.verify_end", "                step.extend_ns = _now() - step.draft_from[0]",
      [GRAPH_EVIDENCE]),
+    ("round 6 shim: a spec input without spec_input_type answered from the memo", SHIM_HOOKS,
+     "    if kind is None:  # a release or stand-in without it\n        return bool(spec.is_verify_input())\n", "",
+     [GRAPH_EVIDENCE]),
+    ("round 6 shim: the forward-mode memo grows without bound", SHIM_HOOKS,
+     "        if len(_MODES) < MAX_MEMO:\n            _MODES[mode] = got", "        if True:\n            _MODES[mode] = got",
+     [SHIM_UNIT]),
+    ("round 6 shim: the capture's models kept across a new target", "instrumentation/eagle3scope_shim/loadreport.py",
+     "    if where is None or where[0] is not target:", "    if where is None:", [SHIM_UNIT]),
+    ("round 6 shim: a held send that would block is counted as sent", HELDSEND,
+     "            raise zmq.Again() if code == errno.EAGAIN else zmq.ZMQError(code)",
+     "            return None if code == errno.EAGAIN else None", [HELDSEND_TESTS]),
+    ("round 6 shim: the first of two libzmq taken for pyzmq's", HELDSEND,
+     "    return libs.pop() if len(libs) == 1 else None", "    return libs.pop() if libs else None", [HELDSEND_TESTS]),
+    ("round 6 shim: a libzmq of another version trusted", HELDSEND,
+     "        if tuple(p.value for p in parts) != zmq.zmq_version_info():\n            return None\n", "", [HELDSEND_TESTS]),
+    ("round 6 shim: viewers' subscriptions never looked for", "instrumentation/eagle3scope_shim/publisher.py",
+     "                if now >= next_look:", "                if False:", ["tests/test_transport.py"]),
 ]
 
 

@@ -169,6 +169,9 @@ def _detach_draft_and_extend(worker) -> None:
 
 #: v2's draft and draft extend around verify: taken out with the forward hook (verify's hook adds their passes)
 DRAFT_SEAM, EXTEND_SEAM = "v2.draft", "v2.draft_extend"
+#: where each hands the draft its hidden states, and the mode of its passes (seams.DRAFT_INPUTS)
+_DRAFT_PATH, _DRAFT_MODE = seams.DRAFT_INPUTS[DRAFT_SEAM][2:]
+_EXTEND_PATH, _EXTEND_MODE = seams.DRAFT_INPUTS[EXTEND_SEAM][2:]
 
 
 def _embed_width(draft) -> int | None:
@@ -342,7 +345,7 @@ def _draft_start(batch) -> tuple[int, int | None] | None:
         return _now(), None
     if _is_verify_input(spec):
         return None
-    return _now(), _hidden_width(batch, seams.DRAFT_INPUTS[DRAFT_SEAM][2])
+    return _now(), _hidden_width(batch, _DRAFT_PATH)
 
 
 def _is_verify_input(spec) -> bool:
@@ -391,7 +394,8 @@ _MODES: dict = {}
 
 def _drafted(step, args, kwargs) -> None:
     """verify's start where the draft hook is out: the draft's tokens (``batch.spec_info``, the verify
-    input), its time and its decode passes (``_uncounted``)."""
+    input), its time and its ``speculative_num_steps - 1`` decode passes, each eager (``_uncounted``,
+    whose other cases the hook's removal rules out: ``_detach_draft_and_extend``)."""
     if not FACTS.draft_at_verify:
         return
     batch = args[1] if len(args) > 1 else kwargs["batch"]
@@ -399,8 +403,10 @@ def _drafted(step, args, kwargs) -> None:
     began = step.draft_from
     if began is not None:
         step.draft_ns = _now() - began[0]
-        if began[1] is not None:
-            _uncounted(step, args, seams.DRAFT_INPUTS[DRAFT_SEAM][3], began[1], _fc_at_caller(began[1]))
+        width = began[1]
+        n = args[0].speculative_num_steps - 1
+        if width is not None and n >= 1:
+            step.add_pass(_DRAFT_MODE, width, _fc_at_caller(width), n)
 
 
 def _timed(seam, slot: str | None, observe=None, enter=None):
@@ -493,10 +499,9 @@ def _observe_verify_v2(step, result, worker):
     if (getattr(worker, "topk", 1) or 1) > 1:
         step.path = snap(step, "path", getattr(result, "accept_index", None))
     if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
-        _, _, path, mode = seams.DRAFT_INPUTS[EXTEND_SEAM]
-        width = _hidden_width(result, path)
+        width = _hidden_width(result, _EXTEND_PATH)
         if width is not None:
-            step.add_pass(mode, width, _fc_at_caller(width))
+            step.add_pass(_EXTEND_MODE, width, _fc_at_caller(width))
         step.verify_end = _now()
 
 
@@ -627,13 +632,14 @@ def finalize_step(payload) -> bodies.Step:
 
 def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
     bs = len(rids)
-    draft_ids: list = [[] for _ in range(bs)]
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
     width = 0
     if step.draft is not None and bs:
         tokens = listed(step.draft)
         width = len(tokens) // bs
         draft_ids = [tokens[i * width + 1 : (i + 1) * width] for i in range(bs)]
+    else:
+        draft_ids = [[] for _ in range(bs)]
     if step.verify is not None and bs:
         kind, counts, ids = step.verify
         ids = listed(ids) if ids is not None else []
@@ -650,7 +656,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
                 accepted_ids[i] = ids[pos : pos + n + 1]
                 pos += n + 1
     path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
-    ms = lambda ns: None if ns is None else ns / 1e6  # noqa: E731
+    ms = _ms
     body: bodies.Step = {
         "seq": seq,
         "t_ns": t_ns,
@@ -674,6 +680,10 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
     return body
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e6
 
 
 def _tree_path(index, accepted: list, bs: int, width: int) -> list:
