@@ -215,6 +215,13 @@ SHIM_MUTATIONS = [
      "    return libs.pop() if len(libs) == 1 else None", "    return libs.pop() if libs else None", [HELDSEND_TESTS]),
     ("round 6 shim: a libzmq of another version trusted", HELDSEND,
      "        if tuple(p.value for p in parts) != zmq.zmq_version_info():\n            return None\n", "", [HELDSEND_TESTS]),
+    ("round 6 shim: a burst sent frame by frame as it is packed", "instrumentation/eagle3scope_shim/publisher.py",
+     "        burst = [self._packed(ring.popleft()) for _ in range(min(len(ring), 256))]\n        for got in burst:\n",
+     "        for got in (self._packed(ring.popleft()) for _ in range(min(len(ring), 256))):\n", ["tests/test_transport.py"]),
+    ("round 6 shim: a frame numbered before it is sent", "instrumentation/eagle3scope_shim/publisher.py",
+     "            data = frame_of_packed(kind, packed, src=self.src, n=self._n, t=t, packer=self._packer)",
+     "            data = frame_of_packed(kind, packed, src=self.src, n=self._n, t=t, packer=self._packer)\n            self._n += 1",
+     ["tests/test_transport.py"]),
     ("round 6 shim: viewers' subscriptions never looked for", "instrumentation/eagle3scope_shim/publisher.py",
      "                if now >= next_look:", "                if False:", ["tests/test_transport.py"]),
 ]

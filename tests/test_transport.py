@@ -99,6 +99,37 @@ def test_finalize_runs_off_the_hot_path_and_failures_are_reported_once(pub):
         assert pub.hook_failures == 2 and hot_thread not in seen_threads
 
 
+def test_a_burst_with_failures_inside_is_numbered_without_holes(pub):
+    """The publisher builds and packs a whole burst before it numbers and sends it. Failures inside the
+    burst (a finalize that raises, a body that does not pack) are reported as they happen, so their
+    ``hook`` frame goes out first; every frame that goes out, in the burst or not, takes the next
+    ``n``: a viewer counts holes as frames lost in transit, and there are none here."""
+    with Subscriber([pub.endpoint]) as sub:
+        wait_connected(pub, sub)
+        pub._wake_batch = 10  # the ten events below wake the thread together: one burst
+
+        def finalize(payload):
+            if payload == "raise":
+                raise RuntimeError("device event lost")
+            if payload == "unpackable":
+                return {"seq": 99, "tensor": object()}
+            return step_body(payload)
+
+        for payload in (0, 1, "raise", 2, "unpackable", 3, 4, 5, 6, 7):
+            pub.submit("step", payload, finalize)
+        frames = collect(sub, lambda got: sum(f.kind == "step" for f in got) >= 8)
+        time.sleep(0.3)
+        frames += sub.poll(50)
+        assert [f.body["seq"] for f in frames if f.kind == "step"] == list(range(8))
+        numbers = [f.n for f in frames]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # no holes, no repeats
+        failed = [f for f in frames if f.kind == "hook"]
+        assert len(failed) == 2 and {"finalize", "encode"} == {h.body["detail"].split()[0] for h in failed}
+        first_step = next(i for i, f in enumerate(frames) if f.kind == "step" and f.body["seq"] == 0)
+        assert all(frames.index(h) < first_step for h in failed)  # reported while the burst was packed
+        assert pub.hook_failures == 2 and pub.dropped == 0
+
+
 def test_submit_never_blocks_and_counts_drops_without_subscriber():
     gate, wedged = threading.Event(), threading.Event()
 

@@ -14,6 +14,7 @@ from eagle3scope.wire.schema import (  # noqa: F401
     SchemaVersionError,
     decode_frame,
     encode_frame,
+    frame_of_packed,
     frame_packer,
     is_decode_step,
 )

@@ -164,9 +164,21 @@ def encode_frame(kind: str, body: dict, *, src: str, n: int, t: int | None = Non
     """Pack one frame. ``body`` must hold only msgpack-native types (no tensors). A sender that packs
     many frames on one thread passes its own ``packer`` (:func:`frame_packer`): the same bytes, without
     building a packer per frame."""
-    envelope = {"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n, "t": time.time_ns() if t is None else t,
-                "b": body}
-    return msgpack.packb(envelope, use_bin_type=True) if packer is None else packer.pack(envelope)
+    packer = packer or frame_packer()
+    return frame_of_packed(kind, packer.pack(body), src=src, n=n, t=t, packer=packer)
+
+
+def frame_of_packed(kind: str, packed_body: bytes, *, src: str, n: int, t: int | None, packer: msgpack.Packer) -> bytes:
+    """The frame whose body ``packed_body`` already is (``packer.pack(body)``): the bytes
+    :func:`encode_frame` gives, so a sender can pack bodies first and number frames only as it sends
+    them. The envelope is a map of six entries whose last, ``b``, is the body."""
+    head = packer.pack({"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n,
+                        "t": time.time_ns() if t is None else t})
+    return _SIX_ENTRIES + head[1:] + _BODY_KEY + packed_body
+
+
+#: the envelope's map header (a fixmap of six entries; the five without the body pack as 0x85) and the body's key
+_SIX_ENTRIES, _BODY_KEY = b"\x86", msgpack.packb("b")
 
 
 def frame_packer() -> msgpack.Packer:

@@ -15,6 +15,7 @@ from eagle3scope.wire import (
     SchemaVersionError,
     decode_frame,
     encode_frame,
+    frame_of_packed,
     frame_packer,
 )
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
@@ -93,8 +94,14 @@ _PACKER = frame_packer()  # one packer across every example, as the publisher th
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(sorted(KINDS)), body=st.one_of(step_bodies(), generic_bodies), **envelope)
-def test_a_kept_packer_gives_the_same_bytes_as_a_fresh_one(kind, body, src, n, t):
-    assert encode_frame(kind, body, src=src, n=n, t=t, packer=_PACKER) == encode_frame(kind, body, src=src, n=n, t=t)
+def test_frames_packed_in_parts_are_the_envelope_packed_whole(kind, body, src, n, t):
+    """encode_frame packs the body, then the envelope around it (frame_of_packed: the publisher packs a
+    burst's bodies before it numbers and sends them): the bytes are those of the whole envelope packed
+    at once, with a kept packer or a fresh one."""
+    whole = msgpack.packb({"v": [SCHEMA_MAJOR, SCHEMA_MINOR], "k": kind, "src": src, "n": n, "t": t, "b": body},
+                          use_bin_type=True)
+    assert encode_frame(kind, body, src=src, n=n, t=t, packer=_PACKER) == whole == encode_frame(kind, body, src=src, n=n, t=t)
+    assert frame_of_packed(kind, _PACKER.pack(body), src=src, n=n, t=t, packer=_PACKER) == whole
 
 
 def test_a_kept_packer_is_clean_after_a_body_it_could_not_pack():
