@@ -408,7 +408,7 @@ def _arms_delta(before: dict, after: dict) -> dict:
     return {arm: {k: after[arm][k] - before[arm][k] for k in after[arm]} for arm in after}
 
 
-def _split_arms(blocks: list[dict]) -> tuple[list[dict], list[dict]]:
+def _split_arms(blocks: list[dict], fixed_in_full: bool = False) -> tuple[list[dict], list[dict]]:
     """Each interleaved block as an off and an on block: each arm keeps the main-thread CPU of its
     own rounds' ``run_batch`` + ``process_batch_result`` calls; the on arm also the shim's threads
     (which work only for its rounds); everything else (the scheduler's loop between the calls,
@@ -416,7 +416,12 @@ def _split_arms(blocks: list[dict]) -> tuple[list[dict], list[dict]]:
     time likewise. The block's tokens are shared by rounds too: both arms write the same text over a
     run (``same_text``), and which arm a round with many accepted tokens fell to depends on the
     turn, not on the shim (with a trained draft, counting each arm's own tokens gave pairs of 1.15
-    in one session and 0.86 in the next)."""
+    in one session and 0.86 in the next).
+
+    The publisher's CPU outside its drains (``_publisher_fixed``: wake-ups, heartbeats, sticky
+    re-sends, looks for viewers joining) goes by the second, not by the round: a server with the shim
+    on in every round pays it once over twice the on arm's rounds. The on arm is charged its rounds'
+    share of it, unless ``fixed_in_full`` (the figure before this correction, printed beside it)."""
     off, on = [], []
     for b in blocks:
         arms, threads = b["arms"], b["scheduler_threads"]
@@ -429,12 +434,21 @@ def _split_arms(blocks: list[dict]) -> tuple[list[dict], list[dict]]:
         for arm, out in (("off", off), ("on", on)):
             a, share = arms[arm], arms[arm]["rounds"] / total_rounds
             own_threads = {"main": a["cpu_ns"] / 1e9 + share * shared_main}
+            cpu = a["cpu_ns"] / 1e9 + share * shared_cpu
             if arm == "on":
                 own_threads.update(shim)
-            cpu = a["cpu_ns"] / 1e9 + share * shared_cpu + (sum(shim.values()) if arm == "on" else 0.0)
+                if not fixed_in_full:
+                    own_threads["shim publisher"] -= (1 - share) * _publisher_fixed(b)
+                cpu += sum(own_threads[role] for role in SHIM_THREADS)
             out.append({"tokens": share * b["tokens"], "cpu_s": cpu, "wall_s": a["wall_ns"] / 1e9 + share * shared_wall,
                         "scheduler_threads": own_threads, "texts": b["texts"], "arm": a})
     return off, on
+
+
+def _publisher_fixed(block: dict) -> float:
+    """CPU seconds of the publisher thread outside its drains in a block (0 where not told)."""
+    busy = block.get("publisher_busy_s")
+    return 0.0 if busy is None else max(0.0, block["scheduler_threads"].get("shim publisher", 0.0) - busy)
 
 
 def _gc_delta(before: dict | None, after: dict | None) -> dict | None:
@@ -588,6 +602,8 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                         block = _block(servers["on"], pair, rounds, tokens, batch)
                         got = toggler.set("interleave")
                         block["arms"], block["gc"] = _arms_delta(got0["arms"], got["arms"]), _gc_delta(got0["gc"], got["gc"])
+                        if got0.get("publisher_busy_ns") is not None and got.get("publisher_busy_ns") is not None:
+                            block["publisher_busy_s"] = (got["publisher_busy_ns"] - got0["publisher_busy_ns"]) / 1e9
                         blocks["on"].append(block)
                         frames += heard(sub.poll(timeout_ms=0))
                         continue
@@ -608,7 +624,9 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         load.append(os.getloadavg()[0])
     shutil.rmtree(site, ignore_errors=True)
     off, on = blocks["off"], blocks["on"]
+    fixed_in_full = None  # interleave: the ratio with the publisher's per-second CPU charged to the on rounds in full
     if design == "interleave":
+        fixed_in_full = ratio_ci([(b["tokens"] / b["cpu_s"]) / (a["tokens"] / a["cpu_s"]) for a, b in zip(*_split_arms(on, True))])
         off, on = _split_arms(on)
     if design == "toggle":  # a server without the shim has no shim threads: the off arm leaves them out
         for b in off:
@@ -663,9 +681,13 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
         "interleave_tokens_per_round": ({arm: round(sum(b["arms"][arm]["tokens"] for b in blocks["on"])
                                                / max(1, sum(b["arms"][arm]["rounds"] for b in blocks["on"])), 3)
                                          for arm in ("on", "off")} if design == "interleave" else None),
-        "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its GIL-holding work
-        "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in on) / n_rounds, 1),
+        "publisher_busy_us_per_round": round(cost["publisher_us"] / n_rounds, 1),  # its CPU turning events into frames
+        "publisher_thread_cpu_us_per_round": round(1e6 * sum(b["scheduler_threads"].get("shim publisher", 0.0) for b in blocks["on"]) / n_rounds, 1),
+        # interleave: the publisher's CPU outside its drains per second of the blocks (goes by time, not rounds)
+        "publisher_fixed_us_per_s": (round(1e6 * sum(_publisher_fixed(b) for b in blocks["on"])
+                                           / sum(b["wall_s"] for b in blocks["on"]), 1) if design == "interleave" else None),
         "cpu_ratio_on_over_off": ratio_ci(cpu_ratios),  # tokens per CPU-second, with ÷ without the shim
+        "cpu_ratio_publisher_fixed_in_full": fixed_in_full,
         "cpu_ratio_median": median_ci(cpu_ratios),  # the same, robust to a load spike in one pair
         "wall_ratio_on_over_off": ratio_ci(wall_ratios),  # tokens per wall second, likewise
         "cpu_ms_per_token_off": round(per_token(off, "cpu_s"), 3),

@@ -189,6 +189,13 @@ def _cells() -> int:
     return sum(cell[0] for cell in getattr(shim, "self_ns", {}).values()) if shim is not None else 0
 
 
+def _publisher_busy() -> int | None:
+    """The publisher thread's CPU so far in its drains (turning events into frames), ns."""
+    state = sys.modules.get("eagle3scope_shim.state")
+    publisher = getattr(getattr(state, "STATE", None), "publisher", None)
+    return getattr(publisher, "_busy_ns", None)
+
+
 def _watch(path: str) -> None:
     toggle, seen, interleave = Toggle(), None, None
     while True:
@@ -213,6 +220,7 @@ def _watch(path: str) -> None:
             answer = f"{path}.{os.getpid()}"
             with open(answer + ".tmp", "w") as f:
                 json.dump({"state": wanted, "serial": serial, "targets": swapped, "shim_ns": _cells(),
+                           "publisher_busy_ns": _publisher_busy(),
                            "arms": interleave.snapshot() if interleave is not None else None,
                            "gc": GC.snapshot() if GC is not None else None}, f)
             os.replace(answer + ".tmp", answer)

@@ -127,3 +127,29 @@ def test_a_result_run_before_interleaving_is_processed_unaccounted(server, sched
     sched.process_batch_result(batch, early)
     assert batch.reqs[0].output_ids == [1]
     assert interleave.snapshot()["on"]["tokens"] == interleave.snapshot()["off"]["tokens"] == 0
+
+
+def test_the_on_arm_pays_the_publishers_per_second_cpu_for_its_share_of_the_rounds():
+    """bench_shim._split_arms: the publisher's CPU in its drains is the on rounds' frames and goes to
+    the on arm whole; the rest (wake-ups, heartbeats, sticky re-sends) accrues by the second, which a
+    server with the shim on in every round pays over all of them: the on arm pays its rounds' share.
+    Everything else is shared by rounds, as before; ``fixed_in_full`` gives the uncorrected split."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    try:
+        import bench_shim
+    finally:
+        sys.path.pop(0)
+    block = {"arms": {"on": {"rounds": 30, "cpu_ns": 600_000_000, "wall_ns": 700_000_000},
+                      "off": {"rounds": 10, "cpu_ns": 190_000_000, "wall_ns": 220_000_000}},
+             "scheduler_threads": {"main": 1.0, "shim publisher": 0.05, "shim zmq": 0.01},
+             "cpu_s": 1.5, "wall_s": 1.2, "tokens": 40, "texts": ["t"], "publisher_busy_s": 0.03}
+    (off,), (on,) = bench_shim._split_arms([block])
+    shared_cpu = 1.5 - 0.79 - 0.06  # all processes' CPU outside the calls and the shim's threads
+    assert off["cpu_s"] == pytest.approx(0.19 + 0.25 * shared_cpu)
+    assert on["cpu_s"] == pytest.approx(0.6 + 0.75 * shared_cpu + 0.03 + 0.75 * 0.02 + 0.01)  # drains whole, the rest by share
+    assert on["scheduler_threads"]["shim publisher"] == pytest.approx(0.045)
+    (_,), (full,) = bench_shim._split_arms([block], fixed_in_full=True)
+    assert full["cpu_s"] == pytest.approx(on["cpu_s"] + 0.25 * 0.02)
+    del block["publisher_busy_s"]  # a server that does not say: no correction
+    (_,), (untold,) = bench_shim._split_arms([block])
+    assert untold["cpu_s"] == pytest.approx(full["cpu_s"]) and (off["tokens"], on["tokens"]) == (10, 30)

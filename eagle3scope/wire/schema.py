@@ -82,8 +82,8 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     seams' whole calls over the same interval, their hooks included: the rounds), round_shim_us (the
     part of shim_us spent within those calls: the step seam's hooks and the hooks that run inside
     it, so round_shim_us / step_us is the shim's share of the rounds; the commit seam and load-time
-    hooks run outside them) and publisher_us (the shim's publisher thread's time turning events into frames: finalize, encode,
-    send; it holds the GIL for all of it but the send).
+    hooks run outside them) and publisher_us (the shim's publisher thread's CPU time turning events into frames: finalize, pack,
+    send; it holds the GIL for all of it; wall time before eagle3scope 0.1 of 2026-12-05).
     Optional: ring: {slots, capacity, allocations, late_allocations, oversize} (the shim's host
     buffers for device snapshots; late_allocations counts allocations after the first step).
 ``hook``

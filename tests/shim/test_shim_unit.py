@@ -319,8 +319,8 @@ def test_the_publisher_is_woken_per_full_batch_not_per_event(tmp_path):
 
     pub = Publisher(f"ipc://{tmp_path}/pub", "t", flush_interval_s=0.05, wake_batch=8, heartbeat_interval_s=60)
     wakes = []
-    set_event = pub._wake.set
-    pub._wake.set = lambda: (wakes.append(len(pub._ring)), set_event())
+    ring = pub._wake.ring
+    pub._wake.ring = lambda: (wakes.append(len(pub._ring)), ring())
     pub.start()
     try:
         for i in range(64):
@@ -333,6 +333,28 @@ def test_the_publisher_is_woken_per_full_batch_not_per_event(tmp_path):
         assert wakes == [8] * len(wakes) and len(wakes) <= 64 // 8, wakes  # only full batches wake it
     finally:
         pub.close()
+
+
+def test_the_bell_wakes_its_waiter_once_per_ring_from_any_thread():
+    import threading
+    import time
+
+    from eagle3scope_shim.publisher import Bell
+
+    bell = Bell()
+    t0 = time.monotonic()
+    assert bell.wait(0.05) is False and time.monotonic() - t0 >= 0.04  # nobody rang: the whole timeout
+    bell.ring()
+    bell.ring()  # twice before it is heard: one wake-up, and no error
+    assert bell.wait(5) is True and bell.wait(0.01) is False
+    past = []  # a deadline already past never blocks (acquire(-1) would, for ever): asked on a thread
+    waiter = threading.Thread(target=lambda: past.append(bell.wait(-1)), daemon=True)
+    waiter.start()
+    waiter.join(2)
+    assert past == [False]
+    threading.Timer(0.05, bell.ring).start()
+    t0 = time.monotonic()
+    assert bell.wait(5) is True and time.monotonic() - t0 < 2  # rung from another thread: early
 
 
 class _Param:
