@@ -261,17 +261,20 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             hooked = timed(hooked_tick)
         # the shim's own account of the same rounds (heartbeat shim_us), 3 x steps of them
         self_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
+        # back to back, as a busy scheduler runs its rounds: the publisher drains on its own thread
+        # (its ring holds far more than these rounds). Waiting for it after each round, as the warm
+        # loop does between chunks, put the thread to sleep every round, and on this VM a sleep's trip
+        # through the kernel left the caches far colder than a forward does: the cold account was
+        # 150-220 µs a round that way, against the engine's 66-81 (BENCHMARKS.md, issue 28 session 12)
         cold, before = True, sum(cell[0] for cell in STATE.self_ns.values())
         for _ in range(steps // 20):
             hooked_tick()
-            while pub.queued:
-                time.sleep(0.0002)
         cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
         before = {seam: cell[0] for seam, cell in cpu_cells.items()}
         for _ in range(steps // 20):
             calls["cpu_commit"](processor, c_step(worker, batch), batch)
-            while pub.queued:
-                time.sleep(0.0002)
+        while pub.queued:
+            time.sleep(0.0002)
         cold_cpu = {seam: (cell[0] - before[seam]) / 1000 / (steps // 20) for seam, cell in cpu_cells.items()}
         cold_cpu_us = sum(cold_cpu.values())
         cold, captured = False, []
