@@ -50,7 +50,7 @@ def _held(sock: zmq.Socket) -> Callable[[bytes], None] | None:
         kind, size = ctypes.c_int(), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
         if get(handle, zmq.TYPE, ctypes.byref(kind), ctypes.byref(size)) != 0 or kind.value != sock.type:
             return None
-    except (OSError, AttributeError, TypeError, ValueError, zmq.ZMQError):
+    except Exception:  # a shortcut only: whatever goes wrong finding it, pyzmq's send still works
         return None
     flags = zmq.DONTWAIT
 

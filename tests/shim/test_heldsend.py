@@ -90,3 +90,19 @@ def test_the_library_is_the_one_libzmq_mapped(tmp_path):
     assert heldsend._loaded_libzmq(maps(lib, "/usr/lib/x86_64-linux-gnu/libzmq.so.5")) is None  # two: which one is pyzmq's?
     assert heldsend._loaded_libzmq(maps("/home/u/libzmq-notes/readme.txt")) is None  # a path naming it, not a library
     assert heldsend._loaded_libzmq(str(tmp_path / "absent")) is None
+
+
+def test_anything_going_wrong_while_finding_the_library_leaves_pyzmqs_send(pair, monkeypatch):
+    """The publisher starts inside SGLang's scheduler: the shortcut's failure must never stop it."""
+    import ctypes
+
+    pub, sub = pair
+
+    def broken(path):
+        raise ctypes.ArgumentError("a loader that fails in a way nobody listed")
+
+    monkeypatch.setattr(heldsend, "_loaded_libzmq", lambda: "/some/libzmq.so.5")
+    monkeypatch.setattr(ctypes, "PyDLL", broken)
+    put = heldsend.sender(pub)
+    put(b"still sent")
+    assert _received(sub, 1) == [b"still sent"]
