@@ -19,7 +19,8 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    (``hook_path_counted_forwards_us``: a graphed server's batch that runs eagerly, eight calls);
    the shim's own account of the graph-free rounds (``around``'s per-seam cells, what heartbeats carry
    as ``shim_us``), the same account with cold caches (each stand-in sweeps 16 MiB first, as
-   a forward does: the figure that predicts the engine's), the publisher thread's finalize cost per
+   a forward does, and the rounds run back to back, as a busy scheduler's do: the figure that
+   predicts the engine's), the publisher thread's finalize cost per
    round (off the hot path), the cost of one read of each candidate clock and of the self-timing
    per hook.
 2. Engine: the real server (tiny random target + random EAGLE-3 draft, or the demo's trained pair,
@@ -29,7 +30,9 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    which alternate rounds cancel and blocks do not), or between blocks (``toggle``), else two
    servers, one without and one with ``EAGLE3SCOPE_ENDPOINT``.
    Reported: tokens per CPU-second of the server processes (thread run times from /proc, the
-   shim's own threads left out of the off arm) with ÷ without the shim (``cpu_ratio_on_over_off``),
+   shim's own threads left out of the off arm; interleaved, the on arm pays the publisher's CPU outside
+   its drains, which goes by the second, for its share of the rounds, ``cpu_ratio_publisher_fixed_in_full``
+   giving the ratio without that correction) with ÷ without the shim (``cpu_ratio_on_over_off``),
    the same for wall time, each with a 95 % confidence interval over the pairs, CPU ms per token of
    each scheduler thread role (main, shim publisher, shim zmq, sglang zmq, other), and whether both
    produced the same text. And the attribution per decode round: each seam's self time from the
