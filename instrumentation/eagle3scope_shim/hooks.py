@@ -354,35 +354,37 @@ def _is_verify_input(spec) -> bool:
     kind = getattr(spec, "spec_input_type", None)
     if kind is None:  # a release or stand-in without it
         return bool(spec.is_verify_input())
-    try:
-        return _VERIFY_INPUT_TYPES[kind]
-    except KeyError:
-        verify = bool(spec.is_verify_input())
-        if len(_VERIFY_INPUT_TYPES) < MAX_MEMO:
-            _VERIFY_INPUT_TYPES[kind] = verify
-        return verify
-    except TypeError:  # not hashable: asked every time
-        return bool(spec.is_verify_input())
+    return _asked_once(_VERIFY_INPUT_TYPES, kind, _ask_verify, spec)
+
+
+def _ask_verify(spec) -> bool:
+    return bool(spec.is_verify_input())
 
 
 def _mode_of(batch) -> tuple[bool, bool]:
     """(idle, extend) of the batch's ``forward_mode``, asked once per mode (a ``ForwardMode`` member,
     whose ``is_idle``/``is_extend`` answers never change): two Python calls a step less."""
     mode = batch.forward_mode
-    try:
-        return _MODES[mode]
-    except KeyError:
-        got = _ask_mode(mode)
-        if len(_MODES) < MAX_MEMO:
-            _MODES[mode] = got
-        return got
-    except TypeError:  # not hashable: asked every time
-        return _ask_mode(mode)
+    return _asked_once(_MODES, mode, _ask_mode, mode)
 
 
 def _ask_mode(mode) -> tuple[bool, bool]:
     idle = getattr(mode, "is_idle", None)
     return (idle is not None and bool(idle()), bool(mode.is_extend()))
+
+
+def _asked_once(memo: dict, key, ask, arg):
+    """``ask(arg)``, kept in ``memo`` under ``key`` (an enum member of SGLang's, whose answer never
+    changes) while it holds fewer than MAX_MEMO; an unhashable key is asked every time."""
+    try:
+        return memo[key]
+    except KeyError:
+        got = ask(arg)
+        if len(memo) < MAX_MEMO:
+            memo[key] = got
+        return got
+    except TypeError:
+        return ask(arg)
 
 
 #: spec_input_type -> whether it is a verify input; forward mode -> (idle, extend); each holds at most
