@@ -3,9 +3,10 @@
 Runs inside SGLang's scheduler process, so it imports only the standard library, ``zmq`` and
 ``eagle3scope.wire``. :meth:`Publisher.submit` appends to a bounded ring and returns; the
 publisher thread later calls the caller's ``finalize`` (waiting on device events, converting
-tensors) and packs the body, for every event queued, then numbers and sends the frames back to back,
-without waiting and without letting go of the GIL (:mod:`eagle3scope_shim.heldsend`). The thread drains the ring every
-``flush_interval_s``, or as soon as ``wake_batch`` events wait, instead of being woken per event:
+tensors) and packs the body, for every event queued, then numbers and sends the frames back to
+back, without waiting and without letting go of the GIL (:mod:`eagle3scope_shim.heldsend`). The
+thread drains the ring every ``flush_interval_s`` (:class:`Bell`), or as soon as ``wake_batch``
+events wait, instead of being woken per event:
 signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
 3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
 (BENCHMARKS.md). Polling costs an idle server four wake-ups a second; a step reaches viewers within
