@@ -183,17 +183,18 @@ class GcClock:
 GC = None  # GcClock, made by start()
 
 
+def _shim():
+    """The shim's STATE in this process, None before (or without) the shim."""
+    return getattr(sys.modules.get("eagle3scope_shim.state"), "STATE", None)
+
+
 def _cells() -> int:
-    state = sys.modules.get("eagle3scope_shim.state")
-    shim = getattr(state, "STATE", None)
-    return sum(cell[0] for cell in getattr(shim, "self_ns", {}).values()) if shim is not None else 0
+    return sum(cell[0] for cell in getattr(_shim(), "self_ns", {}).values())
 
 
 def _publisher_busy() -> int | None:
     """The publisher thread's CPU so far in its drains (turning events into frames), ns."""
-    state = sys.modules.get("eagle3scope_shim.state")
-    publisher = getattr(getattr(state, "STATE", None), "publisher", None)
-    return getattr(publisher, "_busy_ns", None)
+    return getattr(getattr(_shim(), "publisher", None), "_busy_ns", None)
 
 
 def _watch(path: str) -> None:

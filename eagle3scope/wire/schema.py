@@ -83,7 +83,7 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     part of shim_us spent within those calls: the step seam's hooks and the hooks that run inside
     it, so round_shim_us / step_us is the shim's share of the rounds; the commit seam and load-time
     hooks run outside them) and publisher_us (the shim's publisher thread's CPU time turning events into frames: finalize, pack,
-    send; it holds the GIL for all of it; wall time before eagle3scope 0.1 of 2026-12-05).
+    send; it holds the GIL for all of it; in recordings made before 2026-12-05 it is wall time).
     Optional: ring: {slots, capacity, allocations, late_allocations, oversize} (the shim's host
     buffers for device snapshots; late_allocations counts allocations after the first step).
 ``hook``

@@ -352,8 +352,8 @@ def _is_verify_input(spec) -> bool:
     """SGLang's ``spec.is_verify_input()``, asked once per ``spec_input_type`` (an enum member): the
     method builds a set of five members on every call."""
     kind = getattr(spec, "spec_input_type", None)
-    if kind is None:  # a release or stand-in without it
-        return bool(spec.is_verify_input())
+    if kind is None:  # a release or stand-in without it: asked every time
+        return _ask_verify(spec)
     return _asked_once(_VERIFY_INPUT_TYPES, kind, _ask_verify, spec)
 
 
@@ -658,7 +658,6 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
                 accepted_ids[i] = ids[pos : pos + n + 1]
                 pos += n + 1
     path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
-    ms = _ms
     body: bodies.Step = {
         "seq": seq,
         "t_ns": t_ns,
@@ -671,9 +670,9 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         "accepted_ids": accepted_ids,
         "passes": [_pass(*p) for p in step.passes],
         "capture": capture,
-        "draft_ms": ms(step.draft_ns),
-        "verify_ms": ms(step.verify_ns),
-        "extend_ms": ms(step.extend_ns),
+        "draft_ms": _ms(step.draft_ns),
+        "verify_ms": _ms(step.verify_ns),
+        "extend_ms": _ms(step.extend_ns),
     }
     if path is not None:
         body["accepted_path"] = path
