@@ -27,7 +27,9 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 4] [--tokens 48] [--p
    float32, greedy), in blocks of requests with and without the shim's hooks, never at the same
    time (see :func:`engine`): by default ONE server whose hooks are switched off and on round by
    round (``--design interleave``, ``shim_toggle.Interleave``: the host's speed drifts over seconds,
-   which alternate rounds cancel and blocks do not), or between blocks (``toggle``), else two
+   which alternate rounds cancel and blocks do not; each half of a block starts its turns with the
+   other arm, so the rounds of the request that follows the bench's pause fall to both alike), or
+   between blocks (``toggle``), else two
    servers, one without and one with ``EAGLE3SCOPE_ENDPOINT``.
    Reported: tokens per CPU-second of the server processes (thread run times from /proc, the
    shim's own threads left out of the off arm; interleaved, the on arm pays the publisher's CPU outside
@@ -387,9 +389,10 @@ def median_ci(values: list[float]) -> dict:
     return {"median": round(mid, 4), "ci95": ci, "pairs": n}
 
 
-def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1) -> dict:
+def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1, midway=None) -> dict:
     """One block of requests on one server, ``batch`` at a time: tokens, wall time, CPU time of every
-    server process and of each scheduler thread role, from /proc before and after."""
+    server process and of each scheduler thread role, from /proc before and after. ``midway()`` runs
+    between the block's two halves (the interleaved design restarts its turns there)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import procstat
@@ -399,9 +402,15 @@ def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1) -> dict:
                 "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
         return server.post("/generate", body)
 
+    requests = rounds * batch
+    halves = [range(requests)] if midway is None else [range(requests // 2), range(requests // 2, requests)]
     before, t0 = procstat.snapshot(server.proc.pid), time.perf_counter()
+    responses = []
     with ThreadPoolExecutor(batch) as pool:
-        responses = list(pool.map(ask, range(rounds * batch)))
+        for i, half in enumerate(halves):
+            if i:
+                midway()
+            responses += pool.map(ask, half)
     n = sum(r["meta_info"]["completion_tokens"] for r in responses)
     texts = [r["text"] for r in responses]
     wall = time.perf_counter() - t0
@@ -604,8 +613,10 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
                 sampler = sampled_mod.Sampler(pid, sample_hz) if pid is not None else None
                 for pair in range(pairs):
                     if design == "interleave":  # one block holds both arms, round by round
-                        got0 = toggler.set("interleave")
-                        block = _block(servers["on"], pair, rounds, tokens, batch)
+                        first, second = order if pair % 2 == 0 else order[::-1]
+                        got0 = toggler.set(f"interleave:{interleave_rounds}:{first}")
+                        block = _block(servers["on"], pair, rounds, tokens, batch,
+                                       midway=lambda: toggler.set(f"interleave:{interleave_rounds}:{second}"))
                         got = toggler.set("interleave")
                         block["arms"], block["gc"] = _arms_delta(got0["arms"], got["arms"]), _gc_delta(got0["gc"], got["gc"])
                         if got0.get("publisher_busy_ns") is not None and got.get("publisher_busy_ns") is not None:

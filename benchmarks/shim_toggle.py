@@ -13,13 +13,15 @@ grow in an off block (the bench checks it: a seam SGLang calls through a referen
 The shim's publisher thread keeps running in both arms; its CPU is its own thread's, which the bench
 takes out of the off arm and leaves in the on arm.
 
-``interleave N`` (the bench's default design) switches per ROUND instead of per block: on this
+``interleave N:FIRST`` (the bench's default design) switches per ROUND instead of per block: on this
 box a fixed piece of work takes 6-15 % more or less CPU from one second to the next (the host's
 speed drifts: BENCHMARKS.md), which blocks of seconds cannot cancel and alternate rounds can. The
 scheduler's ``run_batch`` and ``process_batch_result`` are wrapped (in both arms alike): each round
 is given an arm, on and off in turn (prefill and decode rounds each in their own turn), the shim's round seams are switched to it as ``run_batch``
 starts and its commit seam as that round's result is processed (under the overlap scheduler one
 tick later), and each call's thread CPU time and the tokens the round added go to the round's arm.
+``interleave N:FIRST`` again restarts the turns with FIRST (:meth:`Interleave.restart`); a bare
+``interleave`` only reports.
 """
 
 from __future__ import annotations
@@ -87,15 +89,24 @@ class Interleave:
     cells gained inside the arm's calls (0 for ``off``, which the bench checks)."""
 
     def __init__(self, toggle: Toggle, every: int, first: str = "on", owner=None) -> None:
-        self.toggle, self.every, self.arms = toggle, max(1, int(every)), (first, "off" if first == "on" else "on")
+        self.toggle, self.every = toggle, max(1, int(every))
         self.owner = owner
         self.totals = {arm: {"cpu_ns": 0, "wall_ns": 0, "rounds": 0, "tokens": 0, "hook_ns": 0} for arm in ("on", "off")}
-        #: rounds begun so far, per kind: prefill (extend) rounds cost more than decode rounds and
-        #: would otherwise all fall to one arm when a request's round count is even
-        self.rounds = {"extend": 0, "decode": 0}
+        self.restart(first)
         self.pending: dict[int, str] = {}  # id(result) -> its round's arm, until processed
         self.commit = {t for seam, t in _targets().items() if seam == COMMIT_SEAM}
         self.round_side = {t for seam, t in _targets().items() if seam != COMMIT_SEAM}
+
+    def restart(self, first: str) -> None:
+        """The next round of each kind goes to ``first``, the turns going on from there. The bench
+        restarts the turns at the start and the middle of every block, the other arm first each
+        time: a block's first request follows the bench's own pause (its caches cold, the
+        scheduler's loop idle), and with turns that ran on from block to block its prefill and
+        first decode round fell to the same arm in every block of a server (BENCHMARKS.md)."""
+        #: rounds begun since, per kind: prefill (extend) rounds cost more than decode rounds and
+        #: would otherwise all fall to one arm when a request's round count is even
+        self.arms = (first, "off" if first == "on" else "on")
+        self.rounds = {"extend": 0, "decode": 0}
 
     def install(self) -> None:
         """Wrap the scheduler's two per-round methods (their class attributes; the event loop looks
@@ -218,6 +229,8 @@ def _watch(path: str) -> None:
             if wanted == "interleave" and interleave is None:
                 interleave = Interleave(toggle, int(every or 1), first=first or "on")
                 interleave.install()
+            elif wanted == "interleave" and first:
+                interleave.restart(first)
             answer = f"{path}.{os.getpid()}"
             with open(answer + ".tmp", "w") as f:
                 json.dump({"state": wanted, "serial": serial, "targets": swapped, "shim_ns": _cells(),

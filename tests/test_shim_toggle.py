@@ -118,6 +118,27 @@ def test_the_second_session_starts_with_the_other_arm(server, scheduler_class):
     assert server == [] and interleave.snapshot()["off"]["rounds"] == 1
 
 
+def test_a_restart_gives_the_next_round_of_each_kind_to_the_arm_named(server, scheduler_class):
+    """The bench restarts the turns at each half block: the half's first prefill and first decode
+    round go to the arm it names, however many rounds of each kind ran before."""
+    interleave = shim_toggle.Interleave(shim_toggle.Toggle(), 1, first="on", owner=scheduler_class)
+    interleave.install()
+    sched = scheduler_class()
+    for extend in (True, False, False, False):  # on, on, off, on: the decode turn now stands at off
+        batch = _batch(extend)
+        sched.process_batch_result(batch, sched.run_batch(batch))
+    for first in ("on", "off"):
+        interleave.restart(first)
+        before = interleave.snapshot()
+        for extend in (True, False):
+            server.clear()
+            batch = _batch(extend)
+            sched.process_batch_result(batch, sched.run_batch(batch))
+            assert server == (["step", "commit"] if first == "on" else [])
+        after = interleave.snapshot()
+        assert after[first]["rounds"] - before[first]["rounds"] == 2
+
+
 def test_a_result_run_before_interleaving_is_processed_unaccounted(server, scheduler_class):
     sched = scheduler_class()
     batch = _batch()
