@@ -174,3 +174,39 @@ def test_the_on_arm_pays_the_publishers_per_second_cpu_for_its_share_of_the_roun
     del block["publisher_busy_s"]  # a server that does not say: no correction
     (_,), (untold,) = bench_shim._split_arms([block])
     assert untold["cpu_s"] == pytest.approx(full["cpu_s"]) and (off["tokens"], on["tokens"]) == (10, 30)
+
+
+def test_the_bench_hears_every_frame_a_block_left_waiting():
+    """bench_shim._heard_all: a block of 16 requests leaves far more frames waiting than one
+    ``Subscriber.poll`` returns (256); the shim's account per round is taken from all of them.
+    A real publisher and subscriber over ipc."""
+    import time
+
+    from eagle3scope.live.subscriber import Subscriber
+    from eagle3scope.wire.endpoints import fresh_ipc_endpoint
+    from eagle3scope_shim.publisher import Publisher
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    try:
+        import bench_shim
+    finally:
+        sys.path.pop(0)
+    pub = Publisher(fresh_ipc_endpoint("bench-heard"), "dp0", sticky_interval_s=0.05, queue_size=4096)
+    pub.set_sticky("hello", {"schema": 1})
+    pub.start()
+    try:
+        with Subscriber([pub.endpoint]) as sub:
+            deadline = time.monotonic() + 5
+            while not any(f.kind == "hello" for f in sub.poll(50)):  # PUB/SUB joins late
+                assert time.monotonic() < deadline, "subscriber never connected"
+            for i in range(1000):
+                pub.submit("hook", {"seam": "bench", "status": "attached", "detail": str(i)})
+            deadline = time.monotonic() + 5
+            while pub.sent < 1001 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen = []
+            heard = lambda got: seen.extend(f.body["detail"] for f in got if f.kind == "hook") or len(got)  # noqa: E731
+            assert bench_shim._heard_all(sub, heard, timeout_ms=1000) >= 1000
+            assert seen == [str(i) for i in range(1000)]
+    finally:
+        pub.close()
