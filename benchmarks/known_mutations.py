@@ -233,6 +233,12 @@ SHIM_MUTATIONS = [
      [SHIM_UNIT]),
     ("round 6 shim: viewers' subscriptions never looked for", "instrumentation/eagle3scope_shim/publisher.py",
      "                if now >= next_look:", "                if False:", ["tests/test_transport.py"]),
+    ("round 7 bench: a restart that leaves the turns where they stood", "benchmarks/shim_toggle.py",
+     "        self.rounds = {\"extend\": 0, \"decode\": 0}\n\n    def install",
+     "        self.rounds = getattr(self, \"rounds\", None) or {\"extend\": 0, \"decode\": 0}\n\n    def install",
+     ["tests/test_shim_toggle.py"]),
+    ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/bench_shim.py",
+     "        got = sub.poll(timeout_ms=0)\n    return n", "        got = None\n    return n", ["tests/test_shim_toggle.py"]),
 ]
 
 

@@ -103,9 +103,9 @@ class Interleave:
         time: a block's first request follows the bench's own pause (its caches cold, the
         scheduler's loop idle), and with turns that ran on from block to block its prefill and
         first decode round fell to the same arm in every block of a server (BENCHMARKS.md)."""
+        self.arms = (first, "off" if first == "on" else "on")
         #: rounds begun since, per kind: prefill (extend) rounds cost more than decode rounds and
         #: would otherwise all fall to one arm when a request's round count is even
-        self.arms = (first, "off" if first == "on" else "on")
         self.rounds = {"extend": 0, "decode": 0}
 
     def install(self) -> None:
