@@ -740,7 +740,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None,
                         help="waves of --batch requests per block (default: 16 at batch 1, 4 above): 4 at batch 1 "
-                             "left the ratio's CI at +-0.3 %%, too wide to tell a 0.7 %% cost from the 1 %% goal")
+                             "left the ratio's CI at +-0.3 %%, too wide for a cost near the 1 %% goal")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--pairs", type=int, default=10, help="off/on block pairs per session")
     parser.add_argument("--sessions", type=int, default=2, help="servers started in turn, the block order flipped each time")
