@@ -27,6 +27,11 @@ def ledger(monkeypatch):
     return STATE
 
 
+def _decided(step) -> list[list]:
+    """The step's passes as appended, with fc decided where a caller read the width (as the publisher does)."""
+    return [[mode, width, hooks.fc_of(width) if fc is None else fc, n, graph] for mode, width, fc, n, graph in step.passes]
+
+
 def test_a_graph_is_recorded_once_and_replays_go_to_the_bucket_they_pad_to(ledger):
     for bs in (1, 2, 4, 8):
         assert graphs.record_capture("decode", bs, 128, False)
@@ -47,10 +52,9 @@ def test_the_ledger_is_bounded(ledger):
 
 def test_replayed_passes_fold_apart_from_eager_ones_and_reach_the_wire():
     step_ = Step()
-    step_.add_pass("decode", 128, False, 2, 4)
-    step_.add_pass("decode", 128, False, 2, 4)
-    step_.add_pass("decode", 128, False)  # an eager pass of the same shape is its own entry
-    step_.add_pass("draft_extend_v2", 384, True, 1, 0)
+    step_.passes += [("decode", 128, False, 2, 4), ("decode", 128, False, 2, 4),
+                     ("decode", 128, False, 1, None),  # an eager pass of the same shape is its own entry
+                     ("draft_extend_v2", 384, True, 1, 0)]
     body = hooks.finalize_step((1, 0, ["a"], step_, None))
     assert body["passes"] == [
         {"mode": "decode", "width": 128, "fc": False, "n": 4, "replayed": True, "graph_bs": 4},
@@ -206,14 +210,14 @@ def caller(ledger, monkeypatch):
         result = _NS(logits_output=_NS(hidden_states=_NS(shape=(1, width))))
         hook(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result)
         passes, STATE.step.passes = STATE.step.passes, []
-        return passes
+        return [list(p.values()) for p in hooks.merged_passes(passes)]  # fc decided as the publisher does
 
     return call
 
 
 def test_a_caller_read_counts_as_a_replay_only_when_the_hooked_forward_did_not_run(caller):
-    assert caller(384) == [["draft_extend_v2", 384, True, 1, 0]]  # EAGLE-3: fc iff width != embedding width
-    assert caller(128) == [["draft_extend_v2", 128, False, 1, 0]]
+    assert caller(384) == [["draft_extend_v2", 384, True, 1, True, 0]]  # EAGLE-3: fc iff width != embedding width
+    assert caller(128) == [["draft_extend_v2", 128, False, 1, True, 0]]
     assert caller(384, forward_runs=True) == []  # the forward hook counted it, eagerly
 
 
@@ -226,7 +230,7 @@ def test_a_draft_whose_forward_is_unhooked_says_nothing_at_its_caller(caller):
 def test_an_eagle1_draft_applies_fc_on_every_pass(caller, monkeypatch):
     """llama_eagle.LlamaModel.forward: fc over cat(embeds, hidden), H-wide states in (llama_eagle.py of 0.5.23)."""
     monkeypatch.setattr(FACTS, "draft_fc_always", True)
-    assert caller(128) == [["draft_extend_v2", 128, True, 1, 0]]
+    assert caller(128) == [["draft_extend_v2", 128, True, 1, True, 0]]
 
 
 def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
@@ -238,7 +242,7 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
     assert {fc for _, fc in families} == {True, False} and len(families) == 6
     for seam, fc in families:
         hooks.FACTORIES["draft_forward"](seam)(lambda *a: None, inner, None, None, batch)
-        assert STATE.step.passes[-1][:3] == ["decode", 128, fc], seam
+        assert STATE.step.passes[-1][:3] == ("decode", 128, fc), seam
     assert STATE.step.forwards == len(families)
 
 
@@ -270,7 +274,8 @@ def test_eager_forwards_inside_a_caller_are_counted_there_with_the_callers_width
         result = _NS(logits_output=_NS(hidden_states=_NS(shape=(1, width))))
         caller(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result, runs)
         assert STATE.step.feed is None
-    assert STATE.step.passes == [["draft_extend_v2", 384, True, 2, None], ["draft_extend_v2", 128, False, 1, None]]
+    assert STATE.step.passes == [("draft_extend_v2", 384, None, 2, None), ("draft_extend_v2", 128, None, 1, None)]
+    assert [(p["width"], p["fc"], p["n"]) for p in hooks.merged_passes(STATE.step.passes)] == [(384, True, 2), (128, False, 1)]
     assert STATE.step.forwards == 3 and STATE.disabled == set()
 
 
@@ -292,7 +297,7 @@ def test_without_the_embedding_width_the_forward_hook_reads_width_and_fc_itself(
 
     result = _NS(logits_output=_NS(hidden_states=_NS(shape=(3, 384))))
     hooks.FACTORIES["draft_extend"]("v2.draft_extend")(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result)
-    assert STATE.step.passes == [["draft_extend_v2", 384, True, 1, None]] and STATE.step.forwards == 1
+    assert STATE.step.passes == [("draft_extend_v2", 384, True, 1, None)] and STATE.step.forwards == 1
 
 
 def test_observable_claims_no_passes_for_a_draft_whose_forward_is_unhooked(monkeypatch):
@@ -321,7 +326,7 @@ def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(ledger, monke
     verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
     hooks.FACTORIES["draft"]("v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)
-    assert STATE.step.passes == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]
+    assert _decided(STATE.step) == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]
 
 
 # -- graph-free servers: the counting forward hook taken out, the callers add eager passes (issue 28) ---
@@ -409,7 +414,7 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(graph_free, monke
                                                       batch, result)
     hooks.FACTORIES["draft_extend_prefill"]("v2.draft_extend_prefill")(
         lambda *a: _Draft().forward(), _NS(speculative_num_steps=4), batch, _NS(shape=(5, 384)))
-    assert STATE.step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None],
+    assert _decided(STATE.step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None],
                                  ["extend", 384, True, 1, None]]
     one_step = Step()
     monkeypatch.setattr(STATE, "step", one_step)
@@ -498,14 +503,14 @@ def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(extend_detac
     monkeypatch.setattr(STATE, "step", step)
     hooks.FACTORIES["verify_v2"]("v2.verify")(lambda self, b: _verify_result(384), _NS(topk=1, speculative_num_steps=4),
                                               _verify_batch())
-    assert step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]
+    assert _decided(step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]
     assert step.draft == [1, 7, 8, 9] and step.draft_ns > 0 and step.verify_end is not None and step.verify_ns is not None
     again = Step()  # aux capture off: the H-wide states skip fc; a verify input already there: no draft ran
     again.draft_from = hooks._draft_start(_verify_batch(prebuilt=True))
     monkeypatch.setattr(STATE, "step", again)
     hooks.FACTORIES["verify_v2"]("v2.verify")(lambda self, b: _verify_result(128), _NS(topk=1, speculative_num_steps=4),
                                               _verify_batch())
-    assert again.passes == [["draft_extend_v2", 128, False, 1, None]] and again.draft_ns is None
+    assert _decided(again) == [["draft_extend_v2", 128, False, 1, None]] and again.draft_ns is None
     assert again.draft == [1, 7, 8, 9]  # the tokens it verifies all the same
     assert hooks._draft_start(_NS(spec_info=None))[1] is None  # SGLang drafts from an idle input it makes
 
@@ -539,4 +544,4 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_d
     step = submitted[0][3]
     # the sleeps before and after verify, each in its own phase
     assert step.draft_ns >= 200e6 and 20e6 <= step.extend_ns < 200e6
-    assert step.passes == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]
+    assert _decided(step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]

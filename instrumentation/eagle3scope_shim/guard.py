@@ -47,12 +47,18 @@ def _never() -> bool:
     return False
 
 
+def _injected(seam: str) -> RuntimeError:
+    return RuntimeError(f"fault injected into {seam} by {env.FAULT}")
+
+
 def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
            in_step: bool = False, traceable: bool = True) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
     ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
-    ``post(ctx, result, *args, **kwargs)`` observes the result. Either raising disables the seam;
+    ``post(ctx, result, *args, **kwargs)`` observes the result; without a ``pre``, ``ctx`` is the
+    ``perf_counter_ns`` at which ``original`` began (a post-only hook times its call with no body
+    before it: each body a hook runs costs µs after a forward has swept the caches, BENCHMARKS.md). Either raising disables the seam;
     ``original``'s result is returned as is. ``hot`` bodies run under the sync guard when enabled.
     ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
     ``torch.compiler.is_compiling`` call per hook.
@@ -77,11 +83,10 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
         if seam in state.disabled or (traceable and _compiling()):
             cell[0] += clock() - t0
             return original(*args, **kwargs)
-        ctx = None
         if pre is not None:
             try:
                 if state.fault == seam:
-                    raise RuntimeError(f"fault injected into {seam} by {env.FAULT}")
+                    raise _injected(seam)
                 if guard is None:
                     ctx = pre(*args, **kwargs)
                 else:
@@ -92,7 +97,9 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                 return original(*args, **kwargs)
             if type(ctx) is Rewrite:
                 ctx, args, kwargs = ctx.ctx, ctx.args, ctx.kwargs
-        t1 = clock()
+            t1 = clock()
+        else:
+            ctx = t1 = clock()
         result = original(*args, **kwargs)
         if post is None and rounds is None:  # a pre-only hook (the draft forwards): two reads, not four
             cell[0] += t1 - t0
@@ -100,6 +107,8 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
         t2 = clock()
         if post is not None and seam not in state.disabled:
             try:
+                if pre is None and state.fault == seam:  # the fault goes into the hook's first body
+                    raise _injected(seam)
                 if guard is None:
                     post(ctx, result, *args, **kwargs)
                 else:

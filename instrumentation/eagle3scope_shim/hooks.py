@@ -17,6 +17,7 @@ is taken out, and on v2 so are the draft and draft-extend hooks, whose work veri
 from __future__ import annotations
 
 import logging
+import operator
 import sys
 import time
 import weakref
@@ -30,6 +31,7 @@ from eagle3scope_shim.ring import SNAPSHOTS, HostRing, listed, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
 _now = time.perf_counter_ns
+_RID = operator.attrgetter("rid")
 log = logging.getLogger("eagle3scope")
 
 
@@ -214,7 +216,11 @@ def make_step(seam):
         if channel is not None and channel._pending is not None:  # a call only with a change queued
             channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
-        idle, extend = _mode_of(batch)
+        mode = batch.forward_mode
+        try:  # asked once per mode: each call a step costs ~1.5 µs after a forward (BENCHMARKS.md, issue 28)
+            idle, extend = _MODES[mode]
+        except (KeyError, TypeError):
+            idle, extend = _asked_once(_MODES, mode, _ask_mode, mode)
         if idle:  # an idle attention-DP rank's collective-only pass: nothing to report
             return None
         stale = STATE.step
@@ -249,7 +255,7 @@ def make_step(seam):
                 HostRing.release(slot)
             return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
-        rids = [req.rid for req in batch.reqs]
+        rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
         if not step.prefill:
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
             if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
@@ -343,32 +349,25 @@ def _draft_start(batch) -> tuple[int, int | None] | None:
     spec = batch.spec_info
     if spec is None:  # SGLang makes an idle input (its width unknown here) and drafts from it
         return _now(), None
-    if _is_verify_input(spec):
+    # SGLang's spec.is_verify_input(), asked once per spec_input_type (an enum member): the method
+    # builds a set of five members on every call
+    kind = getattr(spec, "spec_input_type", None)
+    try:
+        verify = _VERIFY_INPUT_TYPES[kind]
+    except (KeyError, TypeError):  # None (a release or stand-in without it) is never kept: asked every time
+        verify = _ask_verify(spec) if kind is None else _asked_once(_VERIFY_INPUT_TYPES, kind, _ask_verify, spec)
+    if verify:
         return None
     return _now(), _hidden_width(batch, _DRAFT_PATH)
-
-
-def _is_verify_input(spec) -> bool:
-    """SGLang's ``spec.is_verify_input()``, asked once per ``spec_input_type`` (an enum member): the
-    method builds a set of five members on every call."""
-    kind = getattr(spec, "spec_input_type", None)
-    if kind is None:  # a release or stand-in without it: asked every time
-        return _ask_verify(spec)
-    return _asked_once(_VERIFY_INPUT_TYPES, kind, _ask_verify, spec)
 
 
 def _ask_verify(spec) -> bool:
     return bool(spec.is_verify_input())
 
 
-def _mode_of(batch) -> tuple[bool, bool]:
-    """(idle, extend) of the batch's ``forward_mode``, asked once per mode (a ``ForwardMode`` member,
-    whose ``is_idle``/``is_extend`` answers never change): two Python calls a step less."""
-    mode = batch.forward_mode
-    return _asked_once(_MODES, mode, _ask_mode, mode)
-
-
 def _ask_mode(mode) -> tuple[bool, bool]:
+    """(idle, extend) of a batch's ``forward_mode``, asked once per mode (a ``ForwardMode`` member,
+    whose ``is_idle``/``is_extend`` answers never change)."""
     idle = getattr(mode, "is_idle", None)
     return (idle is not None and bool(idle()), bool(mode.is_extend()))
 
@@ -394,24 +393,23 @@ _VERIFY_INPUT_TYPES: dict = {}
 _MODES: dict = {}
 
 
-def _drafted(step, args, kwargs) -> None:
-    """verify's start where the draft hook is out: the draft's tokens (``batch.spec_info``, the verify
-    input), its time and its ``speculative_num_steps - 1`` decode passes, each eager (``_uncounted``,
-    whose other cases the hook's removal rules out: ``_detach_draft_and_extend``)."""
-    if not FACTS.draft_at_verify:
-        return
-    batch = args[1] if len(args) > 1 else kwargs["batch"]
+def _drafted(step, worker, batch, verify_began: int) -> None:
+    """Where the draft hook is out: the draft's tokens (``batch.spec_info``, the verify input, which
+    verify reads and never rebinds or writes: eagle_worker_v2.py / eagle_worker_common.py 0.5.23,
+    eagle_worker_v2.py 0.5.10), its time up to verify's start and its ``speculative_num_steps - 1``
+    decode passes, each eager (``_uncounted``, whose other cases the hook's removal rules out:
+    ``_detach_draft_and_extend``)."""
     step.draft = snap(step, "draft", batch.spec_info.draft_token)
     began = step.draft_from
     if began is not None:
-        step.draft_ns = _now() - began[0]
+        step.draft_ns = verify_began - began[0]
         width = began[1]
-        n = args[0].speculative_num_steps - 1
+        n = worker.speculative_num_steps - 1
         if width is not None and n >= 1:
-            step.add_pass(_DRAFT_MODE, width, _fc_at_caller(width), n)
+            step.passes.append((_DRAFT_MODE, width, None, n, None))
 
 
-def _timed(seam, slot: str | None, observe=None, enter=None):
+def _timed(seam, slot: str | None, observe=None):
     """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data.
     For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
     the draft (a shape: host metadata), and the draft passes of the call come from that one read:
@@ -423,15 +421,13 @@ def _timed(seam, slot: str | None, observe=None, enter=None):
         step = STATE.step
         if step is None:
             return None
-        if enter is not None:
-            enter(step, args, kwargs)
         feed = None
         if feeds is not None:
             index, name, path, mode = feeds
             width = _hidden_width(args[index] if len(args) > index else kwargs.get(name), path)
             if width is not None:
-                feed = [mode, width, _fc_at_caller(width), 0]
-                # fc known here: the forward hook just counts
+                feed = [mode, width, 0]
+                # fc decidable from the width (fc_of): the forward hook just counts
                 step.feed = feed if FACTS.draft_fc_always or FACTS.draft_embed_width is not None else None
         return _now(), feed, step.forwards
 
@@ -446,10 +442,10 @@ def _timed(seam, slot: str | None, observe=None, enter=None):
             observe(step, result, args[0])
         if feed is not None:
             step.feed = None
-            if feed[3]:  # forwards that ran eagerly, each counted by the draft-forward hook
-                step.add_pass(feed[0], feed[1], feed[2], feed[3])
+            if feed[2]:  # forwards that ran eagerly, each counted by the draft-forward hook
+                step.passes.append((feed[0], feed[1], None, feed[2], None))
             elif step.forwards == forwards:
-                _uncounted(step, args, feed[0], feed[1], feed[2])
+                _uncounted(step, args, feed[0], feed[1])
 
     return around(seam, pre, post, hot=True, in_step=True, traceable=False)
 
@@ -462,14 +458,16 @@ def _hidden_width(owner, path: tuple[str, ...]) -> int | None:
     return None if owner is None else int(owner.shape[-1])
 
 
-def _fc_at_caller(width: int) -> bool:
+def fc_of(width: int) -> bool:
     """Whether the draft applies fc to hidden states of ``width`` (EAGLE-3: iff it differs from the
-    embedding width; an EAGLE-1/2 draft always), as a caller of the draft can tell."""
+    embedding width; an EAGLE-1/2 draft always), as a caller of the draft can tell. Asked on the
+    publisher thread, of the passes a caller read (``Step.passes`` with fc None): the draft's facts
+    are read once, as its worker is built."""
     embed = FACTS.draft_embed_width
     return FACTS.draft_fc_always or (embed is not None and width != embed)
 
 
-def _uncounted(step, args, mode: str, width: int, fc: bool) -> None:
+def _uncounted(step, args, mode: str, width: int) -> None:
     """The caller ran and the draft-forward hook counted nothing: its pass replayed a captured graph,
     or, where that hook was taken out because nothing can replay (``_detach_counting_forwards``), ran
     eagerly. Either way as many forwards as the caller always runs: ``speculative_num_steps - 1``
@@ -481,10 +479,8 @@ def _uncounted(step, args, mode: str, width: int, fc: bool) -> None:
     n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
     if n < 1:
         return  # a one-step draft runs no decode forward at all
-    if FACTS.forwards_at_callers:
-        step.add_pass(mode, width, fc, n)
-    else:
-        step.add_pass(mode, width, fc, n, graphs.graph_bs(mode, len(args[1].seq_lens)))
+    graph = None if FACTS.forwards_at_callers else graphs.graph_bs(mode, len(args[1].seq_lens))
+    step.passes.append((mode, width, None, n, graph))
 
 
 def _observe_draft(step, result, worker):
@@ -492,19 +488,31 @@ def _observe_draft(step, result, worker):
     step.draft = snap(step, "draft", verify_input.draft_token)
 
 
-def _observe_verify_v2(step, result, worker):
-    """v2 ``accept_lens`` INCLUDES the bonus token; ``next_token_ids`` is strided per request (for
-    trees SGLang has compacted the accepted path to the front). A tree's ``draft_token`` holds nodes
-    in score order, so which ones were accepted comes from ``accept_index`` ([bs, steps + 1] global
-    node indices, -1 padded): one more non-blocking copy."""
-    step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
-    if (getattr(worker, "topk", 1) or 1) > 1:
-        step.path = snap(step, "path", getattr(result, "accept_index", None))
-    if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
-        width = _hidden_width(result, _EXTEND_PATH)
-        if width is not None:
-            step.add_pass(_EXTEND_MODE, width, _fc_at_caller(width))
-        step.verify_end = _now()
+def make_verify_v2(seam):
+    """verify on v2, one body after the call (``around`` gives it the call's start): ``accept_lens``
+    INCLUDES the bonus token; ``next_token_ids`` is strided per request (for trees SGLang has compacted
+    the accepted path to the front). A tree's ``draft_token`` holds nodes in score order, so which
+    ones were accepted comes from ``accept_index`` ([bs, steps + 1] global node indices, -1 padded):
+    one more non-blocking copy. Where the draft and extend hooks are out, their work is done here
+    (:func:`_drafted`, and the width of what the extend gets from this result)."""
+
+    def post(began, result, self, *args, **kwargs):
+        step = STATE.step
+        if step is None:
+            return
+        step.verify_ns = _now() - began
+        if FACTS.draft_at_verify:
+            _drafted(step, self, args[0] if args else kwargs["batch"], began)
+        step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
+        if (getattr(self, "topk", 1) or 1) > 1:
+            step.path = snap(step, "path", getattr(result, "accept_index", None))
+        if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
+            width = _hidden_width(result, _EXTEND_PATH)
+            if width is not None:
+                step.passes.append((_EXTEND_MODE, width, None, 1, None))
+            step.verify_end = _now()
+
+    return around(seam, None, post, hot=True, in_step=True, traceable=False)
 
 
 def _observe_verify_v1(step, result, worker):
@@ -517,10 +525,6 @@ def _observe_verify_v1(step, result, worker):
 
 def make_draft(seam):
     return _timed(seam, "draft_ns", _observe_draft)
-
-
-def make_verify_v2(seam):
-    return _timed(seam, "verify_ns", _observe_verify_v2, _drafted)
 
 
 def make_verify_v1(seam):
@@ -586,7 +590,7 @@ def make_draft_forward(seam):
                 return None
             step.forwards += 1
             if step.feed is not None:
-                step.feed[3] += 1
+                step.feed[2] += 1
                 return None
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         width = int(forward_batch.spec_info.hidden_states.shape[-1])
@@ -597,7 +601,7 @@ def make_draft_forward(seam):
             if graphs.record_capture(mode, int(forward_batch.batch_size), width, fc):
                 loadreport.refresh_hello()
             return None
-        step.add_pass(mode, width, fc)
+        step.passes.append((mode, width, fc, 1, None))
         return None
 
     return around(seam, pre, None, hot=True, in_step=True)
@@ -668,7 +672,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         "accepted": accepted,
         "bonus": bonus,
         "accepted_ids": accepted_ids,
-        "passes": [_pass(*p) for p in step.passes],
+        "passes": merged_passes(step.passes),
         "capture": capture,
         "draft_ms": _ms(step.draft_ns),
         "verify_ms": _ms(step.verify_ns),
@@ -710,12 +714,24 @@ def _drop_discarded(body: bodies.Step, discarded: set) -> None:
     body["bs"] = len(keep)
 
 
-def _pass(mode, width, fc, n, graph=None) -> bodies.Pass:
-    body: bodies.Pass = {"mode": mode, "width": width, "fc": bool(fc), "n": n}
-    if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
-        body["replayed"] = True
-        body["graph_bs"] = graph
-    return body
+def merged_passes(passes: list[tuple]) -> list[bodies.Pass]:
+    """The step's ``passes`` as the hooks appended them, fc decided (:func:`fc_of`) where a caller read
+    the width, and each run of passes alike (mode, width, fc, graph) merged into one with their count."""
+    out: list[bodies.Pass] = []
+    last = None
+    for mode, width, fc, n, graph in passes:
+        fc = fc_of(width) if fc is None else bool(fc)
+        key = (mode, width, fc, graph)
+        if key == last:
+            out[-1]["n"] += n
+            continue
+        last = key
+        body: bodies.Pass = {"mode": mode, "width": width, "fc": fc, "n": n}
+        if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
+            body["replayed"] = True
+            body["graph_bs"] = graph
+        out.append(body)
+    return out
 
 
 # -- load time: draft weights and aux capture ----------------------------------------------------

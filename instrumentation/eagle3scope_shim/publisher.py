@@ -9,8 +9,11 @@ thread drains the ring every ``flush_interval_s`` (:class:`Bell`), or as soon as
 events wait, instead of being woken per event:
 signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
 3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
-(BENCHMARKS.md). Polling costs an idle server four wake-ups a second; a step reaches viewers within
-``flush_interval_s``. A full ring counts a drop instead of growing or waiting. ``hello``/``load``
+(BENCHMARKS.md). Polling costs an idle server two wake-ups a second; a step reaches viewers within
+``flush_interval_s`` (0.5 s), or sooner on a fast server (64 events wait). Each drain's first frame
+costs several times the others after a forward has swept the caches, and each timed wait about
+77 µs of CPU on the test VM, so a drain of 32 frames costs each frame about half of what one of 8 did
+(BENCHMARKS.md, issue 28, session 14). A full ring counts a drop instead of growing or waiting. ``hello``/``load``
 bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
 Heartbeats carry the counters so drops reach the viewer. The endpoint is judged before it is
 bound (:func:`eagle3scope.wire.endpoints.guard`): an ipc socket only in a private directory and never
@@ -93,8 +96,8 @@ class Publisher:
         hwm: int = 10000,
         sticky_interval_s: float = 2.0,
         heartbeat_interval_s: float = 1.0,
-        flush_interval_s: float = 0.25,
-        wake_batch: int = 16,
+        flush_interval_s: float = 0.5,
+        wake_batch: int = 64,
     ) -> None:
         self._requested = resolve_bind_endpoint(endpoint)
         self.src = src

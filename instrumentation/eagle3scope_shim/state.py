@@ -38,9 +38,13 @@ class Step:
                  "num_steps", "path", "discarded", "forwards", "feed", "verify_end", "draft_from")
 
     def __init__(self) -> None:
-        self.passes: list[list] = []  # [mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None]
+        #: (mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None) as the hooks saw them, appended
+        #: without merging; fc None where a caller of the draft read the width (hooks.fc_of decides it). The
+        #: publisher thread derives and merges (hooks.merged_passes): each helper call on the scheduler's
+        #: thread costs about 1.5 µs after a forward has swept the caches (BENCHMARKS.md, issue 28)
+        self.passes: list[tuple] = []
         self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
-        #: while a caller of the draft runs (seams.DRAFT_INPUTS): [mode, width, fc, forwards counted]
+        #: while a caller of the draft runs (seams.DRAFT_INPUTS): [mode, width, forwards counted]
         #: from its read of the width it hands over; the draft-forward hook then only counts
         self.feed: list | None = None
         self.draft = None  # snapshot of EagleVerifyInput.draft_token
@@ -55,15 +59,6 @@ class Step:
         self.prefill = False
         self.slot: RingSlot | None = None  # host buffers of this step's snapshots, taken on first use
         self.dropped = False  # every ring slot was busy: the step is counted as dropped, not published
-
-    def add_pass(self, mode: str, width: int, fc: bool, n: int = 1, graph: int | None = None) -> None:
-        passes = self.passes
-        if passes:
-            last = passes[-1]
-            if last[0] == mode and last[1] == width and last[2] == fc and last[4] == graph:
-                last[3] += n
-                return
-        passes.append([mode, width, fc, n, graph])
 
 
 class ShimState:

@@ -24,7 +24,7 @@ class Host(list):
 def _decode_step(verify, draft=None, bs=3):
     step = Step()
     step.draft, step.verify = draft, verify
-    step.passes = [["decode", 128, False, 2], ["draft_extend_v2", 384, True, 1]]
+    step.passes = [("decode", 128, False, 2, None), ("draft_extend_v2", 384, True, 1, None)]
     body = hooks.finalize_step((7, 123, [f"r{i}" for i in range(bs)], step, {"on": True, "layers": [1, 2, 3]}))
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body  # a valid wire step
     return body
@@ -46,6 +46,28 @@ def test_v1_counts_exclude_the_bonus_and_tokens_are_packed():
     assert body["accepted"] == [2, 0, 1] and body["bonus"] == [1, 1, 1]
     assert body["accepted_ids"] == [[10, 11, 99], [44], [30, 33]]
     assert body["draft_ids"] == [[], [], []]  # draft hook unobserved: nothing invented
+
+
+def test_passes_read_at_callers_get_fc_from_the_width_and_runs_alike_merge(monkeypatch):
+    """The hooks append passes as they see them; the publisher thread decides fc where a caller read
+    the width (fc None: EAGLE-3's rule, fc iff the width is not the embedding's) and merges each run
+    of passes alike, so the wire step is what one merged record per run would have been."""
+    monkeypatch.setattr(FACTS, "draft_embed_width", 128)
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    passes = [("decode", 384, None, 2, None), ("decode", 384, True, 1, None), ("decode", 128, None, 1, None),
+              ("decode", 128, False, 1, 4), ("draft_extend_v2", 384, None, 1, None), ("decode", 384, None, 1, None)]
+    assert hooks.merged_passes(passes) == [
+        {"mode": "decode", "width": 384, "fc": True, "n": 3},
+        {"mode": "decode", "width": 128, "fc": False, "n": 1},
+        {"mode": "decode", "width": 128, "fc": False, "n": 1, "replayed": True, "graph_bs": 4},
+        {"mode": "draft_extend_v2", "width": 384, "fc": True, "n": 1},
+        {"mode": "decode", "width": 384, "fc": True, "n": 1},  # not merged across another run
+    ]
+    monkeypatch.setattr(FACTS, "draft_fc_always", True)  # an EAGLE-1/2 draft: fc on every pass
+    assert [p["fc"] for p in hooks.merged_passes([("decode", 128, None, 1, None)])] == [True]
+    monkeypatch.setattr(FACTS, "draft_fc_always", False)
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)  # unknown embedding: fc is never claimed
+    assert [p["fc"] for p in hooks.merged_passes([("decode", 384, None, 1, None)])] == [False]
 
 
 def test_prefill_step_carries_no_acceptance():
@@ -101,6 +123,23 @@ def test_fault_injection_names_one_seam(clean_state, monkeypatch):
     assert around("t.fine", lambda x: ran.append(x), None)(lambda x: x + 1, 1) == 2
     assert ran == [1] and clean_state.disabled == {"t.faulty"}
     assert "injected" in clean_state.pending[0]["detail"]
+    monkeypatch.setattr(STATE, "fault", "t.post_only")  # a hook without pre: the fault goes into its post
+    assert around("t.post_only", None, lambda ctx, r, x: ran.append(r))(lambda x: x + 1, 1) == 2
+    assert ran == [1] and clean_state.disabled == {"t.faulty", "t.post_only"}
+
+
+def test_a_post_only_hook_gets_the_time_its_original_began(clean_state):
+    import time
+
+    seen = []
+
+    def original(x):
+        seen.append(time.perf_counter_ns())
+        return x * 2
+
+    assert around("t.timed", None, lambda began, result, x: seen.append((began, result)))(original, 4) == 8
+    ran_at, (began, result) = seen
+    assert result == 8 and began <= ran_at and ran_at - began < 50_000_000 and clean_state.disabled == set()
 
 
 def test_one_endpoint_per_data_parallel_rank():
@@ -1305,10 +1344,11 @@ def test_the_capture_read_each_step_follows_changes_and_a_new_target(monkeypatch
     assert loadreport.capture_now() == {"on": True, "layers": [3]}  # a new worker's target is looked up afresh
 
 
-def test_forward_modes_and_spec_input_types_are_asked_once_each_and_stand_ins_every_time(monkeypatch):
+def test_forward_modes_and_spec_input_types_are_asked_once_each_and_stand_ins_every_time(shim, monkeypatch):
     """SGLang's ForwardMode and SpecInputType are enums whose ``is_*`` answers never change, so each
-    member is asked once; an unhashable mode, or a spec input without ``spec_input_type``, is asked
-    every call, and the memo holds at most MAX_MEMO members."""
+    member is asked once (by the step hook itself, whose lookups are inline: no call a step); an
+    unhashable mode, or a spec input without ``spec_input_type``, is asked every call, and the memo
+    holds at most MAX_MEMO members."""
     import enum
     import types
 
@@ -1322,23 +1362,34 @@ def test_forward_modes_and_spec_input_types_are_asked_once_each_and_stand_ins_ev
         def is_extend(self):
             return self is Mode.EXTEND
 
-    asked = []
+    asked, seen = [], []
     monkeypatch.setattr(hooks, "_MODES", {})
-    batch = lambda mode: types.SimpleNamespace(forward_mode=mode)  # noqa: E731
-    assert [hooks._mode_of(batch(m)) for m in (Mode.DECODE, Mode.EXTEND, Mode.IDLE, Mode.DECODE, Mode.IDLE)] == [
-        (False, False), (False, True), (True, False), (False, False), (True, False)]
+    monkeypatch.setattr(STATE, "publisher", PublisherStub())
+    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    step_hook = hooks.FACTORIES["step"]("u.step")
+
+    def step(mode):  # what the step's own pre made of the mode: no step (idle), or a prefill or decode one
+        batch = types.SimpleNamespace(forward_mode=mode, reqs=[], is_extend_in_batch=False)
+        step_hook(lambda worker, b: seen.append(None if STATE.step is None else STATE.step.prefill), None, batch)
+        return seen[-1]
+
+    assert [step(m) for m in (Mode.DECODE, Mode.EXTEND, Mode.IDLE, Mode.DECODE, Mode.IDLE)] == [
+        False, True, None, False, None]
     assert asked == [Mode.DECODE, Mode.EXTEND, Mode.IDLE]
     unhashable = types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: True)
-    assert hooks._mode_of(batch(unhashable)) == (False, True) and len(hooks._MODES) == 3
+    assert step(unhashable) is True and step(unhashable) is True and len(hooks._MODES) == 3
     monkeypatch.setattr(hooks, "MAX_MEMO", 3)  # full: a fourth mode is answered, not kept
 
     class Other:
         def is_extend(self):
             return False
 
-    assert hooks._mode_of(batch(Other())) == (False, False) and len(hooks._MODES) == 3
-    spec = lambda prebuilt, kind=None: types.SimpleNamespace(is_verify_input=lambda: prebuilt, **({"spec_input_type": kind} if kind else {}))  # noqa: E731
+    assert step(Other()) is False and len(hooks._MODES) == 3 and shim.disabled == set()
+    spec = lambda prebuilt, kind=None: types.SimpleNamespace(  # noqa: E731
+        is_verify_input=lambda: prebuilt, hidden_states=types.SimpleNamespace(shape=(2, 96)),
+        **({"spec_input_type": kind} if kind else {}))
+    drafts = lambda s: hooks._draft_start(types.SimpleNamespace(spec_info=s))  # noqa: E731
     monkeypatch.setattr(hooks, "_VERIFY_INPUT_TYPES", {})
-    assert (hooks._is_verify_input(spec(False)), hooks._is_verify_input(spec(True))) == (False, True)  # no type: asked
-    assert (hooks._is_verify_input(spec(True, "verify")), hooks._is_verify_input(spec(False, "verify"))) == (True, True)
+    assert drafts(spec(False))[1] == 96 and drafts(spec(True)) is None  # no type: asked
+    assert drafts(spec(True, "verify")) is None and drafts(spec(False, "verify")) is None  # asked once
     assert hooks._VERIFY_INPUT_TYPES == {"verify": True}
