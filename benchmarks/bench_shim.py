@@ -97,7 +97,9 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             if device != "cpu":
                 torch.cuda.set_sync_debug_mode("default")
 
-    STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16)
+    # woken by each chunk of 16 rounds (timed below), as a server's rounds wake it by its flush timer:
+    # the default 64 would leave every chunk waiting out the 0.5 s timer
+    STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16, wake_batch=16)
     pub.start()
     SNAPSHOTS.capacity, SNAPSHOTS.sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
     make = hooks.FACTORIES

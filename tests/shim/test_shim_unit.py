@@ -805,7 +805,7 @@ class _CPU:
 
 
 def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(monkeypatch):
-    """_observe_verify_v2 reads the worker's topk: a tree (topk > 1) also takes accept_index."""
+    """v2 verify's hook reads the worker's topk: a tree (topk > 1) also takes accept_index."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(STATE, "disabled", set())
     verify = hooks.FACTORIES["verify_v2"]("v2.verify")
