@@ -239,6 +239,18 @@ SHIM_MUTATIONS = [
      ["tests/test_shim_toggle.py"]),
     ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/bench_shim.py",
      "        got = sub.poll(timeout_ms=0)\n    return n", "        got = None\n    return n", ["tests/test_shim_toggle.py"]),
+    # session 14: verify's hook one body after the call, passes decided and merged on the publisher thread
+    ("round 8 shim: passes alike left unmerged on the wire", SHIM_HOOKS,
+     "        if key == last:\n", "        if False:\n", [SHIM_UNIT]),
+    ("round 8 shim: an EAGLE-1/2 draft's caller-read passes claimed fc-bypassed", SHIM_HOOKS,
+     "    return FACTS.draft_fc_always or (embed is not None and width != embed)",
+     "    return embed is not None and width != embed", [SHIM_UNIT]),
+    ("round 8 shim: a post-only hook never takes an injected fault", "instrumentation/eagle3scope_shim/guard.py",
+     "                if pre is None and state.fault == seam:", "                if False:", [SHIM_UNIT]),
+    ("round 8 shim: a post-only hook handed no start time", "instrumentation/eagle3scope_shim/guard.py",
+     "            ctx = t1 = clock()", "            ctx, t1 = None, clock()", [SHIM_UNIT]),
+    ("round 8 shim: the draft timed to verify's end, not its start", SHIM_HOOKS,
+     "        step.draft_ns = verify_began - began[0]", "        step.draft_ns = _now() - began[0]", [GRAPH_EVIDENCE]),
 ]
 
 

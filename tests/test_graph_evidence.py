@@ -534,7 +534,7 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_d
     def round_(self, b):
         time.sleep(0.2)  # SGLang's draft, unhooked
         b.spec_info = _verify_batch().spec_info
-        verify(lambda *a: result, _NS(topk=1, speculative_num_steps=4), b)
+        verify(lambda *a: time.sleep(0.1) or result, _NS(topk=1, speculative_num_steps=4), b)  # SGLang's verify
         time.sleep(0.02)  # SGLang's draft extend, unhooked
         return result
 
@@ -542,6 +542,6 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_d
                 reqs=[_NS(rid="r")], spec_info=_verify_batch(128).spec_info)
     hooks.FACTORIES["step"]("v2.step")(round_, worker, batch)
     step = submitted[0][3]
-    # the sleeps before and after verify, each in its own phase
-    assert step.draft_ns >= 200e6 and 20e6 <= step.extend_ns < 200e6
+    # the sleeps before, in and after verify, each in its own phase (verify's ends its draft's time)
+    assert 200e6 <= step.draft_ns < 300e6 and step.verify_ns >= 100e6 and 20e6 <= step.extend_ns < 100e6
     assert _decided(step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]

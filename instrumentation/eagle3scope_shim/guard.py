@@ -58,8 +58,9 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     ``pre(*args, **kwargs)`` returns a context or a :class:`Rewrite` (or raises),
     ``post(ctx, result, *args, **kwargs)`` observes the result; without a ``pre``, ``ctx`` is the
     ``perf_counter_ns`` at which ``original`` began (a post-only hook times its call with no body
-    before it: each body a hook runs costs µs after a forward has swept the caches, BENCHMARKS.md). Either raising disables the seam;
-    ``original``'s result is returned as is. ``hot`` bodies run under the sync guard when enabled.
+    before it: each body a hook runs costs µs after a forward has swept the caches, BENCHMARKS.md).
+    Either raising disables the seam (an injected fault goes into the first body); ``original``'s
+    result is returned as is. ``hot`` bodies run under the sync guard when enabled.
     ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
     ``torch.compiler.is_compiling`` call per hook.
     The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's

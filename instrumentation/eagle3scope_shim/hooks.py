@@ -217,7 +217,7 @@ def make_step(seam):
             channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
         mode = batch.forward_mode
-        try:  # asked once per mode: each call a step costs ~1.5 µs after a forward (BENCHMARKS.md, issue 28)
+        try:  # asked once per mode, inline: a call here costs µs after a forward (BENCHMARKS.md, issue 28)
             idle, extend = _MODES[mode]
         except (KeyError, TypeError):
             idle, extend = _asked_once(_MODES, mode, _ask_mode, mode)
