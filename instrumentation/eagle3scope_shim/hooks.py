@@ -11,7 +11,9 @@ hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after 
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
 (:func:`_detach_draft_and_extend`); without the overlap loop the commit hook goes too
-(:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify.
+(:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify, and verify's has
+one body, after the call. Passes are appended as the hooks see them; fc, where a caller read the
+width, and the merging are the publisher thread's (:func:`merged_passes`).
 """
 
 from __future__ import annotations
