@@ -162,6 +162,8 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "every _maps checker is optional (Step.passes, the one MapList(optional=False), is check_step's own)"),
     ],
     "shim-hooks": [
+        ('step.prefill = extend or bool(getattr(batch, "is_extend_in_batch", None))',
+         "read only through bool(): None and False are both false"),
         ("    width = None", "read only as `and width` (a tree path needs draft tokens), where None and 0 are both false"),
         ('if (getattr(worker, "topk", 2) or 1) > 1:', "EAGLEWorkerV2 sets topk in __init__ (eagle_worker_v2.py 0.5.23, line 1317): the default is never read"),
         ('step.path = snap(step, "PATH", getattr(result, "accept_index", None))',

@@ -244,6 +244,9 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
         hooks.FACTORIES["draft_forward"](seam)(lambda *a: None, inner, None, None, batch)
         assert STATE.step.passes[-1][:3] == ("decode", 128, fc), seam
     assert STATE.step.forwards == len(families)
+    wide = _NS(spec_info=_NS(hidden_states=_NS(shape=(3, 384))), forward_mode=_NS(name="DECODE"), batch_size=3)
+    hooks.FACTORIES["draft_forward"]("llama_eagle3.forward")(lambda *a, **k: None, inner, None, None, forward_batch=wide)
+    assert STATE.step.passes[-1][:3] == ("decode", 384, True) and STATE.disabled == set()  # passed by name, read alike
 
 
 class _Untouchable:
