@@ -12,9 +12,10 @@ signalling it from the scheduler's thread on every step (out of an idle wait) co
 (BENCHMARKS.md). Polling costs an idle server two wake-ups a second; a step reaches viewers within
 ``flush_interval_s`` (0.5 s), or sooner on a fast server (64 events wait). Each drain's first frame
 costs several times the others after a forward has swept the caches, and each timed wait about
-77 µs of CPU on the test VM, so bigger drains cost less per frame: in the engine bench the drains fell
-from 28-33 to 22 µs a round against 0.25 s and 16 (BENCHMARKS.md, issue 28, session 14). A full ring
-counts a drop instead of growing or waiting. ``hello``/``load`` bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
+77 µs of CPU on the test VM, so bigger drains cost less per frame: in the engine bench the drains
+fell from 28-33 to 22 µs a round, at rounds of the same length, against 0.25 s and 16 (BENCHMARKS.md,
+issue 28, session 14). A full ring counts a drop instead of growing or waiting. ``hello``/``load``
+bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
 Heartbeats carry the counters so drops reach the viewer. The endpoint is judged before it is
 bound (:func:`eagle3scope.wire.endpoints.guard`): an ipc socket only in a private directory and never
 over another live publisher, TCP only with CURVE (:mod:`eagle3scope.wire.curve`) unless the user
