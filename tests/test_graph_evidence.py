@@ -521,8 +521,6 @@ def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(extend_detac
 def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_detachable, monkeypatch):
     import time
 
-    from eagle3scope_shim.ring import SNAPSHOTS
-
     worker, _, _ = extend_detachable
     _first_step_detaches(worker)
     submitted = []
@@ -530,7 +528,7 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(extend_d
     monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "step", None)
     monkeypatch.setattr(STATE, "seam_status", {})  # no commit seam: the step goes out at once
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     result = _verify_result(384)
     verify = hooks.FACTORIES["verify_v2"]("v2.verify")
 

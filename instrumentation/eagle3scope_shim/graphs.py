@@ -38,6 +38,8 @@ from eagle3scope.wire import bodies
 from eagle3scope.wire.releases import before
 from eagle3scope_shim import seams
 from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim.ring import CAPTURE_GATE
+from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 
@@ -51,6 +53,8 @@ GRAPH_ATTRS = ("graph_runner", "cuda_graph_runner", "decode_cuda_graph_runner", 
 KEEPS_AUX_SET = "0.5.11"
 RECAPTURE_ENTRY = "recapture_decode_cuda_graph"
 DEVICES = ("cuda", "musa")  # where SGLang's own weight update recaptures
+#: the longest a recapture waits for the publisher to finalise the steps queued before it
+DRAIN_S = 2.0
 HINT = "write the ids with `eagle3scope aux write` and restart, or serve with --disable-cuda-graph to compare live"
 
 
@@ -83,9 +87,17 @@ class GraphPlan:
 
     def recapture(self) -> float:
         """Recapture the target's graphs with the aux set now in effect; the pause in ms. Runs on
-        the scheduler thread between two steps; raises what SGLang raises."""
+        the scheduler thread between two steps; raises what SGLang raises. The publisher finalises
+        the steps queued so far first (at most :data:`DRAIN_S`), and makes no device call while
+        the capture runs (``ring.CAPTURE_GATE``): SGLang captures in global mode, where another
+        thread's event call breaks the capture, on this rank only, and the TP ranks then hang."""
         t0 = time.perf_counter()
-        getattr(self.runner, RECAPTURE_ENTRY)()
+        publisher = STATE.publisher
+        if publisher is not None and not publisher.flush(DRAIN_S):
+            log.warning("eagle3scope: the publisher had not finalised its queued steps after %.1f s; recapturing "
+                        "anyway (it waits for the capture to end)", DRAIN_S)
+        with CAPTURE_GATE:
+            getattr(self.runner, RECAPTURE_ENTRY)()
         self.last_pause_ms = round((time.perf_counter() - t0) * 1000, 1)
         log.info("eagle3scope: target graphs recaptured in %.1f ms", self.last_pause_ms)
         return self.last_pause_ms

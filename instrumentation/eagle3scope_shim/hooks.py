@@ -29,7 +29,7 @@ from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.ring import SNAPSHOTS, HostRing, listed, snap
+from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
 _now = time.perf_counter_ns
@@ -59,6 +59,7 @@ def make_scheduler_init(seam):
         aux_channel.start(args[0], index, rank["tp_rank"])
         report_unobserved(getattr(args[0], "draft_worker", None))
         loadreport.publish_startup(args[0])
+        _start_ring(args[0])
 
     return around(seam, pre, post)
 
@@ -119,19 +120,28 @@ def _unhooked(part: str, detail: str) -> None:
     STATE.report(part, "unhooked", detail)
 
 
-def _size_ring(worker) -> None:
-    """Ring buffers hold one step's largest snapshot: request pool size x draft tokens. Read at the
-    first step: SGLang sizes the request pool (and, without --max-running-requests, decides the
-    capacity) only after the worker's ``__init__``. Adaptive steps widen a round up to their largest
-    candidate."""
+def _start_ring(scheduler) -> None:
+    """Size the snapshot ring and allocate all its buffers as the scheduler starts, on its thread:
+    never in a step (a pinned allocation serialises device work). SGLang has built the request
+    pool by then (after the worker's ``__init__``). A scheduler without a speculative worker (a
+    pipeline stage without the draft) snapshots nothing."""
+    worker = getattr(scheduler, "draft_worker", None)
+    if worker is None:
+        return
+    device = getattr(getattr(scheduler, "server_args", None), "device", None) or "cuda"
+    SNAPSHOTS.start(str(device), _ring_capacity(worker), wake=STATE.publisher.wake)
+
+
+def _ring_capacity(worker) -> int:
+    """Ring buffers hold one step's largest snapshot: request pool size x draft tokens. Adaptive
+    steps widen a round up to their largest candidate."""
     runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
     pool = getattr(worker, "req_to_token_pool", None) or getattr(runner, "req_to_token_pool", None)
     rows = getattr(pool, "size", None) or getattr(runner, "max_running_requests", None) or 0
     steps = [getattr(worker, "speculative_num_steps", None) or 0]
     steps += list(getattr(getattr(worker, "adaptive_controller", None), "candidate_steps", None) or ())
     width = max([getattr(worker, "speculative_num_draft_tokens", None) or 0] + [int(n) + 1 for n in steps])
-    SNAPSHOTS.capacity = int(rows) * int(width)
-    SNAPSHOTS.sized = True
+    return int(rows) * int(width)
 
 
 def _detach_counting_forwards(worker) -> None:
@@ -228,8 +238,8 @@ def make_step(seam):
         stale = STATE.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)
-        if not SNAPSHOTS.sized:  # the first step
-            _size_ring(self)
+        if not STATE.stepped:  # the first step
+            STATE.stepped = True
             _detach_counting_forwards(self)
             _detach_draft_and_extend(self)
             _detach_commit()
@@ -622,7 +632,14 @@ def make_target_graph_capture(seam):
         loadreport.refresh_hello()
         return None
 
-    return around(seam, pre, None)
+    observe = around(seam, pre, None)
+
+    def hook(original, *args, **kwargs):
+        with CAPTURE_GATE:  # no shim thread's device call while SGLang captures (ring.CAPTURE_GATE)
+            return observe(original, *args, **kwargs)
+
+    hook.__name__, hook.eagle3scope_seam = observe.__name__, seam
+    return hook
 
 
 def finalize_step(payload) -> bodies.Step:
@@ -631,8 +648,7 @@ def finalize_step(payload) -> bodies.Step:
     if slot is None:
         return _step_body(*payload)
     try:
-        if slot.recorded:
-            slot.event.synchronize()
+        slot.ring.wait(slot)
         return _step_body(*payload)
     finally:
         HostRing.release(slot)

@@ -14,6 +14,7 @@ import inspect
 import os
 import socket
 import sys
+import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
@@ -38,11 +39,15 @@ def _fused_key(name: str, parts: tuple[str, ...]) -> str:
 
 
 class LoadWatch:
-    """Watches one ``load_weights`` call of a draft model."""
+    """Watches one ``load_weights`` call of a draft model. It holds the parameters weakly, and the
+    model only while loading: after loading SGLang deletes the draft's own embedding (and head) and
+    shares the target's (``set_embed``/``set_embed_and_head``, 0.5.23), and a reference kept here
+    would keep those device tensors allocated (GBs per GPU)."""
 
     def __init__(self, model) -> None:
-        self.model = model
-        self.params = dict(model.named_parameters())
+        self.model = model  # while loading; None after finish
+        params = dict(model.named_parameters())
+        self.params: dict[str, weakref.ref] = {name: weakref.ref(param) for name, param in params.items()}
         self.written: set[str] = set()
         self.consumed: list[str] = []
         self.skipped: list[str] = []
@@ -55,7 +60,7 @@ class LoadWatch:
         self._fused: tuple[str, ...] | None = None
         self._restore: list[tuple] = []
         default = _default_weight_loader(model)
-        for name, param in self.params.items():
+        for name, param in params.items():
             had = "weight_loader" in param.__dict__
             loader = param.__dict__.get("weight_loader", default)
             if loader is None:
@@ -120,6 +125,7 @@ class LoadWatch:
                 del param.weight_loader
         self._restore.clear()
         FACTS.draft_loads[id(self.model)] = self
+        self.model = self._hot = None
 
 
 def _default_weight_loader(model):
@@ -285,7 +291,8 @@ def load_body(kind: str, worker, target, draft) -> bodies.Load:
     weights = None
     if watch is not None:
         now = dict(draft.named_parameters())
-        unwritten = [n for n, p in watch.params.items() if n not in written and now.get(n) is p] if watch.tracked else None
+        unwritten = [n for n, ref in watch.params.items()
+                     if n not in written and (p := ref()) is not None and now.get(n) is p] if watch.tracked else None
         weights = {"consumed": watch.consumed, "skipped": watch.skipped, "unwritten": unwritten, "ignored": watch.ignored}
     return {
         "draft_class": type(draft).__name__,

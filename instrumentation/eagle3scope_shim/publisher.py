@@ -10,7 +10,8 @@ events wait, instead of being woken per event:
 signalling it from the scheduler's thread on every step (out of an idle wait) cost that thread about
 3 % of its py-spy samples on a loaded box, the woken thread pre-empting it and taking the GIL
 (BENCHMARKS.md). Polling costs an idle server two wake-ups a second; a step reaches viewers within
-``flush_interval_s`` (0.5 s), or sooner on a fast server (64 events wait). Each drain's first frame
+``flush_interval_s`` (0.5 s), or sooner on a fast server (64 events wait, or the shim's snapshot
+ring runs short and rings :meth:`Publisher.wake`: ``ring.HostRing``). Each drain's first frame
 costs several times the others after a forward has swept the caches, and each timed wait about
 77 µs of CPU on the test VM, so bigger drains cost less per frame: in the engine bench the drains
 fell from 28-33 to 22 µs a round, at rounds of the same length, against 0.25 s and 16 (BENCHMARKS.md,
@@ -112,6 +113,7 @@ class Publisher:
         self._wake = Bell()
         self._stop = False
         self._closed = False
+        self._finalizing = False  # the thread is building and sending a batch it took off the ring
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
@@ -220,6 +222,25 @@ class Publisher:
             return True
         except Exception:
             return False
+
+    def wake(self) -> None:
+        """Drain now rather than at the next timer (any thread; never blocks): a producer running
+        short of something the drain gives back, e.g. the shim's snapshot ring."""
+        self._wake.ring()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Another thread: wake the publisher and wait, at most ``timeout_s``, until every event
+        queued so far has been finalised; True when it was. Before a graph recapture, so that no
+        queued step still needs the publisher's device calls."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return not self._ring
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        self._wake.ring()
+        while self._ring or self._finalizing:
+            if time.monotonic() >= deadline or not self._thread.is_alive():
+                return False
+            time.sleep(0.001)
+        return True
 
     def drop(self, kind: str) -> None:
         """Count an event the caller could not even snapshot (e.g. no free host buffer)."""
@@ -371,7 +392,11 @@ class Publisher:
                     break
                 if ring:
                     t0 = time.thread_time_ns()  # CPU, not wall: the scheduler's thread may hold the GIL meanwhile
-                    self._drain(ring)
+                    self._finalizing = True
+                    try:
+                        self._drain(ring)
+                    finally:
+                        self._finalizing = False
                     self._busy_ns += time.thread_time_ns() - t0
                     continue
                 # poll: a submit wakes this thread only when a batch is full (see the module docstring)

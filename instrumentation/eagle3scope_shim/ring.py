@@ -1,26 +1,57 @@
 """The snapshot ring: reusable host buffers that device tensors are copied into without a sync.
 
-Nothing here blocks: device tensors are copied ``non_blocking`` into a :class:`HostRing` slot's
-reusable (pinned) host buffers, the slot's one event is recorded after the step's copies, and the
-publisher thread turns them into lists later and hands the slot back (see :func:`snap`).
+Nothing here blocks on the hot path: device tensors are copied ``non_blocking`` into a
+:class:`HostRing` slot's reusable (pinned) host buffers, the slot's one event is recorded after the
+step's copies, and the publisher thread waits for that event, turns the buffers into lists and hands
+the slot back (see :func:`snap`). The ring is sized and every buffer allocated on the scheduler's
+thread when the scheduler starts (:meth:`Snapshots.start`), never in a step. It wakes the publisher
+itself when it runs short, whatever its size. The publisher's event work adopts the scheduler's
+device first and never overlaps a graph capture (:data:`CAPTURE_GATE`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable
 
 from eagle3scope.wire import bodies, env
 
+#: The fields snapshotted per step (hooks: draft tokens, accept lengths, accepted ids, tree accept
+#: index), each with one buffer per slot, allocated when the ring is made.
+FIELDS = ("draft", "lens", "ids", "path")
+
+#: Held by a thread that captures a CUDA graph (the shim's recapture, SGLang's capture seam:
+#: ``graphs.GraphPlan.recapture``, ``hooks.make_target_graph_capture``) and by the publisher thread
+#: around its event work (:meth:`HostRing.wait`). SGLang captures in PyTorch's ``global`` error
+#: mode, where an event query or sync from ANY thread invalidates the capture; so the publisher's
+#: event calls and a capture exclude each other. A gate rather than relaxed capture mode for the
+#: publisher thread: PyTorch has no Python call that sets a thread's capture mode
+#: (``cudaThreadExchangeStreamCaptureMode``), relaxed mode would still not cover a pinned allocation,
+#: and a flag that is only read would race with a capture starting right after the read. Reentrant,
+#: because the shim's recapture runs SGLang's capture, whose seam takes it again on the same thread.
+#: The hot path never takes it; the publisher waits at most one capture, a capture at most one
+#: event wait (one step's device work).
+CAPTURE_GATE = threading.RLock()
+
 
 class Snapshots:
-    """The process's ring and what sizes it, made at the first device copy."""
+    """The process's ring and what sized it, made when the scheduler starts."""
 
     def __init__(self) -> None:
         self.ring: HostRing | None = None
-        self.capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
-        self.sized = False
+        self.capacity = 0  # elements per ring buffer: request pool size x draft tokens
         self.on_cpu = os.environ.get(env.RING_ON_CPU, "").strip() == "1"
+        self.torch = None  # the torch the ring is made with (None: the real one; tests give a model of it)
+
+    def start(self, device_type: str, capacity: int, wake: Callable[[], None] | None = None) -> None:
+        """Scheduler thread, before its first step: size the ring and allocate all its buffers, for
+        snapshots of ``device_type`` tensors, ``capacity`` elements each. No ring where tensors are
+        host tensors already (a CPU server, unless ``env.RING_ON_CPU`` asks for one)."""
+        self.capacity = max(0, int(capacity))
+        if device_type == "cpu" and not self.on_cpu:
+            return
+        self.ring = ring_for(device_type, self.capacity, wake=wake, torch=self.torch)
 
     def stats(self) -> bodies.Heartbeat:
         """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
@@ -32,16 +63,35 @@ class Snapshots:
 
 
 class RingSlot:
-    """One step's host buffers (by field name) and the event recorded after its copies."""
+    """One step's host buffers (by field name), the event recorded after its copies, its ring."""
 
-    __slots__ = ("index", "buffers", "event", "busy", "recorded")
+    __slots__ = ("index", "ring", "buffers", "event", "busy", "recorded")
 
-    def __init__(self, index: int, event) -> None:
+    def __init__(self, index: int, ring: HostRing, event) -> None:
         self.index = index
-        self.buffers: dict[str, Any] = {}
+        self.ring = ring
+        self.buffers: dict[str, Any] = {}  # field -> (buffer, numel of the view, view)
         self.event = event  # None on CPU: host copies are complete when ``copy_`` returns
         self.busy = False  # handed out, not yet released by its reader
         self.recorded = False  # the event was recorded at least once
+
+
+class SchedulerDevice:
+    """The scheduler thread's device, which every other shim thread adopts before its first device
+    call. A new thread's current device is 0 and ``CUDAEvent::synchronize`` sets none, so a
+    publisher of a scheduler on another GPU would open a CUDA context on GPU 0 (SGLang's own copy
+    thread sets its device first: ``managers/async_d2h_copy_worker.py``, 0.5.23)."""
+
+    def __init__(self, cuda) -> None:
+        self.cuda = cuda  # torch.cuda, or a model of it
+        self.index = cuda.current_device()  # read on the scheduler's thread
+        self._adopted = threading.local()
+
+    def adopt(self) -> None:
+        """Set the calling thread's device to the scheduler's, once per thread."""
+        if not getattr(self._adopted, "done", False):
+            self.cuda.set_device(self.index)
+            self._adopted.done = True
 
 
 class HostRing:
@@ -49,52 +99,77 @@ class HostRing:
 
     Slots are handed out in order. The next slot is reusable only when its reader released it and
     its event completed, which is checked with ``event.query()``: the hot path never waits. A busy
-    slot means the step is not snapshotted and counts in ``dropped``. A field's buffers are
-    allocated for every slot at once, at its first copy (the first step), ``capacity`` elements each
-    (request pool size x draft tokens, which no batch exceeds); a copy larger than that drops its
-    step (``oversize``) rather than allocate pinned memory on the hot path. Only a ring whose
-    capacity is unknown (0) grows a slot's buffer. So a round costs neither a host allocation nor a
-    new event; ``late_allocations`` counts allocations after the first step.
+    slot means the step is not snapshotted and counts in ``dropped``. Every field of :data:`FIELDS`
+    has a buffer in every slot from the start, ``capacity`` elements of one integer dtype (request
+    pool size x draft tokens, which no batch exceeds); a copy of another integer dtype converts
+    (a non-blocking device-to-host ``copy_`` converts on the device), so a dtype flip allocates
+    nothing, and a copy larger than the buffers drops its step (``oversize``). Only a field not in
+    :data:`FIELDS`, or a ring whose capacity is unknown (0), allocates in a step:
+    ``late_allocations`` counts those.
+
+    The ring wakes its reader (``wake``) when it runs short: when half its slots are in use (a
+    crossing, so once per shortage) and at the first refused acquire of a run of them. So a ring
+    of any size is drained in time, while a reader that keeps up is not woken per step.
     """
 
-    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0) -> None:
-        self.slots = [RingSlot(i, new_event() if new_event is not None else None) for i in range(max(1, size))]
+    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0, *,
+                 alloc: Callable[[int], Any] | None = None, device: SchedulerDevice | None = None,
+                 wake: Callable[[], None] | None = None) -> None:
+        self.slots = [RingSlot(i, self, new_event() if new_event is not None else None) for i in range(max(1, size))]
         self.capacity = max(0, int(capacity))  # elements per buffer: request pool size x draft tokens
+        self._alloc = alloc  # n -> a host buffer of n elements
+        self.device = device  # the scheduler's device (None: no device calls to make)
+        self.wake = wake
+        self._short = max(1, len(self.slots) // 2)  # slots in use at which the reader is woken
+        self._refusing = False
         self._next = 0
         self.acquired = 0
         self.dropped = 0
         self.allocations = 0  # buffer allocations (a field for every slot counts once)
-        self.late_allocations = 0  # of them, after the first step
+        self.late_allocations = 0  # of them, in a step
         self.oversize = 0  # copies larger than the buffers: their steps were dropped
+        if alloc is not None and self.capacity:
+            for name in FIELDS:
+                self._allocate(name, self.capacity, self.slots)
 
-    def buffer(self, slot: RingSlot, name: str, dtype, n: int, pin: bool):
-        """The slot's buffer for ``name`` holding ``n`` elements of ``dtype``; None when ``n`` exceeds
-        the ring's capacity (the caller drops the step)."""
+    def _allocate(self, name: str, n: int, slots) -> None:
+        self.allocations += 1
+        for s in slots:
+            buf = self._alloc(n)
+            s.buffers[name] = (buf, 0, buf[:0])
+
+    def buffer(self, slot: RingSlot, name: str, n: int):
+        """The slot's buffer for ``name`` holding ``n`` elements; None when ``n`` exceeds the ring's
+        capacity (the caller drops the step)."""
         held = slot.buffers.get(name)
-        if held is not None and held[0].dtype == dtype and held[0].numel() >= n:
+        if held is not None and held[0].numel() >= n:
             return held
         if self.capacity and n > self.capacity:
             self.oversize += 1
             return None
-        import torch
-
-        self.allocations += 1
-        if self.acquired > 1:
-            self.late_allocations += 1
-        targets = self.slots if self.capacity and held is None else (slot,)
-        for s in targets:
-            buf = torch.empty(max(n, self.capacity), dtype=dtype, pin_memory=pin)
-            s.buffers[name] = (buf, 0, buf[:0])
+        self.late_allocations += 1
+        self._allocate(name, max(n, self.capacity), self.slots if self.capacity and held is None else (slot,))
         return slot.buffers[name]
 
     def acquire(self) -> RingSlot | None:
-        slot = self.slots[self._next]
+        slots = self.slots
+        i = self._next
+        slot = slots[i]
         if slot.busy or (slot.recorded and not slot.event.query()):
             self.dropped += 1
+            if not self._refusing and self.wake is not None:
+                self.wake()
+            self._refusing = True
             return None
+        self._refusing = False
         slot.busy = True
-        self._next = (self._next + 1) % len(self.slots)
+        n = len(slots)
+        self._next = (i + 1) % n
         self.acquired += 1
+        # slots are taken and given back in order: the slots from i - short + 1 to i are in use, and
+        # i - short is free, only as the ring crosses into running short
+        if self.wake is not None and slots[(i - self._short + 1) % n].busy and not slots[(i - self._short) % n].busy:
+            self.wake()
         return slot
 
     @staticmethod
@@ -103,6 +178,16 @@ class HostRing:
         if slot.event is not None:
             slot.event.record()
             slot.recorded = True
+
+    def wait(self, slot: RingSlot) -> None:
+        """Reader thread: until the slot's copies are done (a blocking event: the thread sleeps).
+        Adopts the scheduler's device first, and never while a graph capture runs."""
+        if not slot.recorded:
+            return
+        with CAPTURE_GATE:
+            if self.device is not None:
+                self.device.adopt()
+            slot.event.synchronize()
 
     @staticmethod
     def release(slot: RingSlot) -> None:
@@ -114,19 +199,28 @@ RING_SLOTS = (8, 64)
 RING_BYTES = 16 << 20
 
 
-def ring_for(device_type: str, capacity: int) -> HostRing:
+def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None = None, torch=None) -> HostRing:
     """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
-    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids, tree accept index)."""
-    import torch
+    int64 buffers per slot, :data:`FIELDS`), allocated now. ``torch`` is the module whose
+    ``empty``, ``int64`` and ``<device_type>`` (``Event``, ``current_device``, ``set_device``) the
+    ring uses: the real one, or a test's model of it (tests/support/device_events.py). Events are
+    blocking: the publisher thread sleeps in ``synchronize`` instead of spinning a core."""
+    if torch is None:
+        import torch
 
     low, high = RING_SLOTS
     size = max(low, min(high, RING_BYTES // max(1, 4 * 8 * capacity)))
+    dtype = torch.int64
     if device_type == "cpu":  # test support (env.RING_ON_CPU): host copies are done when copy_ returns
-        return HostRing(size, None, capacity)
-    new_event = getattr(getattr(torch, device_type, None), "Event", None)
-    if new_event is None:
+        return HostRing(size, None, capacity, alloc=lambda n: torch.empty(n, dtype=dtype), wake=wake)
+    device = getattr(torch, device_type, None)
+    event = getattr(device, "Event", None)
+    if event is None:
         raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
-    return HostRing(size, new_event, capacity)
+    pin = device_type == "cuda"
+    return HostRing(size, lambda: event(blocking=True), capacity,
+                    alloc=lambda n: torch.empty(n, dtype=dtype, pin_memory=pin),
+                    device=SchedulerDevice(device) if device_type == "cuda" else None, wake=wake)
 
 
 def snap(step, name: str, tensor):
@@ -134,10 +228,10 @@ def snap(step, name: str, tensor):
     cheaper than a ``clone`` and done when it returns, and no device is
     involved. Device tensors go ``non_blocking`` into the step's ring slot: pinned buffers reused
     across steps, read by the publisher thread only after the slot's one event, which the step hook
-    records after all the step's copies. None when the ring had no free slot: the step is then
-    marked dropped. ``is_cpu``/``is_cuda`` rather than ``device.type``: each builds no
-    ``torch.device`` (after a forward has swept the caches, ``device.type`` costs about 40 µs of CPU
-    here, ``is_cpu`` 17: BENCHMARKS.md)."""
+    records after all the step's copies; an int32 tensor converts into the int64 buffer on the
+    device. None when the ring had no free slot, or there is no ring: the step is then marked
+    dropped. ``is_cpu`` rather than ``device.type``: it builds no ``torch.device`` (after a forward
+    has swept the caches, ``device.type`` costs about 40 µs of CPU here, ``is_cpu`` 17: BENCHMARKS.md)."""
     if tensor is None:
         return None
     if tensor.is_cpu and not SNAPSHOTS.on_cpu:
@@ -146,15 +240,13 @@ def snap(step, name: str, tensor):
         return None
     slot = step.slot
     if slot is None:
-        ring = SNAPSHOTS.ring
-        if ring is None:
-            ring = SNAPSHOTS.ring = ring_for(tensor.device.type, SNAPSHOTS.capacity)
-        slot = step.slot = ring.acquire()
+        ring = SNAPSHOTS.ring  # None: the scheduler's start made none (none is made in a step)
+        slot = step.slot = None if ring is None else ring.acquire()
         if slot is None:
             step.dropped = True
             return None
     n = tensor.numel()
-    held = SNAPSHOTS.ring.buffer(slot, name, tensor.dtype, n, tensor.is_cuda)  # (buffer, numel of the view, view)
+    held = slot.ring.buffer(slot, name, n)  # (buffer, numel of the view, view)
     if held is None:
         step.dropped = True
         return None

@@ -67,6 +67,7 @@ class ShimState:
         self.src = None
         self.started_ns = time.time_ns()  # with the pid, tells a restarted process apart under the same src
         self.step: Step | None = None
+        self.stepped = False  # a step began (the first step takes out the hooks this server does not need)
         self.seq = 0
         self.disabled: set[str] = set()
         self.seam_status: dict[str, str] = {}

@@ -508,7 +508,7 @@ def _settle(processor, result, batch):
 def committing(shim, monkeypatch):
     monkeypatch.setattr(STATE, "publisher", PublisherStub())
     monkeypatch.setattr(STATE, "uncommitted", __import__("collections").deque())
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     shim.seam_status[hooks.COMMIT_SEAM] = "attached"
     return STATE.publisher
 
@@ -715,24 +715,20 @@ def test_the_patcher_wraps_on_import_and_unwraps_only_its_own_wrappers(monkeypat
 def test_the_ring_is_sized_from_the_targets_request_pool_and_the_widest_adaptive_round(monkeypatch):
     """Request pool (held by the worker, or else by the target's model runner) x the widest round: the
     draft tokens, or an adaptive step budget's steps + 1 (bonus included), whichever is larger."""
-    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     runner = ns(req_to_token_pool=ns(size=16), max_running_requests=2)
     worker = ns(target_worker=ns(model_runner=runner), speculative_num_steps=3, speculative_num_draft_tokens=4,
                 adaptive_controller=ns(candidate_steps=[1, 5]))
-    hooks._size_ring(worker)
-    assert SNAPSHOTS.capacity == 16 * 6 and SNAPSHOTS.sized
+    assert hooks._ring_capacity(worker) == 16 * 6
     worker.adaptive_controller = None
-    hooks._size_ring(worker)
-    assert SNAPSHOTS.capacity == 16 * 4
+    assert hooks._ring_capacity(worker) == 16 * 4
 
 
 def test_a_batch_with_an_extend_in_it_is_a_prefill_step(shim, monkeypatch):
     """SGLang's mixed batches: the forward mode says decode but ``is_extend_in_batch`` is set (the
     step seam's own test, eagle_worker_v2.py 0.5.23); such a step carries no acceptance."""
     monkeypatch.setattr(STATE, "publisher", PublisherStub())
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     seen = []
 
     class Mixed(Batch):
@@ -818,11 +814,8 @@ def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(monke
 
 def test_a_one_step_budget_wider_than_the_draft_tokens_sizes_the_ring(monkeypatch):
     """Without adaptive steps the round's width is max(draft tokens, steps + 1)."""
-    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    hooks._size_ring(ns(req_to_token_pool=ns(size=3), speculative_num_steps=7, speculative_num_draft_tokens=4))
-    assert SNAPSHOTS.capacity == 3 * 8 and SNAPSHOTS.sized
+    assert hooks._ring_capacity(ns(req_to_token_pool=ns(size=3), speculative_num_steps=7, speculative_num_draft_tokens=4)) == 3 * 8
 
 
 def test_an_unobserved_worker_is_named_in_the_sticky_hellos_detail(monkeypatch):
@@ -870,7 +863,7 @@ def test_a_step_whose_post_never_ran_gives_its_ring_slot_back(monkeypatch):
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "publisher", object())
     monkeypatch.setattr(STATE, "aux_channel", None)
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     stale = Step()
     stale.slot = ns(busy=True)
     monkeypatch.setattr(STATE, "step", stale)
@@ -936,12 +929,9 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
 
 
 def test_without_a_pool_the_ring_is_sized_from_the_runners_max_running_requests(monkeypatch):
-    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    hooks._size_ring(ns(target_worker=ns(model_runner=ns(max_running_requests=5)), speculative_num_steps=3,
-                        speculative_num_draft_tokens=4))
-    assert SNAPSHOTS.capacity == 5 * 4
+    assert hooks._ring_capacity(ns(target_worker=ns(model_runner=ns(max_running_requests=5)), speculative_num_steps=3,
+                                   speculative_num_draft_tokens=4)) == 5 * 4
 
 
 def test_an_idle_attention_dp_pass_is_no_step(monkeypatch):
@@ -952,7 +942,7 @@ def test_an_idle_attention_dp_pass_is_no_step(monkeypatch):
     monkeypatch.setattr(STATE, "publisher", object())
     monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "step", None)
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     seen = []
     idle = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_idle=lambda: True, is_extend=lambda: False))
     hooks.FACTORIES["step"]("v2.step")(lambda worker, b: seen.append(STATE.step) or "out", object(), idle)
@@ -1082,27 +1072,28 @@ def test_the_load_hook_hands_sglang_every_checkpoint_tensor(clean_state, monkeyp
     assert got == ["a", "b"] and clean_state.disabled == set()
 
 
-def test_the_first_step_sizes_the_ring_and_later_steps_do_not(monkeypatch):
+def test_the_scheduler_start_sizes_the_ring_and_no_step_does(monkeypatch):
     import types
 
     monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "publisher", types.SimpleNamespace(submit=lambda *a: True, hook_failures=0))
+    monkeypatch.setattr(STATE, "publisher", types.SimpleNamespace(submit=lambda *a: True, hook_failures=0, wake=None))
     monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "step", None)
     monkeypatch.setattr(STATE, "seam_status", {})
+    monkeypatch.setattr(STATE, "stepped", False)
     monkeypatch.setattr(FACTS, "workers", [])
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
     monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
+    monkeypatch.setattr(SNAPSHOTS, "ring", None)
     worker = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(size=2), speculative_num_steps=3,
                                    speculative_num_draft_tokens=4)
+    hooks._start_ring(types.SimpleNamespace(draft_worker=worker, server_args=types.SimpleNamespace(device="cpu")))
+    assert SNAPSHOTS.capacity == 8 and SNAPSHOTS.ring is None  # a CPU server's tensors are host tensors already
     batch = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: True),
                                   reqs=[])
     hook = hooks.FACTORIES["step"]("v2.step")
-    hook(lambda w, b: None, worker, batch)
-    assert SNAPSHOTS.sized and SNAPSHOTS.capacity == 8
     worker.req_to_token_pool.size = 5
     hook(lambda w, b: None, worker, batch)
-    assert SNAPSHOTS.capacity == 8 and STATE.disabled == set()  # sized once, at the first step
+    assert SNAPSHOTS.capacity == 8 and STATE.stepped and STATE.disabled == set()
 
 
 def test_a_decode_step_whose_verify_went_unobserved_is_not_published_and_a_prefill_is(monkeypatch):
@@ -1115,7 +1106,7 @@ def test_a_decode_step_whose_verify_went_unobserved_is_not_published_and_a_prefi
     monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "step", None)
     monkeypatch.setattr(STATE, "seam_status", {})
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     monkeypatch.setattr(FACTS, "workers", [])
     hook = hooks.FACTORIES["step"]("v2.step")
     for extend, published in ((False, 0), (True, 1)):
@@ -1153,11 +1144,8 @@ def test_the_draft_call_times_its_phase(monkeypatch):
 
 
 def test_a_one_step_tree_sizes_the_ring_by_its_draft_tokens(monkeypatch):
-    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    hooks._size_ring(ns(req_to_token_pool=ns(size=2), speculative_num_steps=3, speculative_num_draft_tokens=8))
-    assert SNAPSHOTS.capacity == 2 * 8
+    assert hooks._ring_capacity(ns(req_to_token_pool=ns(size=2), speculative_num_steps=3, speculative_num_draft_tokens=8)) == 2 * 8
 
 
 def test_a_v1_draft_call_returns_its_verify_input_first(monkeypatch):
@@ -1210,7 +1198,7 @@ def test_the_first_step_keeps_the_forward_hook_of_a_worker_with_draft_graphs(mon
     monkeypatch.setattr(STATE, "aux_channel", None)
     monkeypatch.setattr(STATE, "step", None)
     monkeypatch.setattr(STATE, "seam_status", {})
-    monkeypatch.setattr(SNAPSHOTS, "sized", False)
+    monkeypatch.setattr(STATE, "stepped", False)
     monkeypatch.setattr(FACTS, "draft_embed_width", 128)
     monkeypatch.setattr(FACTS, "forwards_at_callers", False)
     runner = type("EAGLEDraftCudaGraphRunner", (), {})()
@@ -1220,7 +1208,7 @@ def test_the_first_step_keeps_the_forward_hook_of_a_worker_with_draft_graphs(mon
     batch = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_idle=lambda: False, is_extend=lambda: True),
                                   reqs=[])
     hooks.FACTORIES["step"]("v2.step")(lambda w, b: None, worker, batch)
-    assert taken == [] and FACTS.forwards_at_callers is False and SNAPSHOTS.sized
+    assert taken == [] and FACTS.forwards_at_callers is False and STATE.stepped
 
 
 def test_a_hook_events_detail_is_cut_at_1000_characters():
@@ -1365,7 +1353,7 @@ def test_forward_modes_and_spec_input_types_are_asked_once_each_and_stand_ins_ev
     asked, seen = [], []
     monkeypatch.setattr(hooks, "_MODES", {})
     monkeypatch.setattr(STATE, "publisher", PublisherStub())
-    monkeypatch.setattr(SNAPSHOTS, "sized", True)
+    monkeypatch.setattr(STATE, "stepped", True)
     step_hook = hooks.FACTORIES["step"]("u.step")
 
     def step(mode):  # what the step's own pre made of the mode: no step (idle), or a prefill or decode one
