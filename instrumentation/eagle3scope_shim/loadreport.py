@@ -128,6 +128,15 @@ class LoadWatch:
         self.model = self._hot = None
 
 
+def weights_facts(watch: LoadWatch, draft) -> dict:
+    """What the draft's load did with each checkpoint tensor, and which parameters nothing wrote
+    (those still the draft's own: one SGLang replaced, e.g. by the target's embedding, is not)."""
+    now = dict(draft.named_parameters())
+    unwritten = [n for n, ref in watch.params.items()
+                 if n not in watch.written and (p := ref()) is not None and now.get(n) is p] if watch.tracked else None
+    return {"consumed": watch.consumed, "skipped": watch.skipped, "unwritten": unwritten, "ignored": watch.ignored}
+
+
 def _default_weight_loader(model):
     func = inspect.unwrap(type(model).load_weights)
     loader = getattr(sys.modules.get(func.__module__), "default_weight_loader", None)
@@ -288,12 +297,7 @@ def load_body(kind: str, worker, target, draft) -> bodies.Load:
         lm_source = _source(lm_head.weight, target_lm, "lm_head.weight" in written)
     else:
         lm_source = None
-    weights = None
-    if watch is not None:
-        now = dict(draft.named_parameters())
-        unwritten = [n for n, ref in watch.params.items()
-                     if n not in written and (p := ref()) is not None and now.get(n) is p] if watch.tracked else None
-        weights = {"consumed": watch.consumed, "skipped": watch.skipped, "unwritten": unwritten, "ignored": watch.ignored}
+    weights = None if watch is None else weights_facts(watch, draft)
     return {
         "draft_class": type(draft).__name__,
         "target_class": type(target).__name__,
