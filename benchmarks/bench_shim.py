@@ -101,7 +101,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     # the default 64 would leave every chunk waiting out the 0.5 s timer
     STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16, wake_batch=16)
     pub.start()
-    SNAPSHOTS.capacity, SNAPSHOTS.sized = 64 * 4, True  # as the first step sizes it: request pool x draft tokens
+    SNAPSHOTS.start(device, 64 * 4, wake=pub.wake)  # as the scheduler's start makes it: request pool x draft tokens
+    STATE.stepped = True  # the bench chooses which hooks run, not the first step
     make = hooks.FACTORIES
 
     def round_hooks():

@@ -122,7 +122,7 @@ def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree, reques
           f" request-steps whose first n nodes were not the path {front_wrong}")
 
 
-def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree2):
+def test_without_max_running_requests_the_ring_is_sized_at_the_schedulers_start(tree2):
     frames, _ = tree2
     hello = _last(frames, "hello")
     rings = [b["ring"] for b in _kind(frames, "heartbeat") if "ring" in b]
@@ -130,7 +130,7 @@ def test_without_max_running_requests_the_ring_is_sized_at_the_first_step(tree2)
     ring = rings[-1]
     # request pool x draft tokens: the pool SGLang sized itself (48 requests here), where __init__ saw 0
     assert ring["capacity"] >= 8 * TREES[2] and ring["capacity"] % TREES[2] == 0, ring
-    # every field's buffers for every slot at the first step (draft tokens, accept lengths, ids, path)
+    # every field's buffers for every slot at the scheduler's start (draft tokens, accept lengths, ids, path)
     assert ring["allocations"] == 4 and ring["late_allocations"] == 0 and ring["oversize"] == 0, ring
     assert hello["worker_class"] == "EAGLEWorkerV2" and all(s == "attached" for s in hello["seams"].values())
     assert _last(frames, "heartbeat")["dropped"] == 0
@@ -212,7 +212,8 @@ RING = r"""
 import json, torch
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
 from eagle3scope_shim.state import Step
-SNAPSHOTS.on_cpu, SNAPSHOTS.ring, SNAPSHOTS.capacity = True, None, 4 * 6  # 4 requests x 6 draft tokens
+SNAPSHOTS.on_cpu = True
+SNAPSHOTS.start("cpu", 4 * 6)  # as the scheduler starts: 4 requests x 6 draft tokens
 out, ptrs = {"copies": True}, {}
 for bs in (1, 4, 2, 4, 3, 1, 4, 2, 3):
     step = Step()
@@ -230,7 +231,7 @@ out.update(slots=len(ring.slots), allocations=ring.allocations, late=ring.late_a
            every_slot_allocated=all(len(s.buffers) == 4 for s in ring.slots))
 big = Step()
 out["oversize"] = [snap(big, "draft", torch.arange(5 * 6)) is None, big.dropped, ring.oversize, ring.allocations]
-SNAPSHOTS.ring, SNAPSHOTS.capacity = None, 0  # capacity unknown (no request pool): a slot grows, counted late
+SNAPSHOTS.start("cpu", 0)  # capacity unknown (no request pool): a slot grows in a step, counted late
 for bs in (1, 2, 4):
     step = Step()
     snap(step, "draft", torch.arange(bs * 6))
@@ -240,17 +241,17 @@ print(json.dumps(out))
 """
 
 
-def test_the_host_ring_allocates_every_slot_at_the_first_step_and_never_after(engine_python):
+def test_the_host_ring_allocates_every_slot_at_start_and_never_in_a_step(engine_python):
     """The ring with real torch tensors (CPU standing in for device copies, as EAGLE3SCOPE_RING_ON_CPU
-    does in the engine): batch sizes that grow and shrink cost no allocation after the first step;
-    a copy beyond the capacity drops its step instead of allocating."""
+    does in the engine): batch sizes that grow and shrink, int64 and int32 fields, cost no allocation
+    after the scheduler's start; a copy beyond the capacity drops its step instead of allocating."""
     done = run_engine_python(engine_python, "-c", RING, env=checkout_pythonpath(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["copies"] and got["one_buffer_per_slot_and_field"] and got["every_slot_allocated"], got
     assert got["allocations"] == 4 and got["late"] == 0 and got["slots"] >= 8, got
     assert got["oversize"] == [True, True, 1, 4], got
-    assert got["unsized"] == [3, 2], got  # what an unknown capacity costs: the reason the ring is sized first
+    assert got["unsized"] == [3, 3], got  # what an unknown capacity costs: the reason the ring is sized first
 
 
 CPU_SNAP = r"""
