@@ -217,10 +217,10 @@ def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None
     event = getattr(device, "Event", None)
     if event is None:
         raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
-    pin = device_type == "cuda"
+    if device_type != "cuda":  # another backend's Event may take no blocking flag; its threads keep their device
+        return HostRing(size, event, capacity, alloc=lambda n: torch.empty(n, dtype=dtype), wake=wake)
     return HostRing(size, lambda: event(blocking=True), capacity,
-                    alloc=lambda n: torch.empty(n, dtype=dtype, pin_memory=pin),
-                    device=SchedulerDevice(device) if device_type == "cuda" else None, wake=wake)
+                    alloc=lambda n: torch.empty(n, dtype=dtype, pin_memory=True), device=SchedulerDevice(device), wake=wake)
 
 
 def snap(step, name: str, tensor):

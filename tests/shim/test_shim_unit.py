@@ -1232,7 +1232,7 @@ def test_an_unsafe_default_endpoint_is_named_as_the_default_on_the_servers_log(m
 def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topology(monkeypatch):
     """Wiring of make_scheduler_init (the engine tests run it for real): the topology read once, the
     publisher started with this rank's index and the publisher count, the control channel with its
-    TP rank, the unobserved check on the scheduler's draft worker, the start-up bodies."""
+    TP rank, the unobserved check on the scheduler's draft worker, the start-up bodies, the ring."""
     import types
 
     from eagle3scope_shim import aux_channel, loadreport, registry, topology
@@ -1252,6 +1252,7 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
     monkeypatch.setattr(aux_channel, "start", lambda sched, index, tp: calls.append(("aux", sched, index, tp)))
     monkeypatch.setattr(hooks, "report_unobserved", lambda worker: calls.append(("unobserved", worker)))
     monkeypatch.setattr(loadreport, "publish_startup", lambda sched: calls.append(("startup", sched)))
+    monkeypatch.setattr(hooks, "_start_ring", lambda sched: calls.append(("ring", sched)))
     sched = types.SimpleNamespace(draft_worker="the draft worker")
     for publishes in (False, True):
         monkeypatch.setattr(topology, "entry_rank", lambda p, r: (publishes, f"publishes={publishes}"))
@@ -1259,7 +1260,7 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
         assert STATE.scheduler is sched and STATE.topology == {"parallel": parallel, "rank": rank, "index": 1,
                                                                "publishes": publishes, "reason": f"publishes={publishes}"}
     assert calls == ["confirm", ("start", "ipc:///tmp/e3s-wiring", 1, 2), ("aux", sched, 1, 3),
-                     ("unobserved", "the draft worker"), ("startup", sched)]
+                     ("unobserved", "the draft worker"), ("startup", sched), ("ring", sched)]
 
 
 # -- the final draw's survivors (seed 309311355, measured on commit 63d745a) ----------------------------
