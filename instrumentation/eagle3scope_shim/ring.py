@@ -11,6 +11,7 @@ device first and never overlaps a graph capture (:data:`CAPTURE_GATE`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any, Callable
@@ -23,7 +24,7 @@ FIELDS = ("draft", "lens", "ids", "path")
 
 #: Held by a thread that captures a CUDA graph (the shim's recapture, SGLang's capture seam:
 #: ``graphs.GraphPlan.recapture``, ``hooks.make_target_graph_capture``) and by the publisher thread
-#: around its event work (:meth:`HostRing.wait`). SGLang captures in PyTorch's ``global`` error
+#: around its event work (:meth:`HostRing.device_work`). SGLang captures in PyTorch's ``global`` error
 #: mode, where an event query or sync from ANY thread invalidates the capture; so the publisher's
 #: event calls and a capture exclude each other. A gate rather than relaxed capture mode for the
 #: publisher thread: PyTorch has no Python call that sets a thread's capture mode
@@ -179,15 +180,20 @@ class HostRing:
             slot.event.record()
             slot.recorded = True
 
-    def wait(self, slot: RingSlot) -> None:
-        """Reader thread: until the slot's copies are done (a blocking event: the thread sleeps).
-        Adopts the scheduler's device first, and never while a graph capture runs."""
-        if not slot.recorded:
-            return
+    @contextlib.contextmanager
+    def device_work(self):
+        """Reader thread, around each of its device calls (event waits, event timings): the
+        scheduler's device adopted first, and no graph capture running meanwhile."""
         with CAPTURE_GATE:
             if self.device is not None:
                 self.device.adopt()
-            slot.event.synchronize()
+            yield
+
+    def wait(self, slot: RingSlot) -> None:
+        """Reader thread: until the slot's copies are done (a blocking event: the thread sleeps)."""
+        if slot.recorded:
+            with self.device_work():
+                slot.event.synchronize()
 
     @staticmethod
     def release(slot: RingSlot) -> None:
