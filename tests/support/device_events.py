@@ -23,7 +23,8 @@ strict as CUDA, never more lenient:
   SGLang captures): while :meth:`DeviceModel.capture` runs on any thread, an event ``query`` or
   ``synchronize`` or a pinned allocation (``cudaHostAlloc``) from ANY thread raises
   :class:`CaptureViolation` and invalidates the capture, which then fails when it ends
-  (:class:`CaptureFailed`, SGLang's "Capture cuda graph failed").
+  (:class:`CaptureFailed`, SGLang's "Capture cuda graph failed"). So does an event ``record``
+  (prohibited on the legacy default stream, allowed on others: the model is the stricter).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ class DeviceModel:
         self._device: dict[int, int] = {}  # thread id -> current device
         self.set_devices: dict[int, list[int]] = {}  # thread id -> the devices it set, in order
         self.contexts: set[int] = set()  # devices on which a call made a context
-        self.calls: list[tuple[int, int, str]] = []  # (thread id, device, call)
         self.events: list[ModelEvent] = []
         self.pinned_allocations: list[tuple[int, int]] = []  # (thread id, elements)
         self.spins = 0
@@ -121,16 +121,12 @@ class DeviceModel:
     def device_tensor(self, values, dtype: str = "int64") -> DeviceTensor:
         return DeviceTensor(list(values), dtype)
 
-    def contexts_opened_by(self, tid: int) -> set[int]:
-        return {device for t, device, _ in self.calls if t == tid}
-
     # -- the runtime ----------------------------------------------------------------------------
     def _call(self, what: str, unsafe: bool) -> None:
         """A runtime call on the calling thread's current device (self._cond held)."""
         tid = threading.get_ident()
         device = self._device.get(tid, 0)
         self.contexts.add(device)
-        self.calls.append((tid, device, what))
         if unsafe and self._capturing is not None:
             self._invalidated = True
             self.violations.append((tid, what))
@@ -154,7 +150,7 @@ class ModelEvent:
     def record(self) -> None:
         m = self.model
         with m._cond:
-            m._call("cudaEventRecord", unsafe=False)
+            m._call("cudaEventRecord", unsafe=True)
             self.device = m.current_device()
             self._copies, m._queued = self._copies + m._queued, []
             self._due = float("inf") if m._holding else time.monotonic() + m.latency_s
