@@ -21,6 +21,7 @@ class Snapshots:
         self.capacity = 0  # elements per ring buffer: request pool size x draft tokens, set at the first step
         self.sized = False
         self.on_cpu = os.environ.get(env.RING_ON_CPU, "").strip() == "1"
+        self.timed = False  # the ring records device time at the phase boundaries (ring.mark)
 
     def stats(self) -> bodies.Heartbeat:
         """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
@@ -32,16 +33,19 @@ class Snapshots:
 
 
 class RingSlot:
-    """One step's host buffers (by field name) and the event recorded after its copies."""
+    """One step's host buffers (by field name), the event recorded after its copies, and the
+    timing events of its phase boundaries (:data:`MARKS`, on a device that times them)."""
 
-    __slots__ = ("index", "buffers", "event", "busy", "recorded")
+    __slots__ = ("index", "buffers", "event", "busy", "recorded", "marks", "marked")
 
-    def __init__(self, index: int, event) -> None:
+    def __init__(self, index: int, event, marks: list | None = None) -> None:
         self.index = index
         self.buffers: dict[str, Any] = {}
         self.event = event  # None on CPU: host copies are complete when ``copy_`` returns
         self.busy = False  # handed out, not yet released by its reader
         self.recorded = False  # the event was recorded at least once
+        self.marks = marks  # one timing event per MARKS entry, or None (no device clock)
+        self.marked = 0  # bit i: MARKS[i] was recorded in the slot's current step
 
 
 class HostRing:
@@ -57,8 +61,12 @@ class HostRing:
     new event; ``late_allocations`` counts allocations after the first step.
     """
 
-    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0) -> None:
-        self.slots = [RingSlot(i, new_event() if new_event is not None else None) for i in range(max(1, size))]
+    def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0,
+                 new_timer: Callable[[], Any] | None = None) -> None:
+        self.slots = [RingSlot(i, new_event() if new_event is not None else None,
+                               [new_timer() for _ in MARKS] if new_timer is not None else None)
+                      for i in range(max(1, size))]
+        self.timed = new_timer is not None  # its slots record device time at the phase boundaries
         self.capacity = max(0, int(capacity))  # elements per buffer: request pool size x draft tokens
         self._next = 0
         self.acquired = 0
@@ -107,6 +115,7 @@ class HostRing:
     @staticmethod
     def release(slot: RingSlot) -> None:
         slot.busy = False
+        slot.marked = 0
 
 
 #: Ring slots, clamped so the ring's host memory stays under :data:`RING_BYTES`.
@@ -114,9 +123,61 @@ RING_SLOTS = (8, 64)
 RING_BYTES = 16 << 20
 
 
+#: Phase boundaries a timed slot records an event at, on the current stream, as the hooks pass them.
+#: SGLang runs nothing on the device between the draft's return and verify's call
+#: (``forward_batch_generation``, eagle_worker_v2.py 0.5.23), so where verify's start is not marked
+#: (v2's verify hook has no body before the call) the draft's end stands for it.
+MARKS = ("draft_start", "draft_end", "verify_start", "verify_end", "extend_start", "extend_end")
+DRAFT_START, DRAFT_END, VERIFY_START, VERIFY_END, EXTEND_START, EXTEND_END = range(len(MARKS))
+#: step field -> (start mark or marks in order of preference, end mark)
+DEVICE_PHASES = (("draft_device_ms", (DRAFT_START,), DRAFT_END), ("verify_device_ms", (VERIFY_START, DRAFT_END), VERIFY_END),
+                 ("extend_device_ms", (EXTEND_START,), EXTEND_END))
+#: devices whose rings time the phases: a timing-enabled ``torch.cuda.Event`` pair reads the GPU's own clock
+TIMED_DEVICES = ("cuda",)
+
+
+def times_device(server_args) -> bool:
+    """Whether a server with these arguments gets device phase times (SGLang's device defaults to cuda)."""
+    return (getattr(server_args, "device", None) or "cuda") in TIMED_DEVICES
+
+
+def mark(step, boundary: int) -> None:
+    """Record the timing event of ``boundary`` (an index into :data:`MARKS`) in the step's slot, on
+    the current stream: no sync, no allocation (the events were made with the ring). Takes the slot
+    the step's snapshots will use, as :func:`snap` would. Only called where ``SNAPSHOTS.timed``."""
+    if step.dropped:
+        return
+    slot = step.slot
+    if slot is None:
+        slot = step.slot = SNAPSHOTS.ring.acquire()
+        if slot is None:
+            step.dropped = True
+            return
+    slot.marks[boundary].record()
+    slot.marked |= 1 << boundary
+
+
+def device_ms(slot: RingSlot) -> dict[str, float]:
+    """Publisher thread, after the slot's event: each phase whose both boundaries were marked, in
+    device milliseconds (``elapsed_time``; a mark on another stream that has not completed yet
+    leaves its phase out rather than wait)."""
+    out = {}
+    marked, marks = slot.marked, slot.marks
+    for name, starts, end in DEVICE_PHASES:
+        start = next((i for i in starts if marked >> i & 1), None)
+        if start is None or not marked >> end & 1:
+            continue
+        try:
+            out[name] = float(marks[start].elapsed_time(marks[end]))
+        except RuntimeError:
+            continue
+    return out
+
+
 def ring_for(device_type: str, capacity: int) -> HostRing:
     """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
-    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids, tree accept index)."""
+    int64-sized buffers per slot: draft tokens, accept lengths, accepted ids, tree accept index),
+    with timing events per slot on a device in :data:`TIMED_DEVICES`."""
     import torch
 
     low, high = RING_SLOTS
@@ -126,7 +187,10 @@ def ring_for(device_type: str, capacity: int) -> HostRing:
     new_event = getattr(getattr(torch, device_type, None), "Event", None)
     if new_event is None:
         raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
-    return HostRing(size, new_event, capacity)
+    timer = (lambda: new_event(enable_timing=True)) if device_type in TIMED_DEVICES else None
+    ring = HostRing(size, new_event, capacity, timer)
+    SNAPSHOTS.timed = ring.timed
+    return ring
 
 
 def snap(step, name: str, tensor):
