@@ -183,13 +183,14 @@ def ring_for(device_type: str, capacity: int) -> HostRing:
     low, high = RING_SLOTS
     size = max(low, min(high, RING_BYTES // max(1, 4 * 8 * capacity)))
     if device_type == "cpu":  # test support (env.RING_ON_CPU): host copies are done when copy_ returns
-        return HostRing(size, None, capacity)
-    new_event = getattr(getattr(torch, device_type, None), "Event", None)
-    if new_event is None:
-        raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
-    timer = (lambda: new_event(enable_timing=True)) if device_type in TIMED_DEVICES else None
+        new_event = timer = None
+    else:
+        new_event = getattr(getattr(torch, device_type, None), "Event", None)
+        if new_event is None:
+            raise RuntimeError(f"torch.{device_type} has no Event: cannot tell when host copies are done")
+        timer = (lambda: new_event(enable_timing=True)) if device_type in TIMED_DEVICES else None
     ring = HostRing(size, new_event, capacity, timer)
-    SNAPSHOTS.timed = ring.timed
+    SNAPSHOTS.timed = ring.timed  # the hooks mark only where the ring can time (ring.mark)
     return ring
 
 
