@@ -326,6 +326,34 @@ def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
     drive()
 
 
+def test_tui_advises_from_device_times_and_gives_acceptance_only_on_a_graph_server_timed_on_the_host(tmp_path):
+    from support.tui_support import paused_app, play_to_end, run_async, screen_text
+
+    timed = chain_frames(1500, device=True, launches=True, server={"cuda_graph": True},
+                         observable={"device_timings": True}, src="gpu0")
+    launched = chain_frames(1500, launches=True, src="gpu1", seed=1, **GRAPHS_HOST_ONLY)
+    frames = [f for pair in zip(timed, launched) for f in pair]
+
+    @run_async
+    async def drive():
+        app = paused_app(_recording(tmp_path, frames), speed=64.0)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await play_to_end(app, pilot)
+            await pilot.press("5")
+            table = app.query_one("#advisor-table")
+            heading = [str(c.label) for c in table.columns.values()][3]
+            assert heading == "tok/s (device, host)"
+            rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+            gpu1 = [r for r in rows if r[0] == "gpu1"]
+            assert gpu1 and all(r[3] == "–" for r in gpu1)  # no throughput predicted from launch times
+            assert any(r[5] == "advised" for r in rows if r[0] == "gpu0")
+            text = screen_text(app)
+            assert "time model (device ms): draft" in text
+            assert "acceptance only: the server replays CUDA graphs" in text
+
+    drive()
+
+
 def test_tui_says_how_many_more_request_steps_a_short_recording_needs(tmp_path):
     from support.tui_support import paused_app, play_to_end, run_async
 
