@@ -437,7 +437,7 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                 if b and t is not None:
                     gains.append(t / b - 1)
         settings.append(Setting(k, total.accept_length(k), _interval([x.accept_length(k) for x in samples]),
-                                tps, gain, _widened(_interval(gains), gain, error or 0.0)))
+                                tps, gain, _widened(_interval(gains), gain, error if k != depth and error else 0.0)))
     needs = max(0, min_request_steps - request_steps)
     if needs:
         return answer(settings, model, reason=f"needs {needs} more request-steps before advising", needs=needs)
