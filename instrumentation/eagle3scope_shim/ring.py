@@ -137,8 +137,9 @@ TIMED_DEVICES = ("cuda",)
 
 
 def times_device(server_args) -> bool:
-    """Whether a server with these arguments gets device phase times (SGLang's device defaults to cuda)."""
-    return (getattr(server_args, "device", None) or "cuda") in TIMED_DEVICES
+    """Whether a server with these arguments gets device phase times (SGLang's device defaults to
+    cuda); False where there are none to read."""
+    return server_args is not None and (getattr(server_args, "device", None) or "cuda") in TIMED_DEVICES
 
 
 def mark(step, boundary: int) -> None:
