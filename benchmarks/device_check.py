@@ -328,7 +328,7 @@ def check_e(out: Path | None) -> list[dict]:
     for device in ("cuda", "cpu"):
         cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_shim.py"), "--hook-path-only", "--steps", "4000",
                "--device", device]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=110, cwd=ROOT,
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": f"{ROOT / 'instrumentation'}:{ROOT}:{os.environ.get('PYTHONPATH', '')}"})
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
@@ -455,7 +455,7 @@ PLAN = (("A", "nofix"), ("A", "fix"), ("B", "ungated"), ("B", "gated"), ("C", "s
 def table(rows: list[dict]) -> str:
     head = ("check", "figure", "value", "expected", "verdict / note")
     cells = [head] + [(r["check"], r["figure"], str(r["value"]), r["expected"], r["verdict"]) for r in rows]
-    widths = [min(90, max(len(c[i]) for c in cells)) for i in range(len(head))]
+    widths = [min(100, max(len(c[i]) for c in cells)) for i in range(len(head))]
     return "\n".join("  ".join(c[i][:widths[i]].ljust(widths[i]) for i in range(len(head))).rstrip() for c in cells)
 
 
