@@ -26,10 +26,9 @@ import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
+from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, ring, seams, topology
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim import ring
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing, device_ms, listed, mark, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
