@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/eagle3scope
 SCENARIO ?= healthy
 export EAGLE3SCOPE_CACHE = $(CACHE)
 
-.PHONY: venv engine-env engine-env-old models wheels speculators-env tmux prometheus demo test test-fast
+.PHONY: venv engine-env engine-env-old models wheels speculators-env tmux shellcheck prometheus demo test test-fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ speculators-env: engine-env
 tmux:
 	command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux; }
 
+# shellcheck for tests/test_device_check.py (Debian package; installed only where missing).
+shellcheck:
+	command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
+
 # Debian's prometheus for the real-Prometheus tests; skipped when `prometheus` is on PATH.
 prometheus:
 	bash scripts/install-prometheus.sh
@@ -44,7 +48,7 @@ models: venv engine-env
 demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)
 
-test: venv engine-env engine-env-old models wheels speculators-env tmux prometheus
+test: venv engine-env engine-env-old models wheels speculators-env tmux shellcheck prometheus
 	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: venv

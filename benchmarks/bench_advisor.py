@@ -3,7 +3,11 @@
 Records the demo's healthy scenario (greedy) at --speculative-num-steps 5 through the shim, asks
 ``eagle3scope advise`` for 1..4, then serves each setting and measures SGLang's own accept length
 (verify-committed tokens per verify pass, from ``meta_info``) and the wall throughput of the same
-workload (completion tokens per second over a fixed count of requests). Prints one row per setting.
+workload (completion tokens per second over a fixed count of requests). Prints one row per setting,
+and which clock the time model was fitted to (device where the steps carry device times), its fit
+error and the share of the gain interval that error adds; where the advisor predicts no throughput
+(host times on a graph or overlap server, or a fit error above its bound) the predicted columns are
+"-" and its reason is printed.
 
     .venv/bin/python benchmarks/bench_advisor.py [--requests 64] [--record-steps 600]
 """
@@ -58,17 +62,23 @@ def main() -> int:
             measured[k] = serve(models, k, args.requests, tmp)
     predicted = {s["num_steps"]: s for s in advice["settings"]}
     base_pred, base_meas = predicted[5]["tokens_per_s"], measured[5]["tok_per_s"]
-    print(f"recommended: {advice['recommended_num_steps']} ({advice['headline']}); fit error "
-          f"{advice['time_model']['rel_error']}")
-    print("steps  predicted_len  measured_len  error   predicted_rel_tps  measured_rel_tps")
+    model = advice["time_model"] or {}
+    print(f"recommended: {advice['recommended_num_steps']} ({advice['headline']}); time model on "
+          f"{model.get('clock')} times, fit error {model.get('rel_error')} (bound {model.get('max_rel_error')}), "
+          f"interval widened by {model.get('prediction_error')}; throughput predicted: {advice['throughput_predicted']}")
+    print("steps  predicted_len  measured_len  error   predicted_rel_tps  gain_ci          measured_rel_tps")
     for k in range(1, 6):
         p, m = predicted[k], measured[k]
+        rel = "-" if p["tokens_per_s"] is None else f"{p['tokens_per_s'] / base_pred:.3f}"
+        ci = "-" if not p["gain_ci"] else f"{p['gain_ci'][0]:+.3f}..{p['gain_ci'][1]:+.3f}"
         print(f"{k:>5}  {p['accept_length']:>13.3f}  {m['accept_length']:>12.3f}  {p['accept_length'] - m['accept_length']:+.3f}"
-              f"  {p['tokens_per_s'] / base_pred:>17.3f}  {m['tok_per_s'] / base_meas:>16.3f}")
+              f"  {rel:>17}  {ci:<15}  {m['tok_per_s'] / base_meas:>16.3f}")
     best = max(measured, key=lambda k: measured[k]["tok_per_s"])
     rec = advice["recommended_num_steps"]
-    print(f"best measured: {best} ({measured[best]['tok_per_s']:.1f} tok/s); recommended {rec}: "
-          f"{measured[rec]['tok_per_s']:.1f} tok/s ({measured[rec]['tok_per_s'] / measured[best]['tok_per_s']:.1%} of best)")
+    print(f"best measured: {best} ({measured[best]['tok_per_s']:.1f} tok/s)")
+    if rec is not None:
+        print(f"recommended {rec}: {measured[rec]['tok_per_s']:.1f} tok/s "
+              f"({measured[rec]['tok_per_s'] / measured[best]['tok_per_s']:.1%} of best)")
     return 0
 
 

@@ -7,11 +7,12 @@ import json
 import random
 import re
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from eagle3scope.analysis import analyse
-from eagle3scope.analysis.advisor import MIN_REQUEST_STEPS, RoundLog, advise
+from eagle3scope.analysis.advisor import BLOCKS, MAX_FIT_ERROR, MIN_REQUEST_STEPS, RoundLog, advise
 from eagle3scope.cli import main
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import decode_frame, encode_frame
@@ -23,12 +24,18 @@ DRAFT, VERIFY, EXTEND = (0.8, 0.05), (3.0, 0.02), (1.0, 0.01)
 
 
 def chain_frames(rounds: int, *, depth: int = 5, rates=(0.9, 0.7, 0.5, 0.35, 0.2), seed: int = 0,
-                 noise: float = 0.02, topk: int = 1, src: str = "dp0") -> list[bytes]:
+                 noise: float = 0.02, topk: int = 1, src: str = "dp0", server: dict | None = None,
+                 observable: dict | None = None, device: bool = False, launches: bool = False,
+                 disturb=None) -> list[bytes]:
     """Frames of a chain draft at ``depth`` steps: acceptance by per-position conditional rates,
-    host times from the known machine above (with relative noise), batch sizes 1..8."""
-    rng = random.Random(seed)
-    args = dict(hello_body()["server_args"], num_steps=depth, topk=topk, num_draft_tokens=depth + 1)
-    frames = [encode_frame("hello", hello_body(server_args=args), src=src, n=0, t=1),
+    times from the known machine above (with relative noise), batch sizes 1..8. ``server`` and
+    ``observable`` add to the hello's; ``device``: the machine's times go in the device fields;
+    ``launches``: the host fields then hold launch times that follow no model; ``disturb(rng, seq,
+    bs)``: a factor on each phase's time (a round that does not follow the model)."""
+    rng, launch = random.Random(seed), random.Random(seed + 1)
+    args = dict(hello_body()["server_args"], num_steps=depth, topk=topk, num_draft_tokens=depth + 1, **(server or {}))
+    seen = dict(hello_body()["observable"], **(observable or {}))
+    frames = [encode_frame("hello", hello_body(server_args=args, observable=seen), src=src, n=0, t=1),
               encode_frame("load", load_body(), src=src, n=1, t=1)]
     for seq in range(rounds):
         bs = rng.randint(1, 8)
@@ -44,10 +51,15 @@ def chain_frames(rounds: int, *, depth: int = 5, rates=(0.9, 0.7, 0.5, 0.35, 0.2
             "seq": seq, "t_ns": 10 + seq, "mode": "decode", "bs": bs, "rids": [f"r{i}" for i in range(bs)],
             "draft_ids": [[7] * depth for _ in range(bs)], "accepted": accepted, "bonus": [1] * bs,
             "accepted_ids": [[7] * (a + 1) for a in accepted], "passes": [], "capture": None,
-            "draft_ms": jitter(depth * (DRAFT[0] + DRAFT[1] * bs)),
-            "verify_ms": jitter(VERIFY[0] + VERIFY[1] * tokens),
-            "extend_ms": jitter(EXTEND[0] + EXTEND[1] * tokens),
         }
+        factor = disturb(rng, seq, bs) if disturb is not None else 1.0
+        times = (jitter(depth * (DRAFT[0] + DRAFT[1] * bs)) * factor, jitter(VERIFY[0] + VERIFY[1] * tokens) * factor,
+                 jitter(EXTEND[0] + EXTEND[1] * tokens) * factor)
+        if device:
+            body.update(zip(("draft_device_ms", "verify_device_ms", "extend_device_ms"), times))
+        if launches:  # a launch per phase: a few µs, whatever the batch
+            times = tuple(launch.uniform(0.01, 0.05) for _ in times)
+        body.update(zip(("draft_ms", "verify_ms", "extend_ms"), times))
         frames.append(encode_frame("step", body, src=src, n=seq + 2, t=10 + seq))
     return frames
 
@@ -141,6 +153,67 @@ def test_trees_and_untimed_rounds_are_refused_with_the_reason():
         steady.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
     assert advise(log_of(steady)).settings == advise(log_of(chain_frames(600))).settings
     assert untimed.settings[0].accept_length is not None and untimed.settings[0].tokens_per_s is None
+
+
+GRAPHS_HOST_ONLY = {"server": {"cuda_graph": True}, "observable": {"device_timings": False}}
+
+
+def test_a_graph_or_overlap_server_with_host_times_only_gets_acceptance_advice_only():
+    clean = advise(log_of(chain_frames(3000)))
+    assert clean.recommended not in (None, 5)  # the same rounds on a CPU server: throughput advice
+    for hello in (GRAPHS_HOST_ONLY, {"server": {"cuda_graph": False, "overlap_schedule": True}},
+                  {"server": {"cuda_graph": True}}):  # an older shim's hello, which names no device timings
+        advice = advise(log_of(chain_frames(3000, launches=True, **hello)))
+        assert advice.recommended is None
+        assert all(s.tokens_per_s is None and s.gain is None and s.gain_ci is None for s in advice.settings)
+        assert [s.accept_length for s in advice.settings] == [s.accept_length for s in clean.settings]
+        assert "acceptance only" in advice.reason and "host times only" in advice.reason
+        assert ("CUDA graphs" if hello["server"]["cuda_graph"] else "overlap loop") in advice.reason
+        assert advice.to_dict()["throughput_predicted"] is False
+
+
+def test_device_times_are_fitted_where_the_rounds_carry_them():
+    advice = advise(log_of(chain_frames(3000, device=True, launches=True, server={"cuda_graph": True},
+                                        observable={"device_timings": True})))
+    assert advice.model.clock == "device" and "(device ms)" in advice.model.describe()
+    assert abs(advice.model.verify.a - VERIFY[0]) < 0.1 and abs(advice.model.verify.b - VERIFY[1]) < 0.003
+    assert advice.recommended == advise(log_of(chain_frames(3000))).recommended
+    assert advice.to_dict()["time_model"]["clock"] == "device"
+
+
+def _burst(rng, seq, bs):
+    """Rounds that do not follow the model: every so often a chunked prefill or a long prompt rides
+    along (10-40x), and bursts of large batches run slow."""
+    if rng.random() < 0.08:
+        return rng.uniform(10, 40)
+    return 3.0 if (seq // 50) % 4 == 0 and bs > 4 else 1.0
+
+
+def test_a_model_that_does_not_fit_gives_no_throughput_advice_and_says_its_error():
+    advice = advise(log_of(chain_frames(3000, disturb=_burst)))
+    assert advice.model.rel_error > MAX_FIT_ERROR
+    assert advice.recommended is None and all(s.tokens_per_s is None for s in advice.settings)
+    assert f"fit error is {advice.model.rel_error:.0%}" in advice.reason
+    assert advice.settings[0].accept_length is not None
+    out = advice.to_dict()
+    assert out["throughput_predicted"] is False and out["time_model"]["rel_error"] > out["time_model"]["max_rel_error"]
+
+
+def test_the_gain_interval_carries_the_model_error_and_widens_with_it():
+    widths, errors = [], []
+    for noise in (0.02, 0.3, 0.9):
+        advice = advise(log_of(chain_frames(3000, noise=noise)))
+        best = advice.recommendation()
+        fit = advice.model.rel_error
+        assert fit <= MAX_FIT_ERROR and advice.prediction_error == pytest.approx(fit / BLOCKS ** 0.5)
+        lo, hi = best.gain_ci
+        error = advice.prediction_error
+        # at least the model's own error on either side of the gain, beside the bootstrap's
+        assert lo <= (1 + best.gain) / (1 + error) - 1 and hi >= (1 + best.gain) * (1 + error) - 1
+        widths.append(hi - lo)
+        errors.append(fit)
+    assert errors == sorted(errors) and widths == sorted(widths)
+    assert advise(log_of(chain_frames(3000))).recommended not in (None, 5)
 
 
 def test_advice_is_deterministic_for_a_file():
@@ -249,6 +322,34 @@ def test_tui_overview_shows_the_advice_and_the_panel_its_table(tmp_path):
                 assert r[2].startswith(f"{s['accept_length']:.3f}")  # lengths need no bootstrap: the CLI's
             text = screen_text(app)
             assert "time model (host ms): draft" in text and "not predicted: num_steps > 5" in text
+
+    drive()
+
+
+def test_tui_advises_from_device_times_and_gives_acceptance_only_on_a_graph_server_timed_on_the_host(tmp_path):
+    from support.tui_support import paused_app, play_to_end, run_async, screen_text
+
+    timed = chain_frames(1500, device=True, launches=True, server={"cuda_graph": True},
+                         observable={"device_timings": True}, src="gpu0")
+    launched = chain_frames(1500, launches=True, src="gpu1", seed=1, **GRAPHS_HOST_ONLY)
+    frames = [f for pair in zip(timed, launched) for f in pair]
+
+    @run_async
+    async def drive():
+        app = paused_app(_recording(tmp_path, frames), speed=64.0)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await play_to_end(app, pilot)
+            await pilot.press("5")
+            table = app.query_one("#advisor-table")
+            heading = [str(c.label) for c in table.columns.values()][3]
+            assert heading == "tok/s (device, host)"
+            rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+            gpu1 = [r for r in rows if r[0] == "gpu1"]
+            assert gpu1 and all(r[3] == "–" for r in gpu1)  # no throughput predicted from launch times
+            assert any(r[5] == "advised" for r in rows if r[0] == "gpu0")
+            text = screen_text(app)
+            assert "time model (device ms): draft" in text
+            assert "acceptance only: the server replays CUDA graphs" in text
 
     drive()
 

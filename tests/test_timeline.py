@@ -61,6 +61,24 @@ def test_rounds_counters_and_violations_of_two_publishers(tmp_path):
     assert all(src == "dp1" for src, _ in fired)
 
 
+def test_device_times_are_drawn_where_a_step_carries_them_and_say_their_clock(tmp_path):
+    frames, device = [], {"draft_device_ms": 4.0, "verify_device_ms": 6.5}  # the extend was not marked
+    for data in session_frames(5, src="gpu"):
+        f = decode_frame(data)
+        if f.kind == "step" and f.body["seq"] % 2:
+            f.body.update(device)
+        frames.append(encode_frame(f.kind, f.body, src=f.src, n=f.n, t=f.t))
+    trace = export(record(tmp_path / "gpu.e3s", frames), tmp_path / "gpu.trace.json")
+    steps = {f.body["seq"]: f.body for f in map(decode_frame, frames) if f.kind == "step"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert spans and {e["args"]["seq"] for e in spans} == set(steps)
+    for e in spans:
+        body, name = steps[e["args"]["seq"]], e["name"]
+        timed = body["seq"] % 2 and name in ("draft", "verify")
+        assert e["args"]["clock"] == ("device" if timed else "host")
+        assert abs(e["dur"] - (body[f"{name}_device_ms"] if timed else body[f"{name}_ms"]) * 1e3) < 1e-6
+
+
 def test_config_changes_become_instants(tmp_path):
     frames = list(session_frames(10))
     frames.append(encode_frame("config", {"layers": [1, 2, 3], "captured": [2, 3, 4], "applied": True, "reason": None,

@@ -5,10 +5,14 @@ verification accepts the longest matching prefix (greedy) or judges each positio
 ones (SGLang's target-only rejection sampling): a request-step that accepted ``a`` drafts at ``K``
 steps would have accepted ``min(a, k)`` at ``k <= K``. So the recorded histogram predicts every
 shallower setting exactly, up to sampling error; deeper settings were never observed and are not
-predicted. Throughput needs a time model: fitted here from the rounds' own host times (draft time
-per draft step against batch size, verify and draft-extend time against the tokens they process),
-with its fit error. Trees (top-k > 1) are not predicted: pruning a tree needs the per-node scores,
-which the step frame does not carry.
+predicted. Throughput needs a time model: fitted here from the rounds' own times (draft time per
+draft step against batch size, verify and draft-extend time against the tokens they process), with
+its fit error. The device times a CUDA shim records (``*_device_ms``) are used where the rounds carry
+them; host times otherwise, except on a server that replays CUDA graphs or runs the overlap loop:
+there the host times are launch times, so only acceptance is advised, and the reason says so. A
+model that does not fit (:data:`MAX_FIT_ERROR`) gives no throughput advice either, and a fitting
+one's error widens the gain's interval beside the bootstrap's. Trees (top-k > 1) are not predicted:
+pruning a tree needs the per-node scores, which the step frame does not carry.
 
 Pure functions over :class:`RoundLog`: ``eagle3scope advise`` feeds one a frame at a time (memory
 bounded by :data:`ROUNDS_KEPT` rounds per publisher); the analysis state keeps one per publisher
@@ -35,6 +39,13 @@ ROUNDS_KEPT = 16384
 BLOCKS = 40
 #: gains inside the interval's noise are not worth a restart
 MIN_GAIN = 0.02
+#: a time model whose fit error (a round's RMS residual over the mean round time) exceeds this
+#: predicts nothing: its residuals are as large as the times it models (bursts, mixed prompts,
+#: chunked prefill). The real CPU engine's host times on a loaded 2-core VM fitted at 78 % (BENCHMARKS.md).
+MAX_FIT_ERROR = 1.0
+#: a step's time fields per clock, in Sums' order: draft, verify, draft-extend
+HOST_TIMES = ("draft_ms", "verify_ms", "extend_ms")
+DEVICE_TIMES = ("draft_device_ms", "verify_device_ms", "extend_device_ms")
 
 
 @dataclass
@@ -42,8 +53,10 @@ class RoundLog:
     """The newest decode rounds of one publisher and the setting they ran at.
 
     Each round is kept as the step sent it, a plain tuple ``(accepted, bonus, draft_ms, verify_ms,
-    extend_ms, num_steps)`` of the validated body's own values: appending it is all that ingest pays
-    (the analysis state feeds one per step); :meth:`Sums.add` reads it when advising.
+    extend_ms, num_steps, draft_device_ms, verify_device_ms, extend_device_ms)`` of the validated
+    body's own values: appending it is all that ingest pays (the analysis state feeds one per step);
+    :meth:`Sums.add` reads it when advising. ``cuda_graph``, ``overlap`` and ``device_timings`` are
+    what the hello said (None: it did not say), which decide whether host times can be trusted.
     """
 
     num_steps: int | None = None
@@ -51,30 +64,46 @@ class RoundLog:
     num_draft_tokens: int | None = None
     rounds: deque = field(default_factory=lambda: deque(maxlen=ROUNDS_KEPT))
     seen: int = 0  # rounds ever added (the deque keeps the newest ones)
+    cuda_graph: bool | None = None
+    overlap: bool | None = None
+    device_timings: bool | None = None
 
     def add_frame(self, frame: Frame) -> None:
         """Take a validated frame: a hello sets the setting, a decode step adds a round."""
         if frame.kind == "hello":
-            self.add_hello(read_hello(frame.body).args)
+            hello = read_hello(frame.body)
+            self.add_hello(hello.args, hello.observable)
         elif frame.kind == "step" and is_decode_step(frame.body):
             self.add_step(frame.body)
 
-    def add_hello(self, args) -> None:
-        """The setting from a hello's :class:`~eagle3scope.wire.announcements.ServerArgs`."""
+    def add_hello(self, args, observable: dict | None = None) -> None:
+        """The setting from a hello's :class:`~eagle3scope.wire.announcements.ServerArgs` and what its
+        ``observable`` says of the timings."""
         self.num_steps = _positive(args.num_steps) or self.num_steps
         self.topk = _positive(args.topk) or self.topk
         self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
+        self.cuda_graph = _flag(args.cuda_graph, self.cuda_graph)
+        self.overlap = _flag(args.overlap_schedule, self.overlap)
+        self.device_timings = _flag((observable or {}).get("device_timings"), self.device_timings)
 
     def add_step(self, body: dict) -> None:
         """A validated decode step's round."""
-        self.rounds.append((body["accepted"], body["bonus"], body.get("draft_ms"), body.get("verify_ms"),
-                            body.get("extend_ms"), body.get("num_steps")))
+        get = body.get
+        self.rounds.append((body["accepted"], body["bonus"], get("draft_ms"), get("verify_ms"), get("extend_ms"),
+                            get("num_steps"), get("draft_device_ms"), get("verify_device_ms"), get("extend_device_ms")))
         self.seen += 1
 
     def copy(self) -> "RoundLog":
         """A snapshot to advise from outside the lock its feeder holds (the rounds' values are never changed)."""
         return RoundLog(self.num_steps, self.topk, self.num_draft_tokens,
-                        deque(self.rounds, maxlen=self.rounds.maxlen), self.seen)
+                        deque(self.rounds, maxlen=self.rounds.maxlen), self.seen, self.cuda_graph, self.overlap,
+                        self.device_timings)
+
+    def launch_bound(self) -> str | None:
+        """Why host times would time launches rather than work (graph replays, the overlap loop), or None."""
+        why = [name for name, on in (("replays CUDA graphs", self.cuda_graph), ("runs the overlap loop", self.overlap))
+               if on]
+        return " and ".join(why) or None
 
     @property
     def budgets(self) -> set:
@@ -84,6 +113,10 @@ class RoundLog:
 
 def _positive(value: object) -> int | None:
     return value if type(value) is int and value > 0 else None
+
+
+def _flag(value: object, held: bool | None) -> bool | None:
+    return value if type(value) is bool else held
 
 
 def _timed(ms: object) -> bool:
@@ -150,6 +183,7 @@ class Sums:
     """What every prediction needs from a set of rounds, as sums (so blocks of rounds pool by adding)."""
 
     depth: int
+    device: bool = False  # time from the rounds' device fields (else their host fields)
     rounds: int = 0
     request_steps: int = 0  # the batch sizes summed
     accepted: list = None  # accepted[a]: request-steps that accepted a drafts (a = depth: at least depth)
@@ -164,7 +198,8 @@ class Sums:
 
     def add(self, raw: tuple) -> None:
         """One round as :meth:`RoundLog.add_step` kept it (times outside 0..1e7 ms count as untimed)."""
-        accepted, bonus, draft_ms, verify_ms, extend_ms, _budget = raw
+        accepted, bonus = raw[0], raw[1]
+        draft_ms, verify_ms, extend_ms = raw[6:9] if self.device else raw[2:5]
         k, bs = self.depth, len(accepted)
         self.rounds += 1
         self.request_steps += bs
@@ -204,7 +239,7 @@ class Sums:
 
 @dataclass(frozen=True)
 class TimeModel:
-    """Host milliseconds of rounds at ``k`` steps, linear in the batch.
+    """Milliseconds (device or host: ``clock``) of rounds at ``k`` steps, linear in the batch.
 
     draft: per draft step, against the batch size (the draft runs ``k`` forwards of ``bs`` rows);
     verify and draft-extend: against the tokens they take (``bs * (k + 1)`` at ``k`` steps).
@@ -215,12 +250,14 @@ class TimeModel:
     verify: Line
     extend: Line
     missing: tuple[str, ...]
+    clock: str = "host"
 
     @classmethod
     def fit(cls, s: Sums) -> "TimeModel":
         missing = tuple(name for name, line in (("draft", s.draft), ("verify", s.verify), ("extend", s.extend))
                         if not line.n)
-        return cls(Line.fit(s.draft), Line.fit(s.verify), Line.fit(s.extend), missing)
+        return cls(Line.fit(s.draft), Line.fit(s.verify), Line.fit(s.extend), missing,
+                   "device" if s.device else "host")
 
     def total_ms(self, k: int, rounds: int, batch: int) -> float:
         """Host time of ``rounds`` rounds holding ``batch`` request-steps in all, at ``k`` steps
@@ -244,7 +281,7 @@ class TimeModel:
         """The fitted lines and their fit error, in one line (``advise`` and the TUI's advisor panel)."""
         d, v, e = self.draft_per_step, self.verify, self.extend
         error = "-" if self.rel_error is None else f"{self.rel_error:.0%}"
-        return (f"time model (host ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
+        return (f"time model ({self.clock} ms): draft {d.a:.3f} + {d.b:.3f}/request per step, verify {v.a:.3f} + "
                 f"{v.b:.4f}/token, extend {e.a:.3f} + {e.b:.4f}/token; fit error {error}"
                 + (f"; untimed: {', '.join(self.missing)}" if self.missing else ""))
 
@@ -278,6 +315,9 @@ class Advice:
     reason: str
     needs_request_steps: int
     not_predicted: tuple[str, ...]
+    #: the model's share of the gain's interval: its fit error over the bootstrap's independent blocks
+    #: (None where throughput is not predicted)
+    prediction_error: float | None = None
 
     def recommendation(self) -> Setting | None:
         return next((s for s in self.settings if s.num_steps == self.recommended), None)
@@ -299,7 +339,7 @@ class Advice:
             "recorded_num_steps": self.recorded_steps, "topk": self.topk, "request_steps": self.request_steps,
             "rounds": self.rounds, "recommended_num_steps": self.recommended, "reason": self.reason,
             "needs_request_steps": self.needs_request_steps, "not_predicted": list(self.not_predicted),
-            "headline": self.headline(),
+            "headline": self.headline(), "throughput_predicted": self.prediction_error is not None,
             "settings": [{
                 "num_steps": s.num_steps, "num_draft_tokens": s.num_steps + 1,
                 "accept_length": s.accept_length, "accept_length_ci": list(s.accept_length_ci or ()) or None,
@@ -310,7 +350,8 @@ class Advice:
                                       "rel_error": model.draft_per_step.rel_error},
                 "verify_ms": {"at_0": model.verify.a, "per_token": model.verify.b, "rel_error": model.verify.rel_error},
                 "extend_ms": {"at_0": model.extend.a, "per_token": model.extend.b, "rel_error": model.extend.rel_error},
-                "rel_error": model.rel_error, "missing": list(model.missing),
+                "rel_error": model.rel_error, "missing": list(model.missing), "clock": model.clock,
+                "max_rel_error": MAX_FIT_ERROR, "prediction_error": self.prediction_error,
             },
         }
 
@@ -323,21 +364,30 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
     return values[int(0.025 * (len(values) - 1))], values[math.ceil(0.975 * (len(values) - 1))]
 
 
-def _blocks(rounds: list[tuple], depth: int, count: int) -> list[Sums]:
+def _widened(ci: tuple[float, float] | None, gain: float | None, error: float) -> tuple[float, float] | None:
+    """The bootstrap's interval of a gain, widened by the time model's relative ``error`` on both
+    predicted times: the model errs beside the sampling the bootstrap sees."""
+    if gain is None or (ci is None and not error):
+        return ci
+    lo, hi = ci or (gain, gain)
+    return (1 + lo) / (1 + error) - 1, (1 + hi) * (1 + error) - 1
+
+
+def _blocks(rounds: list[tuple], depth: int, count: int, device: bool = False) -> list[Sums]:
     """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
     keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block."""
     size = max(1, math.ceil(len(rounds) / count))
     blocks = []
     for start in range(0, len(rounds), size):
-        block = Sums(depth)
+        block = Sums(depth, device)
         for r in rounds[start:start + size]:
             block.add(r)
         blocks.append(block)
     return blocks
 
 
-def _pooled(blocks: list[Sums], depth: int) -> Sums:
-    total = Sums(depth)
+def _pooled(blocks: list[Sums], depth: int, device: bool = False) -> Sums:
+    total = Sums(depth, device)
     for block in blocks:
         total += block
     return total
@@ -351,9 +401,9 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
     depth = log.num_steps or max((a for r in rounds for a in r[0]), default=0) or None
     not_predicted = (f"num_steps > {depth}: deeper than recorded",) if depth else ()
 
-    def answer(settings=(), model=None, recommended=None, reason="", needs=0, extra=()) -> Advice:
+    def answer(settings=(), model=None, recommended=None, reason="", needs=0, extra=(), error=None) -> Advice:
         return Advice(depth, log.topk, request_steps, len(rounds), tuple(settings), model, recommended, reason,
-                      needs, not_predicted + extra)
+                      needs, not_predicted + extra, error)
 
     if log.topk and log.topk > 1:
         return answer(reason="tree drafts cannot be predicted yet (record a chain, top-k 1)",
@@ -364,17 +414,21 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                       f"{sorted(budgets)}; record with --speculative-adaptive off)")
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
-    parts = _blocks(rounds, depth, blocks)
-    total = _pooled(parts, depth)
+    device = any(r[6] is not None or r[7] is not None or r[8] is not None for r in rounds)
+    parts = _blocks(rounds, depth, blocks, device)
+    total = _pooled(parts, depth, device)
     model = TimeModel.fit(total)
     timed = model.missing in ((), ("extend",))
+    launch = None if device else log.launch_bound()
+    fit = model.rel_error
+    error = fit / math.sqrt(len(parts)) if timed and launch is None and fit is not None and fit <= MAX_FIT_ERROR else None
     rng = random.Random(seed)
-    samples = [_pooled([rng.choice(parts) for _ in parts], depth) for _ in range(bootstrap)] if len(parts) > 1 else []
-    sample_models = [TimeModel.fit(sample) for sample in samples]
-    base = model.tokens_per_s(total, depth) if timed else None
+    samples = [_pooled([rng.choice(parts) for _ in parts], depth, device) for _ in range(bootstrap)] if len(parts) > 1 else []
+    sample_models = [TimeModel.fit(sample) for sample in samples] if error is not None else []
+    base = model.tokens_per_s(total, depth) if error is not None else None
     settings = []
     for k in range(1, depth + 1):
-        tps = model.tokens_per_s(total, k) if timed else None
+        tps = model.tokens_per_s(total, k) if error is not None else None
         gain = tps / base - 1 if tps is not None and base else None
         gains = []
         if gain is not None:
@@ -383,18 +437,29 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                 if b and t is not None:
                     gains.append(t / b - 1)
         settings.append(Setting(k, total.accept_length(k), _interval([x.accept_length(k) for x in samples]),
-                                tps, gain, _interval(gains)))
+                                tps, gain, _widened(_interval(gains), gain, error if k != depth and error else 0.0)))
     needs = max(0, min_request_steps - request_steps)
     if needs:
         return answer(settings, model, reason=f"needs {needs} more request-steps before advising", needs=needs)
     if not timed:
         return answer(settings, model, reason=f"the rounds carry no {'/'.join(model.missing)} times: throughput "
                       "cannot be predicted")
+    if launch is not None:
+        return answer(settings, model, reason=f"acceptance only: the server {launch} and the rounds carry host "
+                      "times only, which time the launches, not the device's work, so no throughput advice "
+                      "(a shim that records device times, hello observable.device_timings, gives it)")
+    if error is None:
+        told = "unknown (too few timed rounds)" if fit is None else f"{fit:.0%}"
+        return answer(settings, model, reason=f"acceptance only: the time model's fit error is {told}, above "
+                      f"{MAX_FIT_ERROR:.0%}: the rounds' times do not follow it (bursts, mixed prompt lengths, "
+                      "chunked prefill), so no throughput advice")
     best = max(settings, key=lambda x: x.tokens_per_s or 0.0)
     if best.num_steps == depth:
-        return answer(settings, model, depth, "no shallower setting is predicted faster")
+        return answer(settings, model, depth, "no shallower setting is predicted faster", error=error)
     if best.gain_ci is not None and best.gain_ci[0] <= 0:
-        return answer(settings, model, depth, f"steps {best.num_steps} predicted {best.gain:+.0%}, within the noise")
+        return answer(settings, model, depth, f"steps {best.num_steps} predicted {best.gain:+.0%}, within the noise "
+                      f"(fit error {fit:.0%})", error=error)
     if best.gain < MIN_GAIN:
-        return answer(settings, model, depth, f"steps {best.num_steps} predicted only {best.gain:+.1%}")
-    return answer(settings, model, best.num_steps, f"steps {best.num_steps} predicted {best.gain:+.0%} tok/s")
+        return answer(settings, model, depth, f"steps {best.num_steps} predicted only {best.gain:+.1%}", error=error)
+    return answer(settings, model, best.num_steps, f"steps {best.num_steps} predicted {best.gain:+.0%} tok/s",
+                  error=error)

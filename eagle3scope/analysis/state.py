@@ -374,7 +374,7 @@ class SessionState:
                 t,
             )
         pub.hello = hello
-        pub.rounds.add_hello(hello.args)
+        pub.rounds.add_hello(hello.args, hello.observable)
         if hello.seams:
             self._hello_seams(pub, hello.seams, t)
 

@@ -1,8 +1,10 @@
 """``eagle3scope advise FILE`` (or ``--connect E``): which ``--speculative-num-steps`` to run instead.
 
 For each publisher: the predicted mean accept length and tokens/s of every chain setting up to the
-recorded one (from the recorded per-request acceptance and a time model fitted to the rounds' host
-times, with bootstrap intervals), and a recommendation when one setting is clearly faster. Exit
+recorded one (from the recorded per-request acceptance and a time model fitted to the rounds' device
+times where they carry them, else host times, with bootstrap intervals widened by the model's error),
+and a recommendation when one setting is clearly faster; acceptance only where host times cannot be
+trusted (graphs or the overlap loop) or the model does not fit. Exit
 status: 0 with a recommendation or a clear "keep", 3 when the evidence is too thin to advise (too
 few request-steps, no timings, a tree draft), 2 when the file or the endpoint cannot be read.
 """
@@ -35,7 +37,8 @@ def render_text(src: str, advice) -> str:
     rows = [f"publisher {src!r}: recorded num_steps {advice.recorded_steps}, top-k {advice.topk or 1}, "
              f"{advice.rounds} rounds, {advice.request_steps} request-steps"]
     if advice.settings:
-        rows.append(f"  {'steps':>5}  {'accept length':<22}  {'tok/s (host)':>12}  {'vs recorded':<22}")
+        clock = advice.model.clock if advice.model is not None else "host"
+        rows.append(f"  {'steps':>5}  {'accept length':<22}  {f'tok/s ({clock})':>12}  {'vs recorded':<22}")
         for s in advice.settings:
             mark = " *" if s.num_steps == advice.recommended else ""
             rows.append(f"  {s.num_steps:>5}  {_fmt(s.accept_length, '.3f') + _interval(s.accept_length_ci, '.3f'):<22}"

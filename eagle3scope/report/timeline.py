@@ -1,9 +1,11 @@
 """A recording as a timeline: Chrome trace-event JSON, which ui.perfetto.dev and ``chrome://tracing`` open.
 
 Per publisher one process (named by its ``src``) with a "rounds" track: each decode round's draft,
-verify and draft-extend host times as complete (``X``) events, laid end to end and ending at the
-step's time (the shim stamps a step when its round returns; the three are host wall times around
-the calls, so the spans show where the scheduler's time went, not device time). Prefill passes go
+verify and draft-extend times as complete (``X``) events, laid end to end and ending at the step's
+time (the shim stamps a step when its round returns). A phase's device time is drawn where the step
+carries it (``*_device_ms``, a CUDA shim's timing events), its host wall time around the call
+otherwise; each span's ``args.clock`` says which ("device" or "host": under graphs or the overlap
+loop a host span is the launch, not the work). Prefill passes go
 on a "prefill" track. Counters (``C``): batch size and the round's mean accept length. Instants
 (``i``): every violation where it first fired and every aux-layer configuration change.
 
@@ -23,7 +25,9 @@ from eagle3scope.analysis import SessionState
 from eagle3scope.wire import Frame
 
 ROUNDS_TID, PREFILL_TID, EVENTS_TID = 1, 2, 3
-_PHASES = (("draft", "draft_ms"), ("verify", "verify_ms"), ("extend", "extend_ms"))
+#: (span name, device field, host field); the device field is drawn where the step carries it
+_PHASES = (("draft", "draft_device_ms", "draft_ms"), ("verify", "verify_device_ms", "verify_ms"),
+           ("extend", "extend_device_ms", "extend_ms"))
 
 
 class _Publisher:
@@ -53,15 +57,20 @@ def _step_events(pub: _Publisher, body: dict, t_ns: int) -> Iterable[dict]:
         pub.seqs.append(seq)
         pub.times.append(t_ns)
     prefill = body.get("mode", "decode") != "decode"
-    spans = [(name, body.get(key)) for name, key in _PHASES]
-    spans = [(name, float(ms)) for name, ms in spans if type(ms) in (int, float) and 0 <= ms < 1e7]
+    spans = []
+    for name, device, host in _PHASES:
+        for clock, key in (("device", device), ("host", host)):
+            ms = body.get(key)
+            if type(ms) in (int, float) and 0 <= ms < 1e7:
+                spans.append((name, float(ms), clock))
+                break
     end = _us(t_ns)
-    start = end - sum(ms for _, ms in spans) * 1e3
+    start = end - sum(ms for _, ms, _ in spans) * 1e3
     accepted, bonus = body["accepted"], body["bonus"]
-    args = {"seq": seq, "bs": body["bs"]}
-    for name, ms in spans:
+    for name, ms, clock in spans:
         yield {"ph": "X", "name": name, "cat": "prefill" if prefill else "round", "pid": pub.pid,
-               "tid": PREFILL_TID if prefill else ROUNDS_TID, "ts": start, "dur": ms * 1e3, "args": args}
+               "tid": PREFILL_TID if prefill else ROUNDS_TID, "ts": start, "dur": ms * 1e3,
+               "args": {"seq": seq, "bs": body["bs"], "clock": clock}}
         start += ms * 1e3
     if prefill:
         return

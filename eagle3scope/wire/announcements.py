@@ -37,6 +37,7 @@ class ServerArgs:
     cuda_graph: object = None
     model_path: object = None
     draft_model_path: object = None
+    overlap_schedule: object = None  # whether SGLang runs the overlap loop (None from older shims)
 
     def __bool__(self) -> bool:
         """False when the hello named none of them (no ``server_args``)."""

@@ -154,6 +154,7 @@ class ServerArgs(TypedDict, total=False):
     model_path: Annotated[str, Scalar()]
     draft_model_path: Annotated[str, Scalar()]
     attention_backend: Annotated[str, Scalar()]
+    overlap_schedule: Bool
 
 
 #: an ``observable`` flag (held to plain data only, as validation always has)
@@ -305,6 +306,9 @@ class Step(TypedDict, total=False):
     draft_ms: Annotated[float, Number()]
     verify_ms: Annotated[float, Number()]
     extend_ms: Annotated[float, Number()]
+    draft_device_ms: Annotated[float, Duration()]
+    verify_device_ms: Annotated[float, Duration()]
+    extend_device_ms: Annotated[float, Duration()]
     num_steps: Budget
     accepted_path: Annotated[list[list[int]], PerRequest(required=False)]
     discarded: Annotated[list[str], NameList(MAX_BATCH)]

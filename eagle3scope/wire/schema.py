@@ -11,7 +11,8 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
 ``hello`` (process identity, re-sent periodically so late viewers learn it)
     pid, host, tp_rank, dp_rank (the publishing scheduler's), sglang_version, shim_version, worker ("v1"|"v2"|None),
     server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
-    draft_model_path, attention_backend}, observable: {name: bool} (what this configuration
+    draft_model_path, attention_backend, overlap_schedule (whether SGLang runs the overlap loop;
+    absent from older shims)}, observable: {name: bool} (what this configuration
     lets the shim see, e.g. draft passes hidden inside CUDA graphs), control: endpoint or None.
     Optional: seams: {seam name: "attached"|"missing"|"failed"|"disabled"|"unhooked"} (the shim's
     hook status at startup; later changes arrive as ``hook`` events); started: the shim's start time
@@ -63,7 +64,10 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     a compiled region), read where SGLang hands the draft its hidden states; graph_bs = the batch
     size of the captured graph it pads to, 0 = no capture of it was seen),
     capture: {on, layers} | None, draft_ms, verify_ms, extend_ms (None when unknown; host
-    wall time around the call, not device time). A "prefill" step carries passes and capture
+    wall time around the call, not device time: under the overlap loop or a graph replay only the
+    launch). Optional: draft_device_ms, verify_device_ms, extend_device_ms (device time between
+    timing events recorded on the current stream at the phase's boundaries, where the hello says
+    observable.device_timings: true; a phase left out was not marked in that round). A "prefill" step carries passes and capture
     only: its draft_ids/accepted_ids are empty and accepted/bonus 0. SGLang may run one more
     decode round for a request that already finished; its tokens are discarded by SGLang.
     Optional: num_steps (this round's step budget; adaptive steps vary it, and every request's

@@ -231,6 +231,7 @@ _PASS = fields(bodies.Pass)
 _PASS_EAGER = frozenset(("mode", "width", "fc", "n"))  # the fields of every pass, checked inline
 _CAPTURE = _map(fields(bodies.Capture))
 _STEP_TIMES = tuple(name for name, (_, spec) in _STEP.items() if type(spec) is bodies.Number)
+_STEP_DURATIONS = tuple(name for name, (_, spec) in _STEP.items() if type(spec) is bodies.Duration)
 _STEP_LISTS = tuple(name for name, (_, spec) in _STEP.items() if type(spec) is bodies.PerRequest and spec.required)
 _STEP_KNOWN = frozenset(_STEP)
 
@@ -301,6 +302,10 @@ def check_step(body: dict) -> None:
             _num(value, f"b.{key}")
         elif value is not None and not -1e15 <= value <= 1e15:
             _fail(f"b.{key}", "must be a finite number or null", value)
+    for key in _STEP_DURATIONS:
+        value = get(key)
+        if value is not None:
+            _duration(value, f"b.{key}")
     _check_variants(body, bs)
     if not body.keys() <= _STEP_KNOWN:
         check_plain({key: value for key, value in body.items() if key not in _STEP_KNOWN}, "b")

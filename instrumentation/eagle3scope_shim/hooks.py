@@ -26,10 +26,10 @@ import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, seams, topology
+from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, ring, seams, topology
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, snap
+from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, mark, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
 
 _now = time.perf_counter_ns
@@ -173,9 +173,12 @@ def _detach_draft_and_extend(worker) -> None:
     from the step's start to verify's, the extend from verify's end to the step's (``draft_ms``,
     ``extend_ms``). Not with 0 steps, where SGLang drafts nothing and may stub the extend out, nor
     under pipeline parallelism, whose last stage drafts the next round at the end of the step (the PP
-    tail-draft). Each hook's work moves only once it is out."""
+    tail-draft), nor where the device times the phases: only those hooks mark the draft's and the
+    extend's boundaries. Each hook's work moves only once it is out."""
     kind = FACTS.workers[-1][0] if FACTS.workers else None
     stages = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1)
+    if ring.times_device(getattr(STATE.scheduler, "server_args", None)):
+        return  # their hooks mark the draft's and the extend's device boundaries (ring.mark)
     if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and stages == 1:
         FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
         FACTS.extend_at_verify = registry.detach(EXTEND_SEAM)
@@ -421,18 +424,27 @@ def _drafted(step, worker, batch, verify_began: int) -> None:
             step.passes.append((_DRAFT_MODE, width, None, n, None))
 
 
+#: the host-time slot of a timed call -> the device marks at its start and end (ring.MARKS)
+_MARKS = {"draft_ns": (ring.DRAFT_START, ring.DRAFT_END), "verify_ns": (ring.VERIFY_START, ring.VERIFY_END),
+          "extend_ns": (ring.EXTEND_START, ring.EXTEND_END)}
+
+
 def _timed(seam, slot: str | None, observe=None):
-    """Host time of one worker call into ``step.<slot>``; ``observe(step, result, worker)`` keeps data.
+    """Host time of one worker call into ``step.<slot>``, and on a timed ring its device boundaries
+    (:func:`ring.mark`); ``observe(step, result, worker)`` keeps data.
     For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
     the draft (a shape: host metadata), and the draft passes of the call come from that one read:
     the draft-forward hook only counts the forwards that ran (``Step.feed``), and when none did
     (the pass replayed a graph) the read stands for the replayed pass."""
     feeds = seams.DRAFT_INPUTS.get(seam)
+    start, end = _MARKS.get(slot, (None, None))
 
     def pre(*args, **kwargs):
         step = STATE.step
         if step is None:
             return None
+        if start is not None and SNAPSHOTS.timed:
+            mark(step, start)
         feed = None
         if feeds is not None:
             index, name, path, mode = feeds
@@ -448,6 +460,8 @@ def _timed(seam, slot: str | None, observe=None):
         if ctx is None or step is None:
             return
         t0, feed, forwards = ctx
+        if end is not None and SNAPSHOTS.timed:
+            mark(step, end)
         if slot is not None:
             setattr(step, slot, _now() - t0)
         if observe is not None:
@@ -512,6 +526,8 @@ def make_verify_v2(seam):
         step = STATE.step
         if step is None:
             return
+        if SNAPSHOTS.timed:
+            mark(step, ring.VERIFY_END)
         step.verify_ns = _now() - began
         if FACTS.draft_at_verify:
             _drafted(step, self, args[0] if args else kwargs["batch"], began)
@@ -643,13 +659,16 @@ def make_target_graph_capture(seam):
 
 
 def finalize_step(payload) -> bodies.Step:
-    """Publisher thread: wait for the step's copies, build the ``step`` body, release the slot."""
+    """Publisher thread: wait for the step's copies, build the ``step`` body (with the device phase
+    times its slot marked), release the slot."""
     slot = payload[3].slot
     if slot is None:
         return _step_body(*payload)
     try:
-        slot.ring.wait(slot)
-        return _step_body(*payload)
+        device_times = slot.ring.wait(slot)  # the slot's event was recorded after every mark
+        body = _step_body(*payload)
+        body.update(device_times)
+        return body
     finally:
         HostRing.release(slot)
 

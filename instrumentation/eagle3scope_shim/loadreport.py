@@ -18,7 +18,7 @@ import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import graphs, seams
+from eagle3scope_shim import graphs, ring, seams
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
@@ -393,13 +393,16 @@ def _observable(sa) -> bodies.Observable:
         "graph_prefill": replays.get("prefill", False),
         "graph_draft_decode": replays.get("decode", False),
         "graph_draft_extend": replays.get("draft_extend", False),
-        "device_timings": False,
+        "device_timings": ring.times_device(sa) and "worker" not in STATE.unobserved,
     }
 
 
 def hello_body(scheduler) -> bodies.Hello:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
+    overlap = getattr(scheduler, "enable_overlap", None)  # SGLang's decision, not the flag: it turns it off itself
+    if isinstance(overlap, bool):
+        server_args["overlap_schedule"] = overlap
     return {
         "pid": os.getpid(),
         "started": STATE.started_ns,

@@ -54,6 +54,12 @@ class Snapshots:
             return
         self.ring = ring_for(device_type, self.capacity, wake=wake, torch=self.torch)
 
+    @property
+    def timed(self) -> bool:
+        """The ring records device time at the phase boundaries: the hooks mark only then (:func:`mark`)."""
+        ring = self.ring
+        return ring is not None and ring.timed
+
     def stats(self) -> bodies.Heartbeat:
         """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
         ring = self.ring
@@ -64,17 +70,20 @@ class Snapshots:
 
 
 class RingSlot:
-    """One step's host buffers (by field name), the event recorded after its copies, its ring."""
+    """One step's host buffers (by field name), the event recorded after its copies, its ring, and
+    the timing events of its phase boundaries (:data:`MARKS`, on a device that times them)."""
 
-    __slots__ = ("index", "ring", "buffers", "event", "busy", "recorded")
+    __slots__ = ("index", "ring", "buffers", "event", "busy", "recorded", "marks", "marked")
 
-    def __init__(self, index: int, ring: HostRing, event) -> None:
+    def __init__(self, index: int, ring: HostRing, event, marks: list | None = None) -> None:
         self.index = index
         self.ring = ring
         self.buffers: dict[str, Any] = {}  # field -> (buffer, numel of the view, view)
         self.event = event  # None on CPU: host copies are complete when ``copy_`` returns
         self.busy = False  # handed out, not yet released by its reader
         self.recorded = False  # the event was recorded at least once
+        self.marks = marks  # one timing event per MARKS entry, or None (no device clock)
+        self.marked = 0  # bit i: MARKS[i] was recorded in the slot's current step
 
 
 class SchedulerDevice:
@@ -115,8 +124,11 @@ class HostRing:
 
     def __init__(self, size: int, new_event: Callable[[], Any] | None = None, capacity: int = 0, *,
                  alloc: Callable[[int], Any] | None = None, device: SchedulerDevice | None = None,
-                 wake: Callable[[], None] | None = None) -> None:
-        self.slots = [RingSlot(i, self, new_event() if new_event is not None else None) for i in range(max(1, size))]
+                 wake: Callable[[], None] | None = None, new_timer: Callable[[], Any] | None = None) -> None:
+        self.slots = [RingSlot(i, self, new_event() if new_event is not None else None,
+                               [new_timer() for _ in MARKS] if new_timer is not None else None)
+                      for i in range(max(1, size))]
+        self.timed = new_timer is not None  # its slots record device time at the phase boundaries
         self.capacity = max(0, int(capacity))  # elements per buffer: request pool size x draft tokens
         self._alloc = alloc  # n -> a host buffer of n elements
         self.device = device  # the scheduler's device (None: no device calls to make)
@@ -189,15 +201,20 @@ class HostRing:
                 self.device.adopt()
             yield
 
-    def wait(self, slot: RingSlot) -> None:
-        """Reader thread: until the slot's copies are done (a blocking event: the thread sleeps)."""
-        if slot.recorded:
-            with self.device_work():
+    def wait(self, slot: RingSlot) -> dict[str, float]:
+        """Reader thread: until the slot's copies are done (a blocking event: the thread sleeps);
+        then the slot's device phase times (:func:`device_ms`), read under the same device work."""
+        if not slot.recorded and not slot.marked:
+            return {}
+        with self.device_work():
+            if slot.recorded:
                 slot.event.synchronize()
+            return device_ms(slot) if slot.marked else {}
 
     @staticmethod
     def release(slot: RingSlot) -> None:
         slot.busy = False
+        slot.marked = 0
 
 
 #: Ring slots, clamped so the ring's host memory stays under :data:`RING_BYTES`.
@@ -205,12 +222,65 @@ RING_SLOTS = (8, 64)
 RING_BYTES = 16 << 20
 
 
+#: Phase boundaries a timed slot records an event at, on the current stream, as the hooks pass them.
+#: SGLang runs nothing on the device between the draft's return and verify's call
+#: (``forward_batch_generation``, eagle_worker_v2.py 0.5.23), so where verify's start is not marked
+#: (v2's verify hook has no body before the call) the draft's end stands for it.
+MARKS = ("draft_start", "draft_end", "verify_start", "verify_end", "extend_start", "extend_end")
+DRAFT_START, DRAFT_END, VERIFY_START, VERIFY_END, EXTEND_START, EXTEND_END = range(len(MARKS))
+#: step field -> (start mark or marks in order of preference, end mark)
+DEVICE_PHASES = (("draft_device_ms", (DRAFT_START,), DRAFT_END), ("verify_device_ms", (VERIFY_START, DRAFT_END), VERIFY_END),
+                 ("extend_device_ms", (EXTEND_START,), EXTEND_END))
+#: devices whose rings time the phases: a timing-enabled ``torch.cuda.Event`` pair reads the GPU's own clock
+TIMED_DEVICES = ("cuda",)
+
+
+def times_device(server_args) -> bool:
+    """Whether a server with these arguments gets device phase times (SGLang's device defaults to
+    cuda); False where there are none to read."""
+    return server_args is not None and (getattr(server_args, "device", None) or "cuda") in TIMED_DEVICES
+
+
+def mark(step, boundary: int) -> None:
+    """Record the timing event of ``boundary`` (an index into :data:`MARKS`) in the step's slot, on
+    the current stream: no sync, no allocation (the events were made with the ring). Takes the slot
+    the step's snapshots will use, as :func:`snap` would. Only called where ``SNAPSHOTS.timed``."""
+    if step.dropped:
+        return
+    slot = step.slot
+    if slot is None:
+        slot = step.slot = SNAPSHOTS.ring.acquire()
+        if slot is None:
+            step.dropped = True
+            return
+    slot.marks[boundary].record()
+    slot.marked |= 1 << boundary
+
+
+def device_ms(slot: RingSlot) -> dict[str, float]:
+    """Publisher thread, after the slot's event, inside :meth:`HostRing.device_work`: each phase
+    whose both boundaries were marked, in device milliseconds (``elapsed_time``; a mark on another
+    stream that has not completed yet leaves its phase out rather than wait)."""
+    out = {}
+    marked, marks = slot.marked, slot.marks
+    for name, starts, end in DEVICE_PHASES:
+        start = next((i for i in starts if marked >> i & 1), None)
+        if start is None or not marked >> end & 1:
+            continue
+        try:
+            out[name] = float(marks[start].elapsed_time(marks[end]))
+        except RuntimeError:
+            continue
+    return out
+
+
 def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None = None, torch=None) -> HostRing:
     """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
     int64 buffers per slot, :data:`FIELDS`), allocated now. ``torch`` is the module whose
     ``empty``, ``int64`` and ``<device_type>`` (``Event``, ``current_device``, ``set_device``) the
     ring uses: the real one, or a test's model of it (tests/support/device_events.py). Events are
-    blocking: the publisher thread sleeps in ``synchronize`` instead of spinning a core."""
+    blocking: the publisher thread sleeps in ``synchronize`` instead of spinning a core. On a device
+    in :data:`TIMED_DEVICES` each slot also gets timing events for the phase boundaries."""
     if torch is None:
         import torch
 
@@ -226,7 +296,8 @@ def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None
     if device_type != "cuda":  # another backend's Event may take no blocking flag; its threads keep their device
         return HostRing(size, event, capacity, alloc=lambda n: torch.empty(n, dtype=dtype), wake=wake)
     return HostRing(size, lambda: event(blocking=True), capacity,
-                    alloc=lambda n: torch.empty(n, dtype=dtype, pin_memory=True), device=SchedulerDevice(device), wake=wake)
+                    alloc=lambda n: torch.empty(n, dtype=dtype, pin_memory=True), device=SchedulerDevice(device), wake=wake,
+                    new_timer=lambda: event(enable_timing=True, blocking=True))
 
 
 def snap(step, name: str, tensor):

@@ -73,7 +73,7 @@ class DeviceModel:
             self._call("set_device", unsafe=False)
 
     def Event(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):  # noqa: N802
-        event = ModelEvent(self, blocking)
+        event = ModelEvent(self, blocking, enable_timing)
         self.events.append(event)
         return event
 
@@ -140,9 +140,10 @@ class DeviceModel:
 
 
 class ModelEvent:
-    def __init__(self, model: DeviceModel, blocking: bool) -> None:
+    def __init__(self, model: DeviceModel, blocking: bool, timing: bool = False) -> None:
         self.model = model
         self.blocking = blocking
+        self.timing = timing  # made with enable_timing: a timing event of the phase boundaries
         self.device: int | None = None  # set at the first record, as PyTorch creates the event lazily
         self._due: float | None = None  # monotonic time it completes; None: complete; inf: held
         self._copies: list[tuple] = []

@@ -1,5 +1,6 @@
-"""The num_steps advisor: predicted accept length and host tok/s for every chain setting up to the
-served one, per publisher, with the advice (key 5); :func:`advice_line` is the overview's line."""
+"""The num_steps advisor: predicted accept length and tok/s (from device times where the rounds carry
+them, else host times) for every chain setting up to the served one, per publisher, with the advice
+(key 5); :func:`advice_line` is the overview's line."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def _plus_minus(value: float | None, ci: tuple[float, float] | None, spec: str, 
     return format(value * scale, spec) + half
 
 
+def tps_label(clocks) -> str:
+    """The tok/s column's heading: which clock timed the rounds the predictions come from."""
+    return f"tok/s ({', '.join(sorted(set(clocks))) or 'host'})"
+
+
 class AdvisorPanel(Vertical):
     """Per publisher: the setting it serves, the advice, the time model; then one table row per setting."""
 
@@ -46,7 +52,7 @@ class AdvisorPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="advisor-summary")
         table = DataTable(id="advisor-table", cursor_type="row")
-        table.add_columns("src", "steps", "accept length", "tok/s (host)", "vs served", "")
+        self._tps_column = table.add_columns("src", "steps", "accept length", tps_label(()), "vs served", "")[3]
         yield table
 
     def on_mount(self) -> None:
@@ -61,6 +67,9 @@ class AdvisorPanel(Vertical):
         summary = []
         table = self.query_one(DataTable)
         table.clear()
+        column = table.columns[self._tps_column]
+        column.label = Text(tps_label(r.advice.model.clock for r in rows if r.advice.model))
+        column.content_width = max(column.content_width, column.label.cell_len)
         for row in rows:
             a = row.advice
             advised = a.recommended not in (None, a.recorded_steps)

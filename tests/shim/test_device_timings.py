@@ -1,0 +1,213 @@
+"""Device phase times: timing events made with the ring, recorded at the phase boundaries by the
+real hooks, read by the publisher after the slot's event; and on a CPU server none of it."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from eagle3scope.wire import decode_frame, encode_frame
+from eagle3scope_shim import hooks, loadreport, registry, ring
+from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim.ring import SNAPSHOTS, HostRing
+from eagle3scope_shim.state import STATE
+from support.device_events import DeviceModel
+
+ns = types.SimpleNamespace
+
+
+class Device:
+    """A device clock that only the wrapped SGLang calls advance: the GPU's work, which the host
+    times (launches) do not see."""
+
+    ms = 0.0
+
+
+class Timer:
+    """Stands in for ``torch.cuda.Event(enable_timing=True)``: ``record`` stamps the device clock;
+    ``elapsed_time`` raises, as CUDA does, while either end has not completed."""
+
+    made = 0
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        assert enable_timing
+        Timer.made += 1
+        self.at, self.done = None, False
+
+    def record(self) -> None:
+        self.at, self.done = Device.ms, True
+
+    def elapsed_time(self, end: "Timer") -> float:
+        if not (self.done and end.done):
+            raise RuntimeError("CUDA error: device not ready")
+        return end.at - self.at
+
+
+class Event:
+    """The slot's completion event (``record``, ``query``, ``synchronize``)."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.done = True
+
+    def record(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+
+class Host(list):
+    """A host tensor: what ``snap`` lists at once and the publisher reads."""
+
+    is_cpu = True
+
+    def tolist(self):
+        return list(self)
+
+
+class Publisher:
+    def __init__(self) -> None:
+        self.submitted = []
+
+    def submit(self, kind, payload, finalize=None):
+        self.submitted.append((payload, finalize))
+        return True
+
+    def drop(self, kind):
+        raise AssertionError("no slot should be short")
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A v2 decode server whose ring times the phases (what ``ring_for`` makes on CUDA)."""
+    timed = HostRing(4, Event, capacity=64, new_timer=Timer)
+    for name, value in (("ring", timed), ("on_cpu", False)):
+        monkeypatch.setattr(SNAPSHOTS, name, value)
+    for name, value in (("publisher", Publisher()), ("step", None), ("aux_channel", None), ("disabled", set()),
+                        ("seam_status", {}), ("fault", None), ("seq", 0)):
+        monkeypatch.setattr(STATE, name, value)
+    monkeypatch.setattr(FACTS, "draft_at_verify", False)
+    monkeypatch.setattr(FACTS, "extend_at_verify", False)
+    monkeypatch.setattr(FACTS, "published_at_step", True)
+    return timed
+
+
+def _work(ms: float, result=None):
+    """A wrapped SGLang call whose device work takes ``ms`` (and no host time to speak of)."""
+
+    def original(*args, **kwargs):
+        Device.ms += ms
+        return result
+
+    return original
+
+
+def _round(draft_ms=3.0, gap_ms=0.0, verify_ms=5.0, extend_ms=2.0):
+    """One decode round of two requests through the real step, draft, verify and draft-extend hooks."""
+    step_hook = hooks.FACTORIES["step"]("t.step")
+    draft_hook = hooks.FACTORIES["draft"]("t.draft")
+    verify_hook = hooks.FACTORIES["verify_v2"]("t.verify")
+    extend_hook = hooks.FACTORIES["draft_extend"]("t.extend")
+    worker = ns(speculative_num_steps=3, topk=1)
+    batch = ns(forward_mode=ns(is_idle=lambda: False, is_extend=lambda: False), is_extend_in_batch=False,
+               reqs=[ns(rid="a"), ns(rid="b")])
+    drafted = ns(draft_token=Host(range(8)))
+    verified = ns(accept_lens=Host([2, 1]), next_token_ids=Host(range(8)))
+
+    def forward(self, b):
+        draft_hook(_work(draft_ms, (drafted,)), self, b)
+        Device.ms += gap_ms  # between the draft's return and verify's call
+        verify_hook(_work(verify_ms, verified), self, b)
+        extend_hook(_work(extend_ms), self, b)
+
+    step_hook(forward, worker, batch)
+
+
+def _published():
+    ((payload, finalize),) = STATE.publisher.submitted
+    body = finalize(payload)
+    assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body  # a valid wire step
+    return body, payload[3]
+
+
+def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_after_the_slot(server):
+    made = Timer.made
+    _round()
+    assert Timer.made == made  # no event is made in a step: they came with the ring
+    body, step = _published()
+    assert body["draft_device_ms"] == pytest.approx(3.0)
+    assert body["verify_device_ms"] == pytest.approx(5.0)  # from the draft's end: v2's verify hook has no pre
+    assert body["extend_device_ms"] == pytest.approx(2.0)
+    assert body["draft_ms"] < 3.0 and body["accepted"] == [1, 0]  # host times stay as they were
+    slot = step.slot
+    assert slot.event.done and not slot.busy and slot.marked == 0  # released, its marks forgotten for the next step
+
+
+def test_a_mark_not_yet_complete_leaves_its_phase_out_rather_than_wait_or_fail(server):
+    _round()
+    payload, finalize = STATE.publisher.submitted[0]
+    payload[3].slot.marks[ring.EXTEND_END].done = False  # recorded on a stream that has not got there
+    body = finalize(payload)
+    assert "extend_device_ms" not in body and body["draft_device_ms"] == pytest.approx(3.0)
+    assert STATE.disabled == set()
+
+
+def test_an_untimed_ring_records_no_marks_and_publishes_no_device_times(server, monkeypatch):
+    untimed = HostRing(4, Event, capacity=64)
+    monkeypatch.setattr(SNAPSHOTS, "ring", untimed)
+    _round()
+    body, step = _published()
+    assert not any(key.endswith("_device_ms") for key in body) and step.slot is None  # no slot taken for marks
+    assert all(s.marks is None for s in untimed.slots)
+
+
+def test_the_ring_made_at_the_start_has_timing_events_on_cuda_and_none_on_cpu(monkeypatch):
+    model = DeviceModel()
+    for name, value in (("torch", model.torch), ("ring", None), ("on_cpu", False)):
+        monkeypatch.setattr(SNAPSHOTS, name, value)
+    SNAPSHOTS.start("cuda", 64)
+    cuda = SNAPSHOTS.ring
+    assert cuda.timed and SNAPSHOTS.timed
+    timers = [e for e in model.events if e.timing]
+    assert len(timers) == len(cuda.slots) * len(ring.MARKS)
+    assert all(len(slot.marks) == len(ring.MARKS) for slot in cuda.slots)
+    assert sum(not e.timing for e in model.events) == len(cuda.slots)  # the completion events, untimed as before
+    monkeypatch.setattr(SNAPSHOTS, "on_cpu", True)
+    SNAPSHOTS.start("cpu", 64)
+    cpu = SNAPSHOTS.ring
+    assert not cpu.timed and not SNAPSHOTS.timed and all(s.marks is None for s in cpu.slots)
+
+
+@pytest.mark.parametrize("device, timed", [("cuda", True), (None, True), ("cpu", False)])
+def test_the_hello_says_device_timings_only_where_the_device_times_the_phases(monkeypatch, device, timed):
+    monkeypatch.setattr(STATE, "unobserved", {})
+    assert loadreport._observable(ns(device=device))["device_timings"] is timed
+    monkeypatch.setattr(STATE, "unobserved", {"worker": "another worker class"})
+    assert loadreport._observable(ns(device=device))["device_timings"] is False
+
+
+@pytest.mark.parametrize("enable_overlap", [True, False])
+def test_the_hello_says_whether_sglang_runs_the_overlap_loop(monkeypatch, enable_overlap):
+    monkeypatch.setattr(STATE, "hello_args", None)
+    body = loadreport.hello_body(ns(server_args=ns(device="cuda"), enable_overlap=enable_overlap))
+    assert body["server_args"]["overlap_schedule"] is enable_overlap
+    assert decode_frame(encode_frame("hello", body, src="t", n=0)).body["server_args"]["overlap_schedule"] is enable_overlap
+
+
+@pytest.mark.parametrize("device, detached", [("cuda", False), ("cpu", True)])
+def test_the_draft_and_extend_hooks_stay_where_they_mark_the_device(monkeypatch, device, detached):
+    taken = []
+    monkeypatch.setattr(registry, "detach", lambda seam: taken.append(seam) or True)
+    monkeypatch.setattr(FACTS, "workers", [("v2", None, None, None)])
+    monkeypatch.setattr(FACTS, "forwards_at_callers", True)
+    monkeypatch.setattr(FACTS, "draft_at_verify", False)
+    monkeypatch.setattr(FACTS, "extend_at_verify", False)
+    monkeypatch.setattr(STATE, "topology", None)
+    monkeypatch.setattr(STATE, "scheduler", ns(server_args=ns(device=device)))
+    hooks._detach_draft_and_extend(ns(speculative_num_steps=3))
+    assert (taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM]) is detached
+    assert FACTS.draft_at_verify is detached
