@@ -8,9 +8,9 @@ prints "no CUDA device: skipped" and exits 0, which the CPU test suite checks.
   A  a publisher-like thread's event sync on GPU 1, without and with the device fix (the thread
      adopts the scheduler's device first): GPU 0 memory it adds. Needs two GPUs; skipped with one.
   B  a global-mode graph capture while a publisher-like thread queries and syncs an event: failed
-     captures without and with a capture gate. The gate is :class:`StandInCaptureGate`, a stand-in
-     of the shim's capture flag (the capturing thread holds it; the publisher makes no CUDA call
-     while it is held), not the shim's own code.
+     captures without and with the shim's own capture gate (``ring.CAPTURE_GATE``: the capturing
+     thread holds it, as the shim's capture seam does; the publisher-like thread makes its event
+     calls inside ``HostRing.device_work``, as the shim's publisher does).
   C  bytes freed by a ``set_embed``-style swap (SGLang deletes the draft's embedding, shares the
      target's, empties the cache) while an observer holds the draft's parameters: strong references
      (the negative control), weak references, and the shim's own ``LoadWatch`` of this checkout.
@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,30 +135,14 @@ def check_a(variant: str) -> list[dict]:
 
 
 # -- B: a global-mode capture while a publisher-like thread touches events ----------------------
-class StandInCaptureGate:
-    """STAND-IN of the shim's capture flag protocol (not the shim's code): the capturing thread holds
-    the gate for the whole capture, and the publisher thread makes each CUDA call through
-    :meth:`call`, which waits while a capture runs. The check asks whether this protocol keeps a
-    global-mode capture valid; the shim's own flag must keep the same promise."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def capture(self):
-        with self._lock:
-            yield
-
-    def call(self, fn):
-        with self._lock:
-            return fn()
-
-
 def check_b(variant: str, tries: int = 10, depth: int = 300) -> list[dict]:
     import torch
 
+    sys.path[:0] = [str(ROOT / "instrumentation"), str(ROOT)]
+    from eagle3scope_shim import ring
+
     gated = variant == "gated"
-    gate = StandInCaptureGate()
+    shim_ring = ring.ring_for("cuda", 64)  # its device_work(): the scheduler's device, then the gate
     x = torch.randn(512, 512, device="cuda")
     w = torch.randn(512, 512, device="cuda") / 32
     event = torch.cuda.Event()
@@ -186,7 +170,11 @@ def check_b(variant: str, tries: int = 10, depth: int = 300) -> list[dict]:
     def publisher():
         while not stop.is_set():
             try:
-                gate.call(touch) if gated else touch()
+                if gated:
+                    with shim_ring.device_work():
+                        touch()
+                else:
+                    touch()
                 calls[0] += 1
             except Exception as exc:
                 thread_errors.append(f"{type(exc).__name__}: {exc}"[:120])
@@ -200,7 +188,7 @@ def check_b(variant: str, tries: int = 10, depth: int = 300) -> list[dict]:
     for _ in range(tries):
         graph = torch.cuda.CUDAGraph()
         try:
-            with gate.capture() if gated else nullcontext():
+            with ring.CAPTURE_GATE if gated else nullcontext():
                 with torch.cuda.graph(graph, capture_error_mode="global"):
                     chain(x)
             graph.replay()
@@ -290,7 +278,7 @@ def check_d(trials: int = 20, spin_cycles: int = 50_000_000) -> list[dict]:
     sys.path[:0] = [str(ROOT / "instrumentation"), str(ROOT)]
     from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
 
-    SNAPSHOTS.capacity, SNAPSHOTS.sized, SNAPSHOTS.ring = 1024, True, None
+    SNAPSHOTS.start("cuda", 1024)  # as the scheduler's start does
     value = 7
     seen, stale = 0, 0
     side = torch.cuda.Stream()
@@ -355,8 +343,8 @@ def check_f(rounds: int = 200, batch: int = 64, hidden: int = 4096) -> list[dict
     sys.path[:0] = [str(ROOT / "instrumentation"), str(ROOT)]
     from eagle3scope_shim import ring
 
-    ring.SNAPSHOTS.capacity, ring.SNAPSHOTS.sized = 1024, True
-    timed = ring.SNAPSHOTS.ring = ring.ring_for("cuda", 1024)
+    ring.SNAPSHOTS.start("cuda", 1024)  # as the scheduler's start does
+    timed = ring.SNAPSHOTS.ring
     assert timed.timed and ring.SNAPSHOTS.timed
     w = torch.randn(hidden, hidden, device="cuda", dtype=torch.bfloat16) / 64
     xs = {"draft": torch.randn(batch, hidden, device="cuda", dtype=torch.bfloat16),
