@@ -52,6 +52,10 @@ def test_strict_graph_backend_replays_as_eager_and_a_failed_capture_raises(engin
     assert facts["strict_python_runs"] == 3 and facts["strict_replay_matches_eager"] == [True] * 3
     assert facts["strict_can_run"] == [True, False]
     assert facts["strict_sync_capture"].startswith("CaptureError") and not facts["strict_failed_shape_kept"]
+    # the runner's capture loop: largest size first, the shared buffers refilled first, and no shape
+    # left to run eagerly: the failure leaves the loop (and SGLang's __init__, which aborts start-up)
+    assert facts["strict_runner_tried"] == [2, 1] and facts["strict_runner_fill"] == [1.0, 1.0]
+    assert facts["strict_runner_capture"].startswith("CaptureError")
 
 
 def test_global_capture_mode_refuses_other_threads_and_invalidates_the_capture(engine_python):

@@ -108,6 +108,30 @@ except RuntimeError as exc:  # SGLang's runners turn a RuntimeError out of captu
 facts["strict_failed_shape_kept"] = backend.can_run(None, "syncs")
 
 
+class TwoShapes(graphs._CapturedOnCPU):
+    """A runner with SGLang's capture-list fields, whose size-1 region syncs."""
+
+    capture_bs, max_bs, seq_len_fill_value = [1, 2], 2, 1
+
+    def __init__(self):
+        self.buffers = type("Buffers", (), {"seq_lens": torch.zeros(2), "seq_lens_cpu": torch.zeros(2),
+                                            "reset_index_buffers": staticmethod(lambda: None)})()
+        self.tried = []
+
+    def capture_one_shape(self, bs, forward):
+        self.tried.append(bs)
+        self.backend.capture_one(bs, lambda: syncs(strict_static) if bs == 1 else draft_forward(strict_static))
+
+
+runner = TwoShapes()
+try:
+    runner.capture()
+    facts["strict_runner_capture"] = "captured"
+except RuntimeError as exc:  # out of the runner's __init__: SGLang raises "Capture cuda graph failed: ..." from it
+    facts["strict_runner_capture"] = f"{type(exc).__name__}: {exc}"
+facts.update(strict_runner_tried=runner.tried, strict_runner_fill=runner.buffers.seq_lens.tolist())
+
+
 # -- global capture mode: another thread's event query, device sync or pinned allocation -------------
 class Stand:
     """Stands for a torch.cuda Event or Stream (this CPU build cannot make one)."""
