@@ -18,7 +18,7 @@ import os
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last, pooled
+from test_shim_engine import GUARDED, PROMPTS, ServerPool, _check_agreement, _failed_hooks, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.families import scenarios_of
@@ -88,8 +88,8 @@ def pool(request, demo_models, tmp_path_factory):
     aux_off = scenarios_of("llama")["aux-off"].prepare(demo_models, tmp_path_factory.mktemp("aux-off"))
     return ServerPool(request, {
         "eager": (((target, draft, {}), {}), {}),
-        "graphed": (((target, draft, {**STRICT_GRAPHS_ENV, "EAGLE3SCOPE_SYNC_GUARD": "1"}), {}), {"temperatures": (0.0, 0.8)}),
-        "aux_off": (((aux_off.target_dir, aux_off.draft_dir, STRICT_GRAPHS_ENV), {}), {}),
+        "graphed": (((target, draft, {**STRICT_GRAPHS_ENV, **GUARDED}), {}), {"temperatures": (0.0, 0.8)}),
+        "aux_off": (((aux_off.target_dir, aux_off.draft_dir, {**STRICT_GRAPHS_ENV, **GUARDED}), {}), {}),
     })
 
 
@@ -142,7 +142,7 @@ def test_replayed_passes_carry_width_and_fc_from_the_callers(served, demo_models
 
 def test_graphed_healthy_run_is_clean_and_agrees_with_meta_info(served):
     _, _, frames, responses = served
-    assert [b for b in _kind(frames, "hook") if b["status"] == "failed"] == []  # sync guard on: no sync added
+    assert _failed_hooks(frames) == []  # sync guard on: no sync added
     _check_agreement(frames, responses)
     state = analyse(frames)
     assert [(v.id, v.severity) for v in state.violations() if v.severity in ("error", "warning")] == []
@@ -159,3 +159,4 @@ def test_aux_off_under_graphs_fires_fc_bypassed_with_width_evidence(aux_off):
     assert evidence["width_seen"] == [h] and evidence["fc_in"] == 3 * h
     assert evidence["skipped_by_mode"]["draft_extend_v2"] == evidence["replayed_by_mode"]["draft_extend_v2"] > 0
     _check_agreement(frames, responses)
+    assert _failed_hooks(frames) == []
