@@ -36,8 +36,10 @@ _aten = torch.ops.aten
 _ALWAYS_SYNC = {
     _aten._local_scalar_dense, _aten.nonzero, _aten.masked_select, _aten._unique, _aten._unique2,
     _aten.unique_dim, _aten.unique_consecutive, _aten.unique_dim_consecutive, _aten.bincount, _aten.equal,
-    _aten.is_nonzero, _aten.allclose, _aten._pin_memory, _aten.pin_memory,
+    _aten.is_nonzero, _aten.allclose,
 }
+#: Pinning host memory (a page-locked ``cudaHostAlloc`` serialises the device's streams).
+_PINNING = {_aten._pin_memory, _aten.pin_memory}
 #: Indexing that turns a bool mask into indices on the host (``nonzero`` inside the kernel).
 _MASK_INDEXING = {_aten.index, _aten.index_put, _aten.index_put_, _aten._index_put_impl_}
 _MASKS = (torch.bool, torch.uint8)
@@ -78,7 +80,7 @@ def aten_sync(func, args, kwargs) -> str:
         return "sizes its output from device data (no output_size)"
     if packet in _MASK_INDEXING and _mask_indexed(args):
         return "indexes with a bool mask (nonzero on the host)"
-    if kwargs.get("pin_memory"):
+    if packet in _PINNING or kwargs.get("pin_memory"):
         return "allocates pinned host memory"
     if _blocking_transfer(func, args, kwargs):
         return "copies between host and device without non_blocking"
