@@ -1,8 +1,10 @@
 """Draft passes replayed from graphs, in the real SGLang 0.5.23 CPU engine with the CPU graph stand-in
-(cpu_engine/.../graphs.py, ``EAGLE3SCOPE_CPU_GRAPHS=1``): the draft's Python forward, and the shim's
-hook inside it, run only when a graph is captured; the width and fc of every replayed pass come from
-the eager callers (``EagleDraftWorker.draft`` / ``_draft_extend_for_decode``, eagle_worker_v2.py of
-0.5.23), and the rules read them as they read eager passes.
+in its strict mode (cpu_engine/.../graphs.py, ``EAGLE3SCOPE_CPU_GRAPHS=strict``): SGLang's own draft
+graph runners capture a capture list (here 2 and 4, so a single request pads to 2) while the server
+starts, before the shim's publisher exists, and pad every batch; the draft's Python forward, and the
+shim's hook inside it, run only at capture; the width and fc of every replayed pass come from the
+eager callers (``EagleDraftWorker.draft`` / ``_draft_extend_for_decode``, eagle_worker_v2.py of
+0.5.23), its ``graph_bs`` from the runner's choice, and the rules read them as they read eager passes.
 
 Three servers of the trained demo models (about 25 s each, each started while the one before it runs:
 ServerPool): eager and graphed serving the same greedy prompts one at a time (so batching cannot change them: same tokens and the same draft proposals per
@@ -12,27 +14,27 @@ step), the graphed one also sampled and under the sync guard; and the aux-off sc
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import PROMPTS, ServerPool, _check_agreement, _kind, _last, pooled
+from test_shim_engine import GUARDED, PROMPTS, ServerPool, _check_agreement, _failed_hooks, _kind, _last, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.families import scenarios_of
-from eagle3scope.demo.server import CPU_GRAPHS_ENV, checkout_pythonpath
+from eagle3scope.demo.server import checkout_pythonpath
 
 pytestmark = pytest.mark.engine
+
+#: The capture list the strict stand-in narrows SGLang's to: every single-request round pads up to 2.
+CAPTURED = (2, 4)
+STRICT_GRAPHS_ENV = {"EAGLE3SCOPE_CPU_GRAPHS": "strict", "EAGLE3SCOPE_CPU_GRAPHS_BS": ",".join(map(str, CAPTURED))}
 
 
 def test_stand_in_has_cuda_graph_semantics(engine_python):
     """Without a server: Python runs once (at capture, under SGLang's capture flag), replays recompute on
     the static inputs and overwrite the captured outputs, attention breaks out, a host sync fails capture."""
-    import os
-
-    done = run_engine_python(engine_python, "tests/engine_side/graph_semantics.py", timeout=300,
-                             env={"SGLANG_USE_CPU_ENGINE": "1", **checkout_pythonpath(os.environ)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    facts = _semantics(engine_python)
     assert facts["capture_ran_python"] == 1 and facts["flag_in_capture"] == [True] and not facts["flag_after"]
     assert facts["input_names"] == ["bias", "x"] and facts["inputs_private"] and facts["live_inputs_untouched"]
     assert facts["capture_matches_eager"] and facts["replay_matches_eager"] == [True] * 5
@@ -42,6 +44,43 @@ def test_stand_in_has_cuda_graph_semantics(engine_python):
     assert facts["other_shape_fits"] is False  # another batch size is another graph
 
 
+def test_strict_graph_backend_replays_as_eager_and_a_failed_capture_raises(engine_python):
+    """The strict mode's backend (in place of SGLang's FullCudaGraphBackend): two warm-ups and the
+    capture run the Python, replays match eager; a host sync in capture raises (SGLang's runners then
+    abort start-up with "Capture cuda graph failed"), and the shape is not kept to run eagerly."""
+    facts = _semantics(engine_python)
+    assert facts["strict_python_runs"] == 3 and facts["strict_replay_matches_eager"] == [True] * 3
+    assert facts["strict_can_run"] == [True, False]
+    assert facts["strict_sync_capture"].startswith("CaptureError") and not facts["strict_failed_shape_kept"]
+    # the runner's capture loop: largest size first, the shared buffers refilled first, and no shape
+    # left to run eagerly: the failure leaves the loop (and SGLang's __init__, which aborts start-up)
+    assert facts["strict_runner_tried"] == [2, 1] and facts["strict_runner_fill"] == [1.0, 1.0]
+    assert facts["strict_runner_capture"].startswith("CaptureError")
+
+
+def test_global_capture_mode_refuses_other_threads_and_invalidates_the_capture(engine_python):
+    """While a capture records, another thread's event query/sync, stream or device sync or pinned
+    allocation is refused and the capture fails (cudaStreamCaptureModeGlobal); outside a capture the
+    calls reach torch (which, on a CPU build, has no event or pinned memory to give)."""
+    facts = _semantics(engine_python)
+    assert set(facts["global_during"].values()) == {"refused"} and len(facts["global_during"]) == 6
+    assert all(why.startswith("the capture was invalidated") for why in facts["global_captures"].values())
+    assert "refused" not in facts["global_outside"].values() and facts["global_unpinned_empty"] == "ran"
+
+
+_FACTS: dict = {}
+
+
+def _semantics(engine_python) -> dict:
+    """The facts tests/engine_side/graph_semantics.py prints, run once per module."""
+    if not _FACTS:
+        done = run_engine_python(engine_python, "tests/engine_side/graph_semantics.py", timeout=300,
+                                 env={"SGLANG_USE_CPU_ENGINE": "1", **checkout_pythonpath(os.environ)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        _FACTS.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    return _FACTS
+
+
 @pytest.fixture(scope="module")
 def pool(request, demo_models, tmp_path_factory):
     """The module's three servers, each started while the one before it runs (ServerPool)."""
@@ -49,8 +88,8 @@ def pool(request, demo_models, tmp_path_factory):
     aux_off = scenarios_of("llama")["aux-off"].prepare(demo_models, tmp_path_factory.mktemp("aux-off"))
     return ServerPool(request, {
         "eager": (((target, draft, {}), {}), {}),
-        "graphed": (((target, draft, {**CPU_GRAPHS_ENV, "EAGLE3SCOPE_SYNC_GUARD": "1"}), {}), {"temperatures": (0.0, 0.8)}),
-        "aux_off": (((aux_off.target_dir, aux_off.draft_dir, CPU_GRAPHS_ENV), {}), {}),
+        "graphed": (((target, draft, {**STRICT_GRAPHS_ENV, **GUARDED}), {}), {"temperatures": (0.0, 0.8)}),
+        "aux_off": (((aux_off.target_dir, aux_off.draft_dir, {**STRICT_GRAPHS_ENV, **GUARDED}), {}), {}),
     })
 
 
@@ -86,11 +125,14 @@ def test_replayed_passes_carry_width_and_fc_from_the_callers(served, demo_models
     assert observable["passes_prefill"] and observable["passes_draft_decode"] and observable["passes_draft_extend"]
     assert not _last(eager_frames, "hello")["observable"]["graph_draft_decode"]
     captured = {(g["mode"], g["bs"]): (g["width"], g["fc"]) for g in hello["graphs"]["captured"]}
-    assert captured[("decode", 1)] == (h, False) and captured[("draft_extend_v2", 1)] == (wide, True)
+    # every size of the capture list, captured before the first step (the hello already lists them)
+    assert captured == {**{("decode", bs): (h, False) for bs in CAPTURED}, **{("draft_extend_v2", bs): (wide, True) for bs in CAPTURED}}
     decode = [b for b in _kind(frames, "step") if b["mode"] == "decode"]
+    assert decode and max(b["bs"] for b in decode) <= max(CAPTURED)
     for body in decode:
+        padded = min(bs for bs in CAPTURED if bs >= body["bs"])  # the key SGLang's runner pads to
         passes = {(p["mode"], p["width"], p["fc"], p.get("replayed"), p.get("graph_bs")): p["n"] for p in body["passes"]}
-        assert passes == {("decode", h, False, True, body["bs"]): 2, ("draft_extend_v2", wide, True, True, body["bs"]): 1}
+        assert passes == {("decode", h, False, True, padded): 2, ("draft_extend_v2", wide, True, True, padded): 1}
     for body in _kind(frames, "step"):
         if body["mode"] == "prefill":  # prefill stays eager: the draft forward's own hook reports it
             assert {(p["mode"], p["width"], p["fc"], p.get("replayed")) for p in body["passes"]} == {("extend", wide, True, None)}
@@ -100,7 +142,7 @@ def test_replayed_passes_carry_width_and_fc_from_the_callers(served, demo_models
 
 def test_graphed_healthy_run_is_clean_and_agrees_with_meta_info(served):
     _, _, frames, responses = served
-    assert [b for b in _kind(frames, "hook") if b["status"] == "failed"] == []  # sync guard on: no sync added
+    assert _failed_hooks(frames) == []  # sync guard on: no sync added
     _check_agreement(frames, responses)
     state = analyse(frames)
     assert [(v.id, v.severity) for v in state.violations() if v.severity in ("error", "warning")] == []
@@ -117,3 +159,4 @@ def test_aux_off_under_graphs_fires_fc_bypassed_with_width_evidence(aux_off):
     assert evidence["width_seen"] == [h] and evidence["fc_in"] == 3 * h
     assert evidence["skipped_by_mode"]["draft_extend_v2"] == evidence["replayed_by_mode"]["draft_extend_v2"] > 0
     _check_agreement(frames, responses)
+    assert _failed_hooks(frames) == []

@@ -26,6 +26,10 @@ class LoadFacts:
         #: ... and the v2 draft-extend hook: verify's hook reads the width the extend gets and adds its
         #: pass, the extend timed from verify's end to the step's
         self.extend_at_verify = False
+        #: pipeline parallelism: the last stage verifies the draft relayed with the batch, then drafts
+        #: the next round (SGLang's PP tail draft), so verify's hook snapshots the draft and the draft
+        #: hook does not (read at the first step)
+        self.tail_draft = False
         #: the scheduler runs no overlap loop, so no round is discarded and the commit hook was taken
         #: out: a step is published as it ends (hooks._detach_commit)
         self.published_at_step = False

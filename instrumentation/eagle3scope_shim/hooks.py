@@ -173,13 +173,14 @@ def _detach_draft_and_extend(worker) -> None:
     from the step's start to verify's, the extend from verify's end to the step's (``draft_ms``,
     ``extend_ms``). Not with 0 steps, where SGLang drafts nothing and may stub the extend out, nor
     under pipeline parallelism, whose last stage drafts the next round at the end of the step (the PP
-    tail-draft), nor where the device times the phases: only those hooks mark the draft's and the
-    extend's boundaries. Each hook's work moves only once it is out."""
+    tail-draft, whose tokens are the next round's: verify's hook takes the verified ones there,
+    ``FACTS.tail_draft``), nor where the device times the phases: only those hooks mark the draft's
+    and the extend's boundaries. Each hook's work moves only once it is out."""
+    FACTS.tail_draft = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1) > 1
     kind = FACTS.workers[-1][0] if FACTS.workers else None
-    stages = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1)
     if ring.times_device(getattr(STATE.scheduler, "server_args", None)):
         return  # their hooks mark the draft's and the extend's device boundaries (ring.mark)
-    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and stages == 1:
+    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and not FACTS.tail_draft:
         FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
         FACTS.extend_at_verify = registry.detach(EXTEND_SEAM)
 
@@ -247,8 +248,9 @@ def make_step(seam):
             _detach_draft_and_extend(self)
             _detach_commit()
         step = Step()
+        # provisional: a round whose verify runs is a decode round whatever the batch says (post)
         step.prefill = extend or bool(getattr(batch, "is_extend_in_batch", False))
-        if FACTS.draft_at_verify and not step.prefill:
+        if FACTS.draft_at_verify and not extend:
             step.draft_from = _draft_start(batch)
         STATE.step = step
         return step
@@ -257,6 +259,8 @@ def make_step(seam):
         if step is None:
             return
         STATE.step = None
+        if step.verify is not None:  # under DP spec-prefill coordination a decode rank's batch says extend
+            step.prefill = False
         slot, pub = step.slot, STATE.publisher
         if slot is not None:
             HostRing.record(slot)
@@ -505,11 +509,28 @@ def _uncounted(step, args, mode: str, width: int) -> None:
     n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
     if n < 1:
         return  # a one-step draft runs no decode forward at all
-    graph = None if FACTS.forwards_at_callers else graphs.graph_bs(mode, len(args[1].seq_lens))
+    graph = None if FACTS.forwards_at_callers else _graph_chosen(worker, mode, args[1])
     step.passes.append((mode, width, None, n, graph))
 
 
+#: the draft worker's graph runner of each pass mode (seams.DRAFT_GRAPH_SLOTS: the same slot names in v1 and v2)
+_RUNNER_OF = {"decode": seams.DRAFT_GRAPH_SLOTS["v1"]["decode"][-1],
+              "draft_extend_v2": seams.DRAFT_GRAPH_SLOTS["v1"]["draft_extend"][-1],
+              "draft_extend": seams.DRAFT_GRAPH_SLOTS["v1"]["draft_extend"][-1]}
+
+
+def _graph_chosen(worker, mode: str, batch) -> int:
+    """The batch size of the graph a replayed pass ran: the key its runner chose, which SGLang's
+    draft runners keep as ``bs`` after each replay (padded up to a captured size; under DP
+    attention from the largest batch of all ranks, not this rank's), else the smallest captured
+    size that holds this rank's batch."""
+    chosen = getattr(getattr(worker, _RUNNER_OF.get(mode, ""), None), "bs", None)
+    return chosen if type(chosen) is int else graphs.graph_bs(mode, len(batch.seq_lens))
+
+
 def _observe_draft(step, result, worker):
+    if FACTS.tail_draft:  # the next round's proposals: verify's hook took this round's
+        return
     verify_input = result[0] if isinstance(result, tuple) else result
     step.draft = snap(step, "draft", verify_input.draft_token)
 
@@ -531,6 +552,8 @@ def make_verify_v2(seam):
         step.verify_ns = _now() - began
         if FACTS.draft_at_verify:
             _drafted(step, self, args[0] if args else kwargs["batch"], began)
+        elif FACTS.tail_draft:  # the draft this round verifies, relayed from the first stage
+            step.draft = snap(step, "draft", (args[0] if args else kwargs["batch"]).spec_info.draft_token)
         step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
         if (getattr(self, "topk", 1) or 1) > 1:
             step.path = snap(step, "path", getattr(result, "accept_index", None))

@@ -18,7 +18,8 @@ temperature > 0 are verified by rejection sampling against the target's distribu
 GPU. ``EAGLE3SCOPE_CPU_SAMPLING=0`` keeps the greedy-only behaviour.
 
 ``EAGLE3SCOPE_CPU_GRAPHS=1`` runs the draft's decode and draft-extend passes from CPU graphs
-that stand in for SGLang's CUDA graph runners (:mod:`eagle3scope_cpu_engine.graphs`).
+that stand in for SGLang's CUDA graph runners (:mod:`eagle3scope_cpu_engine.graphs`);
+``EAGLE3SCOPE_CPU_GRAPHS=strict`` runs SGLang's own runners on them, captured at start-up.
 """
 
 import logging

@@ -28,16 +28,34 @@ Semantics kept from CUDA graphs:
   metadata planned for the live batch just before, as SGLang's BREAKABLE backend
   (``runner_backend/breakable_cuda_graph_backend.py``) runs attention between graph segments.
 
-Differences, on purpose: a shape is captured at its first use, not at startup (so no dummy
-batches are needed), and there is no padding to a captured bucket (one graph per exact batch
-size). Prefill stays eager (SGLang's prefill graphs are another runner).
+Differences, on purpose, in the default mode (``=1``): a shape is captured at its first use,
+not at startup (so no dummy batches are needed), and there is no padding to a captured bucket
+(one graph per exact batch size). Prefill stays eager (SGLang's prefill graphs are another runner).
+
+The strict mode (``EAGLE3SCOPE_CPU_GRAPHS=strict``) keeps none of those differences but the
+graph object itself: the slots get SGLang's own ``EAGLEDraftCudaGraphRunner`` and
+``EAGLEDraftExtendCudaGraphRunner`` (:func:`strict_runners`), whose graph backend is
+:class:`OpGraphBackend` instead of ``FullCudaGraphBackend``. So, as on a GPU:
+
+- every size of SGLang's capture list (``get_batch_sizes_to_capture``; ``EAGLE3SCOPE_CPU_GRAPHS_BS``
+  narrows it) is captured while the scheduler is built, before the shim's publisher exists, from
+  SGLang's own dummy batches in its static buffers;
+- a batch is padded up to the next captured size by SGLang's ``execute`` (under DP attention from
+  the global maximum), and the runner keeps the key it chose (``bs``);
+- while a capture records, what ``cudaStreamCaptureModeGlobal`` forbids any thread (an event
+  query or sync, a device or stream sync, a pinned host allocation) raises and invalidates the
+  capture (:func:`forbid_while_capturing`);
+- a capture that fails aborts start-up with SGLang's own "Capture cuda graph failed".
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
+import threading
+import types
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -46,6 +64,9 @@ from torch.utils._pytree import tree_leaves
 log = logging.getLogger(__name__)
 
 ENV = "EAGLE3SCOPE_CPU_GRAPHS"
+STRICT = "strict"
+#: Narrows the strict mode's capture list (comma-separated sizes, e.g. "2,4": a batch of 1 pads to 2).
+BS_ENV = "EAGLE3SCOPE_CPU_GRAPHS_BS"
 
 _aten = torch.ops.aten
 #: Ops a CUDA capture cannot hold: they sync with the host or size their output from data.
@@ -56,7 +77,11 @@ _HOST_SYNC = {
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip() == "1"
+    return os.environ.get(ENV, "").strip() in ("1", STRICT)
+
+
+def strict() -> bool:
+    return os.environ.get(ENV, "").strip() == STRICT
 
 
 class CaptureError(RuntimeError):
@@ -92,6 +117,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.nodes: list = []
         self.paused = 0
+        self.invalidated = ""  # what another call did while this capture recorded (global capture mode)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -136,15 +162,19 @@ class OpGraph:
         self.replays = 0
 
     def capture(self, fn):
-        from sglang.srt.model_executor.runner_utils.capture_mode import model_capture_mode
+        """Record ``fn()``, under SGLang's capture flag (already set by a runner that captures several
+        shapes, whose flag an inner ``model_capture_mode`` would clear on leaving)."""
+        from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode, model_capture_mode
 
         recorder = _Recorder()
         _RECORDING.append(recorder)
         try:
-            with model_capture_mode(), recorder:
+            with contextlib.nullcontext() if get_is_capture_mode() else model_capture_mode(), recorder:
                 out = fn()
         finally:
-            _RECORDING.pop()
+            _RECORDING.remove(recorder)
+        if recorder.invalidated:
+            raise CaptureError(f"the capture was invalidated: {recorder.invalidated}")
         self.nodes = recorder.nodes
         return out
 
@@ -340,15 +370,196 @@ def _capture_cuda_graphs(original, worker, *args, **kwargs):
     if worker.cuda_graph_runner is None and worker.cuda_graph_runner_for_draft_extend is None:
         draft_backend = worker.draft_attn_backend
         _break_attention(*getattr(draft_backend, "attn_backends", ()), worker.draft_runner.attn_backend)
-        if worker.speculative_num_steps > 1:
+        if strict():
+            worker.cuda_graph_runner, worker.cuda_graph_runner_for_draft_extend = strict_runners(worker)
+            log.info("eagle3scope-cpu-engine: draft decode and draft extend captured at start-up (%s=%s)", ENV, STRICT)
+        elif worker.speculative_num_steps > 1:
             worker.cuda_graph_runner = DraftDecodeGraphRunner(worker)
-        worker.cuda_graph_runner_for_draft_extend = DraftExtendGraphRunner(worker)
-        log.info("eagle3scope-cpu-engine: draft decode and draft extend run from CPU graphs (%s=1)", ENV)
+        if not strict():
+            worker.cuda_graph_runner_for_draft_extend = DraftExtendGraphRunner(worker)
+            log.info("eagle3scope-cpu-engine: draft decode and draft extend run from CPU graphs (%s=1)", ENV)
     return result
 
 
 def install() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    if strict():
+        _global_capture_mode()
+
     HookRegistry.register("sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
                           _capture_cuda_graphs, HookType.AROUND)
+
+
+# -- strict mode: SGLang's own runners, CPU graphs ------------------------------------------------
+class OpGraphBackend:
+    """Stands in for ``FullCudaGraphBackend`` (runner_backend/full_cuda_graph_backend.py 0.5.23): an
+    :class:`OpGraph` per shape key where it keeps a ``torch.cuda.CUDAGraph``, captured after the
+    same two warm-up runs, replayed as is; no capture stream or memory pool (host memory)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict = {}
+
+    @contextlib.contextmanager
+    def capture_session(self, stream=None):
+        yield
+
+    def capture_one(self, shape_key, forward_fn, capture_inputs=None, post_warmup_hook=None) -> None:
+        for _ in range(2):
+            forward_fn()
+            if post_warmup_hook is not None:
+                post_warmup_hook()
+        graph = OpGraph()
+        self.graphs[shape_key] = (graph, graph.capture(forward_fn))
+
+    def can_run(self, forward_batch, shape_key) -> bool:
+        return shape_key in self.graphs
+
+    @contextlib.contextmanager
+    def replay_session(self):
+        yield
+
+    def replay(self, shape_key, static_forward_batch, **kwargs):
+        graph, out = self.graphs[shape_key]
+        graph.replay()
+        return out
+
+    def cleanup(self) -> None:
+        self.graphs.clear()
+
+
+class PlannedOutOfGraph:
+    """A CPU attention backend as SGLang's graph runners ask for one: what a CUDA backend prepares
+    for capture (``init_cuda_graph_state``: nothing to pre-size in host memory), the sequence
+    length of padded rows (``fill``: at least the tokens each row extends by, since the CPU kernel
+    reads a history of ``seq_len - extend_len`` tokens), and the metadata plan, all out of the graph
+    (``init_forward_metadata_out_graph`` plans as the eager path does; attention itself is a break,
+    :func:`attention_break`). Everything else is the backend's own."""
+
+    def __init__(self, backend, fill: int = 1) -> None:
+        self._backend, self._fill = backend, fill
+        if hasattr(backend, "attn_backends"):
+            self.attn_backends = [PlannedOutOfGraph(b, fill) for b in backend.attn_backends]
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        return None
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return self._fill
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+        self._backend.init_forward_metadata(_with_extend_offsets(forward_batch))
+
+    def init_forward_metadata_in_graph(self, forward_batch) -> None:
+        return None
+
+
+def _with_extend_offsets(forward_batch):
+    """The batch a CPU backend plans an extend from: SGLang's draft-extend runner hands the plan its
+    static batch (or, at replay, a view of it with whole static buffers, ``batch_size`` rows of
+    them used) with the per-request lengths only (a CUDA backend derives the start offsets inside
+    the graph), the lengths at replay in ``spec_info.extend_seq_lens_tensor``."""
+    mode = forward_batch.forward_mode
+    if mode.is_decode_or_idle() or mode.is_target_verify() or getattr(forward_batch, "extend_start_loc", None) is not None:
+        return forward_batch
+    lens = getattr(forward_batch, "extend_seq_lens", None)
+    if lens is None:
+        lens = forward_batch.spec_info.extend_seq_lens_tensor
+    starts = (torch.cumsum(lens, 0) - lens).to(lens.dtype)
+    return types.SimpleNamespace(**{**vars(forward_batch), "seq_lens": forward_batch.seq_lens[: forward_batch.batch_size],
+                                    "extend_seq_lens": lens, "extend_start_loc": starts})
+
+
+class _CapturedOnCPU:
+    """The capture loop of SGLang's ``DecodeCudaGraphRunner.capture`` (every size of the list,
+    largest first, under the capture flag the runner's ``__init__`` set) with the CPU graph
+    backend, and without its CUDA capture stream; a failure raises out of the runner's ``__init__``
+    as SGLang's "Capture cuda graph failed"."""
+
+    def capture(self) -> None:
+        self.backend = OpGraphBackend()
+        narrowed = [int(x) for x in os.environ.get(BS_ENV, "").split(",") if x.strip()]
+        if narrowed:
+            self.capture_bs = sorted(bs for bs in narrowed if 0 < bs <= self.max_bs) or self.capture_bs
+            self.max_bs = max(self.capture_bs)
+        # as DecodeCudaGraphRunner._capture: the shared buffers may hold another runner's fill
+        self.buffers.seq_lens.fill_(self.seq_len_fill_value)
+        self.buffers.seq_lens_cpu.fill_(self.seq_len_fill_value)
+        self.buffers.reset_index_buffers()
+        for bs in reversed(self.capture_bs):
+            self.capture_one_shape(bs, forward=None)
+        log.info("eagle3scope-cpu-engine: captured %s for batch sizes %s", type(self).__name__, self.capture_bs)
+
+
+_STRICT_CLASSES: list = []
+
+
+def _strict_classes():
+    if not _STRICT_CLASSES:
+        from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+        from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+        _STRICT_CLASSES.extend((type("StrictDraftDecodeGraphRunner", (_CapturedOnCPU, EAGLEDraftCudaGraphRunner), {}),
+                                type("StrictDraftExtendGraphRunner", (_CapturedOnCPU, EAGLEDraftExtendCudaGraphRunner), {})))
+    return _STRICT_CLASSES
+
+
+def strict_runners(worker) -> tuple:
+    """(draft decode runner or None, draft extend runner), SGLang's classes capturing CPU graphs now."""
+    from sglang.srt.speculative.spec_utils import resolve_num_tokens_per_req
+
+    decode_cls, extend_cls = _strict_classes()
+    extend_backend = getattr(worker, "draft_extend_attn_backend", None) or worker.draft_runner.attn_backend
+    runner = worker.draft_runner
+    if runner.graph_shared_output is None:  # built only where the decode phase captures graphs (not on a CPU)
+        from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+
+        runner.graph_shared_output = GraphSharedOutput(device=runner.device, max_rows=runner.max_shared_logits_buffer_rows())
+    decode = None
+    if worker.speculative_num_steps > 1:
+        decode = decode_cls(worker, draft_attn_backend=PlannedOutOfGraph(worker.draft_attn_backend))
+    extend_width = resolve_num_tokens_per_req(phase="draft_extend")
+    return decode, extend_cls(worker, draft_extend_attn_backend=PlannedOutOfGraph(extend_backend, extend_width))
+
+
+# -- strict mode: global capture mode --------------------------------------------------------------
+def forbid_while_capturing(what: str) -> None:
+    """``cudaStreamCaptureModeGlobal`` (SGLang captures in it): while any capture records, a call
+    that is unsafe during capture, from any thread, fails and invalidates the capture."""
+    if _RECORDING:
+        for recorder in list(_RECORDING):
+            recorder.invalidated = recorder.invalidated or f"{what} on thread {threading.current_thread().name}"
+        raise CaptureError(f"{what} while a graph capture records (global capture mode)")
+
+
+def _forbidding(what: str, original):
+    def call(*args, **kwargs):
+        forbid_while_capturing(what)
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _forbidding_pinned(what: str, original):
+    def call(*args, **kwargs):
+        if kwargs.get("pin_memory"):
+            forbid_while_capturing(what)
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _global_capture_mode() -> None:
+    """Wrap what global capture mode forbids: torch.cuda's event, stream and device syncs and
+    event/stream queries, and pinned host allocations (``torch.empty(pin_memory=True)``,
+    ``Tensor.pin_memory``)."""
+    cuda = torch.cuda
+    for owner, attr in ((cuda, "synchronize"), (cuda.Stream, "synchronize"), (cuda.Stream, "query"),
+                        (cuda.Event, "synchronize"), (cuda.Event, "query")):
+        name = f"torch.cuda.{'' if owner is cuda else owner.__name__ + '.'}{attr}"
+        setattr(owner, attr, _forbidding(name, getattr(owner, attr)))
+    torch.Tensor.pin_memory = _forbidding("a pinned host allocation", torch.Tensor.pin_memory)
+    torch.empty = _forbidding_pinned("a pinned host allocation", torch.empty)
