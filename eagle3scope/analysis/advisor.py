@@ -315,7 +315,7 @@ class Advice:
         }
 
 
-def _interval(values: list[float]) -> tuple[float, float] | None:
+def interval95(values: list[float]) -> tuple[float, float] | None:
     """The central 95 % of bootstrap values."""
     if len(values) < 2:
         return None
@@ -323,9 +323,10 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
     return values[int(0.025 * (len(values) - 1))], values[math.ceil(0.975 * (len(values) - 1))]
 
 
-def _blocks(rounds: list[tuple], depth: int, count: int) -> list[Sums]:
+def block_sums(rounds: list[tuple], depth: int, count: int) -> list[Sums]:
     """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
-    keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block."""
+    keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block
+    (``advise`` and the baseline comparison, :mod:`eagle3scope.analysis.baseline`, both draw from these)."""
     size = max(1, math.ceil(len(rounds) / count))
     blocks = []
     for start in range(0, len(rounds), size):
@@ -336,11 +337,16 @@ def _blocks(rounds: list[tuple], depth: int, count: int) -> list[Sums]:
     return blocks
 
 
-def _pooled(blocks: list[Sums], depth: int) -> Sums:
+def pooled(blocks: list[Sums], depth: int) -> Sums:
     total = Sums(depth)
     for block in blocks:
         total += block
     return total
+
+
+def resamples(parts: list[Sums], depth: int, count: int, rng: random.Random) -> list[Sums]:
+    """``count`` block-bootstrap resamples of ``parts``, each pooled; none from one block (no spread to draw)."""
+    return [pooled([rng.choice(parts) for _ in parts], depth) for _ in range(count)] if len(parts) > 1 else []
 
 
 def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstrap: int = BOOTSTRAP,
@@ -364,12 +370,12 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                       f"{sorted(budgets)}; record with --speculative-adaptive off)")
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
-    parts = _blocks(rounds, depth, blocks)
-    total = _pooled(parts, depth)
+    parts = block_sums(rounds, depth, blocks)
+    total = pooled(parts, depth)
     model = TimeModel.fit(total)
     timed = model.missing in ((), ("extend",))
     rng = random.Random(seed)
-    samples = [_pooled([rng.choice(parts) for _ in parts], depth) for _ in range(bootstrap)] if len(parts) > 1 else []
+    samples = resamples(parts, depth, bootstrap, rng)
     sample_models = [TimeModel.fit(sample) for sample in samples]
     base = model.tokens_per_s(total, depth) if timed else None
     settings = []
@@ -382,8 +388,8 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                 b, t = m.tokens_per_s(sample, depth), m.tokens_per_s(sample, k)
                 if b and t is not None:
                     gains.append(t / b - 1)
-        settings.append(Setting(k, total.accept_length(k), _interval([x.accept_length(k) for x in samples]),
-                                tps, gain, _interval(gains)))
+        settings.append(Setting(k, total.accept_length(k), interval95([x.accept_length(k) for x in samples]),
+                                tps, gain, interval95(gains)))
     needs = max(0, min_request_steps - request_steps)
     if needs:
         return answer(settings, model, reason=f"needs {needs} more request-steps before advising", needs=needs)
