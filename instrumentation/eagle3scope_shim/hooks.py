@@ -244,6 +244,9 @@ def make_step(seam):
         if step is None:
             return
         STATE.step = None
+        batch = args[0] if args else next(iter(kwargs.values()))
+        if not step.prefill and step.verify is not None and not step.dropped:
+            _request_facts(step, batch)  # its snapshot goes in before the slot's event is recorded
         slot, pub = step.slot, STATE.publisher
         if slot is not None:
             HostRing.record(slot)
@@ -256,7 +259,6 @@ def make_step(seam):
             if slot is not None:
                 HostRing.release(slot)
             return  # verify went unobserved (its hook failed): no acceptance to report
-        batch = args[0] if args else next(iter(kwargs.values()))
         rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
         if not step.prefill:
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
@@ -277,6 +279,17 @@ def make_step(seam):
             _submit(pending.popleft()[1])  # never committed through the seam: published as run
 
     return around(seam, pre, post, hot=True, step=True, traceable=False)
+
+
+def _request_facts(step, batch) -> None:
+    """What the acceptance slices read per request, from host metadata SGLang already holds (no
+    device read): the context lengths, ``ScheduleBatch.seq_lens_cpu`` (a CPU tensor SGLang replaces
+    rather than updates: managers/schedule_batch.py, ``prepare_for_decode``, 0.5.23), snapshotted
+    here; and the requests themselves, whose ``sampling_params.top_k`` (1 for a greedy request once
+    SGLang normalised it: sampling/sampling_params.py; ``is_all_greedy`` in
+    sampling/sampling_batch_info.py tests the same) the publisher thread reads."""
+    step.ctx_len = snap(step, "ctx_len", getattr(batch, "seq_lens_cpu", None))
+    step.reqs = tuple(batch.reqs)
 
 
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
@@ -684,9 +697,25 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         body["accepted_path"] = path
     if step.num_steps is not None:
         body["num_steps"] = int(step.num_steps)
+    if step.ctx_len is not None:
+        ctx = listed(step.ctx_len)
+        if len(ctx) == bs:
+            body["ctx_len"] = ctx
+    if step.reqs is not None and len(step.reqs) == bs:
+        greedy = _greedy(step.reqs)
+        if greedy is not None:
+            body["greedy"] = greedy
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
     return body
+
+
+def _greedy(reqs: tuple) -> list[bool] | None:
+    """Per request, whether SGLang decodes it greedily (``top_k <= 1``); None when a request does not say."""
+    try:
+        return [r.sampling_params.top_k <= 1 for r in reqs]
+    except (AttributeError, TypeError):
+        return None
 
 
 def _ms(ns: int | None) -> float | None:
