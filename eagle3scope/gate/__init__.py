@@ -137,15 +137,22 @@ def judge(result: dict, thresholds: Thresholds) -> list[Check]:
     return checks
 
 
-def describe(delta: dict) -> str:
-    """One line for a baseline delta (``Delta.to_dict``): both values, the change, its interval, how sure."""
+def delta_verdict(delta: dict) -> str:
+    """What a baseline delta (``Delta.to_dict``) came to, in words."""
     if not delta["judged"]:
-        return f"{delta['name']}: not judged ({delta['reason']})"
+        return f"not judged ({delta['reason']})"
     lo, hi = delta["interval"]
-    word = ("REGRESSED" if delta["regressed"] else "within the noise" if lo <= 0 <= hi
-                else "improved" if lo > 0 else "dropped less than the tolerance")
+    return ("REGRESSED" if delta["regressed"] else "within the noise" if lo <= 0 <= hi
+            else "improved" if lo > 0 else "dropped less than the tolerance")
+
+
+def describe(delta: dict) -> str:
+    """One line for a baseline delta: both values, the change, its interval, how sure, the verdict."""
+    if not delta["judged"]:
+        return f"{delta['name']}: {delta_verdict(delta)}"
+    lo, hi = delta["interval"]
     return (f"{delta['name']}: {delta['baseline']:.3f} -> {delta['current']:.3f} ({delta['change']:+.3f}, 95% "
-            f"interval {lo:+.3f}..{hi:+.3f}; lower in {delta['confidence']:.0%} of resamples): {word}")
+            f"interval {lo:+.3f}..{hi:+.3f}; lower in {delta['confidence']:.0%} of resamples): {delta_verdict(delta)}")
 
 
 def verdict(checks: list[Check]) -> dict:
