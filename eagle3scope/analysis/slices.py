@@ -10,6 +10,8 @@ cannot grow a slice table and no per-request value reaches a label.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 from eagle3scope.analysis.stats import Tally
 
 UNKNOWN = "unknown"
@@ -33,17 +35,11 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
 def context_label(n: object) -> str:
     if type(n) is not int or n < 0:
         return UNKNOWN
-    for bound, label in zip(CONTEXT_BOUNDS, CONTEXT_LABELS):
-        if n < bound:
-            return label
-    return CONTEXT_LABELS[-1]
+    return CONTEXT_LABELS[bisect_right(CONTEXT_BOUNDS, n)]
 
 
 def batch_label(bs: int) -> str:
-    for bound, label in zip(BATCH_BOUNDS, BATCH_LABELS):
-        if bs <= bound:
-            return label
-    return BATCH_LABELS[-1]
+    return BATCH_LABELS[bisect_left(BATCH_BOUNDS, bs)]
 
 
 def _flag_labels(body: dict, key: str, labels: tuple[str, str], bs: int) -> list[str]:
@@ -57,45 +53,70 @@ def _flag_labels(body: dict, key: str, labels: tuple[str, str], bs: int) -> list
 
 
 def request_labels(body: dict) -> list[tuple[str, str, str, str]]:
-    """One label per dimension (in :data:`DIMENSIONS` order) for each request of a decode step."""
+    """One label per dimension (in :data:`DIMENSIONS` order) for each request of a decode step; a step
+    without any per-request fact gets one shared tuple (what :meth:`Slices.add` counts at once)."""
     bs = len(body["accepted"])
-    ctx = body.get("ctx_len")
+    get = body.get
+    ctx = get("ctx_len")
+    if ctx is None and get("greedy") is None and get("constrained") is None:
+        return [(UNKNOWN, batch_label(bs), UNKNOWN, UNKNOWN)] * bs
     contexts = list(map(context_label, ctx)) if type(ctx) is list and len(ctx) == bs else [UNKNOWN] * bs
-    batch = [batch_label(bs)] * bs
-    return list(zip(contexts, batch, _flag_labels(body, "greedy", SAMPLING_LABELS, bs),
+    return list(zip(contexts, [batch_label(bs)] * bs, _flag_labels(body, "greedy", SAMPLING_LABELS, bs),
                     _flag_labels(body, "constrained", CONSTRAINT_LABELS, bs)))
 
 
+def _merged(tallies: list[Tally]) -> Tally:
+    total = Tally()
+    for t in tallies:
+        for name in ("hist", "capped"):
+            mine, theirs = getattr(total, name), getattr(t, name)
+            if len(theirs) > len(mine):
+                mine.extend([0] * (len(theirs) - len(mine)))
+            for j, count in enumerate(theirs):
+                mine[j] += count
+        total.n += t.n
+        total.tokens += t.tokens
+    return total
+
+
 class Slices:
-    """A :class:`Tally` per dimension and label, over every decode step added."""
+    """A :class:`Tally` per combination of labels (at most 7 x 8 x 3 x 3), each dimension's slices
+    summed from them when read: a step costs one tally update per distinct combination among its
+    requests (one, usually), not one per dimension."""
 
     def __init__(self) -> None:
-        self.tallies: dict[str, dict[str, Tally]] = {dim: {} for dim in DIMENSIONS}
+        self.tallies: dict[tuple, Tally] = {}
 
     def add(self, accepted: list[int], bonus: list[int], labels: list[tuple], budget: int | None) -> None:
         """One decode step; ``labels`` from :func:`request_labels`."""
-        for dim, column in zip(DIMENSIONS, zip(*labels)):
-            if column.count(column[0]) == len(column):  # the usual case: one label for the whole step
-                groups = {column[0]: (accepted, bonus)}
-            else:
-                groups = {}
-                for a, b, label in zip(accepted, bonus, column):
-                    acc, bon = groups.setdefault(label, ([], []))
-                    acc.append(a)
-                    bon.append(b)
-            tallies = self.tallies[dim]
-            for label, (acc, bon) in groups.items():
-                tally = tallies.get(label)
-                if tally is None:
-                    tally = tallies[label] = Tally()
-                tally.add(acc, sum(acc) + sum(bon), 1, budget)
+        if labels.count(labels[0]) == len(labels):  # the usual case: one combination for the whole step
+            groups = {labels[0]: (accepted, bonus)}
+        else:
+            groups = {}
+            for a, b, key in zip(accepted, bonus, labels):
+                acc, bon = groups.setdefault(key, ([], []))
+                acc.append(a)
+                bon.append(b)
+        tallies = self.tallies
+        for key, (acc, bon) in groups.items():
+            tally = tallies.get(key)
+            if tally is None:
+                tally = tallies[key] = Tally()
+            tally.add(acc, sum(acc) + sum(bon), 1, budget)
 
     def summary(self, k: int) -> dict[str, list[dict]]:
         """dimension -> one row per label seen, in bucket order: request-steps, mean accept length
         (bonus included) and per-position rates for positions 1..k."""
         out = {}
-        for dim, order in DIMENSIONS.items():
-            tallies = self.tallies[dim]
-            out[dim] = [{"label": label, "request_steps": t.n, "mean_accept_length": t.mean_accept_length,
-                         "per_position": t.per_position(k)} for label in order if (t := tallies.get(label))]
+        for d, (dim, order) in enumerate(DIMENSIONS.items()):
+            by_label: dict[str, list[Tally]] = {}
+            for key, tally in self.tallies.items():
+                by_label.setdefault(key[d], []).append(tally)
+            rows = []
+            for label in order:
+                if label in by_label:
+                    t = _merged(by_label[label])
+                    rows.append({"label": label, "request_steps": t.n, "mean_accept_length": t.mean_accept_length,
+                                 "per_position": t.per_position(k)})
+            out[dim] = rows
         return out
