@@ -244,9 +244,6 @@ def make_step(seam):
         if step is None:
             return
         STATE.step = None
-        batch = args[0] if args else next(iter(kwargs.values()))
-        if not step.prefill and step.verify is not None and not step.dropped:
-            _request_facts(step, batch)  # its snapshot goes in before the slot's event is recorded
         slot, pub = step.slot, STATE.publisher
         if slot is not None:
             HostRing.record(slot)
@@ -259,8 +256,10 @@ def make_step(seam):
             if slot is not None:
                 HostRing.release(slot)
             return  # verify went unobserved (its hook failed): no acceptance to report
+        batch = args[0] if args else next(iter(kwargs.values()))
         rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
         if not step.prefill:
+            _request_facts(step, batch)
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
             if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
                 step.extend_ns = _now() - step.verify_end
@@ -282,13 +281,14 @@ def make_step(seam):
 
 
 def _request_facts(step, batch) -> None:
-    """What the acceptance slices read per request, from host metadata SGLang already holds (no
-    device read): the context lengths, ``ScheduleBatch.seq_lens_cpu`` (a CPU tensor SGLang replaces
-    rather than updates: managers/schedule_batch.py, ``prepare_for_decode``, 0.5.23), snapshotted
-    here; and the requests themselves, whose ``sampling_params.top_k`` (1 for a greedy request once
-    SGLang normalised it: sampling/sampling_params.py; ``is_all_greedy`` in
-    sampling/sampling_batch_info.py tests the same) the publisher thread reads."""
-    step.ctx_len = snap(step, "ctx_len", getattr(batch, "seq_lens_cpu", None))
+    """What the acceptance slices read per request, kept by reference for the publisher thread (no
+    device read, no copy here): the context lengths, ``ScheduleBatch.seq_lens_cpu``, a host tensor
+    SGLang replaces and never writes in place ("New-tensor avoids racing model_worker_batch refs
+    queued for overlap forward": managers/schedule_batch.py ``prepare_for_decode``; overlap_utils.py
+    clones before it writes; 0.5.23); and the requests, whose ``sampling_params.top_k`` (1 for a
+    greedy request once SGLang normalised it: sampling/sampling_params.py; ``is_all_greedy`` in
+    sampling/sampling_batch_info.py tests the same) never changes."""
+    step.ctx_len = getattr(batch, "seq_lens_cpu", None)
     step.reqs = tuple(batch.reqs)
 
 
@@ -697,8 +697,8 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         body["accepted_path"] = path
     if step.num_steps is not None:
         body["num_steps"] = int(step.num_steps)
-    if step.ctx_len is not None:
-        ctx = listed(step.ctx_len)
+    if getattr(step.ctx_len, "is_cpu", False):  # a device tensor would need a sync: left out
+        ctx = step.ctx_len.tolist()
         if len(ctx) == bs:
             body["ctx_len"] = ctx
     if step.reqs is not None and len(step.reqs) == bs:

@@ -52,7 +52,7 @@ class Step:
         self.path = None  # trees (topk > 1): snapshot of verify's accept_index, the nodes of the accepted path
         self.num_steps = None  # this round's step budget (adaptive steps vary it per round)
         self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
-        self.ctx_len = None  # snapshot of the batch's seq_lens_cpu (hooks._request_facts)
+        self.ctx_len = None  # the batch's seq_lens_cpu, a host tensor SGLang never writes in place (hooks._request_facts)
         self.reqs: tuple | None = None  # the batch's requests, for their greedy flags (read by the publisher thread)
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.verify_end: int | None = None  # perf_counter_ns as verify returned, where the extend is timed from it

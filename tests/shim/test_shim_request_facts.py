@@ -25,6 +25,8 @@ class CpuTensor(list):
 
 
 class Host(list):
+    """A device-side stand-in (no ``is_cpu``) where the shim must not read it, else a snapshot it lists."""
+
     def tolist(self):
         return list(self)
 
@@ -75,7 +77,7 @@ def test_a_decode_step_carries_each_requests_context_length_and_greedy_flag(publ
 def test_a_discarded_request_leaves_its_facts_with_it():
     step = hooks.Step()
     step.verify = ("v2", Host([1, 3]), Host([7] * 8))
-    step.ctx_len, step.discarded = [40, 90], ["a"]
+    step.ctx_len, step.discarded = CpuTensor([40, 90]), ["a"]
     step.reqs = tuple(types.SimpleNamespace(sampling_params=types.SimpleNamespace(top_k=k)) for k in (1, 50))
     body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
     assert body["rids"] == ["b"] and body["ctx_len"] == [90] and body["greedy"] == [False]
@@ -88,3 +90,5 @@ def test_a_batch_that_does_not_say_publishes_the_step_without_them(published):
     assert "ctx_len" not in body and "greedy" not in body and body["accepted"] == [1]
     short = published(_batch([1, 1], CpuTensor([5])), [1, 1])  # lengths that do not match the batch
     assert "ctx_len" not in short and short["greedy"] == [True, True]
+    on_device = published(_batch([1], Host([5])), [1])  # not on the host: reading it would wait for the device
+    assert "ctx_len" not in on_device and on_device["greedy"] == [True]
