@@ -132,14 +132,25 @@ def _raw(rounds: list[dict]) -> list[tuple]:
     return [(r["accepted"], r["bonus"], None, None, None, r.get("num_steps")) for r in rounds]
 
 
-def _sliced(rounds: list[dict], labels: list[list[tuple]], dim: int, label: str) -> list[tuple]:
-    """The requests of each round that fall in one slice, as rounds (rounds without one are left out)."""
-    out = []
-    for r, per_request in zip(rounds, labels):
-        keep = [i for i, request in enumerate(per_request) if request[dim] == label]
-        if keep:
-            acc, bonus = r["accepted"], r["bonus"]
-            out.append(([acc[i] for i in keep], [bonus[i] for i in keep], None, None, None, r.get("num_steps")))
+def _sliced(rounds: list[dict]) -> dict[tuple[int, str], list[tuple]]:
+    """(dimension index, label) -> the requests of each round in that slice, as rounds (in the advisor's
+    form; a round without a request in the slice is left out). One pass over the rounds for all slices."""
+    out: dict[tuple[int, str], list[tuple]] = {}
+    for r in rounds:
+        acc, bonus, budget = r["accepted"], r["bonus"], r.get("num_steps")
+        labels = request_labels(r)
+        if labels.count(labels[0]) == len(labels):  # the usual case: one label per dimension for the round
+            for d, label in enumerate(labels[0]):
+                out.setdefault((d, label), []).append((acc, bonus, None, None, None, budget))
+            continue
+        for d in range(len(DIMENSIONS)):
+            groups: dict[str, tuple[list, list]] = {}
+            for a, b, key in zip(acc, bonus, labels):
+                group = groups.setdefault(key[d], ([], []))
+                group[0].append(a)
+                group[1].append(b)
+            for label, (group_acc, group_bonus) in groups.items():
+                out.setdefault((d, label), []).append((group_acc, group_bonus, None, None, None, budget))
     return out
 
 
@@ -171,11 +182,11 @@ def compare(baseline: list[dict], current: list[dict], *, k_baseline: int, k_cur
         for i in range(1, k + 1):
             few = too_few or _too_few(b_reached[i - 1], c_reached[i - 1], " reached it")
             overall.append(_delta(f"position {i}", i, base, cur, few, MIN_RATE_DROP))
-    b_labels, c_labels = list(map(request_labels, baseline)), list(map(request_labels, current))
+    b_slices, c_slices = _sliced(baseline), _sliced(current)
     slices = []
     for d, (dim, labels) in enumerate(DIMENSIONS.items()):
         for label in labels:
-            b_rounds, c_rounds = _sliced(baseline, b_labels, d, label), _sliced(current, c_labels, d, label)
+            b_rounds, c_rounds = b_slices.get((d, label), []), c_slices.get((d, label), [])
             if not b_rounds and not c_rounds:
                 continue
             b_side, c_side = sides(b_rounds, c_rounds)
