@@ -119,8 +119,9 @@ def shared_prometheus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus):
-    """(name, family="llama") -> dict(recording, results, outputs[, fleet]): one real server per scenario
-    and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
+    """(name, family="llama", repeat=1) -> dict(recording, results, outputs[, fleet]): one real server per
+    scenario, family and repeat for the whole session, with the shim publishing (``repeat`` 2: a second
+    server of the same scenario, the same draft's next run, as a baseline comparison needs; no fleet). ``recording`` holds SCENARIO_STEPS decode steps of a steady
     workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
     answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
     them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/support/fleet_support.py)."""
@@ -135,16 +136,17 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
     done: dict[tuple, dict] = {}
     models_fixture = {"llama": "demo_models", "deepseek": "deepseek_models"}
 
-    def get(name: str, family: str = "llama") -> dict:
-        if (family, name) not in done:
+    def get(name: str, family: str = "llama", repeat: int = 1) -> dict:
+        if (family, name, repeat) not in done:
             models = request.getfixturevalue(models_fixture[family])
-            path = root / f"{family}-{name}.e3s"
+            stem = f"{family}-{name}" + (f"-{repeat}" if repeat > 1 else "")
+            path = root / f"{stem}.e3s"
             run = ScenarioRun(name, models, control=False, python=engine_python, family=family,
-                              log_path=root / f"{family}-{name}.log")
+                              log_path=root / f"{stem}.log")
             entry: dict = {"recording": path}
             with ExitStack() as stack:
                 fleet = None
-                if family == "llama" and name in FLEET_SCENARIOS:
+                if family == "llama" and name in FLEET_SCENARIOS and repeat == 1:
                     prometheus, missing = shared_prometheus()
                     fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
                     run.before_traffic = fleet.wait_for_idle_publisher
@@ -159,8 +161,8 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
                                                            max_new_tokens=SCENARIO_NEW_TOKENS)
             if fleet is not None:
                 entry["fleet"].update(fleet.result)
-            done[family, name] = entry
-        return done[family, name]
+            done[family, name, repeat] = entry
+        return done[family, name, repeat]
 
     return get
 

@@ -356,7 +356,7 @@ class Advice:
         }
 
 
-def _interval(values: list[float]) -> tuple[float, float] | None:
+def interval95(values: list[float]) -> tuple[float, float] | None:
     """The central 95 % of bootstrap values."""
     if len(values) < 2:
         return None
@@ -373,9 +373,10 @@ def _widened(ci: tuple[float, float] | None, gain: float | None, error: float) -
     return (1 + lo) / (1 + error) - 1, (1 + hi) * (1 + error) - 1
 
 
-def _blocks(rounds: list[tuple], depth: int, count: int, device: bool = False) -> list[Sums]:
+def block_sums(rounds: list[tuple], depth: int, count: int, device: bool = False) -> list[Sums]:
     """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
-    keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block."""
+    keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block
+    (``advise`` and the baseline comparison, :mod:`eagle3scope.analysis.baseline`, both draw from these)."""
     size = max(1, math.ceil(len(rounds) / count))
     blocks = []
     for start in range(0, len(rounds), size):
@@ -386,11 +387,16 @@ def _blocks(rounds: list[tuple], depth: int, count: int, device: bool = False) -
     return blocks
 
 
-def _pooled(blocks: list[Sums], depth: int, device: bool = False) -> Sums:
+def pooled(blocks: list[Sums], depth: int, device: bool = False) -> Sums:
     total = Sums(depth, device)
     for block in blocks:
         total += block
     return total
+
+
+def resamples(parts: list[Sums], depth: int, count: int, rng: random.Random, device: bool = False) -> list[Sums]:
+    """``count`` block-bootstrap resamples of ``parts``, each pooled; none from one block (no spread to draw)."""
+    return [pooled([rng.choice(parts) for _ in parts], depth, device) for _ in range(count)] if len(parts) > 1 else []
 
 
 def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstrap: int = BOOTSTRAP,
@@ -415,15 +421,15 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
     device = any(r[6] is not None or r[7] is not None or r[8] is not None for r in rounds)
-    parts = _blocks(rounds, depth, blocks, device)
-    total = _pooled(parts, depth, device)
+    parts = block_sums(rounds, depth, blocks, device)
+    total = pooled(parts, depth, device)
     model = TimeModel.fit(total)
     timed = model.missing in ((), ("extend",))
     launch = None if device else log.launch_bound()
     fit = model.rel_error
     error = fit / math.sqrt(len(parts)) if timed and launch is None and fit is not None and fit <= MAX_FIT_ERROR else None
     rng = random.Random(seed)
-    samples = [_pooled([rng.choice(parts) for _ in parts], depth, device) for _ in range(bootstrap)] if len(parts) > 1 else []
+    samples = resamples(parts, depth, bootstrap, rng, device)
     sample_models = [TimeModel.fit(sample) for sample in samples] if error is not None else []
     base = model.tokens_per_s(total, depth) if error is not None else None
     settings = []
@@ -436,8 +442,8 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                 b, t = m.tokens_per_s(sample, depth), m.tokens_per_s(sample, k)
                 if b and t is not None:
                     gains.append(t / b - 1)
-        settings.append(Setting(k, total.accept_length(k), _interval([x.accept_length(k) for x in samples]),
-                                tps, gain, _widened(_interval(gains), gain, error if k != depth and error else 0.0)))
+        settings.append(Setting(k, total.accept_length(k), interval95([x.accept_length(k) for x in samples]),
+                                tps, gain, _widened(interval95(gains), gain, error if k != depth and error else 0.0)))
     needs = max(0, min_request_steps - request_steps)
     if needs:
         return answer(settings, model, reason=f"needs {needs} more request-steps before advising", needs=needs)

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from eagle3scope.analysis import facts
-from eagle3scope.analysis.advisor import RoundLog
+from eagle3scope.analysis.advisor import ROUNDS_KEPT, RoundLog
+from eagle3scope.analysis.baseline import kept_round
+from eagle3scope.analysis.slices import Slices, request_labels
 from eagle3scope.analysis.facts import PublisherView
 from eagle3scope.wire.announcements import Hello, read_hello, read_load
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
@@ -153,9 +155,12 @@ class SessionState:
     """
 
     def __init__(self, *, window: int = 512, recent: int = 256, events: int = 1000, history: int = 4096,
-                 rules_every: int = RULES_EVERY, advisor_rounds: int = ADVISOR_ROUNDS) -> None:
+                 rules_every: int = RULES_EVERY, advisor_rounds: int = ADVISOR_ROUNDS, keep_rounds: bool = False) -> None:
         self.publishers: dict[str, PublisherView] = {}
         self.acceptance = AcceptanceStats(window, history)
+        self.slices = Slices()  # session totals by context length, batch size, sampling, constraint
+        #: the newest decode rounds of every publisher (baseline.kept_round), for a baseline comparison
+        self.kept_rounds: deque | None = deque(maxlen=ROUNDS_KEPT) if keep_rounds else None
         self.passes: dict[str, PassStats] = {}
         self.capture: dict | None = None
         self.recent: deque[tuple[str, dict]] = deque(maxlen=recent)
@@ -330,6 +335,9 @@ class SessionState:
         pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
         if forked:
             self.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
+        self.slices.add(accepted, bonus, request_labels(body), budget)
+        if self.kept_rounds is not None:
+            self.kept_rounds.append(kept_round(body))
         if not self.segments:
             layers = facts.aux_layers(pub)
             self.segments.append(ConfigSegment(layers.configured, "startup", seq, pub.src, layers.captured))
@@ -485,10 +493,10 @@ def _new_pass_stats(passes: dict, mode) -> PassStats | None:
     return None
 
 
-def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY) -> SessionState:
+def analyse(frames: Iterable[Frame], *, every: int = RULES_EVERY, keep_rounds: bool = False) -> SessionState:
     """Fold ``frames`` into a state (rules on ingest's schedule, ``every`` steps apart) and
     evaluate the rules once more at the end, so the state says how the stream ended."""
-    state = SessionState(rules_every=every)
+    state = SessionState(rules_every=every, keep_rounds=keep_rounds)
     ingest = state.ingest
     for frame in frames:
         ingest(frame)

@@ -141,6 +141,7 @@ class AcceptanceView:
     segments: list = field(default_factory=list)  # SegmentRow
     ranks: list = field(default_factory=list)  # RankRow per publisher, only when there are several
     skew: RankSkew | None = None
+    slices: list = field(default_factory=list)  # SliceRow per dimension with more than one label
 
 
 def publisher_labels(state: SessionState) -> dict[str, str]:
@@ -173,6 +174,23 @@ def rank_rows(state: SessionState) -> tuple[list[RankRow], RankSkew | None]:
     return rows, skew
 
 
+@dataclass(frozen=True)
+class SliceRow:
+    """One dimension of the cumulative acceptance slices: (label, mean accept length, request-steps) per label seen."""
+
+    dimension: str
+    cells: tuple[tuple[str, float | None, int], ...]
+
+
+def slice_rows(state: SessionState) -> list[SliceRow]:
+    """The dimensions whose request-steps fell in more than one label (one label says nothing the mean does not)."""
+    rows = []
+    for dim, entries in state.slices.summary(state.acceptance.k).items():
+        if len(entries) > 1:
+            rows.append(SliceRow(dim, tuple((e["label"], e["mean_accept_length"], e["request_steps"]) for e in entries)))
+    return rows
+
+
 def acceptance_view(state: SessionState) -> AcceptanceView:
     acc = state.acceptance
     history = acc.history
@@ -196,6 +214,7 @@ def acceptance_view(state: SessionState) -> AcceptanceView:
         segments=segment_rows(state),
         ranks=ranks,
         skew=skew,
+        slices=slice_rows(state),
     )
 
 

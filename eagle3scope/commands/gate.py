@@ -1,9 +1,10 @@
 """``eagle3scope gate --connect E --steps N``: a deployment canary for a running server.
 
 Collects N decode steps from the shim(s), then judges them as ``check`` judges a recording: the
-contract rules at or above ``--fail-on`` and the acceptance floors. Exit status: 0 pass, 1 fail
-(also when fewer steps arrived: what was seen is already wrong), 2 cannot subscribe, 3 nothing
-failed but fewer than N steps arrived within ``--timeout`` (inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
+contract rules at or above ``--fail-on``, the acceptance floors and, with ``--baseline OLD``, the
+acceptance of an earlier recording of the same draft. Exit status: 0 pass, 1 fail (also when fewer
+steps arrived: what was seen is already wrong), 2 cannot subscribe (or read OLD), 3 nothing failed
+but fewer than N steps arrived within ``--timeout``, none at all included (inconclusive). ``--junit FILE`` writes the verdict for CI; ``--record FILE`` keeps the frames
 for ``check`` / ``report`` later. A publisher that cannot be authenticated as the server asked for
 (a squatter on the port, another server's key) is exit 2 at once: its frames are never judged.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT end the collection early; the verdict is still printed.
@@ -16,7 +17,7 @@ import time
 import click
 
 from eagle3scope.commands import connect_option, discover_option, subscribe
-from eagle3scope.commands.check import conclude, threshold_options, thresholds_from
+from eagle3scope.commands.check import conclude, read_baseline, threshold_options, thresholds_from
 from eagle3scope.gate import EXIT_UNREADABLE, check_result
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.untrusted import terminal
@@ -36,11 +37,12 @@ from eagle3scope.wire.untrusted import terminal
 @click.pass_context
 def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout: float, record_path: str | None,
             as_json: bool, fail_on: str, min_accept_length: float | None, min_per_position: str | None,
-            junit_path: str | None, no_discover: bool) -> None:
+            junit_path: str | None, baseline_path: str | None, no_discover: bool) -> None:
     from eagle3scope.analysis import SessionState
     from eagle3scope.store import SessionWriter, StoreError
 
     thresholds = thresholds_from(fail_on, min_accept_length, min_per_position)
+    reference = read_baseline(ctx, baseline_path)
     sub = subscribe(ctx, list(endpoints), EXIT_UNREADABLE, discover=not no_discover)
     endpoints = list(sub.endpoints)  # as given, or the default one (discovered ranks are added later)
     try:
@@ -48,7 +50,7 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     except StoreError as exc:
         sub.close()
         raise click.ClickException(terminal(str(exc))) from None
-    state = SessionState()
+    state = SessionState(keep_rounds=reference is not None)
     interrupted = []
     started = time.monotonic()
     with stopping_on(interrupted.append):
@@ -81,5 +83,6 @@ def command(ctx: click.Context, endpoints: tuple[str, ...], steps: int, timeout:
     result = check_result(state, state.violations(), [f"{sub.bad_frames} bad frame(s): {sub.last_error}"] if sub.bad_frames else [])
     conclude(ctx, result, thresholds, as_json=as_json, junit_path=junit_path,
              suite=f"eagle3scope gate {' '.join(endpoints)}", elapsed_s=elapsed,
-             properties={"endpoints": " ".join(endpoints), "steps": got, "record": record_path or ""},
-             incomplete=incomplete)
+             properties={"endpoints": " ".join(endpoints), "steps": got, "record": record_path or "",
+                         "baseline": baseline_path or ""},
+             incomplete=incomplete, reference=reference, state=state)

@@ -2,8 +2,9 @@
 
 ``judge`` turns ``check``'s result object (summary + violations) into a list of :class:`Check`:
 one per contract rule (fails when the rule fired at or above ``fail_on``), one for the mean
-acceptance length floor and one per draft position floor, when asked. ``check FILE`` and
-``gate --connect E`` share it, and :mod:`eagle3scope.gate.junit` writes it as JUnit XML.
+acceptance length floor and one per draft position floor, when asked, and one per value a
+baseline comparison judged (``result["baseline"]``, :mod:`eagle3scope.analysis.baseline`).
+``check FILE`` and ``gate --connect E`` share it, and :mod:`eagle3scope.gate.junit` writes it as JUnit XML.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ from eagle3scope.wire.untrusted import json_line, lines
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
+def no_evidence(summary: dict) -> str | None:
+    """Why a run without a decode step passes nothing (exit 3 whatever the flags), or None when it had one."""
+    if summary["steps"]:
+        return None
+    if not summary["frames"]:
+        return ("no decode step: nothing was published (look for the shim's 'eagle3scope: NOT PUBLISHING' "
+                "line in the server's log)")
+    return (f"no decode step among {summary['frames']} frame(s): no request was decoded while it ran, or the "
+            "shim published nothing of it (look for 'eagle3scope: NOT PUBLISHING' in the server's log)")
+
+
 def check_result(state: SessionState, violations: list[Violation], errors: list[str], complete: bool = True) -> dict:
     """The ``--json`` object: summary plus every violation that fired."""
     summary = state.acceptance.summary()
@@ -32,6 +44,7 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary["counter_resets"] = sum(p.loss.resets for p in runs)  # impossible jumps of n, not counted as loss
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     summary["draft_passes"] = {src: pass_visibility(pub.hello) for src, pub in sorted(state.publishers.items())}
+    summary["slices"] = state.slices.summary(state.acceptance.k)
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 
@@ -117,7 +130,29 @@ def judge(result: dict, thresholds: Thresholds) -> list[Check]:
             ok = rate >= floor
             checks.append(Check("acceptance", name, ok,
                                 f"acceptance at position {i}: {rate:.3f} {'>=' if ok else '<'} {floor}"))
+    comparison = result.get("baseline") or {}
+    for delta in [*comparison.get("overall", ()), *comparison.get("slices", ())]:
+        if delta["judged"]:
+            checks.append(Check("baseline", f"baseline[{delta['name']}]", not delta["regressed"], describe(delta)))
     return checks
+
+
+def delta_verdict(delta: dict) -> str:
+    """What a baseline delta (``Delta.to_dict``) came to, in words."""
+    if not delta["judged"]:
+        return f"not judged ({delta['reason']})"
+    lo, hi = delta["interval"]
+    return ("REGRESSED" if delta["regressed"] else "within the noise" if lo <= 0 <= hi
+            else "improved" if lo > 0 else "dropped less than the tolerance")
+
+
+def describe(delta: dict) -> str:
+    """One line for a baseline delta: both values, the change, its interval, how sure, the verdict."""
+    if not delta["judged"]:
+        return f"{delta['name']}: {delta_verdict(delta)}"
+    lo, hi = delta["interval"]
+    return (f"{delta['name']}: {delta['baseline']:.3f} -> {delta['current']:.3f} ({delta['change']:+.3f}, 95% "
+            f"interval {lo:+.3f}..{hi:+.3f}; lower in {delta['confidence']:.0%} of resamples): {delta_verdict(delta)}")
 
 
 def verdict(checks: list[Check]) -> dict:

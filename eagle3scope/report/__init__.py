@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eagle3scope.analysis import SessionState
 from eagle3scope.analysis.views import acceptance_view, segment_rows
-from eagle3scope.gate import check_result
+from eagle3scope.gate import check_result, delta_verdict
 from eagle3scope.wire import untrusted
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
@@ -34,17 +34,25 @@ class Analysed:
         return f"eagle3scope report: {self.path.name}"
 
 
-def analyse_file(path: str | Path) -> Analysed:
+def analyse_file(path: str | Path, baseline: str | Path | None = None) -> Analysed:
+    """``path`` analysed as ``check`` does; with ``baseline``, judged against that recording too."""
+    from eagle3scope.gate.baseline import judged_against, read_reference
     from eagle3scope.store import SessionReader
 
+    reference = read_reference(baseline) if baseline is not None else None
     with SessionReader(path) as reader:
-        state = SessionState(history=HISTORY_STEPS)
+        state = SessionState(history=HISTORY_STEPS, keep_rounds=reference is not None)
         for _, frame in reader.frames():
             state.ingest(frame)
         state.evaluate_rules()  # once more on the last frame, as check's analyse() does
         errors = [str(e) for e in reader.errors]
         complete = reader.complete
-    return Analysed(Path(path), state, check_result(state, state.violations(), errors, complete))
+    result = check_result(state, state.violations(), errors, complete)
+    if reference is not None:
+        result["baseline"], short = judged_against(reference, state)
+        if short:
+            result["baseline"]["notes"].append(short)
+    return Analysed(Path(path), state, result)
 
 
 # -- plots ---------------------------------------------------------------------------------------
@@ -177,6 +185,39 @@ def _segment_rows(a: Analysed) -> list[list[str]]:
     return rows
 
 
+def _slice_rows(a: Analysed) -> list[list[str]]:
+    """Acceptance per slice, for the dimensions with more than one label (one label is the whole run)."""
+    rows = []
+    for dim, entries in a.result["summary"]["slices"].items():
+        if len(entries) > 1:
+            for e in entries:
+                rates = ", ".join(_fmt(r, 2) for r in e["per_position"])
+                rows.append([dim.replace("_", " "), e["label"], str(e["request_steps"]),
+                             _fmt(e["mean_accept_length"]), rates])
+    return rows
+
+
+SLICE_HEADER = ["by", "slice", "request-steps", "mean acceptance", "per position"]
+BASELINE_HEADER = ["value", "baseline", "this run", "change", "95% interval", "lower in", "verdict"]
+
+
+def _baseline_rows(a: Analysed) -> list[list[str]]:
+    comparison = a.result["baseline"]
+    rows = []
+    for d in (*comparison["overall"], *comparison["slices"]):
+        interval = "-" if not d["interval"] else f"{d['interval'][0]:+.3f}..{d['interval'][1]:+.3f}"
+        change = "-" if d["change"] is None else f"{d['change']:+.3f}"
+        lower = "-" if d["confidence"] is None else f"{d['confidence']:.0%}"
+        rows.append([d["name"], _fmt(d["baseline"]), _fmt(d["current"]), change, interval, lower, delta_verdict(d)])
+    return rows
+
+
+def _baseline_intro(a: Analysed) -> str:
+    comparison = a.result["baseline"]
+    return (f"Against {comparison['path']} ({comparison.get('baseline_rounds', 0)} decode rounds; this run "
+            f"{comparison.get('current_rounds', 0)}): block bootstrap over rounds, 95 % intervals.")
+
+
 def _where(v: dict) -> str:
     where = "before the first step" if v["first_seq"] is None else f"from step {v['first_seq']}"
     return f"{v['src']}, {where}" + ("" if v["active"] else ", no longer active at the end")
@@ -217,6 +258,13 @@ def markdown(a: Analysed, out: Path) -> str:
     shown = [name for name in ("per-position", "accept-length-histogram") if name in figures]
     if shown:
         lines += [""] + [f"![{name}]({plots_dir.name}/{name}.png)" for name in shown]
+    slices = _slice_rows(a)
+    if slices:
+        lines += ["", "## Acceptance by slice", ""] + _md_table(SLICE_HEADER, slices)
+    if "baseline" in a.result:
+        lines += ["", "## Against the baseline", "", md(_baseline_intro(a)), ""]
+        lines += _md_table(BASELINE_HEADER, _baseline_rows(a))
+        lines += [f"- {md(note)}" for note in a.result["baseline"]["notes"]]
     if len(a.state.segments) > 1:
         lines += ["", "## Aux-layer configurations", ""]
         lines += _md_table(["aux ids", "captured", "origin", "from step", "steps", "mean acceptance"],
@@ -268,6 +316,13 @@ def html_page(a: Analysed) -> str:
               _html_table(["position", "reached", "accepted", "acceptance"], _position_rows(a)),
               "<div class='plots'>" + "".join(figures.get(n, "") for n in ("per-position", "accept-length-histogram"))
               + "</div>"]
+    slices = _slice_rows(a)
+    if slices:
+        parts += ["<h2>Acceptance by slice</h2>", _html_table(SLICE_HEADER, slices)]
+    if "baseline" in a.result:
+        parts += ["<h2>Against the baseline</h2>", f"<p>{e(_baseline_intro(a))}</p>",
+                  _html_table(BASELINE_HEADER, _baseline_rows(a))]
+        parts += [f"<p>{e(note)}</p>" for note in a.result["baseline"]["notes"]]
     if len(a.state.segments) > 1:
         parts += ["<h2>Aux-layer configurations</h2>",
                   _html_table(["aux ids", "captured", "origin", "from step", "steps", "mean acceptance"],
@@ -288,9 +343,9 @@ def html_page(a: Analysed) -> str:
     return "\n".join(parts)
 
 
-def write_report(path: str | Path, fmt: str, out: str | Path | None = None) -> Path:
-    """Analyse ``path`` and write the report; returns where it went."""
-    a = analyse_file(path)
+def write_report(path: str | Path, fmt: str, out: str | Path | None = None, baseline: str | Path | None = None) -> Path:
+    """Analyse ``path`` (against ``baseline`` when given) and write the report; returns where it went."""
+    a = analyse_file(path, baseline)
     suffix = ".md" if fmt == "markdown" else ".html"
     out = Path(out) if out else Path(path).with_suffix(".report" + suffix)
     text = markdown(a, out) if fmt == "markdown" else html_page(a)

@@ -20,6 +20,8 @@ MAX_TOKEN_ID = (1 << 31) - 1
 MAX_DRAFT_TOKENS = 1024
 #: requests per step
 MAX_BATCH = 1 << 16
+#: tokens in a request's context (a step's ``ctx_len``); far above any model's window
+MAX_CONTEXT = (1 << 31) - 1
 #: characters in a name (publisher id, rid, mode, seam, version, path)
 MAX_NAME = 4096
 #: seams in a per-seam map (the shim has about 15; SGLang releases add a few)
@@ -312,6 +314,8 @@ class Step(TypedDict, total=False):
     num_steps: Budget
     accepted_path: Annotated[list[list[int]], PerRequest(required=False)]
     discarded: Annotated[list[str], NameList(MAX_BATCH)]
+    ctx_len: Annotated[list[int], PerRequest(required=False)]
+    greedy: Annotated[list[bool], PerRequest(required=False)]
 
 
 # -- config, heartbeat, hook --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from eagle3scope.wire.bodies import (  # noqa: F401  (the bounds, under the name
     INT64_MAX,
     INT64_MIN,
     MAX_BATCH,
+    MAX_CONTEXT,
     MAX_DEPTH,
     MAX_DRAFT_TOKENS,
     MAX_NAME,
@@ -334,6 +335,25 @@ def _check_variants(body: dict, bs: int) -> None:
         if type(discarded) is not list or len(discarded) > MAX_BATCH:
             _fail("b.discarded", f"must be a list of at most {MAX_BATCH} request ids", discarded)
         _names(discarded, "b.discarded")
+    _per_request_values(body, bs)
+
+
+def _per_request_values(body: dict, bs: int) -> None:
+    """The optional per-request facts the slices read: a context length and a greedy flag per request."""
+    get = body.get
+    ctx, greedy = get("ctx_len"), get("greedy")
+    if ctx is not None:
+        if type(ctx) is not list or len(ctx) != bs:
+            _fail("b.ctx_len", f"must be a list of length bs={bs}", ctx)
+        for n in ctx:
+            if type(n) is not int or not 0 <= n <= MAX_CONTEXT:
+                _fail("b.ctx_len", f"items must be integers in [0, {MAX_CONTEXT}]", n)
+    if greedy is not None:
+        if type(greedy) is not list or len(greedy) != bs:
+            _fail("b.greedy", f"must be a list of length bs={bs}", greedy)
+        for flag in greedy:
+            if type(flag) is not bool:
+                _fail("b.greedy", "items must be true or false", flag)
 
 
 def validate_body(kind: str, body: dict) -> None:

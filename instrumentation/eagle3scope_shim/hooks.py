@@ -276,6 +276,7 @@ def make_step(seam):
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
         if not step.prefill:
+            _request_facts(step, batch)
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
             if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
                 step.extend_ns = _now() - step.verify_end
@@ -294,6 +295,18 @@ def make_step(seam):
             _submit(pending.popleft()[1])  # never committed through the seam: published as run
 
     return around(seam, pre, post, hot=True, step=True, traceable=False)
+
+
+def _request_facts(step, batch) -> None:
+    """What the acceptance slices read per request, kept by reference for the publisher thread (no
+    device read, no copy here): the context lengths, ``ScheduleBatch.seq_lens_cpu``, a host tensor
+    SGLang replaces and never writes in place ("New-tensor avoids racing model_worker_batch refs
+    queued for overlap forward": managers/schedule_batch.py ``prepare_for_decode``; overlap_utils.py
+    clones before it writes; 0.5.23); and the requests, whose ``sampling_params.top_k`` (1 for a
+    greedy request once SGLang normalised it: sampling/sampling_params.py; ``is_all_greedy`` in
+    sampling/sampling_batch_info.py tests the same) never changes."""
+    step.ctx_len = getattr(batch, "seq_lens_cpu", None)
+    step.reqs = tuple(batch.reqs)
 
 
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
@@ -742,9 +755,25 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         body["accepted_path"] = path
     if step.num_steps is not None:
         body["num_steps"] = int(step.num_steps)
+    if getattr(step.ctx_len, "is_cpu", False):  # a device tensor would need a sync: left out
+        ctx = step.ctx_len.tolist()
+        if len(ctx) == bs:
+            body["ctx_len"] = ctx
+    if step.reqs is not None and len(step.reqs) == bs:
+        greedy = _greedy(step.reqs)
+        if greedy is not None:
+            body["greedy"] = greedy
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
     return body
+
+
+def _greedy(reqs: tuple) -> list[bool] | None:
+    """Per request, whether SGLang decodes it greedily (``top_k <= 1``); None when a request does not say."""
+    try:
+        return [r.sampling_params.top_k <= 1 for r in reqs]
+    except (AttributeError, TypeError):
+        return None
 
 
 def _ms(ns: int | None) -> float | None:

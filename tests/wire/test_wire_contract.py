@@ -265,6 +265,11 @@ REFUSALS = [
     ("step", _step(accepted_path=[[2]]), "b.accepted_path: nodes must index the request's 2 draft_ids, got 2"),
     ("step", _step(discarded="x"), "b.discarded: must be a list of at most 65536 request ids, got 'x'"),
     ("step", _step(discarded=[5]), "b.discarded: items must be names (strings), got 5"),
+    ("step", _step(ctx_len=[1, 2]), "b.ctx_len: must be a list of length bs=1, got [1, 2]"),
+    ("step", _step(ctx_len=[-1]), "b.ctx_len: items must be integers in [0, 2147483647], got -1"),
+    ("step", _step(ctx_len=[True]), "b.ctx_len: items must be integers in [0, 2147483647], got True"),
+    ("step", _step(greedy=[1]), "b.greedy: items must be true or false, got 1"),
+    ("step", _step(greedy="x"), "b.greedy: must be a list of length bs=1, got 'x'"),
 ]
 
 
@@ -282,7 +287,8 @@ def test_the_deepest_nesting_and_the_widest_values_are_accepted():
         validate_body(kind, {**base, "future": _nest(7), "big": [(1 << 63) - 1, -(1 << 63)], "text": "t" * 65536})
     validate_body("step", _step(passes=[{"n": 1 << 20, "width": (1 << 31) - 1, "fc": None, "mode": "m" * 4096}],
                                 draft_ids=[[5] * 1024], accepted_ids=[[(1 << 31) - 1] * 1025], num_steps=1,
-                                accepted_path=[[1]], discarded=["d"] * 65536, draft_ms=1e15, verify_ms=-10 ** 15))
+                                accepted_path=[[1]], discarded=["d"] * 65536, draft_ms=1e15, verify_ms=-10 ** 15,
+                                ctx_len=[(1 << 31) - 1], greedy=[False]))
     validate_body("heartbeat", {"shim_us": {f"s{i}": 0 for i in range(256)}, "step_us": 1e15, "publisher_us": 0})
     validate_body("hello", {"graphs": {"captured": None, "target_aux": None}, "parallel": None, "siblings": None})
 

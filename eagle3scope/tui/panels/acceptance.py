@@ -1,5 +1,6 @@
 """Acceptance: rolling mean, its history (aux-config changes marked), per-position rates, histogram;
-per rank and the rank skew when a server has several publishers (DP ranks)."""
+per rank and the rank skew when a server has several publishers (DP ranks); the cumulative mean per
+slice (context length, batch size, sampling, constraint) where a dimension has more than one label."""
 
 from __future__ import annotations
 
@@ -203,6 +204,15 @@ class AcceptancePanel(Vertical):
             for j, share in enumerate(shares):
                 dist.append(f" {j:>3} {fmt(share and share * 100, '.1f'):>5}% ")
                 dist.append(bar(share, width), style=bar_style)
+                dist.append("\n")
+        if view.slices:
+            dist.append("\nmean accept length by slice (cumulative)\n", style=muted)
+            for row in view.slices:
+                dist.append(f" {row.dimension.replace('_', ' '):<15}", style=muted)
+                for label, mean, n in row.cells:
+                    dist.append(f" {label} ")
+                    dist.append(fmt(mean))
+                    dist.append(f" ({n:,})", style=muted)
                 dist.append("\n")
         if len(view.segments) > 1:
             dist.append("\naux-layer segments\n", style=muted)
