@@ -317,6 +317,18 @@ def frames_lost(pub: PublisherView) -> dict | None:
     return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.dropped_by_shim, "frames_received": loss.frames}
 
 
+def accounting_mismatch(pub: PublisherView) -> dict | None:
+    """SGLang's own counts of a finished request (meta_info's, from the shim's finish frame) differ
+    from this viewer's tallies of the same request's steps (analysis/accounting.py)."""
+    acct = pub.accounting
+    if not acct.mismatched:
+        return None
+    return {"requests_mismatched": acct.mismatched, "requests_compared": acct.compared, "examples": acct.examples,
+            "not_compared": {"frame_lost_while_running": acct.unverifiable, "start_not_seen": acct.start_unseen,
+                             "forgotten": acct.forgotten},
+            "first_seq": acct.first_seq}
+
+
 def _opted_out_severity(evidence: dict) -> str:
     """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
     well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
@@ -442,6 +454,18 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "a warning). Nothing here is broken in the server; the evidence is incomplete.",
         "Judge this server by SGLang's own metrics (spec_accept_length, spec_verify_ct); for the full evidence, "
         "serve the draft with --speculative-algorithm EAGLE3 (or EAGLE) and without --enable-multi-layer-eagle.",
+    ),
+    Rule(
+        "accounting-mismatch", "error", "eagle3scope's per-request counts differ from SGLang's own",
+        accounting_mismatch,
+        "For every request SGLang finishes, the shim sends SGLang's own counts (meta_info's spec_verify_ct, "
+        "spec_num_correct_drafts and spec_correct_drafts_histogram); for these requests the rounds, accepted drafts "
+        "or accepted-per-round histogram tallied from the steps differ. Every acceptance figure shown here is then "
+        "off on this server: a round went unobserved or mislabelled, or a round SGLang discarded was counted. "
+        "Requests during which frames were lost are not compared.",
+        "Look at hook-failed first (a failed verify or step hook misses rounds). Otherwise the shim miscounts on "
+        "this SGLang release or configuration: report the evidence with the server's flags and SGLang version, and "
+        "judge acceptance meanwhile by SGLang's own meta_info and spec_verify_ct metrics.",
     ),
     Rule(
         "frames-lost", "warning", "Frames were lost between the server and the viewer", frames_lost,

@@ -200,6 +200,10 @@ class SessionState:
             if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
                 self._scheduled(pub, frame.t)
             return
+        if kind == "finish":
+            if self._finish(pub, frame.body):  # a first mismatch: judged now; other finishes wait for the steps' schedule
+                self._scheduled(pub, frame.t)
+            return
         if hello is not None:
             self._hello(pub, hello, frame.t)
         elif kind == "load":
@@ -313,9 +317,12 @@ class SessionState:
                     pub.draft_id_min = lo
                     pub.draft_min_seq = seq
         if not is_decode_step(body):
+            if body.get("mode") == "prefill":
+                pub.accounting.start(body["rids"], pub.accounting.lost_marker(*_loss_counts(pub)))
             return
         accepted, bonus = body["accepted"], body["bonus"]
         pub.decode_steps += 1
+        pub.accounting.count(body["rids"], accepted)
         if self._advisor_rounds:
             pub.rounds.add_step(body)
         t_ns = body.get("t_ns") or t
@@ -340,6 +347,10 @@ class SessionState:
             segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus), 1, budget)
+
+    def _finish(self, pub: PublisherView, body: dict) -> bool:
+        """SGLang's counts of the requests it finished, against this publisher's tallies; True on its first mismatch."""
+        return pub.accounting.finish(body, *_loss_counts(pub))
 
     def _unlisted_passes(self, pub: PublisherView, n: int, t: int) -> None:
         if not pub.unlisted_pass_calls:
@@ -470,6 +481,12 @@ class SessionState:
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def _loss_counts(pub: PublisherView) -> tuple[int, int]:
+    """(frames lost in transit, counter resets included; frames the shim dropped, as heartbeats said)."""
+    loss = pub.loss
+    return loss.lost_in_transit + loss.resets, loss.shim_dropped
 
 
 def _identity(hello: Hello) -> tuple:
