@@ -177,3 +177,42 @@ def test_finish_bodies_are_bounded_on_the_wire(request_body):
     else:
         with pytest.raises(FrameError):
             decode_frame(data)
+
+
+def _planted() -> list:
+    """A planted miscount in the first batch's rounds (the request req-0 loses one round)."""
+    return served(4, miscount=lambda seq, rids, acc: [None, *acc[1:]] if seq == 3 else acc)[0]
+
+
+def test_the_exporter_serves_it_as_every_rule():
+    from test_exporter import by, feed, renamed
+
+    src = "host-a:1:dp0"
+    exporter, fams = feed({src: renamed(_planted(), src)})
+    exporter.close()
+    active = by(fams["eagle3scope_violation_active"], "eagle3scope_violation_active", publisher=src)
+    assert active == {(("rule", RULE), ("severity", "error")): 1.0}
+
+
+def test_gate_fails_a_live_stream_with_a_miscount(tmp_path):
+    from test_gate import Publisher, failed, gate, junit_cases
+
+    with Publisher(_planted()) as pub:
+        done = gate("--connect", pub.endpoint, "--steps", "8", "--timeout", "30", "--junit", str(tmp_path / "g.xml"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"ERROR   {RULE}" in done.stdout
+    assert failed(junit_cases(tmp_path / "g.xml")) == {RULE}
+
+
+def test_the_tui_lists_it_on_replay(tmp_path):
+    pytest.importorskip("textual")
+    import asyncio
+
+    from support.tui_support import paused_app, play_to_end
+
+    async def final_screen():
+        app = paused_app(record(tmp_path / "miscount.e3s", _planted()), speed=64.0)
+        async with app.run_test(size=(140, 40)) as pilot:
+            return await play_to_end(app, pilot)
+
+    assert RULE in asyncio.run(final_screen())
