@@ -36,14 +36,6 @@ class Tally:
         self.histogram: list[int] = []
         self.lost = lost
 
-    def add(self, accepted: int) -> None:
-        self.verify_ct += 1
-        self.correct_drafts += accepted
-        hist = self.histogram
-        if len(hist) <= accepted:
-            hist.extend([0] * (accepted + 1 - len(hist)))
-        hist[accepted] += 1
-
     def counts(self) -> dict:
         return {"verify_ct": self.verify_ct, "correct_drafts": self.correct_drafts, "histogram": self.histogram}
 
@@ -75,12 +67,23 @@ class Accounting:
             tallies[rid] = Tally(lost)
 
     def count(self, rids: list, accepted: list) -> None:
-        """A decode step: one round per request, ``accepted`` drafts each (bonus excluded)."""
-        tallies = self.open
+        """A decode step: one round per request, ``accepted`` drafts each (bonus excluded). Inline, no
+        call per request: it runs for every request of every step the viewer ingests."""
+        if not self.open:
+            return
+        get = self.open.get
         for rid, n in zip(rids, accepted):
-            tally = tallies.get(rid)
-            if tally is not None:
-                tally.add(n)
+            tally = get(rid)
+            if tally is None:
+                continue
+            tally.verify_ct += 1
+            tally.correct_drafts += n
+            hist = tally.histogram
+            if n < len(hist):
+                hist[n] += 1
+            else:  # SGLang's own way: the list grows to the highest count seen
+                hist.extend([0] * (n - len(hist)))
+                hist.append(1)
 
     def finish(self, body: dict, lost_in_transit: int, dropped: int) -> bool:
         """A finish frame (validated); ``lost_in_transit`` and ``dropped``: the publisher's loss

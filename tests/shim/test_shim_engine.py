@@ -217,6 +217,26 @@ def _check_agreement(frames, responses, proposals=3):
         assert 1 + sum(a + b for a, b, _, _ in mine[:-1]) < meta["completion_tokens"] <= 1 + len(committed)
         assert response["output_ids"][1:] == committed[: meta["completion_tokens"] - 1]
         assert proposals is None or all(len(d) == proposals for *_, d in mine)  # num_draft_tokens - 1 per request
+    _check_finished(frames, responses)
+
+
+def _check_finished(frames, responses):
+    """Every request SGLang finished is published once (the finish frame) with the counts meta_info
+    reports, and the viewer, which tallies each request from its steps, agrees on every one it judged:
+    accounting-mismatch stays silent."""
+    finished = [r for b in _kind(frames, "finish") for r in b["requests"]]
+    assert len({r["rid"] for r in finished}) == len(finished), "a request was published as finished twice"
+    by_rid = {r["rid"]: r for r in finished}
+    for response in responses:
+        meta = response["meta_info"]
+        assert by_rid.get(meta["id"]) == {"rid": meta["id"], "verify_ct": meta["spec_verify_ct"],
+                                          "correct_drafts": meta["spec_num_correct_drafts"],
+                                          "histogram": meta["spec_correct_drafts_histogram"]}, meta["id"]
+    state = analyse(frames)
+    accounts = [pub.accounting for pub in state.runs()]
+    assert sum(a.compared for a in accounts) >= len(responses)  # SGLang's warm-up request may add one
+    assert sum(a.mismatched + a.unverifiable for a in accounts) == 0, [a.examples for a in accounts]
+    assert "accounting-mismatch" not in {v.id for v in state.violations()}
 
 
 @pytest.fixture(scope="module")
@@ -351,6 +371,27 @@ def test_failing_hook_is_reported_once_and_changes_no_token(fault, healthy):
     (row,) = publisher_rows(analyse(frames))
     assert (row.hooks_ok, row.hooks_total) == (sum(s == "attached" for s in statuses.values()), len(statuses))
     assert row.hooks_total > row.hooks_ok >= 5
+
+
+def test_a_shim_that_misses_rounds_fails_check_with_both_counts(fault, tmp_path):
+    """The verify hook failing (EAGLE3SCOPE_FAULT) is a shim that publishes no round: SGLang's own
+    counts in the finish frames show it, and check fails on accounting-mismatch as well as hook-failed."""
+    import json
+
+    from support.cli import invoke
+    from support.recordings import record
+
+    frames, responses = fault
+    result = invoke("check", record(tmp_path / "fault.e3s", frames), "--json")
+    assert result.exit_code == 1, result.output
+    fired = {v["id"]: v for v in json.loads(result.output)["violations"]}
+    assert fired["accounting-mismatch"]["severity"] == "error" and "hook-failed" in fired
+    evidence = fired["accounting-mismatch"]["evidence"]
+    assert evidence["requests_mismatched"] >= len(responses)
+    metas = {r["meta_info"]["id"]: r["meta_info"] for r in responses}
+    shown = [e for e in evidence["examples"] if e["rid"] in metas]
+    assert shown and all(e["sglang"]["verify_ct"] == metas[e["rid"]]["spec_verify_ct"] > 0 == e["eagle3scope"]["verify_ct"]
+                         for e in shown)
 
 
 def test_sync_guard_catches_syncs(engine_python):
