@@ -124,11 +124,13 @@ def test_requests_the_viewer_could_not_see_whole_are_not_judged():
 
 
 def test_check_shows_the_mismatch_as_text_json_and_junit(tmp_path):
-    frames, truth = served(4, miscount=lambda seq, rids, acc: [a + 1 if a < K and seq == 4 else a for a in acc])
+    off_by_one = lambda seq, rids, acc: [(acc[0] + 1) % (K + 1), *acc[1:]] if seq == 4 else acc  # req-0's round
+    frames, truth = served(4, miscount=off_by_one)
     path = record(tmp_path / "miscount.e3s", frames)
     text = invoke("check", path)
     assert text.exit_code == 1 and f"ERROR   {RULE}" in text.output, text.output
     out = json.loads(invoke("check", path, "--json").output)
+    assert out["summary"]["requests_checked"] == {"compared": 4, "mismatched": 1, "not_compared": 0}
     (v,) = [v for v in out["violations"] if v["id"] == RULE]
     assert v["severity"] == "error" and v["evidence"]["examples"] and v["fix"]
     for example in v["evidence"]["examples"]:
