@@ -72,6 +72,23 @@ def test_the_seam_is_in_the_hook_plan_for_both_scheduler_layouts():
                                             "SchedulerOutputProcessorMixin.stream_output_generation"]
 
 
+@pytest.mark.parametrize("version, target", [
+    ("0.5.10", ("sglang.srt.managers.scheduler_output_processor_mixin", "SchedulerOutputProcessorMixin.stream_output_generation")),
+    ("0.5.23", ("sglang.srt.managers.scheduler_components.output_streamer", "SchedulerOutputStreamer._stream_output_generation")),
+])
+def test_the_seam_resolves_in_the_installed_engines(version, target):
+    """Both engine venvs' sources (0.5.10: v1 and v2 workers): the finish seam attaches where each release emits output."""
+    from support.engine import engine_missing
+
+    from eagle3scope.demo.server import cache_dir
+
+    root = cache_dir() / f"venv-sglang-{version}" / "lib" / "python3.11" / "site-packages"
+    if not (root / "sglang").is_dir():
+        engine_missing(f"the SGLang {version} venv is not built")
+    (resolved,) = [r for adapter, r in seams.choose(seams.source_lookup(str(root))) if adapter.name == "finish"]
+    assert resolved[0][1] == target
+
+
 @pytest.mark.parametrize("cls", [Req, OldReq])
 def test_each_finished_request_is_published_once_with_sglangs_counts(pub, cls):
     hook = hooks.FACTORIES["finish"](SEAM)
