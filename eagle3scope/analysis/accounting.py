@@ -50,7 +50,7 @@ class Accounting:
     unverifiable: int = 0  # finished while a frame may have been lost
     start_unseen: int = 0  # finished without their start seen
     forgotten: int = 0  # tallies dropped past MAX_OPEN
-    examples: list = field(default_factory=list)  # the first MAX_KEPT mismatches: {rid, sglang, eagle3scope, seq}
+    examples: list = field(default_factory=list)  # the first MAX_KEPT mismatches: {rid, sglang, eagle3scope}
     first_seq: int | None = None  # the last step before the first mismatching finish
     shim_dropped: int = 0  # the shim's dropped frames as last told (finish frames and heartbeats)
 
