@@ -161,7 +161,7 @@ def test_a_hostile_request_id_in_the_evidence_is_cut_and_the_open_tallies_are_bo
     "verify_ct": st.one_of(st.integers(-5, 2**64 - 1), st.text(max_size=3), st.none()),
     "correct_drafts": st.one_of(st.integers(-5, 2**64 - 1), st.floats(), st.none()),
     "histogram": st.one_of(st.lists(st.integers(-3, 2**63), max_size=1100), st.text(max_size=3), st.none()),
-    "rid": st.one_of(st.text(max_size=20), st.integers(), st.none()),
+    "rid": st.one_of(st.text(max_size=20), st.integers(-2**63, 2**63 - 1), st.none()),
 }))
 def test_finish_bodies_are_bounded_on_the_wire(request_body):
     """A finish frame decodes only with counts that are non-negative 64-bit integers, a histogram of at

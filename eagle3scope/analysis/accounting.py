@@ -26,18 +26,19 @@ MAX_RID = 128
 FIELDS = ("verify_ct", "correct_drafts", "histogram")
 
 
-class Tally:
-    """One request's rounds as the steps showed them, and what had been lost when it started."""
+class Tally(list):
+    """One request's rounds as the steps showed them: its histogram (rounds per number of accepted
+    drafts, as SGLang keeps it), from which the rounds and accepted drafts follow, so a step adds one
+    count per request; ``lost``: what had been lost when it started."""
 
-    __slots__ = ("verify_ct", "correct_drafts", "histogram", "lost")
+    __slots__ = ("lost",)
 
     def __init__(self, lost: tuple[int, int]) -> None:
-        self.verify_ct = self.correct_drafts = 0
-        self.histogram: list[int] = []
+        super().__init__()
         self.lost = lost
 
     def counts(self) -> dict:
-        return {"verify_ct": self.verify_ct, "correct_drafts": self.correct_drafts, "histogram": self.histogram}
+        return {"verify_ct": sum(self), "correct_drafts": sum(i * n for i, n in enumerate(self)), "histogram": list(self)}
 
 
 @dataclass
@@ -73,12 +74,9 @@ class Accounting:
             return
         get = self.open.get
         for rid, n in zip(rids, accepted):
-            tally = get(rid)
-            if tally is None:
+            hist = get(rid)
+            if hist is None:
                 continue
-            tally.verify_ct += 1
-            tally.correct_drafts += n
-            hist = tally.histogram
             if n < len(hist):
                 hist[n] += 1
             else:  # SGLang's own way: the list grows to the highest count seen
