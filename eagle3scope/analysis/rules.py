@@ -323,7 +323,7 @@ def accounting_mismatch(pub: PublisherView) -> dict | None:
     acct = pub.accounting
     if not acct.mismatched:
         return None
-    return {"requests_mismatched": acct.mismatched, "requests_compared": acct.compared, "examples": acct.examples,
+    return {"requests_mismatched": acct.mismatched, "requests_compared": acct.compared, "examples": list(acct.examples),
             "not_compared": {"frame_lost_while_running": acct.unverifiable, "start_not_seen": acct.start_unseen,
                              "forgotten": acct.forgotten},
             "first_seq": acct.first_seq}

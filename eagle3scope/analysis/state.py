@@ -200,9 +200,9 @@ class SessionState:
             if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
                 self._scheduled(pub, frame.t)
             return
-        if kind == "finish":
-            if self._finish(pub, frame.body):  # a first mismatch: judged now; other finishes wait for the steps' schedule
-                self._scheduled(pub, frame.t)
+        if kind == "finish":  # SGLang's counts of the requests it finished, against this publisher's tallies
+            if pub.accounting.finish(frame.body, *_loss_counts(pub)):  # a first mismatch: judged now; other
+                self._scheduled(pub, frame.t)  # finishes wait for the steps' schedule
             return
         if hello is not None:
             self._hello(pub, hello, frame.t)
@@ -347,10 +347,6 @@ class SessionState:
             segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
         segment.tally.add(accepted, sum(accepted) + sum(bonus), 1, budget)
-
-    def _finish(self, pub: PublisherView, body: dict) -> bool:
-        """SGLang's counts of the requests it finished, against this publisher's tallies; True on its first mismatch."""
-        return pub.accounting.finish(body, *_loss_counts(pub))
 
     def _unlisted_passes(self, pub: PublisherView, n: int, t: int) -> None:
         if not pub.unlisted_pass_calls:
