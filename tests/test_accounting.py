@@ -17,7 +17,7 @@ from support.analysis_streams import K, Stream, healthy_load, hello, step
 from support.cli import invoke
 from support.recordings import record
 from eagle3scope.analysis import analyse
-from eagle3scope.wire import FrameError, decode_frame, encode_frame
+from eagle3scope.wire import Frame, FrameError, decode_frame, encode_frame
 
 RULE = "accounting-mismatch"
 
@@ -103,6 +103,26 @@ def test_an_accepted_count_off_by_one_fires():
         assert example["sglang"]["correct_drafts"] == truth[rid]["correct_drafts"] != example["eagle3scope"]["correct_drafts"]
 
 
+def _then(frames: list, body: dict) -> list:
+    """``frames`` and one more step frame after them."""
+    last = frames[-1]
+    return [*frames, Frame("step", last.src, last.n + 1, last.t + 1, body)]
+
+
+def test_a_round_counted_after_the_finish_fires_where_sglang_discards_it():
+    """A finished request's extra overlap tick, published as a counted round (not in ``discarded``):
+    from SGLang 0.5.12 the scheduler discards it, so the tool overcounts; 0.5.5-0.5.10 count it themselves."""
+    frames, _ = served(2, rounds=3)
+    tick = step(4, frames[-1].t, [1, 0]) | {"rids": ["req-0", "req-1"]}
+    v = _violation(analyse(_then(frames, tick)))
+    assert v is not None and v.evidence["rounds_after_finish"] == 2 and v.evidence["requests_mismatched"] == 0
+    assert v.first_seq == 4 and v.evidence["after_finish_examples"][0] == {"rid": "req-0", "seq": 4}
+    discarded = step(4, frames[-1].t, [1]) | {"rids": ["req-9"], "discarded": ["req-0", "req-1"]}
+    assert _violation(analyse(_then(frames, discarded))) is None
+    frames[0].body["sglang_version"] = "0.5.10"
+    assert _violation(analyse(_then(frames, tick))) is None
+
+
 def test_requests_the_viewer_could_not_see_whole_are_not_judged():
     """No prefill seen (the recording began later), a frame lost in transit or dropped by the shim
     while the request ran, or no finish (still in flight): miscounts there say nothing about the tool."""
@@ -151,7 +171,7 @@ def test_a_hostile_request_id_in_the_evidence_is_cut_and_the_open_tallies_are_bo
     assert len(acct.open) == accounting.MAX_OPEN and acct.forgotten == 10
     long_rid = "x" * 4000
     acct.start([long_rid], (0, 0))
-    acct.count([long_rid], [2])
+    acct.count([long_rid], [2], 0)
     assert acct.finish({"seq": 1, "requests": [{"rid": long_rid, "verify_ct": 9}]}, 0, 0) is True
     assert len(acct.examples[0]["rid"]) == accounting.MAX_RID
 

@@ -8,7 +8,9 @@ start was not seen (the recording began later, a seek, a lost or dropped prefill
 judged, and neither is one during whose life a frame of its publisher may have been lost: the frames
 lost in transit and the frames the shim dropped (the finish frame's ``dropped``, else the
 heartbeats') must be the same at its finish as at its start. Requests still running when the stream
-ends have no finish and are not judged. Frames are untrusted: at most :data:`MAX_OPEN` requests are
+ends have no finish and are not judged. A round a decode step counts for a request after its finish
+(a finished request's extra overlap tick, which SGLang from 0.5.12 discards) is counted apart: the
+rule judges it by release. Frames are untrusted: at most :data:`MAX_OPEN` requests are
 tallied at once (the oldest are forgotten, and counted), :data:`MAX_KEPT` mismatches kept as evidence.
 """
 
@@ -54,6 +56,10 @@ class Accounting:
     examples: list = field(default_factory=list)  # the first MAX_KEPT mismatches: {rid, sglang, eagle3scope}
     first_seq: int | None = None  # the last step before the first mismatching finish
     shim_dropped: int = 0  # the shim's dropped frames as last told (finish frames and heartbeats)
+    closed: dict = field(default_factory=dict)  # rids judged or met at their finish, newest MAX_OPEN (oldest first)
+    after_finish: int = 0  # rounds steps counted for a request after its finish
+    late: list = field(default_factory=list)  # the first MAX_KEPT of them: {rid, seq}
+    late_first_seq: int | None = None
 
     def start(self, rids: list, lost: tuple[int, int]) -> None:
         """A prefill step: tally its requests from here (a request already tallied keeps its tally:
@@ -67,15 +73,17 @@ class Accounting:
                 self.forgotten += 1
             tallies[rid] = Tally(lost)
 
-    def count(self, rids: list, accepted: list) -> None:
+    def count(self, rids: list, accepted: list, seq: int) -> None:
         """A decode step: one round per request, ``accepted`` drafts each (bonus excluded). Inline, no
         call per request: it runs for every request of every step the viewer ingests."""
-        if not self.open:
+        if not self.open and not self.closed:
             return
-        get = self.open.get
+        get, closed = self.open.get, self.closed
         for rid, n in zip(rids, accepted):
             hist = get(rid)
             if hist is None:
+                if rid in closed:
+                    self._late(rid, seq)
                 continue
             if n < len(hist):
                 hist[n] += 1
@@ -91,7 +99,9 @@ class Accounting:
         now = (lost_in_transit, self.shim_dropped)
         first = not self.mismatched
         for request in body.get("requests") or ():
-            tally = self.open.pop(request.get("rid"), None)
+            rid = request.get("rid")
+            tally = self.open.pop(rid, None)
+            self._close(rid)
             if tally is None:
                 self.start_unseen += 1
             elif now[0] != tally.lost[0] or now[1] > tally.lost[1]:
@@ -104,6 +114,19 @@ class Accounting:
         """What a request starting now records: frames lost in transit, frames the shim dropped."""
         self.shim_dropped = max(self.shim_dropped, dropped)
         return lost_in_transit, self.shim_dropped
+
+    def _close(self, rid) -> None:
+        closed = self.closed
+        if len(closed) >= MAX_OPEN:
+            del closed[next(iter(closed))]
+        closed[rid] = None
+
+    def _late(self, rid, seq: int) -> None:
+        self.after_finish += 1
+        if self.late_first_seq is None:
+            self.late_first_seq = seq
+        if len(self.late) < MAX_KEPT:
+            self.late.append({"rid": str(rid)[:MAX_RID], "seq": seq})
 
     def _judge(self, request: dict, tally: Tally, seq: object) -> None:
         self.compared += 1

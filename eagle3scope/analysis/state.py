@@ -322,7 +322,7 @@ class SessionState:
             return
         accepted, bonus = body["accepted"], body["bonus"]
         pub.decode_steps += 1
-        pub.accounting.count(body["rids"], accepted)
+        pub.accounting.count(body["rids"], accepted, seq)
         if self._advisor_rounds:
             pub.rounds.add_step(body)
         t_ns = body.get("t_ns") or t

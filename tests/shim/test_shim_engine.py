@@ -394,6 +394,41 @@ def test_a_shim_that_misses_rounds_fails_check_with_both_counts(fault, tmp_path)
                          for e in shown)
 
 
+def test_an_aborted_request_is_published_with_the_counts_sglang_reported(models):
+    """/abort_request on a request in mid-decode: SGLang finishes it with the rounds it ran, its finish
+    frame carries what its meta_info reports, and the viewer's tally of its steps agrees."""
+    import urllib.request
+
+    sub, srv = _launch(models["target"], models["draft"], {})
+    frames, rid = [], "abort-me"
+    try:
+        srv.wait_ready()
+        with ThreadPoolExecutor(1) as pool:
+            params = {"max_new_tokens": 1500, "temperature": 0.0, "ignore_eos": True}
+            pending = pool.submit(srv.post, "/generate", {"text": "one two three", "rid": rid, "sampling_params": params})
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(
+                    f.kind == "step" and f.body["mode"] == "decode" and rid in f.body["rids"] for f in frames):
+                frames += sub.poll(timeout_ms=200)
+            abort = urllib.request.Request(srv.url + "/abort_request", data=b'{"rid": "abort-me"}',
+                                           headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(abort, timeout=60).close()
+            response = pending.result(timeout=300)
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 1.5:
+            new = sub.poll(timeout_ms=200)
+            frames += new
+            if new:
+                quiet_since = time.monotonic()
+    finally:
+        srv.stop()
+        sub.close()
+    meta = response["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort" and 0 < meta["completion_tokens"] < params["max_new_tokens"]
+    assert meta["spec_verify_ct"] > 0
+    _check_finished(frames, [response])
+
+
 def test_sync_guard_catches_syncs(engine_python):
     script = r"""
 import torch
