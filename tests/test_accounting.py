@@ -119,6 +119,10 @@ def test_a_round_counted_after_the_finish_fires_where_sglang_discards_it():
     assert v.first_seq == 4 and v.evidence["after_finish_examples"][0] == {"rid": "req-0", "seq": 4}
     discarded = step(4, frames[-1].t, [1]) | {"rids": ["req-9"], "discarded": ["req-0", "req-1"]}
     assert _violation(analyse(_then(frames, discarded))) is None
+    again = step(4, frames[-1].t, [0]) | {"mode": "prefill", "rids": ["req-0"], "draft_ids": [[]], "accepted_ids": [[]],
+                                           "bonus": [0]}
+    reused = step(5, frames[-1].t, [1]) | {"rids": ["req-0"]}
+    assert _violation(analyse(_then(_then(frames, again), reused))) is None  # a client's own rid used again
     frames[0].body["sglang_version"] = "0.5.10"
     assert _violation(analyse(_then(frames, tick))) is None
 

@@ -68,6 +68,7 @@ class Accounting:
         for rid in rids:
             if rid in tallies:
                 continue
+            self.closed.pop(rid, None)  # a client may use its own rid again
             if len(tallies) >= MAX_OPEN:
                 del tallies[next(iter(tallies))]
                 self.forgotten += 1
