@@ -415,10 +415,10 @@ def test_an_aborted_request_is_published_with_the_counts_sglang_reported(models)
             urllib.request.urlopen(abort, timeout=60).close()
             response = pending.result(timeout=300)
         quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 1.5:
+        while time.monotonic() - quiet_since < 1.5:  # until no step or finish came for 1.5 s
             new = sub.poll(timeout_ms=200)
             frames += new
-            if new:
+            if any(f.kind in ("step", "finish") for f in new):
                 quiet_since = time.monotonic()
     finally:
         srv.stop()
