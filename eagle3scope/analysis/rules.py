@@ -318,9 +318,15 @@ def frames_lost(pub: PublisherView) -> dict | None:
     return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.dropped_by_shim, "frames_received": loss.frames}
 
 
+#: the first release whose scheduler discards (does not count) a finished request's extra overlap tick
+#: (the commit seam's note in eagle3scope_shim/seams.py); before it a round after the finish is SGLang's own
+DISCARDS_EXTRA_TICK = "0.5.12"
+
+
 def accounting_mismatch(pub: PublisherView) -> dict | None:
     """SGLang's own counts of a finished request (meta_info's, from the shim's finish frame) differ
-    from this viewer's tallies of the same request's steps (analysis/accounting.py)."""
+    from this viewer's tallies of the same request's steps (analysis/accounting.py), or, where SGLang
+    discards it, a step counted a round for a request after its finish."""
     acct = pub.accounting
     version = pub.hello.sglang_version if pub.hello is not None else None
     late = acct.after_finish if release(version) is not None and not before(version, DISCARDS_EXTRA_TICK) else 0
@@ -335,11 +341,6 @@ def accounting_mismatch(pub: PublisherView) -> dict | None:
     if late:
         evidence.update(rounds_after_finish=late, after_finish_examples=list(acct.late), sglang_version=version)
     return evidence
-
-
-#: the first release whose scheduler discards (does not count) a finished request's extra overlap tick
-#: (the commit seam's note in eagle3scope_shim/seams.py); before it a round after the finish is SGLang's own
-DISCARDS_EXTRA_TICK = "0.5.12"
 
 
 def _opted_out_severity(evidence: dict) -> str:
