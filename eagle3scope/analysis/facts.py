@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from eagle3scope.analysis.accounting import Accounting
 from eagle3scope.analysis.stats import AcceptanceStats
 from eagle3scope.wire.announcements import Hello, Load, Parallel, ServerArgs, read_load
 from eagle3scope.wire.aux_layers import CaptureRule, captured_for, family_rule
@@ -93,6 +94,7 @@ class PublisherView:
     steps_since_rules: int = 0  # this publisher's rule schedule (state.py): steps since its last pass
     rules_t: int = 0  # ... and the frame t of that pass
     rounds: object = None  # advisor.RoundLog the state feeds (its newest ADVISOR_ROUNDS decode rounds)
+    accounting: Accounting = field(default_factory=Accounting)  # its tallies per request against SGLang's (finish frames)
 
 
 _NO_ARGS = ServerArgs()

@@ -17,6 +17,7 @@ from eagle3scope.analysis.facts import PublisherView, fc_trained, is_eagle3_draf
 from eagle3scope.wire.announcements import D2t
 from eagle3scope.wire import FEATURE_CARRYING_MODES
 from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
+from eagle3scope.wire.releases import before, release
 
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
 ZERO_ACCEPTANCE_MARGIN = 0.05
@@ -317,6 +318,31 @@ def frames_lost(pub: PublisherView) -> dict | None:
     return {"lost_in_transit": loss.lost_in_transit, "dropped_by_shim": loss.dropped_by_shim, "frames_received": loss.frames}
 
 
+#: the first release whose scheduler discards (does not count) a finished request's extra overlap tick
+#: (the commit seam's note in eagle3scope_shim/seams.py); before it a round after the finish is SGLang's own
+DISCARDS_EXTRA_TICK = "0.5.12"
+
+
+def accounting_mismatch(pub: PublisherView) -> dict | None:
+    """SGLang's own counts of a finished request (meta_info's, from the shim's finish frame) differ
+    from this viewer's tallies of the same request's steps (analysis/accounting.py), or, where SGLang
+    discards it, a step counted a round for a request after its finish."""
+    acct = pub.accounting
+    version = pub.hello.sglang_version if pub.hello is not None else None
+    late = acct.after_finish if release(version) is not None and not before(version, DISCARDS_EXTRA_TICK) else 0
+    if not (acct.mismatched or late):
+        return None
+    evidence = {"requests_mismatched": acct.mismatched, "requests_compared": acct.compared,
+                "examples": list(acct.examples),
+                "not_compared": {"frame_lost_while_running": acct.unverifiable, "start_not_seen": acct.start_unseen,
+                                 "forgotten": acct.forgotten},
+                "first_seq": min((s for s in (acct.first_seq, acct.late_first_seq if late else None) if s is not None),
+                                 default=None)}
+    if late:
+        evidence.update(rounds_after_finish=late, after_finish_examples=list(acct.late), sglang_version=version)
+    return evidence
+
+
 def _opted_out_severity(evidence: dict) -> str:
     """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
     well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
@@ -442,6 +468,20 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "a warning). Nothing here is broken in the server; the evidence is incomplete.",
         "Judge this server by SGLang's own metrics (spec_accept_length, spec_verify_ct); for the full evidence, "
         "serve the draft with --speculative-algorithm EAGLE3 (or EAGLE) and without --enable-multi-layer-eagle.",
+    ),
+    Rule(
+        "accounting-mismatch", "error", "eagle3scope's per-request counts differ from SGLang's own",
+        accounting_mismatch,
+        "For every request SGLang finishes, the shim sends SGLang's own counts (meta_info's spec_verify_ct, "
+        "spec_num_correct_drafts and spec_correct_drafts_histogram); for these requests the rounds, accepted drafts "
+        "or accepted-per-round histogram tallied from the steps differ, or (from SGLang 0.5.12, which discards a "
+        "finished request's extra overlap tick) a step counted a round for a request after SGLang finished it. "
+        "Every acceptance figure shown here is then off on this server: a round went unobserved or mislabelled, "
+        "or a round SGLang discarded was counted. "
+        "Requests during which frames were lost are not compared.",
+        "Look at hook-failed first (a failed verify or step hook misses rounds). Otherwise the shim miscounts on "
+        "this SGLang release or configuration: report the evidence with the server's flags and SGLang version, and "
+        "judge acceptance meanwhile by SGLang's own meta_info and spec_verify_ct metrics.",
     ),
     Rule(
         "frames-lost", "warning", "Frames were lost between the server and the viewer", frames_lost,

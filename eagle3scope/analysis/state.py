@@ -205,6 +205,10 @@ class SessionState:
             if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
                 self._scheduled(pub, frame.t)
             return
+        if kind == "finish":  # SGLang's counts of the requests it finished, against this publisher's tallies
+            if pub.accounting.finish(frame.body, *_loss_counts(pub)):  # a first mismatch: judged now; other
+                self._scheduled(pub, frame.t)  # finishes wait for the steps' schedule
+            return
         if hello is not None:
             self._hello(pub, hello, frame.t)
         elif kind == "load":
@@ -318,9 +322,12 @@ class SessionState:
                     pub.draft_id_min = lo
                     pub.draft_min_seq = seq
         if not is_decode_step(body):
+            if body.get("mode") == "prefill":
+                pub.accounting.start(body["rids"], pub.accounting.lost_marker(*_loss_counts(pub)))
             return
         accepted, bonus = body["accepted"], body["bonus"]
         pub.decode_steps += 1
+        pub.accounting.count(body["rids"], accepted, seq)
         if self._advisor_rounds:
             pub.rounds.add_step(body)
         t_ns = body.get("t_ns") or t
@@ -478,6 +485,12 @@ class SessionState:
     def violations(self) -> list[Violation]:
         """Every violation found so far, active ones first, then by severity and ``first_seq``."""
         return sorted(self._fired.values(), key=lambda v: (not v.active, SEVERITY_ORDER[v.severity], v.first_seq or 0, v.id))
+
+
+def _loss_counts(pub: PublisherView) -> tuple[int, int]:
+    """(frames lost in transit, counter resets included; frames the shim dropped, as heartbeats said)."""
+    loss = pub.loss
+    return loss.lost_in_transit + loss.resets, loss.shim_dropped
 
 
 def _identity(hello: Hello) -> tuple:

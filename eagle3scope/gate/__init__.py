@@ -45,6 +45,10 @@ def check_result(state: SessionState, violations: list[Violation], errors: list[
     summary["complete"] = complete  # False: the recorder never closed the file (killed, or still running)
     summary["draft_passes"] = {src: pass_visibility(pub.hello) for src, pub in sorted(state.publishers.items())}
     summary["slices"] = state.slices.summary(state.acceptance.k)
+    accounts = [pub.accounting for pub in runs]  # finished requests' counts against SGLang's (accounting-mismatch)
+    summary["requests_checked"] = {"compared": sum(a.compared for a in accounts),
+                                   "mismatched": sum(a.mismatched for a in accounts),
+                                   "not_compared": sum(a.unverifiable + a.start_unseen for a in accounts)}
     return {"summary": summary, "violations": [v.to_dict() for v in violations], "read_errors": errors}
 
 

@@ -355,6 +355,21 @@ class Hook(TypedDict, total=False):
     detail: Prose
 
 
+# -- finish -------------------------------------------------------------------------------------
+class Finished(TypedDict, total=False):
+    """SGLang's own speculative counts of one request it finished (its ``Req``, as ``meta_info`` reports them)."""
+    rid: Name
+    verify_ct: Count
+    correct_drafts: Count
+    histogram: Annotated[list[int], IntList(0, INT64_MAX, MAX_DRAFT_TOKENS + 1)]
+
+
+class Finish(TypedDict, total=False):
+    seq: Count
+    dropped: Count
+    requests: Annotated[list[Finished], MapList(MAX_BATCH)]
+
+
 def bounds(typed) -> dict[str, tuple[Any, Any]]:
     """field -> (its type, its bound) of one of these ``TypedDict`` types."""
     hints = typing.get_type_hints(typed, include_extras=True)
@@ -366,7 +381,7 @@ PER_REQUEST = tuple(name for name, (_, bound) in bounds(Step).items() if type(bo
 
 #: kind -> its body type; the kinds this schema knows, in this order
 BODIES: dict[str, type] = {"hello": Hello, "load": Load, "step": Step, "config": Config, "heartbeat": Heartbeat,
-                           "hook": Hook}
+                           "hook": Hook, "finish": Finish}
 KINDS = tuple(BODIES)
 
 

@@ -96,6 +96,13 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     seam, status ("attached"|"missing"|"failed"|"disabled"|"unhooked"), detail. "unhooked" names a
     part of the server the hooks cannot see: seam "worker" (SGLang's speculative worker is another
     class) or "draft_model" (the draft's forward is not an EAGLE-3 draft class the shim hooks).
+``finish`` (requests SGLang finished, sent as it emits their final output; newer shims only)
+    seq (the last step published before it), dropped (the shim's dropped frames so far, as the
+    heartbeat counts them), requests: [{rid, verify_ct, correct_drafts, histogram}]: SGLang's own
+    per-request counts, the ones ``meta_info`` reports (``spec_verify_ct``, ``spec_num_correct_drafts``,
+    ``spec_correct_drafts_histogram``: rounds, accepted drafts with the bonus excluded, rounds per
+    number of accepted drafts); a field the release does not keep is left out. The viewer checks its
+    tallies of the steps against them (the ``accounting-mismatch`` rule).
 """
 
 from __future__ import annotations

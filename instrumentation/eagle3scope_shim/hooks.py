@@ -28,6 +28,7 @@ from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, ring, seams, topology
 from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, mark, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
@@ -868,6 +869,7 @@ FACTORIES = {
     "worker_init_v1": make_worker_init_v1,
     "step": make_step,
     "commit": make_commit,
+    "finish": make_finish,
     "draft": make_draft,
     "verify_v2": make_verify_v2,
     "verify_v1": make_verify_v1,

@@ -44,6 +44,7 @@ _ABS = "sglang.srt.model_executor.model_runner_components.attention_backend_setu
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor"
 _SOPM = "sglang.srt.managers.scheduler_output_processor_mixin"
 _RR = "sglang.srt.managers.scheduler_components.request_receiver"
+_OS = "sglang.srt.managers.scheduler_components.output_streamer"
 _CGR = "sglang.srt.model_executor.cuda_graph_runner"  # the target's graph runner up to 0.5.12
 _DCGR = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"  # from 0.5.14
 
@@ -134,6 +135,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         _s("commit.resolve", "commit", (_BRP, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"),
            (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens"),
            (_SOPM, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids")),
+    )),
+    # Where the scheduler emits a finished request's output once, with its spec_verify_ct and
+    # accepted-drafts counts (finish.py); read in the 0.5.10 (v1 and v2 workers) and 0.5.23 sources.
+    Adapter("finish", "finish", (
+        _s("finish.output", "finish", (_OS, "SchedulerOutputStreamer._stream_output_generation"),
+           (_SOPM, "SchedulerOutputProcessorMixin.stream_output_generation")),
     )),
     # TP rank 0's per-iteration broadcast of what it pulled, from 0.5.14 (inline in Scheduler.recv_requests
     # before); only a control channel sends anything over it, so without one it costs nothing.

@@ -225,6 +225,26 @@ def _check_agreement(frames, responses, proposals=3):
         assert 1 + sum(a + b for a, b, _, _ in mine[:-1]) < meta["completion_tokens"] <= 1 + len(committed)
         assert response["output_ids"][1:] == committed[: meta["completion_tokens"] - 1]
         assert proposals is None or all(len(d) == proposals for *_, d in mine)  # num_draft_tokens - 1 per request
+    _check_finished(frames, responses)
+
+
+def _check_finished(frames, responses):
+    """Every request SGLang finished is published once (the finish frame) with the counts meta_info
+    reports, and the viewer, which tallies each request from its steps, agrees on every one it judged:
+    accounting-mismatch stays silent."""
+    finished = [r for b in _kind(frames, "finish") for r in b["requests"]]
+    assert len({r["rid"] for r in finished}) == len(finished), "a request was published as finished twice"
+    by_rid = {r["rid"]: r for r in finished}
+    for response in responses:
+        meta = response["meta_info"]
+        assert by_rid.get(meta["id"]) == {"rid": meta["id"], "verify_ct": meta["spec_verify_ct"],
+                                          "correct_drafts": meta["spec_num_correct_drafts"],
+                                          "histogram": meta["spec_correct_drafts_histogram"]}, meta["id"]
+    state = analyse(frames)
+    accounts = [pub.accounting for pub in state.runs()]
+    assert sum(a.compared for a in accounts) >= len(responses)  # SGLang's warm-up request may add one
+    assert sum(a.mismatched + a.unverifiable for a in accounts) == 0, [a.examples for a in accounts]
+    assert "accounting-mismatch" not in {v.id for v in state.violations()}
 
 
 @pytest.fixture(scope="module")
@@ -360,6 +380,62 @@ def test_failing_hook_is_reported_once_and_changes_no_token(fault, healthy):
     (row,) = publisher_rows(analyse(frames))
     assert (row.hooks_ok, row.hooks_total) == (sum(s == "attached" for s in statuses.values()), len(statuses))
     assert row.hooks_total > row.hooks_ok >= 5
+
+
+def test_a_shim_that_misses_rounds_fails_check_with_both_counts(fault, tmp_path):
+    """The verify hook failing (EAGLE3SCOPE_FAULT) is a shim that publishes no round: SGLang's own
+    counts in the finish frames show it, and check fails on accounting-mismatch as well as hook-failed."""
+    import json
+
+    from support.cli import invoke
+    from support.recordings import record
+
+    frames, responses = fault
+    result = invoke("check", record(tmp_path / "fault.e3s", frames), "--json")
+    assert result.exit_code == 1, result.output
+    fired = {v["id"]: v for v in json.loads(result.output)["violations"]}
+    assert fired["accounting-mismatch"]["severity"] == "error" and "hook-failed" in fired
+    evidence = fired["accounting-mismatch"]["evidence"]
+    assert evidence["requests_mismatched"] >= len(responses)
+    metas = {r["meta_info"]["id"]: r["meta_info"] for r in responses}
+    shown = [e for e in evidence["examples"] if e["rid"] in metas]
+    assert shown and all(e["sglang"]["verify_ct"] == metas[e["rid"]]["spec_verify_ct"] > 0 == e["eagle3scope"]["verify_ct"]
+                         for e in shown)
+
+
+def test_an_aborted_request_is_published_with_the_counts_sglang_reported(models):
+    """/abort_request on a request in mid-decode: SGLang finishes it with the rounds it ran, its finish
+    frame carries what its meta_info reports, and the viewer's tally of its steps agrees."""
+    import urllib.request
+
+    sub, srv = _launch(models["target"], models["draft"], {})
+    frames, rid = [], "abort-me"
+    try:
+        srv.wait_ready()
+        with ThreadPoolExecutor(1) as pool:
+            params = {"max_new_tokens": 1500, "temperature": 0.0, "ignore_eos": True}
+            pending = pool.submit(srv.post, "/generate", {"text": "one two three", "rid": rid, "sampling_params": params})
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(
+                    f.kind == "step" and f.body["mode"] == "decode" and rid in f.body["rids"] for f in frames):
+                frames += sub.poll(timeout_ms=200)
+            abort = urllib.request.Request(srv.url + "/abort_request", data=b'{"rid": "abort-me"}',
+                                           headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(abort, timeout=60).close()
+            response = pending.result(timeout=300)
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 1.5:  # until no step or finish came for 1.5 s
+            new = sub.poll(timeout_ms=200)
+            frames += new
+            if any(f.kind in ("step", "finish") for f in new):
+                quiet_since = time.monotonic()
+    finally:
+        srv.stop()
+        sub.close()
+    meta = response["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort" and 0 < meta["completion_tokens"] < params["max_new_tokens"]
+    assert meta["spec_verify_ct"] > 0
+    _check_finished(frames, [response])
 
 
 def test_eagle1_draft_under_eagle_is_a_valid_setup(eagle1):
