@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from eagle3scope.analysis.stats import AcceptanceStats
 from eagle3scope.wire.announcements import Hello, Load, Parallel, ServerArgs
 from eagle3scope.wire.aux_layers import CaptureRule, family_rule
-from eagle3scope.wire.contracts import NO_LOAD, AuxLayers, aux_layers_in_effect
+from eagle3scope.wire.contracts import NO_LOAD, AuxLayers, aux_layers_in_effect, capture_in_effect
 from eagle3scope.wire.loss import FrameLoss
 
 #: Seam statuses that mean a hook does not see its seam.
@@ -145,9 +145,7 @@ def unobserved(pub: PublisherView) -> dict[str, object]:
 
 def capture_on(pub: PublisherView) -> bool | None:
     """Whether the target captures aux states now: the latest step says, else the load report."""
-    if pub.capture is not None:
-        return pub.capture.get("on")
-    return load_of(pub).aux.capture_on
+    return capture_in_effect(pub.load, pub.capture)
 
 
 def aux_layers(pub: PublisherView) -> AuxLayers:

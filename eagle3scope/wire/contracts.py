@@ -75,6 +75,13 @@ def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | 
     return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
 
 
+def capture_in_effect(load: Load | None, capture: dict | None) -> bool | None:
+    """Whether the target captures aux states now: the latest step's ``capture`` says, else the load report."""
+    if capture is not None:
+        return capture.get("on")
+    return (load or NO_LOAD).aux.capture_on
+
+
 @dataclass(frozen=True, slots=True)
 class AuxLayers:
     """The aux layers in effect: a live change (``config``) wins over the load report."""

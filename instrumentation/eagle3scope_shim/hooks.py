@@ -31,6 +31,7 @@ from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing, listed, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
+from eagle3scope_shim.verdict import VERDICT
 
 _now = time.perf_counter_ns
 _RID = operator.attrgetter("rid")
@@ -686,6 +687,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         body["num_steps"] = int(step.num_steps)
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
+    VERDICT.observe(body)
     return body
 
 
