@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -119,11 +120,12 @@ def shared_prometheus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus):
-    """(name, family="llama") -> dict(recording, results, outputs[, fleet]): one real server per scenario
-    and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
+    """(name, family="llama") -> dict(recording, results, outputs, log[, fleet, metrics]): one real server per
+    scenario and family for the whole session, with the shim publishing. ``recording`` holds SCENARIO_STEPS decode steps of a steady
     workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
     answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
-    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/support/fleet_support.py)."""
+    them); ``log`` is the server's log file. FLEET_SCENARIOS run with --enable-metrics: ``fleet`` is what the
+    fleet observers saw (tests/support/fleet_support.py), ``metrics`` the server's own /metrics after the recording."""
     from contextlib import ExitStack
 
     from support.fleet_support import FleetObservers
@@ -138,13 +140,14 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
     def get(name: str, family: str = "llama") -> dict:
         if (family, name) not in done:
             models = request.getfixturevalue(models_fixture[family])
-            path = root / f"{family}-{name}.e3s"
-            run = ScenarioRun(name, models, control=False, python=engine_python, family=family,
-                              log_path=root / f"{family}-{name}.log")
-            entry: dict = {"recording": path}
+            path, log = root / f"{family}-{name}.e3s", root / f"{family}-{name}.log"
+            fleet_scenario = family == "llama" and name in FLEET_SCENARIOS
+            run = ScenarioRun(name, models, control=False, python=engine_python, family=family, log_path=log,
+                              server_args=("--enable-metrics",) if fleet_scenario else ())
+            entry: dict = {"recording": path, "log": log}
             with ExitStack() as stack:
                 fleet = None
-                if family == "llama" and name in FLEET_SCENARIOS:
+                if fleet_scenario:
                     prometheus, missing = shared_prometheus()
                     fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
                     run.before_traffic = fleet.wait_for_idle_publisher
@@ -153,6 +156,9 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
                     if fleet is not None:
                         fleet.start_gate()
                     run.record(path, SCENARIO_STEPS)
+                    if fleet_scenario:
+                        with urllib.request.urlopen(run.server.url + "/metrics", timeout=60) as answer:
+                            entry["metrics"] = answer.read().decode()
                     run.workload.stop()
                     entry["results"] = list(run.workload.results)
                     entry["outputs"] = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),

@@ -12,7 +12,7 @@ and the viewer say the same thing. Standard library and ``wire`` only: the shim 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping
 
 from eagle3scope.wire.announcements import D2t, Load, read_load
 from eagle3scope.wire.aux_layers import captured_for, default_capture, specforge_defaults
@@ -106,13 +106,25 @@ def aux_layers_in_effect(load: Load | None, live_layers: list | None, applied: d
                      live_layers is not None, False)
 
 
-class PassCounts(Protocol):
-    """One forward mode's draft passes as counted so far (the viewer's ``PassStats``, the shim's own)."""
+@dataclass(slots=True)
+class FcTally:
+    """One forward mode's draft passes, fc applied or skipped, counted alike by the viewer (its
+    ``PassStats``) and the shim; :func:`fc_bypassed` reads these and the mode's ``widths`` map."""
 
-    fc_skipped: int
-    replayed: int
-    widths: Mapping[int, int]
-    first_skip_seq: int | None
+    fc_applied: int = 0
+    fc_skipped: int = 0
+    replayed: int = 0  # calls that replayed a captured graph (width and fc read at the caller)
+    first_skip_seq: int | None = None
+
+    def count(self, seq: int, fc, n: int, replayed: bool) -> None:
+        if replayed:
+            self.replayed += n
+        if fc:
+            self.fc_applied += n
+        else:
+            self.fc_skipped += n
+            if self.first_skip_seq is None:
+                self.first_skip_seq = seq
 
 
 # -- rules ------------------------------------------------------------------------------------------
@@ -132,7 +144,7 @@ def aux_capture_off(load: Load, algorithm: object, capture_on: bool | None) -> d
     }
 
 
-def fc_bypassed(load: Load, algorithm: object, passes: Mapping[str, PassCounts]) -> dict | None:
+def fc_bypassed(load: Load, algorithm: object, passes: Mapping[str, FcTally]) -> dict | None:
     fc_in = load.fc_in
     if fc_in is None or not is_eagle3(load):
         # no fc to bypass, an EAGLE-1/2 fc (it takes H-wide target states by design), or no load

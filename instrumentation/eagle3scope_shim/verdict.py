@@ -25,7 +25,7 @@ import time
 
 from eagle3scope.wire import contracts, env, untrusted
 from eagle3scope.wire.announcements import read_hello, read_load
-from eagle3scope.wire.contracts import NO_LOAD, Contract
+from eagle3scope.wire.contracts import NO_LOAD, Contract, FcTally
 from eagle3scope.wire.schema import FEATURE_CARRYING_MODES
 
 log = logging.getLogger("eagle3scope")
@@ -44,25 +44,17 @@ MAX_WIDTHS = 8
 _LEVELS = {"error": logging.ERROR, "warning": logging.WARNING}
 
 
-class PassCounts:
-    """A feature-carrying mode's draft passes (the fields :class:`~eagle3scope.wire.contracts.PassCounts` names)."""
+class PassCounts(FcTally):
+    """A feature-carrying mode's draft passes, with the widths seen (at most :data:`MAX_WIDTHS`)."""
 
-    __slots__ = ("fc_applied", "fc_skipped", "replayed", "widths", "first_skip_seq")
+    __slots__ = ("widths",)
 
     def __init__(self) -> None:
-        self.fc_applied = self.fc_skipped = self.replayed = 0
+        super().__init__()
         self.widths: dict[int, int] = {}
-        self.first_skip_seq: int | None = None
 
     def add(self, seq: int, width, fc: bool, n: int, replayed: bool) -> None:
-        if fc:
-            self.fc_applied += n
-        else:
-            self.fc_skipped += n
-            if self.first_skip_seq is None:
-                self.first_skip_seq = seq
-        if replayed:
-            self.replayed += n
+        self.count(seq, fc, n, replayed)
         if width in self.widths or len(self.widths) < MAX_WIDTHS:
             self.widths[width] = self.widths.get(width, 0) + n
 
