@@ -102,7 +102,7 @@ class Verdict:
             self.publisher = publisher
             self.more = f"eagle3scope watch --connect {publisher.endpoint}" if publisher is not None else "eagle3scope watch"
             if metrics and "PROMETHEUS_MULTIPROC_DIR" in os.environ:
-                self.gauges = _Gauges()
+                self.gauges = _gauges()
             self.judge("at load")
             self.judged = True
         except Exception as exc:
@@ -220,6 +220,14 @@ class _Gauges:
             self.capture_on.set(1 if capture_on else 0)
         if verdict.publisher is not None:
             self.dropped.set(verdict.publisher.dropped)
+
+
+def _gauges() -> _Gauges | None:
+    try:
+        return _Gauges()
+    except Exception as exc:  # the log line does not depend on them
+        log.warning("eagle3scope: no verdict in /metrics: %s", untrusted.terminal(f"{type(exc).__name__}: {exc}"))
+        return None
 
 
 VERDICT = Verdict()
