@@ -31,16 +31,17 @@ READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
     "eagle3scope/exporter/metrics.py", "eagle3scope/doctor/config_checks.py")
 BOUNDARIES = "tests/store/test_store_boundaries.py"
 SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
+CONTRACTS = "eagle3scope/wire/contracts.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
-    ("aux-capture-off: guard for non-EAGLE-3 drafts deleted", RULES,
-     "    if not is_eagle3_draft(pub):\n        return None\n    algorithm", "    algorithm",
+    ("aux-capture-off: guard for non-EAGLE-3 drafts deleted", CONTRACTS,
+     "    if not is_eagle3(load):\n        return None\n    if not (wrong_algorithm", "    if not (wrong_algorithm",
      ["tests/rules/test_rules_non_eagle3.py"]),
-    ("fc-bypassed: guard for drafts without an EAGLE-3 fc deleted", RULES,
-     "    if fc_in is None or not is_eagle3_draft(pub):\n", "    if False:\n", ["tests/rules/test_rules_non_eagle3.py"]),
-    ("fc-bypassed: the no-fc half of the guard deleted", RULES,
-     "if fc_in is None or not is_eagle3_draft(pub):", "if not is_eagle3_draft(pub):",
+    ("fc-bypassed: guard for drafts without an EAGLE-3 fc deleted", CONTRACTS,
+     "    if fc_in is None or not is_eagle3(load):\n", "    if False:\n", ["tests/rules/test_rules_non_eagle3.py"]),
+    ("fc-bypassed: the no-fc half of the guard deleted", CONTRACTS,
+     "if fc_in is None or not is_eagle3(load):", "if not is_eagle3(load):",
      ["tests/rules/test_rules_non_eagle3.py"]),
     ("doctor d2t: out of range >= -> >", DIAGNOSE,
      "(as_offsets >= target_vocab)", "(as_offsets > target_vocab)", ["tests/doctor/test_doctor_d2t.py"]),

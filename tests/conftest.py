@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -119,12 +120,14 @@ def shared_prometheus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus):
-    """(name, family="llama", repeat=1) -> dict(recording, results, outputs[, fleet]): one real server per
-    scenario, family and repeat for the whole session, with the shim publishing (``repeat`` 2: a second
-    server of the same scenario, the same draft's next run, as a baseline comparison needs; no fleet). ``recording`` holds SCENARIO_STEPS decode steps of a steady
+    """(name, family="llama", repeat=1) -> dict(recording, results, outputs, log[, fleet, metrics]): one real
+    server per scenario, family and repeat for the whole session, with the shim publishing (``repeat`` 2: a
+    second server of the same scenario, the same draft's next run, as a baseline comparison needs; no fleet).
+    ``recording`` holds SCENARIO_STEPS decode steps of a steady
     workload; ``results`` is SGLang's own meta_info for those requests; ``outputs`` are greedy
     answers to four fixed prompts, asked once the workload has stopped (so batching cannot change
-    them). For FLEET_SCENARIOS, ``fleet`` is what the fleet observers saw (tests/support/fleet_support.py)."""
+    them); ``log`` is the server's log file. FLEET_SCENARIOS run with --enable-metrics: ``fleet`` is what the
+    fleet observers saw (tests/support/fleet_support.py), ``metrics`` the server's own /metrics after the recording."""
     from contextlib import ExitStack
 
     from support.fleet_support import FleetObservers
@@ -140,13 +143,14 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
         if (family, name, repeat) not in done:
             models = request.getfixturevalue(models_fixture[family])
             stem = f"{family}-{name}" + (f"-{repeat}" if repeat > 1 else "")
-            path = root / f"{stem}.e3s"
-            run = ScenarioRun(name, models, control=False, python=engine_python, family=family,
-                              log_path=root / f"{stem}.log")
-            entry: dict = {"recording": path}
+            path, log = root / f"{stem}.e3s", root / f"{stem}.log"
+            fleet_scenario = family == "llama" and name in FLEET_SCENARIOS and repeat == 1
+            run = ScenarioRun(name, models, control=False, python=engine_python, family=family, log_path=log,
+                              server_args=("--enable-metrics",) if fleet_scenario else ())
+            entry: dict = {"recording": path, "log": log}
             with ExitStack() as stack:
                 fleet = None
-                if family == "llama" and name in FLEET_SCENARIOS and repeat == 1:
+                if fleet_scenario:
                     prometheus, missing = shared_prometheus()
                     fleet = stack.enter_context(FleetObservers(name, run.endpoint, root / f"{name}-fleet", prometheus))
                     run.before_traffic = fleet.wait_for_idle_publisher
@@ -155,6 +159,9 @@ def scenario_result(request, engine_python, tmp_path_factory, shared_prometheus)
                     if fleet is not None:
                         fleet.start_gate()
                     run.record(path, SCENARIO_STEPS)
+                    if fleet_scenario:
+                        with urllib.request.urlopen(run.server.url + "/metrics", timeout=60) as answer:
+                            entry["metrics"] = answer.read().decode()
                     run.workload.stop()
                     entry["results"] = list(run.workload.results)
                     entry["outputs"] = run.server.generate(demo_prompts(4, seed=SCENARIO_PROMPTS_SEED),

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "instrumentation" / "eagle3scope_shim"
 SHIM_MODULES = sorted(p.stem for p in SHIM.glob("*.py") if p.stem != "__init__")
 #: What a hook body may import late: the host's own packages, loaded by SGLang long before a hook
-#: runs, but never by the shim at import (the .pth bootstrap imports it at interpreter start).
-LATE_IMPORTS = ("torch", "sglang")
+#: runs, but never by the shim at import (the .pth bootstrap imports it at interpreter start);
+#: prometheus_client must not be imported before SGLang sets PROMETHEUS_MULTIPROC_DIR (it reads it at import).
+LATE_IMPORTS = ("torch", "sglang", "prometheus_client")
 
 
 def test_import_contracts_hold():

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from eagle3scope.analysis.accounting import Accounting
 from eagle3scope.analysis.stats import AcceptanceStats
-from eagle3scope.wire.announcements import Hello, Load, Parallel, ServerArgs, read_load
-from eagle3scope.wire.aux_layers import CaptureRule, captured_for, family_rule
+from eagle3scope.wire.announcements import Hello, Load, Parallel, ServerArgs
+from eagle3scope.wire.aux_layers import CaptureRule, family_rule
+from eagle3scope.wire.contracts import NO_LOAD, AuxLayers, aux_layers_in_effect, capture_in_effect
 from eagle3scope.wire.loss import FrameLoss
 
 #: Seam statuses that mean a hook does not see its seam.
@@ -98,7 +99,6 @@ class PublisherView:
 
 
 _NO_ARGS = ServerArgs()
-_NO_LOAD = read_load({})
 
 
 # -- derived facts --------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def server_args(pub: PublisherView) -> ServerArgs:
 
 def load_of(pub: PublisherView) -> Load:
     """The load report's facts, all None before it arrived (``pub.load is None`` tells which)."""
-    return pub.load if pub.load is not None else _NO_LOAD
+    return pub.load if pub.load is not None else NO_LOAD
 
 
 def num_steps(pub: PublisherView) -> int | None:
@@ -147,44 +147,12 @@ def unobserved(pub: PublisherView) -> dict[str, object]:
 
 def capture_on(pub: PublisherView) -> bool | None:
     """Whether the target captures aux states now: the latest step says, else the load report."""
-    if pub.capture is not None:
-        return pub.capture.get("on")
-    return load_of(pub).aux.capture_on
-
-
-@dataclass(frozen=True, slots=True)
-class AuxLayers:
-    """The aux layers in effect: a live change (``config``) wins over the load report."""
-
-    configured: list | None  # ids as configured (None: the release's default)
-    expected: list | None  # the captured indices those ids should give
-    captured: list | None  # captured now: the latest step's, else what the change or the load said
-    live: bool  # ``captured`` comes from a step under this configuration
-    applied: bool  # set by a live change
+    return capture_in_effect(pub.load, pub.capture)
 
 
 def aux_layers(pub: PublisherView) -> AuxLayers:
-    live = (pub.capture or {}).get("layers")
-    applied = pub.applied_config
-    if applied:
-        expected = applied.get("captured")
-        return AuxLayers(applied.get("layers"), expected, expected if live is None else live, live is not None, True)
-    aux = load_of(pub).aux
-    expected = apply_offset(aux.configured, aux.offset_rule)
-    return AuxLayers(aux.configured, expected, aux.captured if live is None else live, live is not None, False)
-
-
-def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:
-    """Capture indices the configured ids should give.
-
-    ``offset_rule`` is what the shim saw the target do with the ids it was handed: "none" (the
-    model family uses them as given, e.g. DeepseekV2 from 0.5.13 unless the first id is 1), or
-    anything else ("+1", "default" = called without ids, "other", unknown), where the Llama rule
-    applies: capture the input of layer id + 1.
-    """
-    if ids is None:
-        return None
-    return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
+    """The aux layers in effect on this publisher (wire/contracts.py: the shim derives them alike)."""
+    return aux_layers_in_effect(pub.load, (pub.capture or {}).get("layers"), pub.applied_config)
 
 
 def capture_rule(pub: PublisherView) -> CaptureRule | None:
@@ -192,30 +160,6 @@ def capture_rule(pub: PublisherView) -> CaptureRule | None:
     target = load_of(pub).target_class
     version = pub.hello.sglang_version if pub.hello is not None else None
     return family_rule(str(target), version) if target else None
-
-
-def wrong_algorithm(algorithm: object) -> bool:
-    """A known algorithm other than EAGLE3 ("EAGLE3" or an enum str like "SpeculativeAlgorithm.EAGLE3")."""
-    return algorithm is not None and str(algorithm).rsplit(".", 1)[-1].upper() != "EAGLE3"
-
-
-def is_eagle3_draft(pub: PublisherView) -> bool:
-    """By class name when SGLang's is known (its EAGLE-1/2 classes, e.g. LlamaForCausalLMEagle, carry a
-    2H-wide fc over cat(embeds, hidden)), else by an fc wider than the target's hidden size."""
-    load = load_of(pub)
-    name = str(load.draft_class or "").lower()
-    if "eagle" in name:
-        return "eagle3" in name
-    hidden = load.target_hidden_size or load.hidden_size
-    return bool(load.fc_in and hidden and load.fc_in > hidden)
-
-
-def fc_trained(pub: PublisherView) -> bool | None:
-    """Whether the checkpoint brought its own fc (then the draft was trained on aux features)."""
-    weights = load_of(pub).weights
-    if weights is None:
-        return None
-    return any(str(n).endswith("fc.weight") for n in weights.consumed)
 
 
 def parallel(pub: PublisherView) -> Parallel | None:

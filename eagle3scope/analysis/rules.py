@@ -9,14 +9,13 @@ configurations and the TUI refer to them.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 from eagle3scope.analysis import facts
-from eagle3scope.analysis.facts import PublisherView, fc_trained, is_eagle3_draft, load_of, wrong_algorithm
-from eagle3scope.wire.announcements import D2t
-from eagle3scope.wire import FEATURE_CARRYING_MODES
-from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
+from eagle3scope.analysis.facts import PublisherView, load_of
+from eagle3scope.wire import contracts
+from eagle3scope.wire.contracts import Contract
 from eagle3scope.wire.releases import before, release
 
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
@@ -63,61 +62,25 @@ class Rule:
     explanation: str = ""
     fix: str = ""
 
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def _first_seq_of(passes: dict, modes, attr: str) -> int | None:
-    seqs = [getattr(passes[m], attr) for m in modes if getattr(passes[m], attr) is not None]
-    return min(seqs) if seqs else None
+    @classmethod
+    def of(cls, contract: Contract, fn: Callable[["PublisherView"], dict | None]) -> "Rule":
+        """A rule whose words are shared with the shim (wire/contracts.py), judged here by ``fn``."""
+        return cls(contract.id, contract.severity, contract.title, fn, contract.explanation, contract.fix)
 
 
 # -- rules -----------------------------------------------------------------------------------
+# Those of wire/contracts.py get this publisher's facts; the shim judges them alike in the server.
 
 
 def aux_capture_off(pub: PublisherView) -> dict | None:
-    if not is_eagle3_draft(pub):
+    evidence = contracts.aux_capture_off(load_of(pub), facts.server_args(pub).algorithm, facts.capture_on(pub))
+    if evidence is None:
         return None
-    algorithm = facts.server_args(pub).algorithm
-    capture_now = facts.capture_on(pub)
-    if not (wrong_algorithm(algorithm) or capture_now is False):
-        return None
-    return {
-        "algorithm": algorithm,
-        "capture_on": capture_now,
-        "use_aux_hidden_state": load_of(pub).aux.use_aux,
-        "fc_in": load_of(pub).fc_in,
-        "fc_from_checkpoint": fc_trained(pub),
-        "steps_with_capture_off": pub.capture_off_steps,
-        "first_seq": pub.capture_off_first_seq,
-    }
+    return {**evidence, "steps_with_capture_off": pub.capture_off_steps, "first_seq": pub.capture_off_first_seq}
 
 
 def fc_bypassed(pub: PublisherView) -> dict | None:
-    load = load_of(pub)
-    fc_in = load.fc_in
-    if fc_in is None or not is_eagle3_draft(pub):
-        # no fc to bypass, an EAGLE-1/2 fc (it takes H-wide target states by design), or no load
-        # report yet (steps may arrive before it): what "fc skipped" means depends on the draft's class
-        return None
-    modes = [m for m, ps in pub.passes.items() if m in FEATURE_CARRYING_MODES and ps.fc_skipped]
-    if not modes:
-        return None
-    skipped = {m: pub.passes[m].fc_skipped for m in modes}
-    widths = sorted({w for m in modes for w in pub.passes[m].widths if w != fc_in})
-    replayed = {m: pub.passes[m].replayed for m in modes if pub.passes[m].replayed}
-    return {
-        "skipped_calls": sum(skipped.values()),
-        "skipped_by_mode": skipped,
-        **({"replayed_by_mode": replayed} if replayed else {}),  # passes seen at their caller, graphs replaying
-        "width_seen": widths,
-        "fc_in": fc_in,
-        "use_aux_hidden_state": load.aux.use_aux,
-        "fc_from_checkpoint": fc_trained(pub),
-        "algorithm": facts.server_args(pub).algorithm,
-        "hidden_size": load.hidden_size,
-        "first_seq": _first_seq_of(pub.passes, modes, "first_skip_seq"),
-    }
+    return contracts.fc_bypassed(load_of(pub), facts.server_args(pub).algorithm, pub.passes)
 
 
 def hidden_width_mismatch(pub: PublisherView) -> dict | None:
@@ -162,99 +125,23 @@ def passes_unobserved(pub: PublisherView) -> dict | None:
 
 
 def weights_dropped(pub: PublisherView) -> dict | None:
-    weights = load_of(pub).weights
-    if weights is None:
-        return None
-    skipped = list(weights.skipped)
-    unwritten = [n for n in weights.unwritten if "lm_head" not in n]  # lm-head-mismatch covers the head
-    if not (skipped or unwritten):
-        return None
-    return {
-        "skipped": len(skipped),
-        "unwritten": len(unwritten),
-        "consumed": len(weights.consumed),
-        "skipped_examples": skipped[:5],
-        "unwritten_examples": unwritten[:5],
-    }
+    return contracts.weights_dropped(load_of(pub))
 
 
 def d2t_absolute(pub: PublisherView) -> dict | None:
-    d2t = load_of(pub).d2t
-    if d2t is None or not d2t.present:
-        return None
-    broken = d2t.looks_absolute or (d2t.out_of_range or 0) > 0 or d2t.injective is False or d2t.t2d_consistent is False
-    if not broken:
-        return None
-    evidence = dict(zip(D2t.__slots__[1:], astuple(d2t)[1:]))  # every field but present
-    evidence["target_vocab_size"] = load_of(pub).target_vocab_size
-    return evidence
+    return contracts.d2t_absolute(load_of(pub))
 
 
 def d2t_missing(pub: PublisherView) -> dict | None:
-    load = load_of(pub)
-    d2t, draft_vocab, target_vocab = load.d2t, load.draft_vocab_size, load.target_vocab_size
-    if pub.load is not None and not load.d2t_reported:
-        return None  # the shim did not report on d2t at all
-    if (d2t is not None and d2t.present) or not (draft_vocab and target_vocab and draft_vocab < target_vocab):
-        return None
-    return {"draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab, "d2t_present": False}
+    return contracts.d2t_missing(pub.load)
 
 
 def lm_head_mismatch(pub: PublisherView) -> dict | None:
-    load = load_of(pub)
-    head = load.lm_head
-    if head is None:
-        return None
-    # shape is the full head on a TP-N server (older recordings: the publishing rank's own shard);
-    # SGLang pads the rows (vocab_parallel_embedding.py), org_vocab_size is what was asked for
-    source, shape = head.source, list(head.shape or [None, None]) + [None, None]
-    rows = head.org_vocab_size if head.org_vocab_size is not None else shape[0]
-    draft_vocab, target_vocab, hidden = load.draft_vocab_size, load.target_vocab_size, load.hidden_size
-    consumed = load.weights.consumed if load.weights is not None else ()
-    problems = []
-    if source == "init":
-        problems.append("random (never loaded)")
-    if source == "target" and any("lm_head" in n for n in consumed):
-        problems.append("checkpoint head overwritten by the target's")
-    if source == "target" and draft_vocab and target_vocab and draft_vocab != target_vocab:
-        problems.append("target head used with a smaller draft vocabulary")
-    if draft_vocab and rows is not None and rows != draft_vocab:
-        problems.append("rows differ from draft_vocab_size")
-    if hidden and shape[1] is not None and shape[1] != hidden:
-        problems.append("columns differ from hidden_size")
-    if not problems:
-        return None
-    evidence = {"source": source, "shape": shape[:2], "draft_vocab_size": draft_vocab, "target_vocab_size": target_vocab,
-                "hidden_size": hidden, "problems": problems}
-    evidence.update({k: getattr(head, k) for k in ("org_vocab_size", "shard_shape", "parallel_size")
-                     if getattr(head, k) is not None})
-    return evidence
+    return contracts.lm_head_mismatch(load_of(pub))
 
 
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:
-    load = load_of(pub)
-    n = load.num_target_layers
-    layers = facts.aux_layers(pub)  # a live change (issue 7) sets what is intended from then on
-    intended, expected, captured = layers.configured, layers.expected, layers.captured
-    if captured is None or facts.capture_on(pub) is False:
-        return None  # nothing captured: aux-capture-off's business
-    captured = list(captured)
-    evidence = {"configured": intended, "expected_captured": expected, "captured": captured, "num_target_layers": n,
-                "offset_rule": load.aux.offset_rule}
-    if expected is not None and sorted(captured) != sorted(expected):
-        return {**evidence, "kind": "captured-differs-from-configured"}
-    if layers.applied:
-        return None  # the user picked this set live: the numbering heuristics below are about the draft's config
-    if n:
-        if captured == [i + 1 for i in default_capture(n)]:
-            return {**evidence, "kind": "input-of-layer-ids-shifted-by-one",
-                    "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
-        if captured == specforge_defaults(n):
-            return {**evidence, "kind": "output-of-layer-ids-used-as-input-of-layer",
-                    "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
-    if intended is None and is_eagle3_draft(pub) and pub.load is not None and load.aux.reports_configured:
-        return {**evidence, "kind": "no-configured-ids-default-used", "default": default_capture(n) if n else None}
-    return None
+    return contracts.aux_layers_mismatch(pub.load, facts.aux_layers(pub), facts.capture_on(pub))
 
 
 def zero_acceptance(pub: PublisherView) -> dict | None:
@@ -343,39 +230,9 @@ def accounting_mismatch(pub: PublisherView) -> dict | None:
     return evidence
 
 
-def _opted_out_severity(evidence: dict) -> str:
-    """use_aux_hidden_state false under EAGLE3 with no trained fc in the checkpoint: the draft may
-    well have been trained without aux states, so only a warning. A trained fc proves otherwise."""
-    opted_out = evidence.get("use_aux_hidden_state") is False and evidence.get("fc_from_checkpoint") is False
-    return "warning" if opted_out and not wrong_algorithm(evidence.get("algorithm")) else "error"
-
-
-def _aux_severity(evidence: dict) -> str:
-    return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
-
-
 CONTRACT_RULES: tuple[Rule, ...] = (
-    Rule(
-        "aux-capture-off", _opted_out_severity, "EAGLE-3 draft, but the target captures no aux hidden states",
-        aux_capture_off,
-        "The draft's fc expects the concatenated aux hidden states of k target layers, but the target is not "
-        "capturing them (typically --speculative-algorithm EAGLE with an EAGLE-3 draft). The draft then sees only "
-        "the last hidden state, fc is skipped because the widths match, and almost nothing is accepted, without "
-        "any error or warning from the server. (A warning only when the draft's eagle_config sets "
-        "use_aux_hidden_state false and the checkpoint has no trained fc: then it may be trained that way.)",
-        "Launch with --speculative-algorithm EAGLE3; make sure the draft's config.json has an eagle_config with "
-        "use_aux_hidden_state true (or leave it out) and eagle_aux_hidden_state_layer_ids set.",
-    ),
-    Rule(
-        "fc-bypassed", _opted_out_severity, "Target features reach the draft H-wide: fc skipped", fc_bypassed,
-        "A draft forward that should carry the target's k x H aux features (extend / draft-extend) arrived with "
-        "the width of a single hidden state, so SGLang's `hidden_states.shape[-1] != embeds.shape[-1]` test skipped "
-        "fc. The draft is running on features it was never trained on. (Draft decode passes that feed back the "
-        "draft's own H-wide state are normal and not counted; a warning only when the draft's eagle_config sets "
-        "use_aux_hidden_state false and the checkpoint has no trained fc.)",
-        "Enable aux capture: --speculative-algorithm EAGLE3, and check eagle_config / "
-        "eagle_aux_hidden_state_layer_ids in the draft's config.json.",
-    ),
+    Rule.of(contracts.AUX_CAPTURE_OFF, aux_capture_off),
+    Rule.of(contracts.FC_BYPASSED, fc_bypassed),
     Rule(
         "hidden-width-mismatch", "error", "Hidden state entering the draft has an unexpected width", hidden_width_mismatch,
         "The width of the hidden states entering the draft is neither the draft's hidden size H (draft decode) nor "
@@ -401,43 +258,11 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "hidden-width-mismatch say nothing about them.",
         "See hook-failed for the seam that is missing; serve with --disable-cuda-graph to see every pass eagerly.",
     ),
-    Rule(
-        "weights-dropped", "error", "Draft weights were silently dropped at load", weights_dropped,
-        "Checkpoint tensors were never consumed by the loader (their names are unknown to this SGLang release, which "
-        "skips them without a warning) or draft parameters were never written (they keep their random init).",
-        "Run `eagle3scope doctor DRAFT_DIR --sglang-version V` to see the key layout this release expects, then "
-        "`eagle3scope fix DRAFT_DIR --out NEW_DIR --for-sglang V` to rename the keys.",
-    ),
-    Rule(
-        "d2t-absolute", "error", "d2t looks like absolute ids, not offsets", d2t_absolute,
-        "SGLang maps draft id i to target id i + d2t[i]. This d2t maps ids out of the target vocabulary, is not "
-        "injective, or disagrees with t2d, which is what an absolute-id table (e.g. arange) looks like: draft id "
-        "i then maps to 2i.",
-        "Convert d2t to offsets (d2t_abs - arange(draft_vocab)): `eagle3scope fix DRAFT_DIR --out NEW_DIR`.",
-    ),
-    Rule(
-        "d2t-missing", "error", "Draft vocabulary is smaller than the target's but d2t is missing", d2t_missing,
-        "With a reduced draft vocabulary the draft's ids must be mapped to target ids through d2t. Without it draft "
-        "id i is read as target id i, so nearly every proposal is a different token.",
-        "Add the d2t tensor (offsets, target id = i + d2t[i]) the draft was trained with to the checkpoint.",
-    ),
-    Rule(
-        "lm-head-mismatch", "error", "Draft lm_head is missing, random, replaced or the wrong size", lm_head_mismatch,
-        "The draft's lm_head did not come from the draft checkpoint with the right shape. With draft_vocab_size set "
-        "and no lm_head in the checkpoint, SGLang keeps a randomly initialised head and warns about nothing.",
-        "Ship the draft's trained lm_head (shape [draft_vocab_size, hidden_size]) in the checkpoint, or set "
-        "draft_vocab_size to null only if the draft was trained on the target's head.",
-    ),
-    Rule(
-        "aux-layers-mismatch", _aux_severity, "Captured aux layers differ from the draft's trained layers",
-        aux_layers_mismatch,
-        "The target layers whose hidden states feed the draft are not the ones it was trained on: the captured set "
-        "differs from the configured ids, or it matches the other numbering convention's defaults shifted by one "
-        "(SGLang treats configured ids as output-of-layer and adds +1; speculators writes input-of-layer ids). "
-        "Typical cost: 0.1 or more acceptance length.",
-        "Set eagle_config.eagle_aux_hidden_state_layer_ids in output-of-layer numbering (SGLang adds +1), e.g. "
-        "subtract 1 from speculators' input-of-layer ids; try the presets live with `eagle3scope aux cycle`.",
-    ),
+    Rule.of(contracts.WEIGHTS_DROPPED, weights_dropped),
+    Rule.of(contracts.D2T_ABSOLUTE, d2t_absolute),
+    Rule.of(contracts.D2T_MISSING, d2t_missing),
+    Rule.of(contracts.LM_HEAD_MISMATCH, lm_head_mismatch),
+    Rule.of(contracts.AUX_LAYERS_MISMATCH, aux_layers_mismatch),
     Rule(
         "zero-acceptance", "error", "Draft tokens are (almost) never accepted", zero_acceptance,
         f"The rolling mean acceptance length (bonus token included) is within {ZERO_ACCEPTANCE_MARGIN} of 1.0: the "

@@ -35,6 +35,7 @@ from eagle3scope.analysis.baseline import kept_round
 from eagle3scope.analysis.slices import Slices, request_labels
 from eagle3scope.analysis.facts import PublisherView
 from eagle3scope.wire.announcements import Hello, read_hello, read_load
+from eagle3scope.wire.contracts import FcTally
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame, is_decode_step
@@ -69,29 +70,18 @@ ADVISOR_ROUNDS = 2048
 
 
 @dataclass(slots=True)
-class PassStats:
-    """Draft-model forwards of one forward mode."""
+class PassStats(FcTally):
+    """Draft-model forwards of one forward mode (fc applied/skipped and replays: :class:`FcTally`)."""
 
     calls: int = 0
     widths: Counter = field(default_factory=Counter)
-    fc_applied: int = 0
-    fc_skipped: int = 0
-    first_skip_seq: int | None = None
     width_first_seq: dict = field(default_factory=dict)  # width -> seq where first seen
     unlisted_width_calls: int = 0  # calls with a width first seen after MAX_WIDTHS others
-    replayed: int = 0  # calls that replayed a captured graph (width and fc read at the caller)
 
     def add(self, seq: int, width, fc, n: int, replayed: bool = False) -> bool:
         """Count ``n`` calls; True the first time a width finds no place, for the caller to report."""
         self.calls += n
-        if replayed:
-            self.replayed += n
-        if fc:
-            self.fc_applied += n
-        else:
-            self.fc_skipped += n
-            if self.first_skip_seq is None:
-                self.first_skip_seq = seq
+        self.count(seq, fc, n, replayed)
         if width in self.width_first_seq:
             self.widths[width] += n
             return False

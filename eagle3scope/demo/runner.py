@@ -28,14 +28,16 @@ class ScenarioRun:
     ``run.endpoint`` is the shim's event endpoint, ``run.control_endpoint`` / ``run.token_file`` the aux
     control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
     ``meta_info`` for comparison with the shim's events. ``temperatures`` are cycled through by
-    the workload's requests (default DEMO_TEMPERATURES).
+    the workload's requests (default DEMO_TEMPERATURES). ``server_args``: more SGLang arguments
+    (e.g. ``--enable-metrics``).
     """
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
                  python: str | Path | None = None, log_path: str | Path | None = None, extra_env: dict | None = None,
                  temperatures: tuple[float, ...] | None = None, family: str = "llama",
                  draft_dir: str | Path | None = None, num_steps: int = 3, topk: int = 1,
-                 num_draft_tokens: int | None = None, tp: int = 1, dp: int = 1, dp_attention: bool = False):
+                 num_draft_tokens: int | None = None, tp: int = 1, dp: int = 1, dp_attention: bool = False,
+                 server_args: tuple[str, ...] = ()):
         self.scenario = scenarios_of(family)[name]
         self.models = models
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
@@ -52,7 +54,8 @@ class ScenarioRun:
             self.control_endpoint = fresh_ipc_endpoint("control")
             env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
         self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
-                                   extra_args=self.spec.extra_args + parallel_args, env=env, python=python,
+                                   extra_args=self.spec.extra_args + parallel_args + tuple(server_args), env=env,
+                                   python=python,
                                    log_path=log_path, num_steps=num_steps, topk=topk,
                                    num_draft_tokens=num_draft_tokens or num_steps + 1)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens

@@ -12,6 +12,8 @@ KEY_FILE = "EAGLE3SCOPE_CURVE_KEY_FILE"
 #: the aux-layer control channel's loopback endpoint, and its token file
 CONTROL = "EAGLE3SCOPE_CONTROL"
 TOKEN_FILE = "EAGLE3SCOPE_CONTROL_TOKEN_FILE"
+#: "0" keeps the shim's verdict (contracts broken, or none) out of the server's log
+VERDICT_LOG = "EAGLE3SCOPE_VERDICT_LOG"
 #: test support: the name of a seam whose hook body raises
 FAULT = "EAGLE3SCOPE_FAULT"
 #: test support: fail on host-device syncs in hook bodies (needs torch)

@@ -4,7 +4,8 @@ Every string a frame, a file or a server names (``src``, request ids, seam names
 details, config reasons, token texts, hello and load-report strings) may hold anything. Each
 output passes it through the function of its kind, at the place it is written:
 
-* :func:`terminal`: a terminal line (``check``, ``gate``, ``replay --headless``, ``record``, and
+* :func:`terminal`: a terminal line (``check``, ``gate``, ``replay --headless``, ``record``, the shim's
+  verdict lines in the server's log, and
   the TUI through ``rich.text.Text``, never as markup). C0/C1 controls (ESC, so every CSI, OSC and
   DCS sequence with it), DEL, NUL, bidi overrides/isolates/marks, line and paragraph separators,
   BOM and lone surrogates are written as visible escapes (``\\x1b``, ``\\u202e``); a newline is

@@ -62,6 +62,7 @@ from eagle3scope_shim import collective, graphs, seams
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
+from eagle3scope_shim.verdict import VERDICT
 
 log = logging.getLogger("eagle3scope")
 
@@ -453,6 +454,8 @@ class AuxChannel:
             if pause_ms is not None:  # the target's graphs were recaptured: serving paused this long
                 body["pause_ms"] = pause_ms
             pub.submit("config", body)
+            if applied:
+                VERDICT.applied_change(body)
 
 
 # -- one change, applied by every TP rank together -------------------------------------------------

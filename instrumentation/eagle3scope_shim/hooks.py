@@ -32,6 +32,7 @@ from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, mark, snap
 from eagle3scope_shim.state import STATE, Step, requested_endpoint
+from eagle3scope_shim.verdict import VERDICT
 
 _now = time.perf_counter_ns
 _RID = operator.attrgetter("rid")
@@ -766,6 +767,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
             body["greedy"] = greedy
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
+    VERDICT.observe(body)
     return body
 
 

@@ -22,6 +22,7 @@ from eagle3scope_shim import graphs, ring, seams
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.state import STATE
+from eagle3scope_shim.verdict import VERDICT
 from eagle3scope_shim.version import __version__
 
 _NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
@@ -435,9 +436,15 @@ def config_body(origin: str) -> bodies.Config:
     }
 
 
-def publish_config(origin: str) -> None:
-    if FACTS.aux_calls:
-        STATE.publisher.submit("config", config_body(origin))
+def publish_config(origin: str) -> dict | None:
+    """Publish the latest aux-layer change; the body, None when there was none."""
+    if not FACTS.aux_calls:
+        return None
+    body = config_body(origin)
+    STATE.publisher.submit("config", body)
+    if origin != "startup":
+        VERDICT.applied_change(body)
+    return body
 
 
 def refresh_hello() -> None:
@@ -449,8 +456,12 @@ def refresh_hello() -> None:
 def publish_startup(scheduler) -> None:
     pub = STATE.publisher
     STATE.hello_args = (scheduler,)
-    pub.set_sticky("hello", hello_body(scheduler))
+    hello, load = hello_body(scheduler), None
+    pub.set_sticky("hello", hello)
     if FACTS.workers:
         kind, worker, target, draft = FACTS.workers[-1]
-        pub.set_sticky("load", load_body(kind, worker, target, draft))
-    publish_config("startup")
+        load = load_body(kind, worker, target, draft)
+        pub.set_sticky("load", load)
+    config = publish_config("startup")
+    metrics = bool(getattr(getattr(scheduler, "server_args", None), "enable_metrics", False))
+    VERDICT.at_load(hello, load, config, publisher=pub, metrics=metrics)
