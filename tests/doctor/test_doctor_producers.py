@@ -20,7 +20,8 @@ from support.cli import invoke
 VERSIONS = ("0.5.10", "0.5.23")
 
 
-#: producer -> (recognised as, {release: finding ids that are errors}); no warnings anywhere.
+#: producer -> (recognised as, {release: finding ids that are errors}); no warnings but the one for
+#: Model-Optimizer's use_input_layernorm_in_first_layer, which SGLang does not apply.
 EXPECTED = {
     "speculators": ("speculators", {"0.5.10": {"weights-dropped", "config-speculators-format"},
                                     "0.5.23": {"config-speculators-format"}}),
@@ -49,7 +50,8 @@ def test_verdicts(tmp_path, producer, version, with_target):
     name, errors = EXPECTED[producer]
     assert report["producer"]["name"] == name
     assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == errors[version]
-    assert not [f for f in report["findings"] if f["severity"] == "warning"], report["findings"]
+    warnings = {f["id"] for f in report["findings"] if f["severity"] == "warning"}
+    assert warnings == ({"producer-flag-ignored"} if name.startswith("modelopt") else set()), report["findings"]
     assert report["assumptions"]  # every convention is said
     if errors[version]:
         assert report["headline"] == report["findings"][0]["title"]
@@ -71,7 +73,8 @@ def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_targ
     assert served == (["0.5.23"] if producer in ("modelopt-2-layers", "midlayer-N") else ["0.5.10", "0.5.23"])
     for version in served:
         report = diagnose(tmp_path / "fixed", sglang_version=version, target_dir=target if with_target else None).to_dict()
-        assert [f for f in report["findings"] if f["severity"] != "info"] == [], (version, report["findings"])
+        flagged = ["producer-flag-ignored"] if producer.startswith(("modelopt", "midlayer")) else []
+        assert [f["id"] for f in report["findings"] if f["severity"] != "info"] == flagged, (version, report["findings"])
         assert report["producer"]["name"] == "eagle3scope-fix"
 
 
@@ -142,6 +145,55 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
     assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
+
+
+def test_modelopt_export_rope_scaling_is_flagged_and_fix_removes_it_with_the_reason(tmp_path):
+    """EagleExporter writes its eagle_export_rope_scaling default when training used rope_type default."""
+    cfg = {**dc.modelopt_config(), "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
+                                                    "original_max_position_embeddings": 2048}}
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    (draft / "config.json").write_text(json.dumps(cfg))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert report["headline"] == report["findings"][0]["title"] and "rope scaling" in report["headline"]
+    assert report["findings"][0]["id"] == "rope-scaling-injected" and report["verdict"] == "broken"
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
+    assert result.exit_code == 0, result.output
+    assert "rope_scaling" in result.output and "eagle_export_rope_scaling" in result.output
+    assert "rope_scaling" not in json.loads((tmp_path / "fixed" / "config.json").read_text())
+    fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23", target_dir=target).to_dict()
+    assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
+
+
+def test_modelopt_other_rope_scaling_cannot_be_known_fix_asks(tmp_path):
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    (draft / "config.json").write_text(json.dumps({**dc.modelopt_config(), "rope_scaling": rope}))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert "rope-scaling-unknown" in {f["id"] for f in report["findings"] if f["severity"] == "warning"}
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
+    assert result.exit_code != 0 and not (tmp_path / "fixed").exists()
+    assert "was this draft trained with rope_scaling" in " ".join(result.output.split())
+
+
+def test_rope_scaling_of_other_producers_is_theirs(tmp_path):
+    rope = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048}
+    draft, target = dc.producer_layout("specforge", tmp_path)
+    cfg = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**cfg, "rope_scaling": rope}))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert report["verdict"] == "clean", report["findings"]
+
+
+def test_modelopt_first_layer_input_norm_is_a_warning_with_its_source(tmp_path):
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    flag = [f for f in report["findings"] if f["id"] == "producer-flag-ignored"]
+    assert flag and flag[0]["severity"] == "warning" and "use_input_layernorm_in_first_layer" in flag[0]["title"]
+    assert "modeling_eagle.py" in flag[0]["evidence"]["trained_by"]
+    cfg = dc.modelopt_config()
+    cfg["eagle_config"]["use_input_layernorm_in_first_layer"] = False
+    (draft / "config.json").write_text(json.dumps(cfg))
+    assert diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()["verdict"] == "clean"
 
 
 def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):
