@@ -258,14 +258,14 @@ def test_fix_refuses_existing_out_and_out_inside_source(tmp_path):
 
 
 def test_top_level_layer_ids_are_ignored_by_sglang_and_fix_moves_them(tmp_path, target):
-    config = dc.specforge_config(eagle_config=None, eagle_aux_hidden_state_layer_ids=dc.AUX_IDS)
+    config = dc.specforge_config(eagle_config=None, eagle_aux_hidden_state_layer_ids=[0, 2, 5])
     draft = dc.write(tmp_path / "d", dc.tensors(), config)
     code, report = doctor(draft, "--target", str(target))
     f = ids(report)["aux-layers-mismatch"]
     assert code == 2 and f["severity"] == "error" and f["evidence"]["default_captured"] == [2, 4, 5]
     assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     fixed = json.loads((tmp_path / "fixed" / "config.json").read_text())
-    assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS}
+    assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 5]}
     assert "eagle_aux_hidden_state_layer_ids" not in fixed
     assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0
 

@@ -15,6 +15,7 @@ import pytest
 from support import draft_checkpoints as dc
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.repair import fix_checkpoint
 from support.cli import invoke
 
 VERSIONS = ("0.5.10", "0.5.23")
@@ -38,6 +39,7 @@ EXPECTED = {
                                 "0.5.23": {"weights-dropped", "weights-unused"}}),
     "modelopt-mla": ("modelopt-mla", {"0.5.10": {"architecture-unsupported"}, "0.5.23": set()}),
     "eagle": ("eagle", {"0.5.10": {"architecture"}, "0.5.23": {"architecture"}}),
+    "angelslim": ("angelslim", {"0.5.10": {"architecture"}, "0.5.23": {"architecture"}}),
 }
 
 
@@ -57,7 +59,8 @@ def test_verdicts(tmp_path, producer, version, with_target):
         assert report["headline"] == report["findings"][0]["title"]
 
 
-FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", "modelopt-2-layers", "midlayer-N", "eagle")
+FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", "modelopt-2-layers", "midlayer-N", "eagle",
+           "angelslim")
 
 
 @pytest.mark.parametrize("with_target", [False, True], ids=["no-target", "target"])
@@ -145,6 +148,47 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
     assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_angelslim_ids_are_said_unread_and_fix_moves_them_into_eagle_config(tmp_path, version):
+    """AngelSlim's own key for custom layers: SGLang would capture its default instead of [0, 2, 5]."""
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([0, 2, 5]))
+    target = dc.target(tmp_path / "t")
+    report = diagnose(draft, sglang_version=version, target_dir=target).to_dict()
+    assert report["producer"]["name"] == "angelslim"
+    unread = [f for f in report["findings"] if f["id"] == "aux-layers-mismatch"]
+    assert unread and unread[0]["severity"] == "error" and "read by nobody" in unread[0]["title"]
+    assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == {"architecture", "aux-layers-mismatch"}
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target),
+                    "--for-sglang", version)
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert written["architectures"] == ["LlamaForCausalLMEagle3"] and "aux_hidden_states_layer_ids" not in written
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+    assert written["eagle3scope_fix"]["trained_capture"] == [1, 3, 6]  # hidden_states[id + 1]: inputs of 1, 3, 6
+    after = diagnose(tmp_path / "fixed", sglang_version=version, target_dir=target).to_dict()
+    assert [f for f in after["findings"] if f["severity"] != "info"] == [], after["findings"]
+
+
+def test_angelslim_ids_equal_to_the_default_are_an_info_not_an_error(tmp_path):
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([1, 3, 4]))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=dc.target(tmp_path / "t")).to_dict()
+    assert {f["id"]: f["severity"] for f in report["findings"] if f["id"] == "aux-layers-mismatch"} == \
+        {"aux-layers-mismatch": "info"}
+
+
+def test_angelslim_ids_converted_where_the_family_rule_differs(tmp_path):
+    """A DeepSeek-family target on 0.5.23 takes ids as given unless the first is 1: fix writes each id + 1."""
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([3, 20, 50]))
+    target = dc.deepseek_target(tmp_path / "t")
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert "aux-layers-mismatch" in {f["id"] for f in report["findings"] if f["severity"] == "error"}
+    result = fix_checkpoint(draft, tmp_path / "fixed", sglang_version="0.5.23", target_dir=target)
+    written = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [4, 21, 51]
+    assert written["eagle3scope_fix"]["trained_capture"] == [4, 21, 51]
+    assert any("DeepseekV3ForCausalLM: +1-if-first-1" in c for c in result.changes), result.changes
 
 
 def test_modelopt_export_rope_scaling_is_flagged_and_fix_removes_it_with_the_reason(tmp_path):
