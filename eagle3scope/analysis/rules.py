@@ -16,7 +16,15 @@ from eagle3scope.analysis import facts
 from eagle3scope.analysis.facts import PublisherView, fc_trained, is_eagle3_draft, load_of, wrong_algorithm
 from eagle3scope.wire.announcements import D2t
 from eagle3scope.wire import FEATURE_CARRYING_MODES
-from eagle3scope.wire.aux_layers import default_capture, specforge_defaults
+from eagle3scope.wire.aux_layers import (
+    UNSTATED_FACT,
+    UNSTATED_NEXT,
+    default_capture,
+    specforge_defaults,
+    unstated_severity,
+    unstated_title,
+)
+from eagle3scope.wire.severity import SEVERITY_ORDER
 
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
 ZERO_ACCEPTANCE_MARGIN = 0.05
@@ -61,6 +69,8 @@ class Rule:
     fn: Callable[["PublisherView"], dict | None] = field(repr=False)
     explanation: str = ""
     fix: str = ""
+    #: (title, explanation, fix) for evidence that needs other words than the rule's; None: the rule's.
+    worded: Callable[[dict], tuple[str, str, str] | None] | None = field(default=None, repr=False)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -252,7 +262,11 @@ def aux_layers_mismatch(pub: PublisherView) -> dict | None:
             return {**evidence, "kind": "output-of-layer-ids-used-as-input-of-layer",
                     "input_of_layer_defaults": default_capture(n), "output_of_layer_defaults": specforge_defaults(n)}
     if intended is None and is_eagle3_draft(pub) and pub.load is not None and load.aux.reports_configured:
-        return {**evidence, "kind": "no-configured-ids-default-used", "default": default_capture(n) if n else None}
+        acc = pub.acceptance
+        first = acc.per_position[0] if acc.k >= 1 and acc.per_position else None
+        return {**evidence, "kind": "no-configured-ids-default-used", "default": default_capture(n) if n else None,
+                "position_1_acceptance": None if first is None else round(first, 4),
+                "window_request_steps": acc.window.n}
     return None
 
 
@@ -325,7 +339,17 @@ def _opted_out_severity(evidence: dict) -> str:
 
 
 def _aux_severity(evidence: dict) -> str:
-    return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
+    kind = evidence.get("kind")
+    if kind == "no-configured-ids-default-used":
+        return unstated_severity(evidence.get("position_1_acceptance"), evidence.get("window_request_steps") or 0)
+    return "error" if kind == "captured-differs-from-configured" else "warning"
+
+
+def _aux_worded(evidence: dict) -> tuple[str, str, str] | None:
+    """Unstated layers are a fact until acceptance says otherwise: the doctor's words (wire.aux_layers)."""
+    if evidence.get("kind") != "no-configured-ids-default-used":
+        return None
+    return unstated_title(_aux_severity(evidence)), UNSTATED_FACT, UNSTATED_NEXT
 
 
 CONTRACT_RULES: tuple[Rule, ...] = (
@@ -411,6 +435,7 @@ CONTRACT_RULES: tuple[Rule, ...] = (
         "Typical cost: 0.1 or more acceptance length.",
         "Set eagle_config.eagle_aux_hidden_state_layer_ids in output-of-layer numbering (SGLang adds +1), e.g. "
         "subtract 1 from speculators' input-of-layer ids; try the presets live with `eagle3scope aux cycle`.",
+        _aux_worded,
     ),
     Rule(
         "zero-acceptance", "error", "Draft tokens are (almost) never accepted", zero_acceptance,
@@ -465,9 +490,11 @@ def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Viol
     if first_seq is None:
         first_seq = pub.last_seq
     severity = rule.severity(evidence) if callable(rule.severity) else rule.severity
+    title, explanation, fix = (rule.worded and rule.worded(evidence)) or (rule.title, rule.explanation, rule.fix)
     if previous is not None:
         previous.evidence, previous.active, previous.last_seq = evidence, True, pub.last_seq
-        previous.severity = severity if severity == "error" else previous.severity
+        if SEVERITY_ORDER[severity] < SEVERITY_ORDER[previous.severity]:  # a severity only rises
+            previous.severity, previous.title, previous.explanation, previous.fix = severity, title, explanation, fix
         return previous
-    return Violation(rule.id, severity, rule.title, evidence, rule.explanation, rule.fix, pub.src, first_seq, True,
+    return Violation(rule.id, severity, title, evidence, explanation, fix, pub.src, first_seq, True,
                      pub.last_seq, pub.run)

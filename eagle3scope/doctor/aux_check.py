@@ -12,6 +12,8 @@ from eagle3scope.doctor.diagnosis import Diagnosis
 from eagle3scope.doctor.producers import ANGELSLIM_IDS_KEY, FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
     FINAL_STATE_SINCE,
+    UNSTATED_FACT,
+    UNSTATED_NEXT,
     WRAPPED,
     capture_problem,
     capture_since,
@@ -19,6 +21,7 @@ from eagle3scope.wire.aux_layers import (
     default_capture,
     family_rule,
     ids_for,
+    unstated_title,
 )
 from eagle3scope.wire.releases import ERAS
 
@@ -145,6 +148,9 @@ def check_aux_layers(dx: Diagnosis) -> None:
                 "captured_by_sglang": served if configured is not None or n else "SGLang's default [2, n//2, n-3]",
                 "trained_on": trained if trained is not None else "the default [2, n//2, n-3]" if known else "unknown"}
     _translate_ids(dx, rule, trained, known, configured, served, n)
+    if not known and raw is None and not speculators:
+        dx.add("aux-layers-unstated", "info", unstated_title("info"), {**evidence, "trained_on": "not stated", "what_it_means": UNSTATED_FACT},
+               "If acceptance is low, " + UNSTATED_NEXT[0].lower() + UNSTATED_NEXT[1:])
     problem = capture_problem(served, n, _target_class(dx), dx.sglang_version) if served else None
     if problem:
         dx.add("aux-layers-out-of-range", "warning" if "not checked" in problem else "error",
