@@ -40,7 +40,8 @@ def check_producer_flags(dx: Diagnosis) -> None:
 def _export_rope_scaling(dx: Diagnosis) -> None:
     """The option's default is read as injected (only a training on exactly that yarn config would
     export the same dict); any other non-default rope on a Model-Optimizer export is either the
-    training's or a custom override, which no file tells: fix asks instead of guessing."""
+    training's or a custom override (0.47.0 allows an override only beside a default training rope,
+    config.py ``_check_rope_scaling_consistency``), which no file tells: fix asks instead of guessing."""
     rope = dx.config.get("rope_scaling")
     if not isinstance(rope, dict) or _rope_type(rope) in (None, "default"):
         return
