@@ -6,17 +6,6 @@
 # speculators (--no-deps) and the few pure-Python modules its eagle3 import path needs.
 # Usage: scripts/build-speculators-env.sh   (needs scripts/build-engine-env.sh first)
 set -euo pipefail
-CACHE="${EAGLE3SCOPE_CACHE:-$HOME/.cache/eagle3scope}"
-ENGINE="${EAGLE3SCOPE_ENGINE_VENV:-$CACHE/venv-sglang-0.5.23}"
-VENV="$CACHE/venv-speculators-0.9.0"
-if [ -f "$VENV/.built" ]; then echo "speculators env ready: $VENV"; exit 0; fi
-[ -x "$ENGINE/bin/python" ] || { echo "engine venv missing at $ENGINE" >&2; exit 1; }
-rm -rf "$VENV"
-python3.11 -m venv "$VENV"
-SITE="$("$ENGINE/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "$SITE" > "$VENV/lib/python3.11/site-packages/engine-venv.pth"
-"$VENV/bin/pip" install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
-"$VENV/bin/pip" install -q datasets==5.1.0 pydantic-settings==2.16.3
-"$VENV/bin/python" -c "from speculators.models.eagle3.core import Eagle3DraftModel"
-touch "$VENV/.built"
-echo "speculators env ready: $VENV"
+exec "$(dirname "$0")/build-scratch-env.sh" venv-speculators-0.9.0 \
+  "from speculators.models.eagle3.core import Eagle3DraftModel" \
+  "speculators==0.9.0 hs-connectors==0.9.0" "datasets==5.1.0 pydantic-settings==2.16.3"

@@ -321,6 +321,7 @@ def test_doctor_models_the_mla_loader_by_name(tmp_path, edit, errors, warnings):
                 tensors[new[0]] = value
         dc.write(draft, tensors, dc.modelopt_mla_config())
     report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    flag = {"producer-flag-ignored"}  # Model-Optimizer's use_input_layernorm_in_first_layer, on every export
     assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == errors, report["findings"]
-    assert {f["id"] for f in report["findings"] if f["severity"] == "warning"} == warnings, report["findings"]
-    assert report["verdict"] == ("broken" if errors else "warnings" if warnings else "clean")
+    assert {f["id"] for f in report["findings"] if f["severity"] == "warning"} == warnings | flag, report["findings"]
+    assert report["verdict"] == ("broken" if errors else "warnings")

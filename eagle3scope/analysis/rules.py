@@ -17,6 +17,7 @@ from eagle3scope.analysis.facts import PublisherView, load_of
 from eagle3scope.wire import contracts
 from eagle3scope.wire.contracts import Contract
 from eagle3scope.wire.releases import before, release
+from eagle3scope.wire.severity import SEVERITY_ORDER
 
 #: Rolling mean acceptance length at or below 1 + this margin counts as "nothing accepted".
 ZERO_ACCEPTANCE_MARGIN = 0.05
@@ -61,11 +62,14 @@ class Rule:
     fn: Callable[["PublisherView"], dict | None] = field(repr=False)
     explanation: str = ""
     fix: str = ""
+    #: (title, explanation, fix) for evidence that needs other words than the rule's; None: the rule's.
+    worded: Callable[[dict], tuple[str, str, str] | None] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, contract: Contract, fn: Callable[["PublisherView"], dict | None]) -> "Rule":
         """A rule whose words are shared with the shim (wire/contracts.py), judged here by ``fn``."""
-        return cls(contract.id, contract.severity, contract.title, fn, contract.explanation, contract.fix)
+        return cls(contract.id, contract.severity, contract.title, fn, contract.explanation, contract.fix,
+                   contract.worded)
 
 
 # -- rules -----------------------------------------------------------------------------------
@@ -141,7 +145,13 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
 
 
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:
-    return contracts.aux_layers_mismatch(pub.load, facts.aux_layers(pub), facts.capture_on(pub))
+    evidence = contracts.aux_layers_mismatch(pub.load, facts.aux_layers(pub), facts.capture_on(pub))
+    if evidence is not None and evidence["kind"] == "no-configured-ids-default-used":
+        acc = pub.acceptance  # unstated layers: a fact until acceptance at position 1 says otherwise
+        first = acc.per_position[0] if acc.k >= 1 and acc.per_position else None
+        evidence.update(position_1_acceptance=None if first is None else round(first, 4),
+                        window_request_steps=acc.window.n)
+    return evidence
 
 
 def zero_acceptance(pub: PublisherView) -> dict | None:
@@ -330,9 +340,11 @@ def evaluate(rule: Rule, pub: PublisherView, previous: Violation | None) -> Viol
     if first_seq is None:
         first_seq = pub.last_seq
     severity = rule.severity(evidence) if callable(rule.severity) else rule.severity
+    title, explanation, fix = (rule.worded and rule.worded(evidence)) or (rule.title, rule.explanation, rule.fix)
     if previous is not None:
         previous.evidence, previous.active, previous.last_seq = evidence, True, pub.last_seq
-        previous.severity = severity if severity == "error" else previous.severity
+        if SEVERITY_ORDER[severity] < SEVERITY_ORDER[previous.severity]:  # a severity only rises
+            previous.severity, previous.title, previous.explanation, previous.fix = severity, title, explanation, fix
         return previous
-    return Violation(rule.id, severity, rule.title, evidence, rule.explanation, rule.fix, pub.src, first_seq, True,
+    return Violation(rule.id, severity, title, evidence, explanation, fix, pub.src, first_seq, True,
                      pub.last_seq, pub.run)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 
 from eagle3scope.doctor.diagnosis import Diagnosis
-from eagle3scope.doctor.producers import FIX_KEY, training_capture
+from eagle3scope.doctor.producers import ANGELSLIM_IDS_KEY, FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
     FINAL_STATE_SINCE,
+    UNSTATED_FACT,
+    UNSTATED_NEXT,
     WRAPPED,
     capture_problem,
     capture_since,
@@ -19,6 +21,7 @@ from eagle3scope.wire.aux_layers import (
     default_capture,
     family_rule,
     ids_for,
+    unstated_title,
 )
 from eagle3scope.wire.releases import ERAS
 
@@ -51,19 +54,29 @@ def _target_class(dx: Diagnosis) -> str:
 
 
 def _move_top_level_ids(dx: Diagnosis, n: int | None) -> dict | None:
-    """0.5.23 spec_aux_hidden_state.py reads only eagle_config[...] (a bare except falls back to defaults)."""
+    """Ids at the top level, the flat key or AngelSlim's ``aux_hidden_states_layer_ids``: 0.5.23
+    spec_aux_hidden_state.py reads only eagle_config[...] (a bare except falls back to defaults).
+    Both number layers as SGLang's configured ids do (output-of-layer); the family rule's
+    conversion, where it differs, is ``_translate_ids``'."""
     cfg = dx.config
     eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else None
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if top is None or (eagle and eagle.get("eagle_aux_hidden_state_layer_ids") is not None) \
+    key = next((k for k in ("eagle_aux_hidden_state_layer_ids", ANGELSLIM_IDS_KEY) if cfg.get(k) is not None), None)
+    if key is None or (eagle and eagle.get("eagle_aux_hidden_state_layer_ids") is not None) \
             or dx.producer.name.startswith("speculators"):
         return eagle
-    dx.add("aux-layers-mismatch", "error", "Aux layer ids are at the top level of config.json, where SGLang ignores them",
-           {"top_level_ids": top, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
-           "`eagle3scope fix` moves them into eagle_config.eagle_aux_hidden_state_layer_ids.")
+    top = cfg[key]
+    rule = family_rule(_target_class(dx), dx.sglang_version)
+    same = n and rule and captured_for(top, rule, n) == captured_for(None, rule, n)
+    who = "AngelSlim's " if key == ANGELSLIM_IDS_KEY else ""
+    dx.add("aux-layers-mismatch", "info" if same else "error",
+           f"{who}{key} is read by nobody in SGLang: it captures its default layers" if who else
+           "Aux layer ids are at the top level of config.json, where SGLang ignores them",
+           {"top_level_ids": top, "key": key, "default_captured": default_capture(n) if n else "[2, n//2, n-3]"},
+           "`eagle3scope fix` moves them into eagle_config.eagle_aux_hidden_state_layer_ids" +
+           (" (they equal the default, so serving is unchanged)." if same else "."))
     eagle = {**(eagle or {}), "eagle_aux_hidden_state_layer_ids": list(top)}
-    dx.config = {**{k: v for k, v in cfg.items() if k != "eagle_aux_hidden_state_layer_ids"}, "eagle_config": eagle}
-    dx.config_edits.append(f"eagle_aux_hidden_state_layer_ids {top} moved into eagle_config")
+    dx.config = {**{k: v for k, v in cfg.items() if k != key}, "eagle_config": eagle}
+    dx.config_edits.append(f"{key} {top} moved into eagle_config.eagle_aux_hidden_state_layer_ids")
     return eagle
 
 
@@ -135,6 +148,9 @@ def check_aux_layers(dx: Diagnosis) -> None:
                 "captured_by_sglang": served if configured is not None or n else "SGLang's default [2, n//2, n-3]",
                 "trained_on": trained if trained is not None else "the default [2, n//2, n-3]" if known else "unknown"}
     _translate_ids(dx, rule, trained, known, configured, served, n)
+    if not known and raw is None and not speculators:
+        dx.add("aux-layers-unstated", "info", unstated_title("info"), {**evidence, "trained_on": "not stated", "what_it_means": UNSTATED_FACT},
+               "If acceptance is low, " + UNSTATED_NEXT[0].lower() + UNSTATED_NEXT[1:])
     problem = capture_problem(served, n, _target_class(dx), dx.sglang_version) if served else None
     if problem:
         dx.add("aux-layers-out-of-range", "warning" if "not checked" in problem else "error",
@@ -199,7 +215,8 @@ def _translate_ids(dx: Diagnosis, rule: str, trained: list[int] | None, known: b
         _set_ids(dx, ids)
         dx.config_edits.append(f"aux ids: {dx.producer.name} {trained} (input-of-layer) -> SGLang {ids} "
                                f"({_target_class(dx)}: {rule})" if speculators else
-                               f"aux ids {configured} -> {ids} (capture {trained}, as trained)")
+                               f"aux ids {configured} -> {ids} (capture {trained}, as trained; "
+                               f"{_target_class(dx)}: {rule})")
 
 
 def _era_note(dx: Diagnosis, configured: list[int], n: int | None, evidence: dict) -> None:

@@ -14,7 +14,7 @@ from eagle3scope.doctor.aux_check import ASSUMED_TARGET, int_list
 from eagle3scope.doctor.checkpoint import read_json
 from eagle3scope.doctor.diagnosis import MLA_DRAFT_CLASS, SGLANG_DRAFT_CLASS, Diagnosis
 from eagle3scope.doctor.loader_layouts import FOREIGN_DRAFT_CLASSES, NORM_FLAGS, SINCE, registered_draft_classes
-from eagle3scope.doctor.producers import FIX_KEY
+from eagle3scope.doctor.producers import ANGELSLIM_IDS_KEY, FIX_KEY
 from eagle3scope.doctor.producers import recognise as recognise_producer
 from eagle3scope.doctor.weight_checks import mla_names
 from eagle3scope.wire.aux_layers import family_rule
@@ -45,6 +45,7 @@ FIELD_TYPES: dict[str, tuple] = {
     "rms_norm_eps": (lambda v: type(v) in (int, float) and 0 < v < 1, "a small positive number"),
     "eagle_config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "eagle_aux_hidden_state_layer_ids": (lambda v: v is None or int_list(v), "a list of integers or null"),
+    ANGELSLIM_IDS_KEY: (lambda v: v is None or int_list(v), "a list of integers or null"),
     "norm_before_fc": (lambda v: isinstance(v, bool), "true or false"),
     "fc_norm": (lambda v: isinstance(v, bool), "true or false"),
     "norm_output": (lambda v: isinstance(v, bool), "true or false"),

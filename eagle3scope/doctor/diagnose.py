@@ -21,6 +21,7 @@ from eagle3scope.doctor.checkpoint import open_checkpoint
 from eagle3scope.doctor.config_checks import MODEL_FIELDS, check_config, check_files, is_llama_draft, read_target, recognise
 from eagle3scope.doctor.diagnosis import Diagnosis
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for
+from eagle3scope.doctor.producer_flags import check_producer_flags
 from eagle3scope.doctor.weight_checks import (
     check_embedding,
     check_head,
@@ -47,7 +48,7 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
     dx = Diagnosis(open_checkpoint(draft_dir), version, layout, str(draft_dir))
     ckpt = dx.checkpoint
     _guarded(dx, read_target, target_dir)
-    for check in (check_files, recognise, check_config):
+    for check in (check_files, recognise, check_config, check_producer_flags):
         _guarded(dx, check)
     if not layout.has_eagle3:
         dx.add("no-eagle3", "error", f"SGLang {version} has no EAGLE-3 support", {"sglang_version": version},

@@ -20,7 +20,7 @@ MLA_DRAFT_CLASS = "Eagle3DeepseekV2ForCausalLM"
 PRIORITY = ("no-eagle3", "architecture-unsupported", "architecture", "eagle-config-ignored", "fc-width-unsupported",
             "aux-capture-unsupported", "aux-final-state-unsupported", "target-hidden-null", "lm-head-tied",
             "embed-random", "weights-dropped", "weights-crash", "aux-capture-off",
-            "aux-layers-mismatch", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
+            "aux-layers-mismatch", "rope-scaling-injected", "aux-layers-out-of-range", "aux-layers-empty", "d2t-absolute", "d2t-mismatch",
             "lm-head-mismatch", "fc-shape", "hidden-width-mismatch", "weights-unwritten",
             "multi-layer-draft", "producer-flag-ignored", "layer-type-unsupported", "config-speculators-format")
 #: Findings that say what the release does not do at all: the capture of aux layers was not checked.

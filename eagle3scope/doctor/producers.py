@@ -9,7 +9,7 @@ rule turns into captured layers (``wire/aux_layers``):
   vLLM's ``aux_hidden_state_layers``). speculators (vllm datagen), the EAGLE authors.
 - ``output-of-layer``: id ``i`` is the output of layer ``i`` (a forward hook on layer ``i``), so the
   input of layer ``i + 1``. Model-Optimizer (``hf_eagle.py`` registers forward hooks), SpecForge's
-  HF backend.
+  HF backend, AngelSlim (its target wrapper takes ``hidden_states[id + 1]``).
 - ``sglang``: the ids went through SGLang's own ``set_eagle3_layers_to_capture`` during training
   (SpecForge's SGLang backend, ``eagle3_target_model.py``), so they mean whatever the family rule
   of the training release made of them.
@@ -29,11 +29,16 @@ FIX_KEY = "eagle3scope_fix"
 MODELOPT_EAGLE_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
                          "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")
 MLA_KEYS = ("q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+#: AngelSlim's draft classes (angelslim 0.5.0 compressor/speculative/train/models/draft/llama_eagle3.py);
+#: save_pretrained writes the class name into architectures.
+ANGELSLIM_CLASSES = ("Eagle3LlamaForCausalLM", "CosyVoice3Eagle3LlamaForCausalLM")
+#: The draft config's top-level key AngelSlim's trainer reads its aux layers from (trainer/online_eagle3_trainer.py).
+ANGELSLIM_IDS_KEY = "aux_hidden_states_layer_ids"
 
 
 @dataclass
 class Producer:
-    name: str  # speculators | speculators-converted | specforge | modelopt | modelopt-mla | eagle | sglang | eagle3scope-fix | unknown
+    name: str  # speculators | speculators-converted | specforge | modelopt | modelopt-mla | angelslim | eagle | sglang | eagle3scope-fix | unknown
     label: str
     numbering: str  # input-of-layer | output-of-layer | sglang | recorded
     signs: list[str] = field(default_factory=list)
@@ -64,6 +69,16 @@ def recognise(config: dict | None, names: list[str], pickles: list[str]) -> Prod
                          "was trained on"])
     if cfg.get("speculators_model_type") is not None or "transformer_layer_config" in cfg:
         return _speculators(cfg)
+    angelslim = [a for a in archs if a in ANGELSLIM_CLASSES]
+    if ANGELSLIM_IDS_KEY in cfg or (angelslim and midlayer):
+        return Producer("angelslim", "AngelSlim", "output-of-layer",
+                        ([f"architectures {angelslim}"] if angelslim else []) +
+                        ([f"top-level {ANGELSLIM_IDS_KEY}"] if ANGELSLIM_IDS_KEY in cfg else []) +
+                        (["midlayer.* names"] if midlayer else []),
+                        ["ids are output-of-layer: AngelSlim takes hidden_states[id + 1] (angelslim 0.5.0 "
+                         "compressor/speculative/train/models/target/target_model_wrapper.py "
+                         "_extract_auxiliary_hidden_states); without ids its default [1, n//2-1, n-4], which "
+                         "SGLang's default capture matches"])
     if "Eagle3DeepseekV2ForCausalLM" in archs or any(k in n for n in names for k in MLA_KEYS):
         return Producer("modelopt-mla", "Model-Optimizer (MLA EAGLE-3 draft, kimik2 decoder)", "output-of-layer",
                         [f"architectures {archs}" if archs else "MLA tensor names (q_a_proj, kv_a_proj_with_mqa)"],

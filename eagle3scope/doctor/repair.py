@@ -3,8 +3,8 @@
 What it repairs: key names the chosen SGLang releases would skip (when exactly one name they map
 fits, shape checked), an absolute-id ``d2t`` (when t2d or the vocabulary bounds make the reading
 unambiguous), a speculators-format config, ``use_aux_hidden_state: false`` beside a trained ``fc``
-(the seeds' break), and aux ids that capture other layers than the draft
-was trained on (translated by the producer's stated convention and the target family's rule).
+(the seeds' break), rope scaling an export injected (``producer_flags``), and aux ids that
+capture other layers than the draft was trained on (translated by the producer's stated convention and the target family's rule).
 One copy serves several releases when it can: names the oldest loader needs (newer ones map
 them too) and ids every release's rule turns into the trained layers. Everything else the doctor
 calls an error makes it refuse, with the next step, because a copy that still breaks is worse
@@ -40,7 +40,7 @@ from eagle3scope.wire.releases import ERAS, parse_version
 #: Error findings that the copy repairs (when the diagnosis found a certain repair for them).
 REPAIRABLE = {"weights-dropped", "weights-crash", "weights-unwritten", "weights-unused", "config-speculators-format",
               "d2t-absolute", "aux-layers-mismatch", "architecture", "aux-capture-off", "lm-head-tied",
-              "target-hidden-null"}
+              "target-hidden-null", "rope-scaling-injected"}
 #: Findings that mean this release cannot serve the draft at all (not a repair fix could make).
 UNSERVABLE = {"no-eagle3", "multi-layer-draft", "architecture-unsupported", "eagle-config-ignored",
               "fc-width-unsupported", "aux-capture-unsupported", "aux-final-state-unsupported"}
@@ -66,7 +66,7 @@ def _unrepaired(dx: Diagnosis) -> list[str]:
                "config-speculators-format": bool(dx.config_edits), "architecture": bool(dx.config_edits),
                "aux-layers-mismatch": bool(dx.config_edits) or dx.aux_ids is not None,
                "aux-capture-off": bool(dx.config_edits), "lm-head-tied": bool(dx.config_edits),
-               "target-hidden-null": bool(dx.config_edits),
+               "target-hidden-null": bool(dx.config_edits), "rope-scaling-injected": bool(dx.config_edits),
                "d2t-absolute": dx.d2t_offsets is not None}
     return [f"{f.id}: {f.title}" for f in dx.findings
             if f.severity == "error" and not (f.id in REPAIRABLE and repairs[f.id])]

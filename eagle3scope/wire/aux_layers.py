@@ -293,3 +293,36 @@ def parse_ids(text: str) -> list[int]:
         return [int(p) for p in parts]
     except ValueError:
         raise LayerError(f"not a list of integers: {text!r}") from None
+
+
+# -- a draft that does not state its trained layers ------------------------------------------
+# One judgement, said in the same words by the doctor, `check` and the TUI: no file can tell which
+# layers such a draft was trained on (a training-run argument, as SpecForge's aux-layer option,
+# leaves no trace), so unstated layers are a fact, not a mismatch; only low acceptance at the
+# first draft position over a window makes them suspect.
+
+#: First-position acceptance below which unstated layers are suspect. The demo's healthy draft
+#: accepts 0.94-0.98 at position 1 on the real engine, its draft fed one layer too deep 0.66-0.74
+#: (BENCHMARKS.md, served per scenario).
+UNSTATED_SUSPECT_POSITION_1 = 0.75
+#: Request-steps the window must hold before acceptance counts as evidence.
+UNSTATED_MIN_REQUEST_STEPS = 64
+UNSTATED_TITLE = "The draft does not state its trained aux layers; SGLang captures its default"
+UNSTATED_SUSPECT_TITLE = "Low acceptance at draft position 1, and the draft does not state its trained aux layers"
+UNSTATED_FACT = ("No config field names the target layers the draft was trained on, so SGLang captures its "
+                 "default [2, n//2, n-3] (the input of each layer). That is right for drafts trained on the "
+                 "default (SpecForge without an aux-layer option, AngelSlim, lmsys' releases); a draft trained on "
+                 "other layers accepts less, and only its acceptance can show it.")
+UNSTATED_NEXT = ("Find the trained set with `eagle3scope aux cycle` (it tries the presets live), then write it "
+                 "into eagle_config.eagle_aux_hidden_state_layer_ids.")
+
+
+def unstated_severity(position_1: float | None, request_steps: int) -> str:
+    """``info`` for unstated layers; ``warning`` once position-1 acceptance over a full window is low."""
+    if position_1 is None or request_steps < UNSTATED_MIN_REQUEST_STEPS:
+        return "info"
+    return "warning" if position_1 < UNSTATED_SUSPECT_POSITION_1 else "info"
+
+
+def unstated_title(severity: str) -> str:
+    return UNSTATED_SUSPECT_TITLE if severity == "warning" else UNSTATED_TITLE

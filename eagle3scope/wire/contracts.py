@@ -15,7 +15,15 @@ from dataclasses import astuple, dataclass
 from typing import Callable, Mapping
 
 from eagle3scope.wire.announcements import D2t, Load, read_load
-from eagle3scope.wire.aux_layers import captured_for, default_capture, specforge_defaults
+from eagle3scope.wire.aux_layers import (
+    UNSTATED_FACT,
+    UNSTATED_NEXT,
+    captured_for,
+    default_capture,
+    specforge_defaults,
+    unstated_severity,
+    unstated_title,
+)
 from eagle3scope.wire.schema import FEATURE_CARRYING_MODES
 
 #: a load report that says nothing (none received yet)
@@ -32,6 +40,8 @@ class Contract:
     title: str
     explanation: str
     fix: str
+    #: (title, explanation, fix) for evidence that needs other words than the rule's; None: the rule's.
+    worded: Callable[[dict], tuple[str, str, str] | None] | None = None
 
     def severity_of(self, evidence: dict) -> str:
         return self.severity(evidence) if callable(self.severity) else self.severity
@@ -276,7 +286,17 @@ def _opted_out_severity(evidence: dict) -> str:
 
 
 def _aux_severity(evidence: dict) -> str:
-    return "error" if evidence.get("kind") == "captured-differs-from-configured" else "warning"
+    kind = evidence.get("kind")
+    if kind == "no-configured-ids-default-used":
+        return unstated_severity(evidence.get("position_1_acceptance"), evidence.get("window_request_steps") or 0)
+    return "error" if kind == "captured-differs-from-configured" else "warning"
+
+
+def _aux_worded(evidence: dict) -> tuple[str, str, str] | None:
+    """Unstated layers are a fact until acceptance says otherwise: the doctor's words (wire.aux_layers)."""
+    if evidence.get("kind") != "no-configured-ids-default-used":
+        return None
+    return unstated_title(_aux_severity(evidence)), UNSTATED_FACT, UNSTATED_NEXT
 
 
 AUX_CAPTURE_OFF = Contract(
@@ -334,4 +354,5 @@ AUX_LAYERS_MISMATCH = Contract(
     "Typical cost: 0.1 or more acceptance length.",
     "Set eagle_config.eagle_aux_hidden_state_layer_ids in output-of-layer numbering (SGLang adds +1), e.g. "
     "subtract 1 from speculators' input-of-layer ids; try the presets live with `eagle3scope aux cycle`.",
+    _aux_worded,
 )

@@ -258,14 +258,14 @@ def test_fix_refuses_existing_out_and_out_inside_source(tmp_path):
 
 
 def test_top_level_layer_ids_are_ignored_by_sglang_and_fix_moves_them(tmp_path, target):
-    config = dc.specforge_config(eagle_config=None, eagle_aux_hidden_state_layer_ids=dc.AUX_IDS)
+    config = dc.specforge_config(eagle_config=None, eagle_aux_hidden_state_layer_ids=[0, 2, 5])
     draft = dc.write(tmp_path / "d", dc.tensors(), config)
     code, report = doctor(draft, "--target", str(target))
     f = ids(report)["aux-layers-mismatch"]
     assert code == 2 and f["severity"] == "error" and f["evidence"]["default_captured"] == [2, 4, 5]
     assert invoke("fix", str(draft), "--out", str(tmp_path / "fixed")).exit_code == 0
     fixed = json.loads((tmp_path / "fixed" / "config.json").read_text())
-    assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": dc.AUX_IDS}
+    assert fixed["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 5]}
     assert "eagle_aux_hidden_state_layer_ids" not in fixed
     assert doctor(tmp_path / "fixed", "--target", str(target))[0] == 0
 
@@ -483,7 +483,7 @@ def test_mla_draft_with_use_aux_norm_needs_its_fc_norms(tmp_path):
         "params": [f"model.fc_norm.{i}.weight" for i in range(3)], "count": 3, "unpaired": []})
     weights = {**dc.modelopt_mla_tensors(), **{f"fc_norm.{i}.weight": np.ones(dc.H, np.float16) for i in range(3)}}
     code, report = doctor(dc.write(tmp_path / "e", weights, {**config, "use_aux_norm": True}))
-    assert code == 0 and [f["id"] for f in report["findings"]] == ["not-modelled"]
+    assert code == 1 and [f["id"] for f in report["findings"]] == ["producer-flag-ignored", "not-modelled"]
 
 
 def test_config_check_findings_pinned(tmp_path):
@@ -491,11 +491,16 @@ def test_config_check_findings_pinned(tmp_path):
     class SGLang cannot start (another layout, and Llama's layout), an EAGLE-3.x norm flag too new."""
     mla = dc.write(tmp_path / "mla", dc.modelopt_mla_tensors(), dc.modelopt_mla_config())
     code, report = doctor(mla, "--sglang-version", "0.5.10")
+    flag = ("producer-flag-ignored", "warning", {
+        "flag": "eagle_config.use_input_layernorm_in_first_layer", "value": True,
+        "trained_by": "nvidia-modelopt 0.47.0 modelopt/torch/speculative/plugins/modeling_eagle.py "
+                      "_eagle3_attention_forward_pre_hook; plugins/megatron_eagle.py",
+        "served_by": "sglang srt/models/kimi_k25_eagle3.py: hidden_norm(h)"})
     assert (code, findings(report)) == (2, [("architecture-unsupported", "error", {
-        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "first_release": "0.5.12"})])
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "first_release": "0.5.12"}), flag])
     assert report["headline"] == "SGLang 0.5.10 has no Eagle3DeepseekV2ForCausalLM"
     code, report = doctor(mla, "--sglang-version", "0.5.23")
-    assert (code, findings(report)) == (0, [("not-modelled", "info", {
+    assert (code, findings(report)) == (1, [flag, ("not-modelled", "info", {
         "loader": "models/kimi_k25_eagle3.py", "checked": ["tensor names", "d2t", "lm_head presence", "aux layer ids"]})])
     classes = ["Eagle3DeepseekV2ForCausalLM", "LlamaForCausalLMEagle3"]
     foo = {**dc.specforge_config(), "architectures": ["FooEagle"]}

@@ -15,12 +15,14 @@ import pytest
 from support import draft_checkpoints as dc
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.repair import fix_checkpoint
 from support.cli import invoke
 
 VERSIONS = ("0.5.10", "0.5.23")
 
 
-#: producer -> (recognised as, {release: finding ids that are errors}); no warnings anywhere.
+#: producer -> (recognised as, {release: finding ids that are errors}); no warnings but the one for
+#: Model-Optimizer's use_input_layernorm_in_first_layer, which SGLang does not apply.
 EXPECTED = {
     "speculators": ("speculators", {"0.5.10": {"weights-dropped", "config-speculators-format"},
                                     "0.5.23": {"config-speculators-format"}}),
@@ -37,6 +39,7 @@ EXPECTED = {
                                 "0.5.23": {"weights-dropped", "weights-unused"}}),
     "modelopt-mla": ("modelopt-mla", {"0.5.10": {"architecture-unsupported"}, "0.5.23": set()}),
     "eagle": ("eagle", {"0.5.10": {"architecture"}, "0.5.23": {"architecture"}}),
+    "angelslim": ("angelslim", {"0.5.10": {"architecture"}, "0.5.23": {"architecture"}}),
 }
 
 
@@ -49,13 +52,15 @@ def test_verdicts(tmp_path, producer, version, with_target):
     name, errors = EXPECTED[producer]
     assert report["producer"]["name"] == name
     assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == errors[version]
-    assert not [f for f in report["findings"] if f["severity"] == "warning"], report["findings"]
+    warnings = {f["id"] for f in report["findings"] if f["severity"] == "warning"}
+    assert warnings == ({"producer-flag-ignored"} if name.startswith("modelopt") else set()), report["findings"]
     assert report["assumptions"]  # every convention is said
     if errors[version]:
         assert report["headline"] == report["findings"][0]["title"]
 
 
-FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", "modelopt-2-layers", "midlayer-N", "eagle")
+FIXABLE = ("speculators", "speculators-converted", "modelopt", "modelopt-kimi", "modelopt-2-layers", "midlayer-N", "eagle",
+           "angelslim")
 
 
 @pytest.mark.parametrize("with_target", [False, True], ids=["no-target", "target"])
@@ -71,7 +76,8 @@ def test_fix_then_clean_on_every_release_it_serves(tmp_path, producer, with_targ
     assert served == (["0.5.23"] if producer in ("modelopt-2-layers", "midlayer-N") else ["0.5.10", "0.5.23"])
     for version in served:
         report = diagnose(tmp_path / "fixed", sglang_version=version, target_dir=target if with_target else None).to_dict()
-        assert [f for f in report["findings"] if f["severity"] != "info"] == [], (version, report["findings"])
+        flagged = ["producer-flag-ignored"] if producer.startswith(("modelopt", "midlayer")) else []
+        assert [f["id"] for f in report["findings"] if f["severity"] != "info"] == flagged, (version, report["findings"])
         assert report["producer"]["name"] == "eagle3scope-fix"
 
 
@@ -142,6 +148,96 @@ def test_norm_before_residual_is_noted_by_doctor_and_fix(tmp_path):
     fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23").to_dict()
     assert any("norm_before_residual" in n for n in fixed["notes"])  # the copy is not called clean silently
     assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_angelslim_ids_are_said_unread_and_fix_moves_them_into_eagle_config(tmp_path, version):
+    """AngelSlim's own key for custom layers: SGLang would capture its default instead of [0, 2, 5]."""
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([0, 2, 5]))
+    target = dc.target(tmp_path / "t")
+    report = diagnose(draft, sglang_version=version, target_dir=target).to_dict()
+    assert report["producer"]["name"] == "angelslim"
+    unread = [f for f in report["findings"] if f["id"] == "aux-layers-mismatch"]
+    assert unread and unread[0]["severity"] == "error" and "read by nobody" in unread[0]["title"]
+    assert {f["id"] for f in report["findings"] if f["severity"] == "error"} == {"architecture", "aux-layers-mismatch"}
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target),
+                    "--for-sglang", version)
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert written["architectures"] == ["LlamaForCausalLMEagle3"] and "aux_hidden_states_layer_ids" not in written
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+    assert written["eagle3scope_fix"]["trained_capture"] == [1, 3, 6]  # hidden_states[id + 1]: inputs of 1, 3, 6
+    after = diagnose(tmp_path / "fixed", sglang_version=version, target_dir=target).to_dict()
+    assert [f for f in after["findings"] if f["severity"] != "info"] == [], after["findings"]
+
+
+def test_angelslim_ids_equal_to_the_default_are_an_info_not_an_error(tmp_path):
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([1, 3, 4]))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=dc.target(tmp_path / "t")).to_dict()
+    assert {f["id"]: f["severity"] for f in report["findings"] if f["id"] == "aux-layers-mismatch"} == \
+        {"aux-layers-mismatch": "info"}
+
+
+def test_angelslim_ids_converted_where_the_family_rule_differs(tmp_path):
+    """A DeepSeek-family target on 0.5.23 takes ids as given unless the first is 1: fix writes each id + 1."""
+    draft = dc.write(tmp_path / "d", dc.tensors(), dc.angelslim_config([3, 20, 50]))
+    target = dc.deepseek_target(tmp_path / "t")
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert "aux-layers-mismatch" in {f["id"] for f in report["findings"] if f["severity"] == "error"}
+    result = fix_checkpoint(draft, tmp_path / "fixed", sglang_version="0.5.23", target_dir=target)
+    written = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [4, 21, 51]
+    assert written["eagle3scope_fix"]["trained_capture"] == [4, 21, 51]
+    assert any("DeepseekV3ForCausalLM: +1-if-first-1" in c for c in result.changes), result.changes
+
+
+def test_modelopt_export_rope_scaling_is_flagged_and_fix_removes_it_with_the_reason(tmp_path):
+    """EagleExporter writes its eagle_export_rope_scaling default when training used rope_type default."""
+    cfg = {**dc.modelopt_config(), "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
+                                                    "original_max_position_embeddings": 2048}}
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    (draft / "config.json").write_text(json.dumps(cfg))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert report["headline"] == report["findings"][0]["title"] and "rope scaling" in report["headline"]
+    assert report["findings"][0]["id"] == "rope-scaling-injected" and report["verdict"] == "broken"
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
+    assert result.exit_code == 0, result.output
+    assert "rope_scaling" in result.output and "eagle_export_rope_scaling" in result.output
+    assert "rope_scaling" not in json.loads((tmp_path / "fixed" / "config.json").read_text())
+    fixed = diagnose(tmp_path / "fixed", sglang_version="0.5.23", target_dir=target).to_dict()
+    assert [f["id"] for f in fixed["findings"] if f["severity"] != "info"] == ["producer-flag-ignored"]
+
+
+def test_modelopt_other_rope_scaling_cannot_be_known_fix_asks(tmp_path):
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    (draft / "config.json").write_text(json.dumps({**dc.modelopt_config(), "rope_scaling": rope}))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert "rope-scaling-unknown" in {f["id"] for f in report["findings"] if f["severity"] == "warning"}
+    result = invoke("fix", str(draft), "--out", str(tmp_path / "fixed"), "--target", str(target))
+    assert result.exit_code != 0 and not (tmp_path / "fixed").exists()
+    assert "was this draft trained with rope_scaling" in " ".join(result.output.split())
+
+
+def test_rope_scaling_of_other_producers_is_theirs(tmp_path):
+    rope = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048}
+    draft, target = dc.producer_layout("specforge", tmp_path)
+    cfg = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**cfg, "rope_scaling": rope}))
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    assert report["verdict"] == "clean", report["findings"]
+
+
+def test_modelopt_first_layer_input_norm_is_a_warning_with_its_source(tmp_path):
+    draft, target = dc.producer_layout("modelopt", tmp_path)
+    report = diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()
+    flag = [f for f in report["findings"] if f["id"] == "producer-flag-ignored"]
+    assert flag and flag[0]["severity"] == "warning" and "use_input_layernorm_in_first_layer" in flag[0]["title"]
+    assert "modeling_eagle.py" in flag[0]["evidence"]["trained_by"]
+    cfg = dc.modelopt_config()
+    cfg["eagle_config"]["use_input_layernorm_in_first_layer"] = False
+    (draft / "config.json").write_text(json.dumps(cfg))
+    assert diagnose(draft, sglang_version="0.5.23", target_dir=target).to_dict()["verdict"] == "clean"
 
 
 def test_qwen3_draft_layer_is_refused_with_a_next_step(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 from support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import SessionState, analyse
+from eagle3scope.wire.aux_layers import UNSTATED_MIN_REQUEST_STEPS, UNSTATED_SUSPECT_TITLE, UNSTATED_TITLE
 
 
 def fired(frames) -> dict:
@@ -196,17 +197,18 @@ def test_aux_layers_mismatch_evidence_for_each_kind_and_severity_only_rises():
         "offset_rule": "+1", "kind": "output-of-layer-ids-used-as-input-of-layer", "input_of_layer_defaults": [2, 4, 5],
         "output_of_layer_defaults": [1, 3, 4]}
     load["aux"].update(configured=None, captured=[2, 4, 5])
-    frames = session(2, load=load)
-    v = fired(frames)["aux-layers-mismatch"]
-    assert v.severity == "warning" and v.evidence == {
+    frames = session(2, load=load, accept_p=0.0)
+    v = fired(frames)["aux-layers-mismatch"]  # unstated layers: a fact, and 2 steps are no evidence
+    assert v.severity == "info" and v.title == UNSTATED_TITLE and v.evidence == {
         "configured": None, "expected_captured": None, "captured": [2, 4, 5], "num_target_layers": LAYERS,
-        "offset_rule": "+1", "kind": "no-configured-ids-default-used", "default": [2, 4, 5]}
+        "offset_rule": "+1", "kind": "no-configured-ids-default-used", "default": [2, 4, 5],
+        "position_1_acceptance": 0.0, "window_request_steps": 4}
     # a warning that turns into an error is an error from then on, also once it is a warning again
     s = Stream()
     state = SessionState()
     for f in (s.frame("hello", hello()), s.frame("load", load)):
         state.ingest(f)
-    assert fired_now(state)["aux-layers-mismatch"].severity == "warning"
+    assert fired_now(state)["aux-layers-mismatch"].severity == "info"
     state.ingest(s.frame("load", {**load, "aux": {**load["aux"], "configured": [1, 3, 4]}}))
     state.ingest(s.frame("step", step(0, s.t, [1], capture={"on": True, "layers": [2, 4, 6]})))
     assert fired_now(state)["aux-layers-mismatch"].severity == "error"
@@ -215,6 +217,32 @@ def test_aux_layers_mismatch_evidence_for_each_kind_and_severity_only_rises():
     v = fired_now(state)["aux-layers-mismatch"]
     assert v.evidence["kind"] == "output-of-layer-ids-used-as-input-of-layer" and v.severity == "error"
     assert (v.first_seq, v.last_seq, v.active) == (None, 1, True)
+
+
+@pytest.mark.parametrize("accept_p, n_steps, severity", [(0.5, 200, "warning"), (0.9, 200, "info"),
+                                                        (0.5, UNSTATED_MIN_REQUEST_STEPS // 2 - 1, "info")])
+def test_unstated_aux_layers_warn_only_with_low_position_1_acceptance(accept_p, n_steps, severity):
+    """No ids in the draft: SGLang's default is right for most drafts; only a full window of low
+    first-position acceptance makes it a warning, which names `aux cycle` (the doctor's words)."""
+    load = healthy_load()
+    load["aux"].update(configured=None, captured=[2, 4, 5])
+    v = fired(session(n_steps, load=load, accept_p=accept_p))["aux-layers-mismatch"]
+    assert v.severity == severity and v.evidence["kind"] == "no-configured-ids-default-used"
+    assert v.title == (UNSTATED_SUSPECT_TITLE if severity == "warning" else UNSTATED_TITLE)
+    assert "`eagle3scope aux cycle`" in v.fix and "differ" not in v.title
+
+
+def test_unstated_aux_layers_rise_to_a_warning_once_acceptance_shows_it():
+    load = healthy_load()
+    load["aux"].update(configured=None, captured=[2, 4, 5])
+    s, state = Stream(), SessionState()
+    for f in (s.frame("hello", hello()), s.frame("load", load)):
+        state.ingest(f)
+    assert fired_now(state)["aux-layers-mismatch"].severity == "info"
+    for seq in range(UNSTATED_MIN_REQUEST_STEPS):
+        state.ingest(s.frame("step", step(seq, s.t, [0, 1])))
+    v = fired_now(state)["aux-layers-mismatch"]
+    assert (v.severity, v.title) == ("warning", UNSTATED_SUSPECT_TITLE)
 
 
 def fired_now(state: SessionState) -> dict:

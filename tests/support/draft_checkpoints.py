@@ -69,6 +69,15 @@ def specforge_config(**overrides) -> dict:
     return cfg
 
 
+def angelslim_config(ids: list[int] | None = None) -> dict:
+    """AngelSlim's save_pretrained output (angelslim 0.5.0 compressor/speculative/train/models/draft/llama_eagle3.py
+    Eagle3LlamaForCausalLM, a LlamaConfig): its class name, and custom aux layers only as the top-level
+    aux_hidden_states_layer_ids its trainer reads (output-of-layer, target_model_wrapper.py)."""
+    cfg = {**llama_fields(), "architectures": ["Eagle3LlamaForCausalLM"], "num_hidden_layers": 1,
+           "draft_vocab_size": DRAFT_VOCAB, "torch_dtype": "bfloat16"}
+    return {**cfg, "aux_hidden_states_layer_ids": ids} if ids is not None else cfg
+
+
 def speculators_config() -> dict:
     """As speculators' Eagle3SpeculatorConfig serialises (aux ids by layer input: SGLang's + 1)."""
     return {
@@ -252,4 +261,5 @@ def producer_layout(name: str, root: Path) -> tuple[Path, Path]:
         "midlayer-N": lambda: (write(root / name, upper, modelopt_config(2)), llama),
         "modelopt-mla": lambda: (write(root / name, modelopt_mla_tensors(), modelopt_mla_config()), deepseek),
         "eagle": lambda: (write(root / name, eagle_authors_tensors(), eagle_authors_config()), llama),
+        "angelslim": lambda: (write(root / name, tensors(), angelslim_config()), llama),
     }[name]()
