@@ -308,6 +308,9 @@ class Step(TypedDict, total=False):
     num_steps: Budget
     accepted_path: Annotated[list[list[int]], PerRequest(required=False)]
     discarded: Annotated[list[str], NameList(MAX_BATCH)]
+    #: per request: whether SGLang constrains it by a grammar (regex, JSON schema, EBNF, structural tag);
+    #: only in steps with a constrained request (absent: none, or a shim from before the field)
+    constrained: Annotated[list[bool], PerRequest(required=False)]
 
 
 # -- config, heartbeat, hook --------------------------------------------------------------------

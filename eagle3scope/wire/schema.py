@@ -71,7 +71,9 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     draft_ids of the accepted nodes, depth order, one per accepted draft; draft_ids are then tree
     nodes in score order, not a chain), discarded (rids SGLang ran in this round but did not commit,
     e.g. a finished request's extra overlap tick: the per-request lists then hold only the committed
-    requests, so every consumer counts what SGLang counts).
+    requests, so every consumer counts what SGLang counts), constrained ([bool per request]: a
+    grammar constrains it, regex / JSON schema / EBNF / structural tag; only in steps with such a
+    request, so its absence means none, or a recording made before the field).
 ``config`` (aux-layer configuration changed or refused)
     layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id, and
     pause_ms only when the change recaptured the target's CUDA graphs (the serving pause).

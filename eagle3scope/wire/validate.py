@@ -307,10 +307,11 @@ def check_step(body: dict) -> None:
 
 
 def _check_variants(body: dict, bs: int) -> None:
-    """The optional fields of trees and adaptive steps, consistent with ``accepted``: a round's budget
-    bounds its accepted drafts; a tree's path names one draft node per accepted draft."""
+    """The optional fields of trees, adaptive steps and constrained requests, consistent with
+    ``accepted``: a round's budget bounds its accepted drafts; a tree's path names one draft node per
+    accepted draft; ``constrained`` has one flag per request."""
     get = body.get
-    budget, path, discarded = get("num_steps"), get("accepted_path"), get("discarded")
+    budget, path, discarded, constrained = get("num_steps"), get("accepted_path"), get("discarded"), get("constrained")
     if budget is not None:
         if type(budget) is not int or not 0 <= budget <= MAX_DRAFT_TOKENS:
             _fail("b.num_steps", f"must be an integer in [0, {MAX_DRAFT_TOKENS}] or null", budget)
@@ -329,6 +330,12 @@ def _check_variants(body: dict, bs: int) -> None:
         if type(discarded) is not list or len(discarded) > MAX_BATCH:
             _fail("b.discarded", f"must be a list of at most {MAX_BATCH} request ids", discarded)
         _names(discarded, "b.discarded")
+    if constrained is not None:
+        if type(constrained) is not list or len(constrained) != bs:
+            _fail("b.constrained", f"must be a list of length bs={bs}", constrained)
+        for flag in constrained:
+            if type(flag) is not bool:
+                _fail("b.constrained", "items must be true or false", flag)
 
 
 def validate_body(kind: str, body: dict) -> None:

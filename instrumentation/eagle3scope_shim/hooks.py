@@ -258,6 +258,8 @@ def make_step(seam):
             return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
+        if getattr(batch, "has_grammar", True):  # SGLang's own flag: no per-request look for a free batch
+            step.constrained = _constrained(batch.reqs)
         if not step.prefill:
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
             if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
@@ -282,6 +284,13 @@ def make_step(seam):
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
 MAX_UNCOMMITTED = 4
 COMMIT_SEAM = "commit.resolve"
+
+
+def _constrained(reqs) -> list[bool] | None:
+    """Per request, whether a grammar constrains it (host metadata: ``Req.grammar``, set by SGLang's
+    grammar backend); None when none does, so a free batch's step carries no field."""
+    flags = [getattr(req, "grammar", None) is not None for req in reqs]
+    return flags if True in flags else None
 
 
 def _commit_observed() -> bool:
@@ -684,6 +693,8 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         body["accepted_path"] = path
     if step.num_steps is not None:
         body["num_steps"] = int(step.num_steps)
+    if step.constrained is not None:
+        body["constrained"] = step.constrained
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
     return body
