@@ -29,9 +29,9 @@ pytestmark = pytest.mark.engine
 # Bounded so that a random target completes it. A pattern, not maxLength: under maxLength xgrammar 0.2.7
 # lets raw control characters into the string ({"name": "a\x01"}), which strict JSON refuses.
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "n"],
-          "properties": {"name": {"type": "string", "pattern": "^[a-z]{1,8}$"},
+          "properties": {"name": {"type": "string", "pattern": "^[a-z]{1,6}$"},
                          "n": {"type": "integer", "minimum": 0, "maximum": 99}}}
-REGEX = "[a-z]{1,8}( [a-z]{1,8}){2,4}"
+REGEX = "[a-z]{1,6}( [a-z]{1,6}){2,3}"  # at most 27 characters: done within 32 tokens
 EBNF = 'root ::= answer "," answer "," answer\nanswer ::= "yes" | "no" | "maybe"'
 #: the tiny pair's grammars: sampling parameters, and what a reply must be (a regex's own: any regex)
 TINY = {"regex": ({"regex": REGEX}, lambda text, params: re.fullmatch(params["regex"], text)),
@@ -43,7 +43,7 @@ DEMO_PROMPTS = demo_prompts(4, seed=3)
 
 def _fits_schema(text: str) -> bool:
     value = json.loads(text)
-    return (set(value) == {"name", "n"} and re.fullmatch("[a-z]{1,8}", value["name"]) is not None
+    return (set(value) == {"name", "n"} and re.fullmatch("[a-z]{1,6}", value["name"]) is not None
             and type(value["n"]) is int and 0 <= value["n"] <= 99)
 
 
