@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from eagle3scope.demo import families
+from eagle3scope.demo.constraints import WORKLOADS
 from eagle3scope.demo.server import CPU_GRAPHS_ENV, ServerError, cache_dir, engine_python
 from eagle3scope.wire.untrusted import terminal
 
@@ -76,6 +77,9 @@ def _all_scenarios() -> list[str]:
 @click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
               help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
                    "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
+@click.option("--workload", type=click.Choice(sorted(WORKLOADS)), default="free", show_default=True,
+              help="constrained: every other request carries a grammar (SGLang regex / EBNF over the prompt's "
+                   "words), as structured-output clients send them; free: none does.")
 @click.option("--control/--no-control", default=True, show_default=True,
               help="Open the token-protected aux control channel (for live aux-layer A/B).")
 @click.option("--graphs", is_flag=True,
@@ -95,7 +99,7 @@ def _all_scenarios() -> list[str]:
 def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
             temperatures: tuple[float, ...], control: bool, graphs: bool, theme: str | None, tp: int, dp: int,
             dp_attention: bool, prepare_only: bool, story: bool, num_steps: int, topk: int,
-            num_draft_tokens: int | None) -> None:
+            num_draft_tokens: int | None, workload: str) -> None:
     """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
     if dp_attention and (dp < 2 or tp % dp):
         raise click.UsageError("--dp-attention needs --dp 2 or more dividing --tp (e.g. --tp 2 --dp 2)")
@@ -129,7 +133,7 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
                       log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
                       temperatures=temperatures or None, num_steps=num_steps, topk=topk,
                       num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention,
-                      extra_env=CPU_GRAPHS_ENV if graphs else None)
+                      extra_env=CPU_GRAPHS_ENV if graphs else None, workload=workload)
     _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
     try:
         with run:

@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
 
+from eagle3scope.demo.constraints import WORKLOADS
 from eagle3scope.demo.families import TEMPERATURES, scenarios_of
 from eagle3scope.demo.server import SGLangServer, cache_dir, parallel_launch
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, fresh_ipc_endpoint
@@ -28,8 +29,9 @@ class ScenarioRun:
     ``run.endpoint`` is the shim's event endpoint, ``run.control_endpoint`` / ``run.token_file`` the aux
     control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
     ``meta_info`` for comparison with the shim's events. ``temperatures`` are cycled through by
-    the workload's requests (default DEMO_TEMPERATURES). ``server_args``: more SGLang arguments
-    (e.g. ``--enable-metrics``).
+    the workload's requests (default DEMO_TEMPERATURES); ``workload`` names the requests' grammars
+    (:data:`eagle3scope.demo.constraints.WORKLOADS`: ``free``, or ``constrained`` beside free ones).
+    ``server_args``: more SGLang arguments (e.g. ``--enable-metrics``).
     """
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
@@ -37,7 +39,7 @@ class ScenarioRun:
                  temperatures: tuple[float, ...] | None = None, family: str = "llama",
                  draft_dir: str | Path | None = None, num_steps: int = 3, topk: int = 1,
                  num_draft_tokens: int | None = None, tp: int = 1, dp: int = 1, dp_attention: bool = False,
-                 server_args: tuple[str, ...] = ()):
+                 workload: str = "free", server_args: tuple[str, ...] = ()):
         self.scenario = scenarios_of(family)[name]
         self.models = models
         self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
@@ -60,6 +62,7 @@ class ScenarioRun:
                                    num_draft_tokens=num_draft_tokens or num_steps + 1)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
         self.temperatures = temperatures or TEMPERATURES.get(family)
+        self.constraints = WORKLOADS[workload]
         self.workload = None
         #: Called once the server is up, before the workload sends its first request (an observer
         #: that must see the server idle first, e.g. a metrics scrape starting from zero).
@@ -76,7 +79,7 @@ class ScenarioRun:
                 self.before_traffic()
             self.workload = self._stack.enter_context(
                 Workload(self.server, demo_prompts(16), concurrency=self.concurrency, max_new_tokens=self.max_new_tokens,
-                         temperatures=self.temperatures or DEMO_TEMPERATURES))
+                         temperatures=self.temperatures or DEMO_TEMPERATURES, constraints=self.constraints))
         except BaseException:
             self.close()
             raise

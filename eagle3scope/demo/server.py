@@ -281,12 +281,15 @@ class SGLangServer:
         *,
         input_ids: Sequence[Sequence[int]] | None = None,
         timeout: float = 300.0,
+        sampling: Mapping[str, object] | None = None,
     ) -> list[dict]:
         """Generate for a batch of prompts (or token-id lists); one dict per item with
-        `text`, `output_ids` and SGLang's `meta_info` (spec_verify_ct, spec_accept_length, ...)."""
+        `text`, `output_ids` and SGLang's `meta_info` (spec_verify_ct, spec_accept_length, ...).
+        `sampling`: more SGLang sampling parameters (e.g. a `regex`, `json_schema` or `ebnf` grammar)."""
         if (prompts is None) == (input_ids is None):
             raise ValueError("give exactly one of prompts or input_ids")
-        body: dict = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}}
+        body: dict = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                          **(sampling or {})}}
         if prompts is not None:
             body["text"] = [prompts] if isinstance(prompts, str) else list(prompts)
         else:

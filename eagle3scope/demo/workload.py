@@ -1,10 +1,11 @@
 """A steady stream of requests against a running server, so the demo always has steps to show.
 
 Each worker thread sends one ``/generate`` at a time; ``concurrency`` workers make the scheduler
-batch. Requests cycle through the prompts and through ``temperatures`` (greedy only unless told;
-temperature > 0 takes SGLang's sampling verify). Results (SGLang's ``meta_info`` per request, with
-the temperature asked) are kept, bounded, so tests can compare the shim's events with what SGLang
-itself reports.
+batch. Requests cycle through the prompts, through ``temperatures`` (greedy only unless told;
+temperature > 0 takes SGLang's sampling verify) and through ``constraints`` (grammar kinds of
+:mod:`eagle3scope.demo.constraints`; ``None``: a free request). Results (SGLang's ``meta_info`` per
+request, with the temperature and constraint asked) are kept, bounded, so tests can compare the
+shim's events with what SGLang itself reports.
 """
 
 from __future__ import annotations
@@ -14,20 +15,22 @@ import threading
 from collections import deque
 from typing import Sequence
 
+from eagle3scope.demo import constraints as grammars
 from eagle3scope.demo.server import SGLangServer, ServerError
 
 
 class Workload:
     def __init__(self, server: SGLangServer, prompts: Sequence[str], *, concurrency: int = 2,
                  max_new_tokens: int = 64, keep: int = 4096,
-                 temperatures: Sequence[float] = (0.0,)) -> None:
-        if not prompts or not temperatures:
-            raise ValueError("the workload needs at least one prompt and one temperature")
+                 temperatures: Sequence[float] = (0.0,), constraints: Sequence[str | None] = (None,)) -> None:
+        if not prompts or not temperatures or not constraints:
+            raise ValueError("the workload needs at least one prompt, one temperature and one constraint (None: free)")
         self.server = server
         self.prompts = list(prompts)
         self.concurrency = concurrency
         self.max_new_tokens = max_new_tokens
         self.temperatures = list(temperatures)
+        self.constraints = list(constraints)
         self.results: deque[dict] = deque(maxlen=keep)
         self.errors: deque[str] = deque(maxlen=16)
         self._stop = threading.Event()
@@ -49,11 +52,16 @@ class Workload:
             prompt = self.prompts[i % len(self.prompts)]
             # The temperature cycle is offset once per round of prompts, so that every prompt is
             # asked at every temperature.
-            temperature = self.temperatures[(i + i // len(self.prompts)) % len(self.temperatures)]
+            turn = i + i // len(self.prompts)
+            temperature = self.temperatures[turn % len(self.temperatures)]
+            # and the constraint changes once per round of temperatures: every kind at every temperature
+            constraint = self.constraints[turn // len(self.temperatures) % len(self.constraints)]
+            sampling = grammars.sampling_params(constraint, prompt) if constraint else None
             try:
                 out = self.server.generate(prompt, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                                           timeout=120)
-                self.results.extend({**r, "temperature": temperature, "prompt": prompt} for r in out)
+                                           timeout=120, sampling=sampling)
+                self.results.extend({**r, "temperature": temperature, "prompt": prompt, "constraint": constraint}
+                                    for r in out)
             except ServerError as exc:
                 self.errors.append(str(exc).splitlines()[0])
                 if self.server.proc is None or self.server.proc.poll() is not None:

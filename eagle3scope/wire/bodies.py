@@ -316,6 +316,9 @@ class Step(TypedDict, total=False):
     discarded: Annotated[list[str], NameList(MAX_BATCH)]
     ctx_len: Annotated[list[int], PerRequest(required=False)]
     greedy: Annotated[list[bool], PerRequest(required=False)]
+    #: per request: whether SGLang constrains it by a grammar (regex, JSON schema, EBNF, structural tag);
+    #: only in steps with a constrained request (absent: none, or a shim from before the field)
+    constrained: Annotated[list[bool], PerRequest(required=False)]
 
 
 # -- config, heartbeat, hook --------------------------------------------------------------------

@@ -77,7 +77,9 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
     e.g. a finished request's extra overlap tick: the per-request lists then hold only the committed
     requests, so every consumer counts what SGLang counts), ctx_len (per request, the tokens in its
     context as the round ends: SGLang's host-side ``seq_lens_cpu``), greedy (per request, true when
-    SGLang decodes it greedily: its ``top_k <= 1``).
+    SGLang decodes it greedily: its ``top_k <= 1``), constrained ([bool per request]: a grammar
+    constrains it, regex / JSON schema / EBNF / structural tag; only in steps with such a request, so
+    its absence means none, or a recording made before the field).
 ``config`` (aux-layer configuration changed or refused)
     layers, captured, applied (bool), reason, origin ("startup"|"control"), request_id, and
     pause_ms only when the change recaptured the target's CUDA graphs (the serving pause).

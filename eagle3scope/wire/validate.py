@@ -313,10 +313,11 @@ def check_step(body: dict) -> None:
 
 
 def _check_variants(body: dict, bs: int) -> None:
-    """The optional fields of trees and adaptive steps, consistent with ``accepted``: a round's budget
-    bounds its accepted drafts; a tree's path names one draft node per accepted draft."""
+    """The optional fields of trees, adaptive steps and constrained requests, consistent with
+    ``accepted``: a round's budget bounds its accepted drafts; a tree's path names one draft node per
+    accepted draft; ``constrained`` has one flag per request."""
     get = body.get
-    budget, path, discarded = get("num_steps"), get("accepted_path"), get("discarded")
+    budget, path, discarded, constrained = get("num_steps"), get("accepted_path"), get("discarded"), get("constrained")
     if budget is not None:
         if type(budget) is not int or not 0 <= budget <= MAX_DRAFT_TOKENS:
             _fail("b.num_steps", f"must be an integer in [0, {MAX_DRAFT_TOKENS}] or null", budget)
@@ -339,21 +340,25 @@ def _check_variants(body: dict, bs: int) -> None:
 
 
 def _per_request_values(body: dict, bs: int) -> None:
-    """The optional per-request facts the slices read: a context length and a greedy flag per request."""
+    """The optional per-request facts the slices read: a context length, a greedy flag and a
+    grammar flag per request."""
     get = body.get
-    ctx, greedy = get("ctx_len"), get("greedy")
+    ctx = get("ctx_len")
     if ctx is not None:
         if type(ctx) is not list or len(ctx) != bs:
             _fail("b.ctx_len", f"must be a list of length bs={bs}", ctx)
         for n in ctx:
             if type(n) is not int or not 0 <= n <= MAX_CONTEXT:
                 _fail("b.ctx_len", f"items must be integers in [0, {MAX_CONTEXT}]", n)
-    if greedy is not None:
-        if type(greedy) is not list or len(greedy) != bs:
-            _fail("b.greedy", f"must be a list of length bs={bs}", greedy)
-        for flag in greedy:
+    for name in ("greedy", "constrained"):
+        flags = get(name)
+        if flags is None:
+            continue
+        if type(flags) is not list or len(flags) != bs:
+            _fail(f"b.{name}", f"must be a list of length bs={bs}", flags)
+        for flag in flags:
             if type(flag) is not bool:
-                _fail("b.greedy", "items must be true or false", flag)
+                _fail(f"b.{name}", "items must be true or false", flag)
 
 
 def validate_body(kind: str, body: dict) -> None:

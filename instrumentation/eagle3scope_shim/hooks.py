@@ -277,6 +277,8 @@ def make_step(seam):
             return  # verify went unobserved (its hook failed): no acceptance to report
         batch = args[0] if args else next(iter(kwargs.values()))
         rids = list(map(_RID, batch.reqs))  # no comprehension: its frame is a call
+        if getattr(batch, "has_grammar", True):  # SGLang's own flag: no per-request look for a free batch
+            step.constrained = _constrained(batch.reqs)
         if not step.prefill:
             _request_facts(step, batch)
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
@@ -314,6 +316,13 @@ def _request_facts(step, batch) -> None:
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
 MAX_UNCOMMITTED = 4
 COMMIT_SEAM = "commit.resolve"
+
+
+def _constrained(reqs) -> list[bool] | None:
+    """Per request, whether a grammar constrains it (host metadata: ``Req.grammar``, set by SGLang's
+    grammar backend); None when none does, so a free batch's step carries no field."""
+    flags = [getattr(req, "grammar", None) is not None for req in reqs]
+    return flags if True in flags else None
 
 
 def _commit_observed() -> bool:
@@ -765,6 +774,8 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
         greedy = _greedy(step.reqs)
         if greedy is not None:
             body["greedy"] = greedy
+    if step.constrained is not None:
+        body["constrained"] = step.constrained
     if step.discarded:
         _drop_discarded(body, set(step.discarded))
     VERDICT.observe(body)

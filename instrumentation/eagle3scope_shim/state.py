@@ -35,7 +35,8 @@ class Step:
     """What the hooks learn during one ``forward_batch_generation`` call."""
 
     __slots__ = ("passes", "draft", "verify", "draft_ns", "verify_ns", "extend_ns", "prefill", "slot", "dropped",
-                 "num_steps", "path", "discarded", "forwards", "feed", "verify_end", "draft_from", "ctx_len", "reqs")
+                 "num_steps", "path", "discarded", "forwards", "feed", "verify_end", "draft_from", "ctx_len", "reqs",
+                 "constrained")
 
     def __init__(self) -> None:
         #: (mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None) as the hooks saw them, appended
@@ -54,6 +55,7 @@ class Step:
         self.discarded = None  # rids whose round SGLang ran but did not commit (the commit seam)
         self.ctx_len = None  # the batch's seq_lens_cpu, a host tensor SGLang never writes in place (hooks._request_facts)
         self.reqs: tuple | None = None  # the batch's requests, for their greedy flags (read by the publisher thread)
+        self.constrained: list[bool] | None = None  # per request: has a grammar (only when one has)
         self.draft_ns = self.verify_ns = self.extend_ns = None
         self.verify_end: int | None = None  # perf_counter_ns as verify returned, where the extend is timed from it
         #: (perf_counter_ns, width of the hidden states it gets) as the step began, where the draft hook is out

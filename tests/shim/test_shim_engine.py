@@ -122,16 +122,23 @@ def _drive(launched, *, concurrent=False, temperatures=(0.0,), prompts=PROMPTS, 
                 responses = list(pool.map(ask, requests))
         else:
             responses = [ask(r) for r in requests]
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 1.5:
-            new = sub.poll(timeout_ms=200)
-            frames += new
-            if any(f.kind == "step" for f in new):
-                quiet_since = time.monotonic()
+        frames += _until_quiet(sub)
     finally:
         srv.stop()  # not ``with srv``: entering a server starts it (it was launched already)
         sub.close()
     return frames, responses
+
+
+def _until_quiet(sub, quiet_s: float = 1.5) -> list:
+    """The frames still arriving once the requests are answered, until no step came for ``quiet_s``."""
+    frames = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < quiet_s:
+        new = sub.poll(timeout_ms=200)
+        frames += new
+        if any(f.kind == "step" for f in new):
+            quiet_since = time.monotonic()
+    return frames
 
 
 class ServerPool:

@@ -544,6 +544,39 @@ def test_a_decode_step_waits_for_the_commit_and_keeps_only_the_committed_request
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
 
 
+class GrammarReq(Req):
+    def __init__(self, rid, grammar, done=False):
+        super().__init__(rid, done)
+        self.grammar = grammar
+
+
+def test_a_step_says_which_requests_a_grammar_constrains_and_follows_the_committed_ones(committing):
+    """``constrained`` comes from SGLang's host metadata (``Req.grammar``), one flag per request, and
+    loses a discarded request's flag with its other per-request lists."""
+    step_hook, commit_hook = hooks.FACTORIES["step"]("u.step"), hooks.FACTORIES["commit"](hooks.COMMIT_SEAM)
+    batch = DecodeBatch([GrammarReq("json", object()), GrammarReq("free", None), GrammarReq("done", object(), done=True)])
+    batch.has_grammar = True
+    result = _run_round(step_hook, batch, [2, 1, 1])
+    commit_hook(_settle, None, result, batch)
+    (_, payload, finalize), = committing.submitted
+    body = finalize(payload)
+    assert body["rids"] == ["json", "free"] and body["constrained"] == [True, False]
+    assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
+
+
+@pytest.mark.parametrize("has_grammar", [False, None])
+def test_a_step_of_free_requests_carries_no_constrained_field(committing, has_grammar):
+    """A batch SGLang marks grammar-free is not looked through; one without the flag is, and has none."""
+    step_hook = hooks.FACTORIES["step"]("u.step")
+    batch = DecodeBatch([GrammarReq("a", object() if has_grammar is False else None), GrammarReq("b", None)])
+    if has_grammar is not None:
+        batch.has_grammar = has_grammar
+    _run_round(step_hook, batch, [1, 1])
+    hooks.FACTORIES["commit"](hooks.COMMIT_SEAM)(_settle, None, KEEP[-1], batch)
+    (_, payload, finalize), = committing.submitted
+    assert "constrained" not in finalize(payload)
+
+
 def test_steps_never_settled_are_published_as_run_and_in_order(committing):
     step_hook = hooks.FACTORIES["step"]("u.step")
     batch = DecodeBatch([Req("r")])

@@ -108,7 +108,7 @@ FIELDS = [(kind, name, k, b) for kind, typed in bodies.BODIES.items() for name, 
 def test_every_kind_has_a_type_and_only_those():
     assert KINDS == tuple(bodies.BODIES) == ("hello", "load", "step", "config", "heartbeat", "hook", "finish")
     assert bodies.PER_REQUEST == ("rids", "draft_ids", "accepted", "bonus", "accepted_ids", "accepted_path", "ctx_len",
-                                  "greedy")
+                                  "greedy", "constrained")
 
 
 @pytest.mark.parametrize("kind, name, field_type, bound", FIELDS, ids=[f"{k}.{n}" for k, n, _, _ in FIELDS])
@@ -121,6 +121,14 @@ def test_each_field_is_held_to_its_declared_bound(kind, name, field_type, bound)
     for value in _bad(field_type, bound):
         with pytest.raises(BodyError):
             validate_body(kind, {**base, name: value})
+
+
+def test_constrained_holds_one_flag_per_request():
+    one = {**BASE["step"], "bs": 1, "rids": ["r"], "draft_ids": [[]], "accepted": [0], "bonus": [1], "accepted_ids": [[5]]}
+    validate_body("step", {**one, "constrained": [True]})
+    for bad in ([1], [None], ["true"], [True, False], []):
+        with pytest.raises(BodyError, match="constrained"):
+            validate_body("step", {**one, "constrained": bad})
 
 
 def test_fields_no_type_names_pass_as_plain_data_only():
