@@ -31,6 +31,8 @@ READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
     "eagle3scope/exporter/metrics.py", "eagle3scope/doctor/config_checks.py")
 BOUNDARIES = "tests/store/test_store_boundaries.py"
 SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
+REPLAYER, PACING = "eagle3scope/store/replayer.py", "tests/test_replay_pacing.py"
+AUX_CHANNEL = "instrumentation/eagle3scope_shim/aux_channel.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -149,6 +151,23 @@ MUTATIONS = [
     ("round 4 loss: the recorder tracks one publisher past the cap", LOSS,
      "if len(self.sources) >= MAX_PUBLISHERS:", "if len(self.sources) > MAX_PUBLISHERS:",
      ["tests/test_loss_accounting.py"]),
+    # promised behaviours no test pinned (a rule's window, replay pacing after a seek, the v2 bonus, the
+    # nonce memory) and the same gap around each; "pins" selects them
+    ("pins rules: zero-acceptance reads the whole run, not its rolling window", RULES,
+     "    mean = acc.mean_accept_length\n", "    mean = acc.cumulative_mean_accept_length\n",
+     ["tests/rules/test_rules_evidence.py"]),
+    ("pins replayer: a seek keeps the old schedule", REPLAYER,
+     "            self._sched = None\n            self._last_t = self._pace_t = None",
+     "            self._last_t = self._pace_t = None", [PACING]),
+    ("pins replayer: a step while playing keeps the old schedule", REPLAYER,
+     "                    break\n            self._sched = None\n", "                    break\n", [PACING]),
+    ("pins replayer: a speed change keeps the old schedule", REPLAYER,
+     "            self._speed = _clamp(value)\n            self._sched = None\n", "            self._speed = _clamp(value)\n",
+     [PACING]),
+    ("pins control: a nonce forgotten one window after it was seen (a request stamped ahead replays)", AUX_CHANNEL,
+     "< now - 2 * REPLAY_WINDOW_S", "< now - REPLAY_WINDOW_S", ["tests/control/test_control_protocol.py"]),
+    ("pins control: a nonce forgotten at the very end of its request's window", AUX_CHANNEL,
+     "< now - 2 * REPLAY_WINDOW_S", "<= now - 2 * REPLAY_WINDOW_S", ["tests/control/test_control_protocol.py"]),
 ]
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",
@@ -251,6 +270,8 @@ SHIM_MUTATIONS = [
      "            ctx = t1 = clock()", "            ctx, t1 = None, clock()", [SHIM_UNIT]),
     ("round 8 shim: the draft timed to verify's end, not its start", SHIM_HOOKS,
      "        step.draft_ns = verify_began - began[0]", "        step.draft_ns = _now() - began[0]", [GRAPH_EVIDENCE]),
+    ("pins shim: a v2 request that committed nothing reported with a bonus", SHIM_HOOKS,
+     "accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0", "accepted[i], bonus[i] = max(n - 1, 0), 1", [SHIM_UNIT]),
 ]
 
 

@@ -189,3 +189,72 @@ def test_an_outlier_is_lone_when_the_frame_after_it_is_exactly_the_largest_gap_o
     t0 = 1_000_000_000
     _record_at(tmp_path / "f.e3s", [t0, t0 + 10 ** 18, t0 + int(MAX_GAP_S * 1e9)])
     assert _due_times(tmp_path / "f.e3s") == [50.0, 50.0, 55.0]
+
+
+def _play_to_the_end(r: Replayer, now: list) -> None:
+    while not r.finished:
+        now[0] += r.wait_s()
+        r.due()
+
+
+@pytest.mark.parametrize("sat_s", [0.0, 60.0])
+@pytest.mark.parametrize("seek", ["index", "step", "time"])
+def test_a_seek_back_after_the_clock_ran_paces_from_the_moment_of_the_seek(tmp_path, seek, sat_s):
+    """The replay played to its end (1.9 s of a simulated clock) and sat there ``sat_s``; a seek
+    back to step 5 hands out that step at once and each later one its 100 ms gap after it, not
+    every frame the old schedule would have let through by now."""
+    frames = _record(tmp_path / "b.e3s", [100_000_000] * 20, batch=4)
+    now = [50.0]
+    r = Replayer(tmp_path / "b.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        _play_to_the_end(r, now)
+        assert now[0] == pytest.approx(51.9)
+        now[0] += sat_s
+        go = {"index": lambda: r.seek_index(5), "step": lambda: r.seek_step(5), "time": lambda: r.seek_time(frames[5].t)}
+        assert go[seek]() == 5
+        sought = now[0]
+        assert [f.n for f in r.due()] == [frames[5].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = sought + 0.099
+        assert r.due() == []
+        now[0] = sought + 0.1
+        assert [f.n for f in r.due()] == [frames[6].n]
+        now[0] = sought + 0.35
+        assert [f.n for f in r.due()] == [f.n for f in frames[7:9]]
+    finally:
+        r.close()
+
+
+def test_a_step_while_playing_paces_what_follows_from_the_step(tmp_path):
+    """``step_one`` 3 s into a 5 s silence hands out the step waited for; playing on re-anchors at
+    that moment (the next frame at once, as after a resume or a seek, then each its 100 ms gap), not
+    at where the schedule stood before the silence, which would let the next 3 s of frames through."""
+    frames = _record(tmp_path / "s.e3s", [0, 5_000_000_000] + [100_000_000] * 40, batch=4)
+    now = [50.0]
+    r = Replayer(tmp_path / "s.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] = 53.0
+        assert [f.n for f in r.step_one()] == [frames[1].n]
+        assert [f.n for f in r.due()] == [frames[2].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 53.1
+        assert [f.n for f in r.due()] == [frames[3].n]
+    finally:
+        r.close()
+
+
+def test_a_speed_change_paces_from_the_moment_it_is_made(tmp_path):
+    """Pressing ``+`` half-way through a 4 s gap at 1x: the frame waited for is due at once, and the
+    ones after it at the new speed from then on (a 100 ms gap at 4x: 25 ms)."""
+    frames = _record(tmp_path / "v.e3s", [0, 4_000_000_000] + [100_000_000] * 4, batch=4)
+    now = [50.0]
+    r = Replayer(tmp_path / "v.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] += 2.0
+        assert r.due() == [] and r.wait_s() == pytest.approx(2.0)
+        r.speed = 4.0
+        assert [f.n for f in r.due()] == [frames[1].n] and r.wait_s() == pytest.approx(0.025)
+        now[0] += 0.025
+        assert [f.n for f in r.due()] == [frames[2].n]
+    finally:
+        r.close()

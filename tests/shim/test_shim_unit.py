@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
@@ -39,6 +40,19 @@ def test_v2_accept_lens_include_the_bonus():
     assert body["accepted"] == [2, 0, 3] and body["bonus"] == [1, 1, 1]
     assert body["accepted_ids"] == [[10, 11, 99], [44], [30, 31, 32, 33]]
     assert body["mode"] == "decode" and body["passes"][1] == {"mode": "draft_extend_v2", "width": 384, "fc": True, "n": 1}
+
+
+def test_v2_a_request_that_committed_nothing_has_no_bonus():
+    """An ``accept_lens`` of 0 (a row that committed nothing this round): no bonus, no accepted drafts,
+    no ids, so the mean acceptance length the viewer computes from the step is 7 tokens over 3
+    request-steps, not 8."""
+    draft = Host([5, 10, 11, 12, 6, 20, 21, 22, 7, 30, 31, 32])
+    predict = Host([10, 11, 99, 0, 44, 0, 0, 0, 30, 31, 32, 33])
+    body = _decode_step(("v2", Host([3, 0, 4]), predict), draft)
+    assert body["accepted"] == [2, 0, 3] and body["bonus"] == [1, 0, 1]
+    assert body["accepted_ids"] == [[10, 11, 99], [], [30, 31, 32, 33]]
+    state = analyse([decode_frame(encode_frame("step", body, src="t", n=0))])
+    assert state.publishers["t"].acceptance.mean_accept_length == 7 / 3
 
 
 def test_v1_counts_exclude_the_bonus_and_tokens_are_packed():
