@@ -164,6 +164,19 @@ MUTATIONS = [
     ("pins replayer: a speed change keeps the old schedule", REPLAYER,
      "            self._speed = _clamp(value)\n            self._sched = None\n", "            self._speed = _clamp(value)\n",
      [PACING]),
+    ("pins replayer: a resume keeps the schedule from before the pause", REPLAYER,
+     "            self.paused = False\n            self._sched = None\n", "            self.paused = False\n", [PACING]),
+    ("pins replayer: a seek keeps the old pace and the old replay time", REPLAYER,
+     "            self._last_t = self._pace_t = None\n", "", [PACING]),
+    ("pins replayer: an overdue frame's wait is negative", REPLAYER,
+     "return max(0.0, self._due_at(frame, now) - now)", "return self._due_at(frame, now) - now", [PACING]),
+    ("pins views: each rank's accept length is the whole run's", VIEWS,
+     "rows = [RankRow(labels[src], pub.acceptance.mean_accept_length,",
+     "rows = [RankRow(labels[src], pub.acceptance.cumulative_mean_accept_length,", ["tests/test_analysis.py"]),
+    ("pins views: the panel's accept length is the whole run's", VIEWS,
+     "        mean=acc.mean_accept_length,", "        mean=acc.cumulative_mean_accept_length,", ["tests/test_analysis.py"]),
+    ("pins control: a parked set answered at the default wait, not its own wait_s", AUX_CHANNEL,
+     "time.monotonic() + wait, queued", "time.monotonic() + DEFAULT_WAIT_S, queued", ["tests/aux/test_aux_control.py"]),
     ("pins control: a nonce forgotten one window after it was seen (a request stamped ahead replays)", AUX_CHANNEL,
      "< now - 2 * REPLAY_WINDOW_S", "< now - REPLAY_WINDOW_S", ["tests/control/test_control_protocol.py"]),
     ("pins control: a nonce forgotten at the very end of its request's window", AUX_CHANNEL,
@@ -175,6 +188,7 @@ SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks
                                          "instrumentation/eagle3scope_shim/state.py")
 GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
 HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
+SHIM_SEAMS = "instrumentation/eagle3scope_shim/seams.py"
 
 # issue 28/29's shim round (session 10): the counting forward hook taken out on graph-free servers
 SHIM_MUTATIONS = [
@@ -270,6 +284,12 @@ SHIM_MUTATIONS = [
      "            ctx = t1 = clock()", "            ctx, t1 = None, clock()", [SHIM_UNIT]),
     ("round 8 shim: the draft timed to verify's end, not its start", SHIM_HOOKS,
      "        step.draft_ns = verify_began - began[0]", "        step.draft_ns = _now() - began[0]", [GRAPH_EVIDENCE]),
+    ("pins shim: a v1 verify of 0.5.10 (accept_length_per_req_cpu) unread", SHIM_SEAMS,
+     'V1_COUNT_FIELDS = ("accept_length_per_req_cpu", ', "V1_COUNT_FIELDS = (", [SHIM_UNIT]),
+    ("pins shim: a v1 verify of 0.5.12 on (num_correct_drafts_per_req_cpu) unread", SHIM_SEAMS,
+     ', "num_correct_drafts_per_req_cpu")', ")", [SHIM_UNIT]),
+    ("pins shim: a v1 verify's tokens before 0.5.12 (verified_id) unread", SHIM_SEAMS,
+     'V1_TOKEN_FIELDS = ("verified_id", "accept_tokens")', 'V1_TOKEN_FIELDS = ("accept_tokens",)', [SHIM_UNIT]),
     ("pins shim: a v2 request that committed nothing reported with a bonus", SHIM_HOOKS,
      "accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0", "accepted[i], bonus[i] = max(n - 1, 0), 1", [SHIM_UNIT]),
 ]

@@ -197,29 +197,32 @@ def _play_to_the_end(r: Replayer, now: list) -> None:
         r.due()
 
 
+@pytest.mark.parametrize("to", [5, 18])
 @pytest.mark.parametrize("sat_s", [0.0, 60.0])
 @pytest.mark.parametrize("seek", ["index", "step", "time"])
-def test_a_seek_back_after_the_clock_ran_paces_from_the_moment_of_the_seek(tmp_path, seek, sat_s):
+def test_a_seek_back_after_the_clock_ran_paces_from_the_moment_of_the_seek(tmp_path, seek, sat_s, to):
     """The replay played to its end (1.9 s of a simulated clock) and sat there ``sat_s``; a seek
-    back to step 5 hands out that step at once and each later one its 100 ms gap after it, not
-    every frame the old schedule would have let through by now."""
+    back to step ``to`` (18: one before the last) hands out that step at once and the next one its
+    100 ms gap after it, not every frame the old schedule (or the old pace) would let through by now;
+    the replay's time is that step's again."""
     frames = _record(tmp_path / "b.e3s", [100_000_000] * 20, batch=4)
     now = [50.0]
     r = Replayer(tmp_path / "b.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
     try:
         _play_to_the_end(r, now)
-        assert now[0] == pytest.approx(51.9)
+        assert now[0] == pytest.approx(51.9) and r.t_ns == frames[-1].t
         now[0] += sat_s
-        go = {"index": lambda: r.seek_index(5), "step": lambda: r.seek_step(5), "time": lambda: r.seek_time(frames[5].t)}
-        assert go[seek]() == 5
+        go = {"index": lambda: r.seek_index(to), "step": lambda: r.seek_step(to), "time": lambda: r.seek_time(frames[to].t)}
+        assert go[seek]() == to
         sought = now[0]
-        assert [f.n for f in r.due()] == [frames[5].n] and r.wait_s() == pytest.approx(0.1)
+        assert [f.n for f in r.due()] == [frames[to].n] and r.wait_s() == pytest.approx(0.1)
+        assert r.t_ns == frames[to].t
         now[0] = sought + 0.099
         assert r.due() == []
         now[0] = sought + 0.1
-        assert [f.n for f in r.due()] == [frames[6].n]
+        assert [f.n for f in r.due()] == [frames[to + 1].n]
         now[0] = sought + 0.35
-        assert [f.n for f in r.due()] == [f.n for f in frames[7:9]]
+        assert [f.n for f in r.due()] == [f.n for f in frames[to + 2:to + 4]]
     finally:
         r.close()
 
@@ -256,5 +259,40 @@ def test_a_speed_change_paces_from_the_moment_it_is_made(tmp_path):
         assert [f.n for f in r.due()] == [frames[1].n] and r.wait_s() == pytest.approx(0.025)
         now[0] += 0.025
         assert [f.n for f in r.due()] == [frames[2].n]
+    finally:
+        r.close()
+
+
+def test_a_resume_after_a_long_pause_paces_from_the_moment_of_the_resume(tmp_path):
+    """Paused for 10 s with no step taken in between: resuming hands out the next frame, and the ones
+    after it their 100 ms gaps from then, not the 10 s of frames the schedule before the pause owed."""
+    frames = _record(tmp_path / "p.e3s", [100_000_000] * 20, batch=4)
+    now = [50.0]
+    r = Replayer(tmp_path / "p.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] = 50.1
+        assert [f.n for f in r.due()] == [frames[1].n]
+        r.pause()
+        now[0] = 60.0
+        assert r.due() == [] and r.wait_s() is None
+        r.resume()
+        assert [f.n for f in r.due()] == [frames[2].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 60.1
+        assert [f.n for f in r.due()] == [frames[3].n]
+    finally:
+        r.close()
+
+
+def test_a_frame_overdue_is_waited_for_zero_seconds_never_less(tmp_path):
+    """A consumer that looks late (the clock 1 s past a frame's time) is told to wait 0 s, not -1 s
+    (a negative wait is no sleep a caller can make)."""
+    frames = _record(tmp_path / "w.e3s", [0, 100_000_000], batch=4)
+    now = [50.0]
+    r = Replayer(tmp_path / "w.e3s", clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        assert [f.n for f in r.due()] == [frames[0].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 51.1
+        assert r.wait_s() == 0.0 and [f.n for f in r.due()] == [frames[1].n]
     finally:
         r.close()

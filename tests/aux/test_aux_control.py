@@ -744,6 +744,29 @@ def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
     assert sent == [(b"p", {"status": "queued"})] and [p[1] for p in ctl._parked] == ["r2"]
 
 
+@pytest.mark.parametrize("wait_s", [0.5, 5.0])
+def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait_s):
+    """No step applies the change: the requester hears "queued" ``wait_s`` after asking (on the
+    channel's monotonic clock), not at the 2 s default, and not a moment before."""
+    target = StandInTarget(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    facts = aux_channel.Facts()
+    facts.target = facts.inner = target
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    sent, now = [], [100.0]
+    monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
+    monkeypatch.setattr(aux_channel.time, "monotonic", lambda: now[0])
+    assert ctl.handle(aux_channel.pack(sign({"cmd": "set", "layers": [1, 3, 4], "id": "w", "wait_s": wait_s}, "t" * 64)),
+                      b"peer") is None
+    for now[0] in (100.0, 100.0 + wait_s - 0.01):
+        ctl._answer_parked(None)
+        assert sent == [], now[0]
+    now[0] = 100.0 + wait_s
+    ctl._answer_parked(None)
+    assert [(peer, reply["status"], reply["id"]) for peer, reply in sent] == [(b"peer", "queued", "w")]
+
+
 def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128

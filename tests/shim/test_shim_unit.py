@@ -983,6 +983,22 @@ def test_a_v1_verify_keeps_sglangs_per_request_counts_and_packed_tokens(monkeypa
     assert STATE.step.verify == ("v1", [1, 0], [5, 6, 7]) and STATE.disabled == set()
 
 
+@pytest.mark.parametrize("counts, tokens", [("accept_length_per_req_cpu", "verified_id"),  # up to 0.5.10
+                                             ("num_accepted_drafts_per_req_cpu", "verified_id"),  # 0.5.11
+                                             ("num_correct_drafts_per_req_cpu", "accept_tokens")])  # 0.5.12 on
+def test_a_v1_verify_of_every_release_gives_the_same_step(monkeypatch, counts, tokens):
+    """Each release's names for the per-request counts and the packed tokens: a request that accepted
+    no draft still commits its bonus on v1, so the step is 2 + 0 accepted, 1 + 1 bonus, ids [5, 6], [7]."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    out = ns(**{counts: [1, 0], tokens: _CPU([5, 6, 7])})
+    hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
+    assert STATE.disabled == set()
+    body = hooks.finalize_step((3, 0, ["a", "b"], STATE.step, None))
+    assert (body["accepted"], body["bonus"], body["accepted_ids"]) == ([1, 0], [1, 1], [[5, 6], [7]])
+
+
 def test_the_tp_broadcast_hook_without_a_channel_passes_sglangs_call_through(monkeypatch, caplog):
     from eagle3scope_shim import collective
 
