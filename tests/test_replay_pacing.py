@@ -285,3 +285,34 @@ def test_a_frame_overdue_is_waited_for_zero_seconds_never_less(tmp_path):
         assert [f.n for f in r.due()] == [frames[0].n] and r.wait_s() == pytest.approx(0.1)
         now[0] = 51.1
         assert r.wait_s() == 0.0 and [f.n for f in r.due()] == [frames[1].n]
+
+
+def test_a_clock_stepped_back_costs_nothing_to_the_nanosecond(tmp_path):
+    """Two frames stamped 1 s before the ones they follow (a clock stepped back, not a lone outlier):
+    the first of them is due exactly with the frame before it, the second its 10 ms on from there."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "c.e3s", [t0, t0 + 10_000_000, t0 - 1_000_000_000, t0 - 990_000_000])
+    at = _due_times(tmp_path / "c.e3s")
+    assert at[:3] == [50.0, at[1], at[1]] and at[3] - at[2] == pytest.approx(0.01, abs=1e-9)
+
+
+def test_a_damaged_last_batch_ends_the_replay_after_the_frames_before_it(tmp_path):
+    """README "Bounds" (readers read the rest): the batch at the end unreadable, the replay plays every
+    frame before it, lists the damage once and is finished (no error past the last batch)."""
+    import sqlite3
+
+    path = tmp_path / "l.e3s"
+    frames = _record(path, [1_000_000] * 15, batch=5)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 2")
+    con.close()
+    r = Replayer(path, clock=lambda: 0.0)
+    try:
+        played = []
+        while not r.finished:
+            played += r.step_one()
+        assert [f.n for f in played] == [f.n for f in frames[:10]] and len(r.errors) == 1
+        assert r.due() == [] and r.wait_s() is None
+    finally:
+        r.close()
