@@ -363,11 +363,13 @@ def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch
         assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
-    monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
+    wide = f"tcp://0.0.0.0:{free_port()}"
+    monkeypatch.setenv(ENV_CONTROL, wide)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
         assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
-    assert "not a loopback endpoint" in caplog.text
+    assert caplog.messages == [f"eagle3scope: control channel not started: {wide} is not a loopback endpoint"
+                               " (use an SSH tunnel)"]
 
 
 def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
@@ -582,6 +584,23 @@ def test_gather_facts_and_blockers(monkeypatch):
     odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
     assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
     assert "unknown model family" in _gather(monkeypatch, StandInTarget(8), runner=eager).why_not
+
+
+def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(monkeypatch):
+    monkeypatch.setattr(FACTS, "workers", [])
+    sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    assert aux_channel.gather(SimpleNamespace(server_args=sa)).why_not == \
+        "no EAGLE worker in this process (is speculative decoding on?)"
+
+
+def test_a_refused_set_is_answered_with_its_request_id():
+    """The requester matches a refusal to its request by ``id``, as it does an outcome."""
+    facts = aux_channel.Facts()
+    facts.target = facts.inner = StandInTarget(8)  # captures nothing: every set is refused
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    reply = ctl.handle(aux_channel.pack(sign({"cmd": "set", "layers": [1, 3, 4], "id": "r7"}, "t" * 64)))
+    assert (reply["ok"], reply["id"]) == (False, "r7") and "does not capture aux states" in reply["error"]
 
 
 def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
