@@ -1078,6 +1078,40 @@ def test_the_worker_calls_time_their_phase_into_the_step(monkeypatch):
     assert STATE.step.verify_ns >= 2_000_000 and STATE.step.extend_ns >= 2_000_000 and STATE.step.draft_ns is None
 
 
+def test_a_v1_call_is_timed_from_its_start_on_the_shims_clock(monkeypatch):
+    """v1's verify and draft hooks time the call they wrap: on a clock that reads 1,000 ns at the
+    call's start and 4,500 ns at its end, the step's verify_ns is 3,500."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    ticks = iter([1_000, 4_500])
+    monkeypatch.setattr(hooks, "_now", lambda: next(ticks))
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    out = ns(num_accepted_drafts_per_req_cpu=[1], accept_tokens=_CPU([5, 6]))
+    hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
+    assert STATE.step.verify_ns == 3_500 and STATE.disabled == set()
+
+
+@pytest.mark.parametrize("stage", ["no _draft_worker", "its own _draft_worker"])
+def test_a_v2_worker_is_registered_with_its_drafts_embedding_width(monkeypatch, stage):
+    """At a v2 worker's init the shim keeps (worker, target, draft) and the draft's embedding width,
+    which decides fc on the passes read at their callers; only a pipeline stage whose
+    ``_draft_worker`` is None (no draft there) is skipped."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(FACTS, "workers", [])
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    draft = ns(model=ns(embed_tokens=ns(weight=ns(shape=(500, 96)))))
+    target = ns()
+    worker = ns(draft_worker=ns(draft_runner=ns(model=draft)), target_worker=ns(model_runner=ns(model=target)))
+    if stage == "its own _draft_worker":
+        worker._draft_worker = worker.draft_worker
+    hooks.FACTORIES["worker_init_v2"]("v2.init")(lambda self: None, worker)
+    assert FACTS.workers == [("v2", worker, target, draft)] and FACTS.draft_embed_width == 96
+    worker._draft_worker = None
+    hooks.FACTORIES["worker_init_v2"]("v2.init")(lambda self: None, worker)
+    assert len(FACTS.workers) == 1 and STATE.disabled == set()
+
+
 def test_a_request_without_a_verify_count_is_committed_not_a_failure(monkeypatch):
     """The commit hook reads spec_verify_ct where SGLang keeps one; a request without it is never discarded."""
     import weakref
