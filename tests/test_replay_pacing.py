@@ -273,6 +273,7 @@ def test_a_resume_after_a_long_pause_paces_from_the_moment_of_the_resume(tmp_pat
         now[0] = 60.0
         assert r.due() == [] and r.wait_s() is None
         r.resume()
+        assert r.paused is False
         assert [f.n for f in r.due()] == [frames[2].n] and r.wait_s() == pytest.approx(0.1)
         now[0] = 60.1
         assert [f.n for f in r.due()] == [frames[3].n]

@@ -586,6 +586,60 @@ def test_gather_facts_and_blockers(monkeypatch):
     assert "unknown model family" in _gather(monkeypatch, StandInTarget(8), runner=eager).why_not
 
 
+def test_each_refusal_to_start_the_channel_is_logged_whole(monkeypatch, caplog):
+    """Without a token file named, and when starting raises: one warning each, naming the variable,
+    or the exception's type and text (start never raises into the publisher's startup)."""
+    monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
+    monkeypatch.delenv(ENV_TOKEN_FILE, raising=False)
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert caplog.messages == [f"eagle3scope: control channel not started: {ENV_CONTROL} is set but {ENV_TOKEN_FILE} is not"]
+
+    def broken(*args):
+        raise RuntimeError("no sockets left")
+
+    monkeypatch.setattr(aux_channel, "_start", broken)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert caplog.messages == ["eagle3scope: control channel not started: RuntimeError: no sockets left"]
+
+
+def test_a_channel_starts_from_the_latest_set_the_shim_saw_and_has_dropped_nothing(monkeypatch):
+    """``current``: the ids of the last set_eagle3_layers_to_capture call the shim saw (before the
+    channel existed), else the configured ones; ``dropped`` counts from 0."""
+    monkeypatch.setattr(FACTS, "aux_calls", [{"requested": [1, 3, 4], "captured": [2, 4, 5], "on": True}])
+    facts = aux_channel.Facts()
+    facts.configured = [2, 4, 5]
+    assert aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts).current == [1, 3, 4]
+    monkeypatch.setattr(FACTS, "aux_calls", [])
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    assert (ctl.current, ctl.dropped, ctl.refused_tokens) == ([2, 4, 5], 0, 0)
+
+
+class _Parts:
+    """A ROUTER socket holding one message: ``recv`` hands out its frames, RCVMORE says what is left."""
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = list(parts)
+
+    def recv(self, flags: int = 0) -> bytes:
+        return self.parts.pop(0)
+
+    def getsockopt(self, option) -> int:
+        return int(bool(self.parts))
+
+
+@pytest.mark.parametrize("parts", [(b"peer", b"x"), (b"peer", b"", b"x", b"more"), (b"peer", b"no-delimiter", b"x")])
+def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(monkeypatch, parts):
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    sent = []
+    monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
+    ctl._serve_one(_Parts(*parts))
+    assert sent == [(b"peer", {"ok": False, "error": "a control request is one frame sent from a REQ socket"})]
+
+
 def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(monkeypatch):
     monkeypatch.setattr(FACTS, "workers", [])
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
@@ -763,10 +817,10 @@ def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
     assert sent == [(b"p", {"status": "queued"})] and [p[1] for p in ctl._parked] == ["r2"]
 
 
-@pytest.mark.parametrize("wait_s", [0.5, 5.0])
+@pytest.mark.parametrize("wait_s", [0.5, 5.0, None])
 def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait_s):
     """No step applies the change: the requester hears "queued" ``wait_s`` after asking (on the
-    channel's monotonic clock), not at the 2 s default, and not a moment before."""
+    channel's monotonic clock; a set without one, 2 s), and not a moment before."""
     target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     facts = aux_channel.Facts()
@@ -776,8 +830,9 @@ def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait
     sent, now = [], [100.0]
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     monkeypatch.setattr(aux_channel.time, "monotonic", lambda: now[0])
-    assert ctl.handle(aux_channel.pack(sign({"cmd": "set", "layers": [1, 3, 4], "id": "w", "wait_s": wait_s}, "t" * 64)),
-                      b"peer") is None
+    asked = {"cmd": "set", "layers": [1, 3, 4], "id": "w"} | ({} if wait_s is None else {"wait_s": wait_s})
+    assert ctl.handle(aux_channel.pack(sign(asked, "t" * 64)), b"peer") is None
+    wait_s = 2.0 if wait_s is None else wait_s
     for now[0] in (100.0, 100.0 + wait_s - 0.01):
         ctl._answer_parked(None)
         assert sent == [], now[0]
