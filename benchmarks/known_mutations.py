@@ -329,6 +329,8 @@ SHIM_MUTATIONS = [
      'if getattr(self, "_draft_worker", self) is None:', 'if getattr(self, "_draft_worker", None) is None:', [SHIM_UNIT]),
     ("pins shim: a broadcast's recv_reqs by keyword loses the pulled requests", SHIM_HOOKS,
      '"recv_reqs": collective.inject(reqs, change)})', '"recv_reqs": collective.inject(change)})', ["tests/aux/test_aux_tp.py"]),
+    ("pins shim: a CPU tree path of one request read as flat (IndexError)", SHIM_HOOKS,
+     "    if flat and type(flat[0]) is list:", "    if flat and type(flat[1]) is list:", [SHIM_UNIT]),
     ("pins shim: a v2 request that committed nothing reported with a bonus", SHIM_HOOKS,
      "accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0", "accepted[i], bonus[i] = max(n - 1, 0), 1", [SHIM_UNIT]),
 ]

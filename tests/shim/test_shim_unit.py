@@ -488,6 +488,17 @@ def test_a_tree_step_names_the_accepted_path_by_accept_index():
     assert [ids[:a] for ids, a in zip(body["accepted_ids"], body["accepted"])] == [[11], [20, 22]]
 
 
+def test_a_tree_step_of_one_request_names_its_path_from_a_cpu_snapshot_too():
+    """One request: accept_index is [[root, node, node]] on a CPU snapshot (one row) or flat from the
+    ring; either way the accepted path is nodes 2 and 3 of its draft_ids (global 2 and 3, less the root)."""
+    step = Step()
+    step.draft, step.verify = Host([5, 10, 11, 12]), ("v2", Host([3]), Host([11, 12, 66, 0]))
+    for path in (Host([[0, 2, 3]]), Host([0, 2, 3])):
+        step.path = path
+        body = hooks.finalize_step((1, 0, ["a"], step, None))
+        assert (body["accepted"], body["bonus"], body["accepted_path"]) == ([2], [1], [[1, 2]])
+
+
 class Req:
     def __init__(self, rid, done=False):
         self.rid, self.done, self.is_retracted, self.spec_verify_ct = rid, done, False, 0
