@@ -657,6 +657,30 @@ def test_a_refused_set_is_answered_with_its_request_id():
     assert (reply["ok"], reply["id"]) == (False, "r7") and "does not capture aux states" in reply["error"]
 
 
+def test_gather_reads_an_eagle_config_given_as_an_object_too(monkeypatch):
+    """A draft config whose eagle_config is an object (a config class's attribute), not a dict: the
+    configured aux ids are read from it all the same."""
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
+    eagle = SimpleNamespace(eagle_aux_hidden_state_layer_ids=[1, 3, 4])
+    draft = SimpleNamespace(config=SimpleNamespace(eagle_config=eagle, target_hidden_size=128), model=SimpleNamespace(fc=fc))
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=None))
+    monkeypatch.setattr(FACTS, "workers", [("v2", worker, target, draft)])
+    monkeypatch.setattr(FACTS, "aux_calls", [])
+    sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    facts = aux_channel.gather(SimpleNamespace(server_args=sa))
+    assert (facts.configured, facts.expected) == ([1, 3, 4], 3)
+
+
+def test_an_applied_change_is_logged_with_its_ids_and_request(channel, caplog):
+    ctl, target, client, _ = channel
+    assert client.set([1, 3, 4], request_id="logged", wait_s=0)["status"] == "queued"
+    with caplog.at_level(logging.INFO, logger="eagle3scope"):
+        ctl.apply_pending()
+    assert "eagle3scope: aux layers set to [1, 3, 4] (captured [2, 4, 5]) by control request logged" in caplog.messages
+
+
 def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
@@ -729,6 +753,9 @@ def test_a_failed_recapture_restores_the_previous_set_and_its_graphs(graph_chann
         client.set([1, 3, 4], wait_s=3, recapture=True)
     assert target.model.layers_to_capture == [3, 5, 6] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
     assert client.list()["current"] == [2, 4, 5] and recorder.events[-1][1]["applied"] is False
+    runner.fail = 1  # the refusal of a change that failed names the request, as its outcome does
+    reply = client.raw(client.sign({"cmd": "set", "layers": [1, 3, 4], "id": "f1", "wait_s": 3, "recapture": True}))
+    assert (reply["ok"], reply["id"]) == (False, "f1") and "restored [2, 4, 5]" in reply["error"]
 
 
 def test_recapture_field_and_its_longer_wait(channel):
