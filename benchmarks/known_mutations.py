@@ -32,6 +32,8 @@ READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
 BOUNDARIES = "tests/store/test_store_boundaries.py"
 SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
 CONTRACTS = "eagle3scope/wire/contracts.py"
+REPLAYER, PACING = "eagle3scope/store/replayer.py", "tests/test_replay_pacing.py"
+AUX_CHANNEL = "instrumentation/eagle3scope_shim/aux_channel.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -134,7 +136,7 @@ MUTATIONS = [
      '"Use SGLang 0.5.12 or newer."', '"Use SGLang 0.5.11 or newer."', ["tests/doctor/test_doctor_texts.py"]),
     # issue 29, fourth round (analysis and wire): bugs planted by hand, each killed by a named fast test
     ("round 4 rules: an error that turned into a warning is downgraded", RULES,
-     'previous.severity = severity if severity == "error" else previous.severity', "previous.severity = severity",
+     "if SEVERITY_ORDER[severity] < SEVERITY_ORDER[previous.severity]:", "if True:",
      ["tests/rules/test_rules_evidence.py"]),
     ("round 4 validate: an unknown field may nest one level deeper than the bound", VALIDATE,
      'check_plain(item, f"{path}.{key}", 1)', 'check_plain(item, f"{path}.{key}", 0)',
@@ -150,6 +152,75 @@ MUTATIONS = [
     ("round 4 loss: the recorder tracks one publisher past the cap", LOSS,
      "if len(self.sources) >= MAX_PUBLISHERS:", "if len(self.sources) > MAX_PUBLISHERS:",
      ["tests/test_loss_accounting.py"]),
+    # promised behaviours no test pinned (a rule's window, replay pacing after a seek, the v2 bonus, the
+    # nonce memory) and the same gap around each; "pins" selects them
+    ("pins rules: zero-acceptance reads the whole run, not its rolling window", RULES,
+     "    mean = acc.mean_accept_length\n", "    mean = acc.cumulative_mean_accept_length\n",
+     ["tests/rules/test_rules_evidence.py"]),
+    ("pins replayer: a seek keeps the old schedule", REPLAYER,
+     "            self._sched = None\n            self._last_t = self._pace_t = None",
+     "            self._last_t = self._pace_t = None", [PACING]),
+    ("pins replayer: a step while playing keeps the old schedule", REPLAYER,
+     "                    break\n            self._sched = None\n", "                    break\n", [PACING]),
+    ("pins replayer: a speed change keeps the old schedule", REPLAYER,
+     "            self._speed = _clamp(value)\n            self._sched = None\n", "            self._speed = _clamp(value)\n",
+     [PACING]),
+    ("pins replayer: a resume keeps the schedule from before the pause", REPLAYER,
+     "            self.paused = False\n            self._sched = None\n", "            self.paused = False\n", [PACING]),
+    ("pins replayer: a seek keeps the old pace and the old replay time", REPLAYER,
+     "            self._last_t = self._pace_t = None\n", "", [PACING]),
+    ("pins replayer: paused None after a resume", REPLAYER,
+     "            self.paused = False\n            self._sched = None", "            self.paused = None\n            self._sched = None",
+     [PACING]),
+    ("pins replayer: an overdue frame's wait is negative", REPLAYER,
+     "return max(0.0, self._due_at(frame, now) - now)", "return self._due_at(frame, now) - now", [PACING]),
+    ("pins replayer: a frame stamped back (not lone) due 1 ns after the one before", REPLAYER,
+     "min(max(gap, 0), self._max_gap_ns)", "min(max(gap, 1), self._max_gap_ns)", [PACING]),
+    ("pins replayer: a damaged last batch read past the end of the catalog", REPLAYER,
+     "        while self._batch_pos < len(batches):\n            try:", "        while self._batch_pos <= len(batches):\n            try:",
+     [PACING]),
+    ("pins views: each rank's accept length is the whole run's", VIEWS,
+     "rows = [RankRow(labels[src], pub.acceptance.mean_accept_length,",
+     "rows = [RankRow(labels[src], pub.acceptance.cumulative_mean_accept_length,", ["tests/test_analysis.py"]),
+    ("pins views: the panel's accept length is the whole run's", VIEWS,
+     "        mean=acc.mean_accept_length,", "        mean=acc.cumulative_mean_accept_length,", ["tests/test_analysis.py"]),
+    ("pins control: a parked set answered at the default wait, not its own wait_s", AUX_CHANNEL,
+     "time.monotonic() + wait, queued", "time.monotonic() + DEFAULT_WAIT_S, queued", ["tests/aux/test_aux_control.py"]),
+    ("pins control: the not-loopback warning leaves out the endpoint", AUX_CHANNEL,
+     'is not a loopback endpoint (use an SSH tunnel)", endpoint)', 'is not a loopback endpoint (use an SSH tunnel)", None)',
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: the no-worker blocker's text changed", AUX_CHANNEL,
+     '"no EAGLE worker in this process', '"no eagle worker in this process', ["tests/aux/test_aux_control.py"]),
+    ("pins control: a refused set answered without its request id", AUX_CHANNEL,
+     "        return refusal(reason, id=rid)\n", "        return refusal(reason, )\n", ["tests/aux/test_aux_control.py"]),
+    ("pins control: the missing-token-file warning leaves out the variable", AUX_CHANNEL,
+     'is set but %s is not", ENV_CONTROL, ENV_TOKEN_FILE)', 'is set but %s is not", ENV_CONTROL, None)',
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: a failed start logged without the exception's text", AUX_CHANNEL,
+     'not started: %s: %s", type(exc).__name__, exc)', 'not started: %s: %s", type(exc).__name__, )',
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: a new channel counts one dropped answer", AUX_CHANNEL,
+     "        self.dropped = 0  #", "        self.dropped = 1  #", ["tests/aux/test_aux_control.py"]),
+    ("pins control: a new channel ignores the set calls the shim saw before it", AUX_CHANNEL,
+     'self.current = calls[-1]["requested"] if calls else facts.configured', "self.current = facts.configured",
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: a message not from a REQ socket refused in other words", AUX_CHANNEL,
+     '"a control request is one frame sent from a REQ socket"', '"a control request is one frame"',
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: a set without wait_s fails instead of waiting 2 s", AUX_CHANNEL,
+     'wait = float(req.get("wait_s", DEFAULT_WAIT_S))', 'wait = float(req.get("wait_s"))', ["tests/aux/test_aux_control.py"]),
+    ("pins control: a change that failed refused without its request id", AUX_CHANNEL,
+     '    return refusal(reason, id=change["id"], **_ranks(restored))', "    return refusal(reason, **_ranks(restored))",
+     ["tests/aux/test_aux_control.py"]),
+    ("pins control: an eagle_config object read as a dict", AUX_CHANNEL,
+     "eagle = eagle if isinstance(eagle, dict) else", "eagle = eagle if True else", ["tests/aux/test_aux_control.py"]),
+    ("pins control: an applied change logged without its message", AUX_CHANNEL,
+     'log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", entry["layers"],',
+     'log.info(None, entry["layers"],', ["tests/aux/test_aux_control.py"]),
+    ("pins control: a nonce forgotten one window after it was seen (a request stamped ahead replays)", AUX_CHANNEL,
+     "< now - 2 * REPLAY_WINDOW_S", "< now - REPLAY_WINDOW_S", ["tests/control/test_control_protocol.py"]),
+    ("pins control: a nonce forgotten at the very end of its request's window", AUX_CHANNEL,
+     "< now - 2 * REPLAY_WINDOW_S", "<= now - 2 * REPLAY_WINDOW_S", ["tests/control/test_control_protocol.py"]),
 ]
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",
@@ -157,6 +228,7 @@ SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks
                                          "instrumentation/eagle3scope_shim/state.py")
 GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
 HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
+SHIM_SEAMS = "instrumentation/eagle3scope_shim/seams.py"
 
 # issue 28/29's shim round (session 10): the counting forward hook taken out on graph-free servers
 SHIM_MUTATIONS = [
@@ -252,6 +324,24 @@ SHIM_MUTATIONS = [
      "            ctx = t1 = clock()", "            ctx, t1 = None, clock()", [SHIM_UNIT]),
     ("round 8 shim: the draft timed to verify's end, not its start", SHIM_HOOKS,
      "        step.draft_ns = verify_began - began[0]", "        step.draft_ns = _now() - began[0]", [GRAPH_EVIDENCE]),
+    ("pins shim: a v1 verify of 0.5.10 (accept_length_per_req_cpu) unread", SHIM_SEAMS,
+     'V1_COUNT_FIELDS = ("accept_length_per_req_cpu", ', "V1_COUNT_FIELDS = (", [SHIM_UNIT]),
+    ("pins shim: a v1 verify of 0.5.12 on (num_correct_drafts_per_req_cpu) unread", SHIM_SEAMS,
+     ', "num_correct_drafts_per_req_cpu")', ")", [SHIM_UNIT]),
+    ("pins shim: a v1 verify's tokens before 0.5.12 (verified_id) unread", SHIM_SEAMS,
+     'V1_TOKEN_FIELDS = ("verified_id", "accept_tokens")', 'V1_TOKEN_FIELDS = ("accept_tokens",)', [SHIM_UNIT]),
+    ("pins shim: a v1 call timed as the clock's sum, not its difference", SHIM_HOOKS,
+     "            setattr(step, slot, _now() - t0)", "            setattr(step, slot, _now() + t0)", [SHIM_UNIT]),
+    ("pins shim: a v2 worker's draft embedding width never read", SHIM_HOOKS,
+     "FACTS.draft_embed_width = _embed_width(draft) or", "FACTS.draft_embed_width = _embed_width(None) or", [SHIM_UNIT]),
+    ("pins shim: a v2 worker without _draft_worker taken for a stage without the draft", SHIM_HOOKS,
+     'if getattr(self, "_draft_worker", self) is None:', 'if getattr(self, "_draft_worker", None) is None:', [SHIM_UNIT]),
+    ("pins shim: a broadcast's recv_reqs by keyword loses the pulled requests", SHIM_HOOKS,
+     '"recv_reqs": collective.inject(reqs, change)})', '"recv_reqs": collective.inject(change)})', ["tests/aux/test_aux_tp.py"]),
+    ("pins shim: a CPU tree path of one request read as flat (IndexError)", SHIM_HOOKS,
+     "    if flat and type(flat[0]) is list:", "    if flat and type(flat[1]) is list:", [SHIM_UNIT]),
+    ("pins shim: a v2 request that committed nothing reported with a bonus", SHIM_HOOKS,
+     "accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0", "accepted[i], bonus[i] = max(n - 1, 0), 1", [SHIM_UNIT]),
 ]
 
 

@@ -170,9 +170,18 @@ EQUIVALENT: dict[str, list[tuple[str, str]]] = {
          "the field name only keys the ring's buffers of a step: \"PATH\" is as unique a key as \"path\""),
         ('step.verify = ("v1", list(counts), snap(step, None, tokens))',
          "the field name only keys the ring's buffers of a step, and None is as unique a key there as \"ids\""),
+        ('step.verify = ("v1", list(counts), snap(step, "XXidsXX", tokens))',
+         "the field name only keys the ring's buffers of a step: \"XXidsXX\" is as unique a key as \"ids\""),
         ("return around(seam, pre, post, hot=True, in_step=True, traceable=None)",
          "around reads traceable only as `traceable and _compiling()`: None is False there"),
+        ("return around(seam, pre, post, hot=True, traceable=None)",
+         "around reads traceable only as `traceable and _compiling()`: None is False there"),
+        ("observe(step, result, None)", "no observer _timed is given (the draft's, v1's verify) reads the worker it is handed"),
+        ("idle, extend = None", "the TypeError goes to _asked_once, which answers from the same memo: the same (idle, extend)"),
         ('n = getattr(worker, "speculative_num_steps", 3) - 1 if mode == "decode" else 1',
+         "every worker whose draft call is hooked (EAGLEWorker, EagleDraftWorker, 0.5.10-0.5.23) sets "
+         "speculative_num_steps in __init__: the default is never read"),
+        ('n = getattr(worker, "speculative_num_steps", None) - 1 if mode == "decode" else 1',
          "every worker whose draft call is hooked (EAGLEWorker, EagleDraftWorker, 0.5.10-0.5.23) sets "
          "speculative_num_steps in __init__: the default is never read"),
     ],

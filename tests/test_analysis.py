@@ -516,6 +516,26 @@ def test_acceptance_view_of_a_session_with_a_live_aux_change():
     assert (view.ranks, view.skew) == ([], None)
 
 
+def test_accept_length_and_each_rank_are_the_rolling_window_beside_the_cumulative():
+    """Past 512 request-steps the panel's "accept length" and each rank's figure are the last 512
+    request-steps', "cumulative" the whole run's. Two ranks of one request, 600 steps each: dp0
+    accepts all 3 drafts for 300 steps then none, dp1 always 2. The session window holds the last
+    256 steps of each (256 x 1 + 256 x 3 tokens); dp0's own, 212 healthy steps and 300 empty ones."""
+    from eagle3scope.analysis.views import RankRow, RankSkew, acceptance_view
+
+    state = SessionState()
+    streams = [Stream(f"h:1:dp{dp}") for dp in (0, 1)]
+    for dp, s in enumerate(streams):
+        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+    for seq in range(600):
+        for dp, s in enumerate(streams):
+            state.ingest(s.frame("step", step(seq, s.t, [(K if seq < 300 else 0) if dp == 0 else 2])))
+    view = acceptance_view(state)
+    assert (view.mean, view.cumulative, view.request_steps) == (2.0, 3300 / 1200, 1200)
+    assert view.ranks == [RankRow("dp0", 1148 / 512, 600), RankRow("dp1", 3.0, 600)]
+    assert view.skew == RankSkew("dp0", 1148 / 512, "dp1", 3.0)
+
+
 def test_aux_view_lists_modes_in_order_their_widths_and_the_passes_it_could_not_watch():
     from eagle3scope.analysis.state import MAX_WIDTHS
     from eagle3scope.analysis.views import Fact, PassRow, SegmentRow, aux_view

@@ -5,6 +5,7 @@ through `Replayer` on a simulated clock."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -189,3 +190,130 @@ def test_an_outlier_is_lone_when_the_frame_after_it_is_exactly_the_largest_gap_o
     t0 = 1_000_000_000
     _record_at(tmp_path / "f.e3s", [t0, t0 + 10 ** 18, t0 + int(MAX_GAP_S * 1e9)])
     assert _due_times(tmp_path / "f.e3s") == [50.0, 50.0, 55.0]
+
+
+@contextlib.contextmanager
+def _replaying(path: Path, gaps_ns: list[int]):
+    """One step per gap recorded, and its replayer on a simulated clock from 50.0 (``now[0]``) that
+    moves only when the test moves it."""
+    frames = _record(path, gaps_ns, batch=4)
+    now = [50.0]
+    r = Replayer(path, clock=lambda: now[0], max_gap_s=MAX_GAP_S)
+    try:
+        yield frames, r, now
+    finally:
+        r.close()
+
+
+def _play_to_the_end(r: Replayer, now: list) -> None:
+    while not r.finished:
+        now[0] += r.wait_s()
+        r.due()
+
+
+@pytest.mark.parametrize("to", [5, 18])
+@pytest.mark.parametrize("sat_s", [0.0, 60.0])
+@pytest.mark.parametrize("seek", ["index", "step", "time"])
+def test_a_seek_back_after_the_clock_ran_paces_from_the_moment_of_the_seek(tmp_path, seek, sat_s, to):
+    """The replay played to its end (1.9 s of a simulated clock) and sat there ``sat_s``; a seek
+    back to step ``to`` (18: one before the last) hands out that step at once and the next one its
+    100 ms gap after it, not every frame the old schedule (or the old pace) would let through by now;
+    the replay's time is that step's again."""
+    with _replaying(tmp_path / "b.e3s", [100_000_000] * 20) as (frames, r, now):
+        _play_to_the_end(r, now)
+        assert now[0] == pytest.approx(51.9) and r.t_ns == frames[-1].t
+        now[0] += sat_s
+        go = {"index": lambda: r.seek_index(to), "step": lambda: r.seek_step(to), "time": lambda: r.seek_time(frames[to].t)}
+        assert go[seek]() == to
+        sought = now[0]
+        assert [f.n for f in r.due()] == [frames[to].n] and r.wait_s() == pytest.approx(0.1)
+        assert r.t_ns == frames[to].t
+        now[0] = sought + 0.099
+        assert r.due() == []
+        now[0] = sought + 0.1
+        assert [f.n for f in r.due()] == [frames[to + 1].n]
+        now[0] = sought + 0.35
+        assert [f.n for f in r.due()] == [f.n for f in frames[to + 2:to + 4]]
+
+
+def test_a_step_while_playing_paces_what_follows_from_the_step(tmp_path):
+    """``step_one`` 3 s into a 5 s silence hands out the step waited for; playing on re-anchors at
+    that moment (the next frame at once, as after a resume or a seek, then each its 100 ms gap), not
+    at where the schedule stood before the silence, which would let the next 3 s of frames through."""
+    with _replaying(tmp_path / "s.e3s", [0, 5_000_000_000] + [100_000_000] * 40) as (frames, r, now):
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] = 53.0
+        assert [f.n for f in r.step_one()] == [frames[1].n]
+        assert [f.n for f in r.due()] == [frames[2].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 53.1
+        assert [f.n for f in r.due()] == [frames[3].n]
+
+
+def test_a_speed_change_paces_from_the_moment_it_is_made(tmp_path):
+    """Pressing ``+`` half-way through a 4 s gap at 1x: the frame waited for is due at once, and the
+    ones after it at the new speed from then on (a 100 ms gap at 4x: 25 ms)."""
+    with _replaying(tmp_path / "v.e3s", [0, 4_000_000_000] + [100_000_000] * 4) as (frames, r, now):
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] += 2.0
+        assert r.due() == [] and r.wait_s() == pytest.approx(2.0)
+        r.speed = 4.0
+        assert [f.n for f in r.due()] == [frames[1].n] and r.wait_s() == pytest.approx(0.025)
+        now[0] += 0.025
+        assert [f.n for f in r.due()] == [frames[2].n]
+
+
+def test_a_resume_after_a_long_pause_paces_from_the_moment_of_the_resume(tmp_path):
+    """Paused for 10 s with no step taken in between: resuming hands out the next frame, and the ones
+    after it their 100 ms gaps from then, not the 10 s of frames the schedule before the pause owed."""
+    with _replaying(tmp_path / "p.e3s", [100_000_000] * 20) as (frames, r, now):
+        assert [f.n for f in r.due()] == [frames[0].n]
+        now[0] = 50.1
+        assert [f.n for f in r.due()] == [frames[1].n]
+        r.pause()
+        now[0] = 60.0
+        assert r.due() == [] and r.wait_s() is None
+        r.resume()
+        assert r.paused is False
+        assert [f.n for f in r.due()] == [frames[2].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 60.1
+        assert [f.n for f in r.due()] == [frames[3].n]
+
+
+def test_a_frame_overdue_is_waited_for_zero_seconds_never_less(tmp_path):
+    """A consumer that looks late (the clock 1 s past a frame's time) is told to wait 0 s, not -1 s
+    (a negative wait is no sleep a caller can make)."""
+    with _replaying(tmp_path / "w.e3s", [0, 100_000_000]) as (frames, r, now):
+        assert [f.n for f in r.due()] == [frames[0].n] and r.wait_s() == pytest.approx(0.1)
+        now[0] = 51.1
+        assert r.wait_s() == 0.0 and [f.n for f in r.due()] == [frames[1].n]
+
+
+def test_a_clock_stepped_back_costs_nothing_to_the_nanosecond(tmp_path):
+    """Two frames stamped 1 s before the ones they follow (a clock stepped back, not a lone outlier):
+    the first of them is due exactly with the frame before it, the second its 10 ms on from there."""
+    t0 = 1_000_000_000
+    _record_at(tmp_path / "c.e3s", [t0, t0 + 10_000_000, t0 - 1_000_000_000, t0 - 990_000_000])
+    at = _due_times(tmp_path / "c.e3s")
+    assert at[:3] == [50.0, at[1], at[1]] and at[3] - at[2] == pytest.approx(0.01, abs=1e-9)
+
+
+def test_a_damaged_last_batch_ends_the_replay_after_the_frames_before_it(tmp_path):
+    """README "Bounds" (readers read the rest): the batch at the end unreadable, the replay plays every
+    frame before it, lists the damage once and is finished (no error past the last batch)."""
+    import sqlite3
+
+    path = tmp_path / "l.e3s"
+    frames = _record(path, [1_000_000] * 15, batch=5)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 2")
+    con.close()
+    r = Replayer(path, clock=lambda: 0.0)
+    try:
+        played = []
+        while not r.finished:
+            played += r.step_one()
+        assert [f.n for f in played] == [f.n for f in frames[:10]] and len(r.errors) == 1
+        assert r.due() == [] and r.wait_s() is None
+    finally:
+        r.close()

@@ -363,11 +363,13 @@ def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch
         assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
-    monkeypatch.setenv(ENV_CONTROL, f"tcp://0.0.0.0:{free_port()}")
+    wide = f"tcp://0.0.0.0:{free_port()}"
+    monkeypatch.setenv(ENV_CONTROL, wide)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
         assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
-    assert "not a loopback endpoint" in caplog.text
+    assert caplog.messages == [f"eagle3scope: control channel not started: {wide} is not a loopback endpoint"
+                               " (use an SSH tunnel)"]
 
 
 def test_client_from_options_reads_the_token_file(tmp_path, monkeypatch):
@@ -584,6 +586,101 @@ def test_gather_facts_and_blockers(monkeypatch):
     assert "unknown model family" in _gather(monkeypatch, StandInTarget(8), runner=eager).why_not
 
 
+def test_each_refusal_to_start_the_channel_is_logged_whole(monkeypatch, caplog):
+    """Without a token file named, and when starting raises: one warning each, naming the variable,
+    or the exception's type and text (start never raises into the publisher's startup)."""
+    monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
+    monkeypatch.delenv(ENV_TOKEN_FILE, raising=False)
+    monkeypatch.setattr(STATE, "aux_channel", None)
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert caplog.messages == [f"eagle3scope: control channel not started: {ENV_CONTROL} is set but {ENV_TOKEN_FILE} is not"]
+
+    def broken(*args):
+        raise RuntimeError("no sockets left")
+
+    monkeypatch.setattr(aux_channel, "_start", broken)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eagle3scope"):
+        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+    assert caplog.messages == ["eagle3scope: control channel not started: RuntimeError: no sockets left"]
+
+
+def test_a_channel_starts_from_the_latest_set_the_shim_saw_and_has_dropped_nothing(monkeypatch):
+    """``current``: the ids of the last set_eagle3_layers_to_capture call the shim saw (before the
+    channel existed), else the configured ones; ``dropped`` counts from 0."""
+    monkeypatch.setattr(FACTS, "aux_calls", [{"requested": [1, 3, 4], "captured": [2, 4, 5], "on": True}])
+    facts = aux_channel.Facts()
+    facts.configured = [2, 4, 5]
+    assert aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts).current == [1, 3, 4]
+    monkeypatch.setattr(FACTS, "aux_calls", [])
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    assert (ctl.current, ctl.dropped, ctl.refused_tokens) == ([2, 4, 5], 0, 0)
+
+
+class _Parts:
+    """A ROUTER socket holding one message: ``recv`` hands out its frames, RCVMORE says what is left."""
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = list(parts)
+
+    def recv(self, flags: int = 0) -> bytes:
+        return self.parts.pop(0)
+
+    def getsockopt(self, option) -> int:
+        return int(bool(self.parts))
+
+
+@pytest.mark.parametrize("parts", [(b"peer", b"x"), (b"peer", b"", b"x", b"more"), (b"peer", b"no-delimiter", b"x")])
+def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(monkeypatch, parts):
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    sent = []
+    monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
+    ctl._serve_one(_Parts(*parts))
+    assert sent == [(b"peer", {"ok": False, "error": "a control request is one frame sent from a REQ socket"})]
+
+
+def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(monkeypatch):
+    monkeypatch.setattr(FACTS, "workers", [])
+    sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    assert aux_channel.gather(SimpleNamespace(server_args=sa)).why_not == \
+        "no EAGLE worker in this process (is speculative decoding on?)"
+
+
+def test_a_refused_set_is_answered_with_its_request_id():
+    """The requester matches a refusal to its request by ``id``, as it does an outcome."""
+    facts = aux_channel.Facts()
+    facts.target = facts.inner = StandInTarget(8)  # captures nothing: every set is refused
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    reply = ctl.handle(aux_channel.pack(sign({"cmd": "set", "layers": [1, 3, 4], "id": "r7"}, "t" * 64)))
+    assert (reply["ok"], reply["id"]) == (False, "r7") and "does not capture aux states" in reply["error"]
+
+
+def test_gather_reads_an_eagle_config_given_as_an_object_too(monkeypatch):
+    """A draft config whose eagle_config is an object (a config class's attribute), not a dict: the
+    configured aux ids are read from it all the same."""
+    target = LlamaForCausalLM(8)
+    target.config.hidden_size = 128
+    fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
+    eagle = SimpleNamespace(eagle_aux_hidden_state_layer_ids=[1, 3, 4])
+    draft = SimpleNamespace(config=SimpleNamespace(eagle_config=eagle, target_hidden_size=128), model=SimpleNamespace(fc=fc))
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=None))
+    monkeypatch.setattr(FACTS, "workers", [("v2", worker, target, draft)])
+    monkeypatch.setattr(FACTS, "aux_calls", [])
+    sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
+    facts = aux_channel.gather(SimpleNamespace(server_args=sa))
+    assert (facts.configured, facts.expected) == ([1, 3, 4], 3)
+
+
+def test_an_applied_change_is_logged_with_its_ids_and_request(channel, caplog):
+    ctl, target, client, _ = channel
+    assert client.set([1, 3, 4], request_id="logged", wait_s=0)["status"] == "queued"
+    with caplog.at_level(logging.INFO, logger="eagle3scope"):
+        ctl.apply_pending()
+    assert "eagle3scope: aux layers set to [1, 3, 4] (captured [2, 4, 5]) by control request logged" in caplog.messages
+
+
 def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
@@ -656,6 +753,9 @@ def test_a_failed_recapture_restores_the_previous_set_and_its_graphs(graph_chann
         client.set([1, 3, 4], wait_s=3, recapture=True)
     assert target.model.layers_to_capture == [3, 5, 6] and runner.decode_cuda_graph_runner.replays == [3, 5, 6]
     assert client.list()["current"] == [2, 4, 5] and recorder.events[-1][1]["applied"] is False
+    runner.fail = 1  # the refusal of a change that failed names the request, as its outcome does
+    reply = client.raw(client.sign({"cmd": "set", "layers": [1, 3, 4], "id": "f1", "wait_s": 3, "recapture": True}))
+    assert (reply["ok"], reply["id"]) == (False, "f1") and "restored [2, 4, 5]" in reply["error"]
 
 
 def test_recapture_field_and_its_longer_wait(channel):
@@ -742,6 +842,30 @@ def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
     ctl._parked = [(b"p", "r1", 100.0, {"status": "queued"}), (b"q", "r2", 100.5, {"status": "queued"})]
     ctl._answer_parked(None)
     assert sent == [(b"p", {"status": "queued"})] and [p[1] for p in ctl._parked] == ["r2"]
+
+
+@pytest.mark.parametrize("wait_s", [0.5, 5.0, None])
+def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait_s):
+    """No step applies the change: the requester hears "queued" ``wait_s`` after asking (on the
+    channel's monotonic clock; a set without one, 2 s), and not a moment before."""
+    target = StandInTarget(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    facts = aux_channel.Facts()
+    facts.target = facts.inner = target
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    sent, now = [], [100.0]
+    monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
+    monkeypatch.setattr(aux_channel.time, "monotonic", lambda: now[0])
+    asked = {"cmd": "set", "layers": [1, 3, 4], "id": "w"} | ({} if wait_s is None else {"wait_s": wait_s})
+    assert ctl.handle(aux_channel.pack(sign(asked, "t" * 64)), b"peer") is None
+    wait_s = 2.0 if wait_s is None else wait_s
+    for now[0] in (100.0, 100.0 + wait_s - 0.01):
+        ctl._answer_parked(None)
+        assert sent == [], now[0]
+    now[0] = 100.0 + wait_s
+    ctl._answer_parked(None)
+    assert [(peer, reply["status"], reply["id"]) for peer, reply in sent] == [(b"peer", "queued", "w")]
 
 
 def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monkeypatch):

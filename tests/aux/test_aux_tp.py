@@ -266,6 +266,17 @@ def test_the_seam_carries_a_queued_set_through_the_broadcast_to_the_parked_reply
     assert seams.BROADCAST not in STATE.disabled
 
 
+def test_a_broadcast_called_with_recv_reqs_by_keyword_carries_the_change_too(tp_channel):
+    """A caller that names ``recv_reqs``: the change is injected into that list, the same as positionally."""
+    ctl, target, client = tp_channel
+    hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()
+    assert client.set([1, 3, 4], request_id="kw", wait_s=0)["status"] == "queued"
+    pulled = [TokenizedGenerateReqInput("a")]
+    assert hook(Receiver._broadcast_reqs_across_ranks, receiver, recv_reqs=pulled, local_reqs=[]) == pulled
+    assert receiver.sent[-1][0] is pulled[0] and receiver.sent[-1][-1][collective.MARK]["id"] == "kw"
+    assert target.calls == [[1, 3, 4]] and seams.BROADCAST not in STATE.disabled
+
+
 def test_a_set_waits_in_its_reply_for_the_broadcast(tp_channel):
     ctl, target, client = tp_channel
     hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()

@@ -122,6 +122,26 @@ def test_a_nonce_is_accepted_once_and_the_memory_forgets_the_oldest_first(monkey
     assert not channel.handle(pack(fresh[-1]))["ok"]  # the newest are still remembered
 
 
+@pytest.mark.parametrize("skew_s", [60.0, 30.0, 0.0, -60.0])
+def test_a_nonce_is_remembered_for_as_long_as_its_request_could_still_be_accepted(monkeypatch, skew_s):
+    """A request stamped ``skew_s`` ahead of the server's clock (a client's clock that far off, at most
+    the 60 s window) is accepted at 10,000 s and stays acceptable by time until 10,000 + skew_s + 60:
+    up to that very moment a replay of it is refused as replayed, and just after it by time. Nonces
+    are kept two windows from when they were seen, so other requests seen meanwhile change nothing."""
+    now = [10_000.0]
+    monkeypatch.setattr(aux_channel.time, "time", lambda: now[0])
+    channel = _channel()
+    ahead = pack(sign({"cmd": "list"}, TOKEN, now=now[0] + skew_s))
+    assert channel.handle(ahead)["ok"]
+    end = 10_000.0 + skew_s + 60  # the last moment its time is within the window
+    for now[0] in [t for t in (10_000.0, 10_059.0, 10_061.0, 10_090.0, end) if t <= end]:
+        assert channel.handle(pack(sign({"cmd": "list"}, TOKEN)))["ok"]  # others' requests in between
+        again = channel.handle(ahead)
+        assert not again["ok"] and again["error"] == "replayed request: this nonce was used before", now[0]
+    now[0] = end + 0.5
+    assert "not within 60 s" in channel.handle(ahead)["error"]
+
+
 def test_a_stale_or_future_request_is_refused_with_the_reason():
     channel = _channel()
     for ts in (time.time() - 61, time.time() + 61):

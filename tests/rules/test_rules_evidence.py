@@ -269,6 +269,25 @@ def test_zero_acceptance_evidence_and_its_edges():
     assert "zero-acceptance" not in fired(_rounds([[1, 1, 1, 1], [1, 0, 0, 0]] + [[0, 0, 0, 0]] * 18))
 
 
+def test_zero_acceptance_reads_the_last_512_request_steps_not_the_whole_run():
+    """A draft that stops being accepted after a healthy stretch is flagged once its rolling window
+    (the last 512 request-steps) is within the margin of 1.0, while the run's mean is still 2.6: 300
+    steps of two requests accepting all 3 drafts, then rejections. The window holds 256 such steps;
+    after j rejecting ones its mean is (2048 - 6j) / 512, at most 1.05 from j = 252 (seq 551) on."""
+    s = Stream()
+    state = SessionState()
+    state.ingest(s.frame("hello", hello()))
+    state.ingest(s.frame("load", healthy_load()))
+    for seq in range(552):
+        state.ingest(s.frame("step", step(seq, s.t, [K, K] if seq < 300 else [0, 0])))
+        assert "zero-acceptance" not in fired_now(state) or seq == 551, seq
+    v = fired_now(state)["zero-acceptance"]
+    assert (v.first_seq, v.active) == (551, True)
+    assert v.evidence == {"rolling_mean_accept_length": 1.0469, "window_request_steps": 512,
+                          "per_position": [0.0156, 1.0, 1.0], "cumulative_mean_accept_length": 2.6304,
+                          "max_accept_length": K + 1}
+
+
 def test_draft_token_out_of_vocab_evidence_dates_the_first_rise_past_the_vocabulary():
     s = Stream()
     frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]

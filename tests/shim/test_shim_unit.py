@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
 from eagle3scope_shim import hooks, state
@@ -39,6 +40,19 @@ def test_v2_accept_lens_include_the_bonus():
     assert body["accepted"] == [2, 0, 3] and body["bonus"] == [1, 1, 1]
     assert body["accepted_ids"] == [[10, 11, 99], [44], [30, 31, 32, 33]]
     assert body["mode"] == "decode" and body["passes"][1] == {"mode": "draft_extend_v2", "width": 384, "fc": True, "n": 1}
+
+
+def test_v2_a_request_that_committed_nothing_has_no_bonus():
+    """An ``accept_lens`` of 0 (a row that committed nothing this round): no bonus, no accepted drafts,
+    no ids, so the mean acceptance length the viewer computes from the step is 7 tokens over 3
+    request-steps, not 8."""
+    draft = Host([5, 10, 11, 12, 6, 20, 21, 22, 7, 30, 31, 32])
+    predict = Host([10, 11, 99, 0, 44, 0, 0, 0, 30, 31, 32, 33])
+    body = _decode_step(("v2", Host([3, 0, 4]), predict), draft)
+    assert body["accepted"] == [2, 0, 3] and body["bonus"] == [1, 0, 1]
+    assert body["accepted_ids"] == [[10, 11, 99], [], [30, 31, 32, 33]]
+    state = analyse([decode_frame(encode_frame("step", body, src="t", n=0))])
+    assert state.publishers["t"].acceptance.mean_accept_length == 7 / 3
 
 
 def test_v1_counts_exclude_the_bonus_and_tokens_are_packed():
@@ -472,6 +486,17 @@ def test_a_tree_step_names_the_accepted_path_by_accept_index():
     assert hooks.finalize_step((1, 0, ["a", "b"], step, None))["accepted_path"] == [[1], [0, 2]]
     assert [[d[j] for j in p] for d, p in zip(body["draft_ids"], body["accepted_path"])] == [[11], [20, 22]]
     assert [ids[:a] for ids, a in zip(body["accepted_ids"], body["accepted"])] == [[11], [20, 22]]
+
+
+def test_a_tree_step_of_one_request_names_its_path_from_a_cpu_snapshot_too():
+    """One request: accept_index is [[root, node, node]] on a CPU snapshot (one row) or flat from the
+    ring; either way the accepted path is nodes 2 and 3 of its draft_ids (global 2 and 3, less the root)."""
+    step = Step()
+    step.draft, step.verify = Host([5, 10, 11, 12]), ("v2", Host([3]), Host([11, 12, 66, 0]))
+    for path in (Host([[0, 2, 3]]), Host([0, 2, 3])):
+        step.path = path
+        body = hooks.finalize_step((1, 0, ["a"], step, None))
+        assert (body["accepted"], body["bonus"], body["accepted_path"]) == ([2], [1], [[1, 2]])
 
 
 class Req:
@@ -992,6 +1017,22 @@ def test_a_v1_verify_keeps_sglangs_per_request_counts_and_packed_tokens(monkeypa
     assert STATE.step.verify == ("v1", [1, 0], [5, 6, 7]) and STATE.disabled == set()
 
 
+@pytest.mark.parametrize("counts, tokens", [("accept_length_per_req_cpu", "verified_id"),  # up to 0.5.10
+                                             ("num_accepted_drafts_per_req_cpu", "verified_id"),  # 0.5.11
+                                             ("num_correct_drafts_per_req_cpu", "accept_tokens")])  # 0.5.12 on
+def test_a_v1_verify_of_every_release_gives_the_same_step(monkeypatch, counts, tokens):
+    """Each release's names for the per-request counts and the packed tokens: a request that accepted
+    no draft still commits its bonus on v1, so the step is 2 + 0 accepted, 1 + 1 bonus, ids [5, 6], [7]."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    out = ns(**{counts: [1, 0], tokens: _CPU([5, 6, 7])})
+    hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
+    assert STATE.disabled == set()
+    body = hooks.finalize_step((3, 0, ["a", "b"], STATE.step, None))
+    assert (body["accepted"], body["bonus"], body["accepted_ids"]) == ([1, 0], [1, 1], [[5, 6], [7]])
+
+
 def test_the_tp_broadcast_hook_without_a_channel_passes_sglangs_call_through(monkeypatch, caplog):
     from eagle3scope_shim import collective
 
@@ -1069,6 +1110,40 @@ def test_the_worker_calls_time_their_phase_into_the_step(monkeypatch):
     batch_result = ns(logits_output=ns(hidden_states=None))
     hooks.FACTORIES["draft_extend"]("v2.draft_extend")(lambda w, b, r: time.sleep(0.002), ns(), ns(), batch_result)
     assert STATE.step.verify_ns >= 2_000_000 and STATE.step.extend_ns >= 2_000_000 and STATE.step.draft_ns is None
+
+
+def test_a_v1_call_is_timed_from_its_start_on_the_shims_clock(monkeypatch):
+    """v1's verify and draft hooks time the call they wrap: on a clock that reads 1,000 ns at the
+    call's start and 4,500 ns at its end, the step's verify_ns is 3,500."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    ticks = iter([1_000, 4_500])
+    monkeypatch.setattr(hooks, "_now", lambda: next(ticks))
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(STATE, "step", Step())
+    out = ns(num_accepted_drafts_per_req_cpu=[1], accept_tokens=_CPU([5, 6]))
+    hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
+    assert STATE.step.verify_ns == 3_500 and STATE.disabled == set()
+
+
+@pytest.mark.parametrize("stage", ["no _draft_worker", "its own _draft_worker"])
+def test_a_v2_worker_is_registered_with_its_drafts_embedding_width(monkeypatch, stage):
+    """At a v2 worker's init the shim keeps (worker, target, draft) and the draft's embedding width,
+    which decides fc on the passes read at their callers; only a pipeline stage whose
+    ``_draft_worker`` is None (no draft there) is skipped."""
+    ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
+    monkeypatch.setattr(STATE, "disabled", set())
+    monkeypatch.setattr(FACTS, "workers", [])
+    monkeypatch.setattr(FACTS, "draft_embed_width", None)
+    draft = ns(model=ns(embed_tokens=ns(weight=ns(shape=(500, 96)))))
+    target = ns()
+    worker = ns(draft_worker=ns(draft_runner=ns(model=draft)), target_worker=ns(model_runner=ns(model=target)))
+    if stage == "its own _draft_worker":
+        worker._draft_worker = worker.draft_worker
+    hooks.FACTORIES["worker_init_v2"]("v2.init")(lambda self: None, worker)
+    assert FACTS.workers == [("v2", worker, target, draft)] and FACTS.draft_embed_width == 96
+    worker._draft_worker = None
+    hooks.FACTORIES["worker_init_v2"]("v2.init")(lambda self: None, worker)
+    assert len(FACTS.workers) == 1 and STATE.disabled == set()
 
 
 def test_a_request_without_a_verify_count_is_committed_not_a_failure(monkeypatch):
