@@ -32,7 +32,11 @@ from support.hostile_support import Tally, hostile_values, mutated
 from support.synthetic import hello_body, load_body, step_body
 
 GOOD_BODIES = {
-    "hello": hello_body(), "load": load_body(), "step": step_body(5, bs=3),
+    "hello": hello_body(), "load": load_body(),
+    "step": {**step_body(5, bs=3), "ctx_len": [17, 300, 9000], "greedy": [True, False, True],
+             "constrained": [False, True, False]},
+    "finish": {"seq": 5, "dropped": 0, "requests": [{"rid": "r0", "verify_ct": 3, "correct_drafts": 4,
+                                                     "histogram": [1, 1, 1]}]},
     "config": {"layers": [1, 3, 4], "captured": [2, 4, 5], "applied": True, "reason": "", "origin": "control",
                "request_id": "r1"},
     "heartbeat": {"steps": 10, "dropped": 0, "hook_failures": 0, "queued": 0},
