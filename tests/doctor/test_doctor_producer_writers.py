@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from support.draft_checkpoints import PRODUCER_WRITTEN
 from eagle3scope.doctor.diagnose import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint
 
-DATA = Path(__file__).parent / "data" / "producers"
+DATA = PRODUCER_WRITTEN
 TARGET = DATA / "target"
 
 

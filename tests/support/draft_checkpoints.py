@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
 H, HEADS, KV_HEADS, INTER = 16, 2, 1, 32
 TARGET_VOCAB, DRAFT_VOCAB, TARGET_LAYERS = 64, 32, 8
@@ -263,3 +264,33 @@ def producer_layout(name: str, root: Path) -> tuple[Path, Path]:
         "eagle": lambda: (write(root / name, eagle_authors_tensors(), eagle_authors_config()), llama),
         "angelslim": lambda: (write(root / name, tensors(), angelslim_config()), llama),
     }[name]()
+
+
+# -- a trained draft re-expressed in what a producer's writer wrote ---------------------------------
+
+PRODUCER_WRITTEN = Path(__file__).resolve().parents[1] / "doctor" / "data" / "producers"
+_DTYPE_FIELDS = ("torch_dtype", "dtype")
+
+
+def in_written_layout(trained: Path, written: Path, out: Path) -> Path:
+    """``trained``'s weights and sizes in the layout of ``written`` (a draft a producer's writer produced,
+    tests/doctor/data/producers/): its tensor names (decoder-layer prefix; embeddings and t2d kept only
+    where it writes them), its config fields and flags (class name, injected rope scaling, eagle_config
+    flags), and the trained aux ids under the key it uses, if any."""
+    trained_config = json.loads((trained / "config.json").read_text())
+    config = json.loads((written / "config.json").read_text())
+    config.update({k: v for k, v in trained_config.items() if k in config and k not in ("architectures", "eagle_config")})
+    if "head_dim" in config:
+        config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
+    config.update({k: trained_config["torch_dtype"] for k in _DTYPE_FIELDS if k in config})
+    ids = trained_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    if "eagle_config" in config:
+        config["eagle_config"] = {**config["eagle_config"], "eagle_aux_hidden_state_layer_ids": ids}
+    if "aux_hidden_states_layer_ids" in config:
+        config["aux_hidden_states_layer_ids"] = ids
+    with safe_open(str(written / "model.safetensors"), "np") as f:
+        names = set(f.keys())
+    layer_prefix = "midlayer." if any(n.startswith("midlayer.") for n in names) else "layers.0."
+    weights = {n.replace("layers.0.", layer_prefix, 1): w for n, w in load_file(str(trained / "model.safetensors")).items()
+               if n.startswith("layers.0.") or n in names}
+    return write(out, weights, config)
