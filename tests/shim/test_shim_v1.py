@@ -70,7 +70,7 @@ def test_silent_drop_of_layers_0_names_is_reported(bootstrapped, tiny_models):
     _, draft = tiny_models  # speculators naming: layers.0.*
     result = _probe(bootstrapped, draft)
     assert result["decoder_module"] == "midlayer"
-    assert result["adapters"] == ["commit", "deepseek_set_eagle3", "llama_eagle", "llama_eagle3", "llama_set_eagle3",
+    assert result["adapters"] == ["commit", "deepseek_set_eagle3", "finish", "llama_eagle", "llama_eagle3", "llama_set_eagle3",
                                   "mistral_large_3_eagle", "qwen2_eagle", "scheduler",
                                   "target_graph_capture", "v1", "v2"]
     assert result["seams"]["llama_eagle3.load"] == "attached" and result["seams"]["llama_eagle3.forward"] == "attached"
