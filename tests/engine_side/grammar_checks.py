@@ -210,7 +210,9 @@ def check_sampled_verify_commits_only_what_the_grammar_accepts():
             tokens = _committed(predicts, accept_index, accept_num, b)
             assert _grammar_takes(req, tokens), (name, tokens)
             accepted_drafts += int(accept_num[b])
-    assert accepted_drafts > 50, accepted_drafts  # drafts were taken, not only final samples
+    # drafts were taken, not only final samples: 47-54 over these rounds as the hash seed varies the
+    # rounds' order, so the bound only asks that acceptance happened at all, well clear of that spread
+    assert accepted_drafts > 25, accepted_drafts
 
 
 CHECKS = ("bitmask_matches_the_cuda_paths_kernel", "greedy_verify_commits_only_what_the_grammar_accepts",
