@@ -162,23 +162,31 @@ def test_due_hands_out_at_most_max_frames_at_a_time(tmp_path):
         r.close()
 
 
-def test_a_damaged_first_batch_is_skipped_and_the_next_plays_from_its_first_frame(tmp_path):
-    """README "Bounds" (readers read the rest): a replay starting in, or seeking into, a damaged batch
-    lists it and goes on from the first frame of the next readable one."""
+def _replay_with_damaged_batch(path, batch_id: int):
+    """15 frames in batches of 5, batch ``batch_id``'s checksum broken: (frames, a replayer on a fixed clock)."""
     import sqlite3
 
-    path = tmp_path / "d.e3s"
     frames = _record(path, [1_000_000] * 15, batch=5)
     con = sqlite3.connect(path)
     with con:
-        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 0")
+        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = ?", (batch_id,))
     con.close()
-    r = Replayer(path, clock=lambda: 0.0)
+    return frames, Replayer(path, clock=lambda: 0.0)
+
+
+def _play_all(r) -> list:
+    played = []
+    while not r.finished:
+        played += r.step_one()
+    return played
+
+
+def test_a_damaged_first_batch_is_skipped_and_the_next_plays_from_its_first_frame(tmp_path):
+    """README "Bounds" (readers read the rest): a replay starting in, or seeking into, a damaged batch
+    lists it and goes on from the first frame of the next readable one."""
+    frames, r = _replay_with_damaged_batch(tmp_path / "d.e3s", 0)
     try:
-        played = []
-        while not r.finished:
-            played += r.step_one()
-        assert [f.n for f in played] == [f.n for f in frames[5:]] and len(r.errors) == 1
+        assert [f.n for f in _play_all(r)] == [f.n for f in frames[5:]] and len(r.errors) == 1
         assert r.seek_index(2) == 5 and [f.n for f in r.step_one()] == [frames[5].n]
     finally:
         r.close()
@@ -300,20 +308,9 @@ def test_a_clock_stepped_back_costs_nothing_to_the_nanosecond(tmp_path):
 def test_a_damaged_last_batch_ends_the_replay_after_the_frames_before_it(tmp_path):
     """README "Bounds" (readers read the rest): the batch at the end unreadable, the replay plays every
     frame before it, lists the damage once and is finished (no error past the last batch)."""
-    import sqlite3
-
-    path = tmp_path / "l.e3s"
-    frames = _record(path, [1_000_000] * 15, batch=5)
-    con = sqlite3.connect(path)
-    with con:
-        con.execute("UPDATE batches SET crc = crc + 1 WHERE id = 2")
-    con.close()
-    r = Replayer(path, clock=lambda: 0.0)
+    frames, r = _replay_with_damaged_batch(tmp_path / "l.e3s", 2)
     try:
-        played = []
-        while not r.finished:
-            played += r.step_one()
-        assert [f.n for f in played] == [f.n for f in frames[:10]] and len(r.errors) == 1
+        assert [f.n for f in _play_all(r)] == [f.n for f in frames[:10]] and len(r.errors) == 1
         assert r.due() == [] and r.wait_s() is None
     finally:
         r.close()
