@@ -25,6 +25,7 @@ import time
 
 from eagle3scope.wire import contracts, env, untrusted
 from eagle3scope.wire.announcements import read_hello, read_load
+from eagle3scope.wire.bodies import is_decode_step
 from eagle3scope.wire.contracts import NO_LOAD, Contract, FcTally
 from eagle3scope.wire.schema import FEATURE_CARRYING_MODES
 
@@ -123,7 +124,7 @@ class Verdict:
                     counts.add(seq, p.get("width"), bool(p.get("fc")), p.get("n", 1), p.get("replayed") is True)
             if body.get("capture") is not None:
                 self.capture = body["capture"]
-            if body.get("mode") == "decode":
+            if is_decode_step(body):  # what check and --steps count as a decode step
                 self.decode_steps += 1
             if not self.judged:
                 return
