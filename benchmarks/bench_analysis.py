@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_analysis.py [--steps 200000]``. Frames are decoded
 beforehand (tests/support/analysis_streams.py), so only ``ingest`` is timed: one core, one thread.
-Goal (issue 5): ingest >= 50k steps/s; violations() cheap enough to call ~10x/s.
+Goal: ingest >= 50k steps/s; violations() cheap enough to call ~10x/s.
 """
 
 from __future__ import annotations

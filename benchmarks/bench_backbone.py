@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_backbone.py [--seek-steps 1000000] [--seeks 200]``.
 Bodies come from ``tests/support/synthetic.py`` (realistic top-k 1 chain, 3 drafts per request).
-Goals (issue 2): ingest >= 50k steps/s, record >= 100k steps/s, seek <= 50 ms.
+Goals: ingest >= 50k steps/s, record >= 100k steps/s, seek <= 50 ms.
 """
 
 from __future__ import annotations

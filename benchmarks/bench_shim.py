@@ -273,7 +273,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         # (its ring holds far more than these rounds). Waiting for it after each round, as the warm
         # loop does between chunks, put the thread to sleep every round, and on this VM a sleep's trip
         # through the kernel left the caches far colder than a forward does: the cold account was
-        # 150-220 µs a round that way, against the engine's 66-81 (BENCHMARKS.md, issue 28 session 12)
+        # 150-220 µs a round that way, against the engine's 66-81 (BENCHMARKS.md, "Shim": Method)
         cold, before = True, sum(cell[0] for cell in STATE.self_ns.values())
         for _ in range(steps // 20):
             hooked_tick()

@@ -11,7 +11,7 @@
    and in this process's CPU time (the figure a loaded machine distorts least).
 
 Usage: python benchmarks/bench_tui.py [--rates 1000 10000] [--seconds 10] [--bs 1]
-Goal (issue 6): under half a core at 1,000 steps/s.
+Goal: under half a core at 1,000 steps/s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The hand-made mutations an audit found surviving the fast suite (issue 16): each must now fail a test.
+"""The hand-made mutations an audit found surviving the fast suite: each must now fail a test.
 
 Each mutation is one exact text replacement in one module, applied to a scratch copy of this
 checkout; the fast test files named with it run there (``-x``). Prints, per mutation, KILLED (a test
@@ -65,7 +65,7 @@ MUTATIONS = [
     ("record: loss counts not kept in the session file", RECORD,
      "writer.note_loss(loss.summary(sub.bad_frames))\n            writer.close()", "writer.close()",
      ["tests/test_record_loss.py"]),
-    # issue 29's audit and this round's own (tests/test_promises.py, tests/test_advisor.py)
+    # the README promises' audit (tests/test_promises.py, tests/test_advisor.py)
     ("control: the MAC no longer covers the nonce and the time", CONTROL,
      'if k != "mac")', 'if k not in ("mac", "nonce", "ts"))', ["tests/test_promises.py"]),
     ("control: the replay window only looks backwards", CONTROL,
@@ -84,7 +84,7 @@ MUTATIONS = [
     ("advisor: verify cost not scaled by the tokens of the new setting", ADVISOR,
      "v.b * batch * (k + 1)", "v.b * batch * 2",
      ["tests/test_advisor.py"]),
-    # issue 29, second round: the README promises mapped in TESTING.md
+    # the README promises mapped in TESTING.md, one planted bug each
     ("round 2 validate: a request id of exactly 4,096 characters refused", VALIDATE,
      "if type(rid) is not str or len(rid) > MAX_NAME:", "if type(rid) is not str or len(rid) >= MAX_NAME:",
      ["tests/test_promises.py"]),
@@ -110,7 +110,7 @@ MUTATIONS = [
     ("round 2 control client: recapture sent even when not asked", CLIENT,
      'fields = {"recapture": True} if recapture else {}', 'fields = {"recapture": recapture}',
      ["tests/control/test_control_client.py"]),
-    # issue 29, round 4: store, exporter, doctor (each killed by a test of that round)
+    # store, exporter, doctor (each killed by a named fast test)
     ("round 4 salvage: a jump of exactly 1,024 ids no longer counted as lost batches", SALVAGE,
      "if bid - expected <= PROBE_PAST_LAST:", "if bid - expected < PROBE_PAST_LAST:",
      ["tests/test_salvage_accounting.py"]),
@@ -134,7 +134,7 @@ MUTATIONS = [
      "within {timeout_ms / 1000:.1f}s", "within {timeout_ms / 1000:.0f}s", ["tests/control/test_control_client.py"]),
     ("round 4 doctor: multi-layer-draft's fix names the wrong release", CONFIG_CHECKS,
      '"Use SGLang 0.5.12 or newer."', '"Use SGLang 0.5.11 or newer."', ["tests/doctor/test_doctor_texts.py"]),
-    # issue 29, fourth round (analysis and wire): bugs planted by hand, each killed by a named fast test
+    # analysis and wire: bugs planted by hand, each killed by a named fast test
     ("round 4 rules: an error that turned into a warning is downgraded", RULES,
      "if SEVERITY_ORDER[severity] < SEVERITY_ORDER[previous.severity]:", "if True:",
      ["tests/rules/test_rules_evidence.py"]),
@@ -230,7 +230,7 @@ GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shi
 HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
 SHIM_SEAMS = "instrumentation/eagle3scope_shim/seams.py"
 
-# issue 28/29's shim round (session 10): the counting forward hook taken out on graph-free servers
+# the shim's hook plan: the counting forward hook taken out on graph-free servers
 SHIM_MUTATIONS = [
     ("round 4 shim: a prefill graph runner ignored when deciding to take the forward hook out", SHIM_HOOKS,
      "    if any(graphs.replayed_passes(kind, worker).values()):",
@@ -250,7 +250,7 @@ SHIM_MUTATIONS = [
     ("round 4 shim: a failed hook's log line leaves out the seam", SHIM_STATE,
      "log.warning(\"eagle3scope: hook %s failed and is disabled (SGLang continues unaffected): %s\", seam, detail)",
      "log.warning(\"eagle3scope: a hook failed and is disabled (SGLang continues unaffected): %s\", detail)", [SHIM_UNIT]),
-    # session 11: the draft and draft-extend hooks taken out too, their work done by the step and verify
+    # the draft and draft-extend hooks taken out too, their work done by the step and verify
     ("round 5 shim: a draft hook that stayed in place has its work moved all the same", SHIM_HOOKS,
      "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)",
      "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM) or True", [GRAPH_EVIDENCE]),
@@ -312,7 +312,7 @@ SHIM_MUTATIONS = [
      ["tests/test_shim_toggle.py"]),
     ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/bench_shim.py",
      "        got = sub.poll(timeout_ms=0)\n    return n", "        got = None\n    return n", ["tests/test_shim_toggle.py"]),
-    # session 14: verify's hook one body after the call, passes decided and merged on the publisher thread
+    # verify's hook one body after the call, passes decided and merged on the publisher thread
     ("round 8 shim: passes alike left unmerged on the wire", SHIM_HOOKS,
      "        if key == last:\n", "        if False:\n", [SHIM_UNIT]),
     ("round 8 shim: an EAGLE-1/2 draft's caller-read passes claimed fc-bypassed", SHIM_HOOKS,

@@ -4,7 +4,7 @@ thread's samples that are the shim's own work.
 The shim's self-report (``heartbeat.shim_us``) times each hook between its first and last clock
 read, so it cannot see what a hook costs outside that window: the call into it through SGLang's
 ``HookRegistry`` wrapper, its argument packing, the return. A sampler sees all of it, and sees it
-without the shim's help, so the two can be held against each other (BENCHMARKS.md, issue 28).
+without the shim's help, so the two can be held against each other (BENCHMARKS.md, "Shim": Method).
 
 A sample is the shim's when the deepest shim frame (``eagle3scope_shim/``, ``eagle3scope/wire/``)
 is the leaf, or only library frames the hooks call lie below it (torch's ``Module.__getattr__``,

@@ -1,5 +1,5 @@
 """Facts derived once (analysis/facts.py) and release knowledge in one place (wire/releases.py,
-wire/aux_layers.CaptureRule): the three bugs of issue 27 that came from a concept defined twice,
+wire/aux_layers.CaptureRule): the three bugs that came from a concept defined twice,
 and the definitions every consumer now shares."""
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def test_the_draft_forward_hook_reads_fc_per_draft_family(monkeypatch):
 
 
 class _Untouchable:
-    """A draft model or forward batch the counting forward hook must not read (issue 28: its reads,
+    """A draft model or forward batch the counting forward hook must not read (its reads,
     three times a round, were the shim's dearest seam)."""
 
     def __getattr__(self, name):
@@ -332,7 +332,7 @@ def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(ledger, monke
     assert _decided(STATE.step) == [["decode", 128, False, 3, 4]] and STATE.step.draft == [1, 2, 3, 4]
 
 
-# -- graph-free servers: the counting forward hook taken out, the callers add eager passes (issue 28) ---
+# -- graph-free servers: the counting forward hook taken out, the callers add eager passes -----------
 class _Draft:
     def forward(self, *args):
         return "ran"

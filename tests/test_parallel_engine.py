@@ -11,8 +11,8 @@ column-parallel, each rank holding half of its output rows) fires nothing, and t
 (``seeds``: Kimi-K2.5 wrapper, the Llama-style draft with aux capture off) is flagged with nothing
 beside it; greedy only (the family's sampled verify needs a kernel the CPU build lacks,
 demo/families.py: TEMPERATURES). Ranks get one core each (``SGLANG_CPU_OMP_THREADS_BIND``,
-demo/server.py: parallel_launch). The demo's trained scenarios at TP-2 / DP-2 are the issue's
-done-when check (``demo --tp 2 --scenario ...``).
+demo/server.py: parallel_launch). The demo's trained scenarios at TP-2 / DP-2 are what README's
+``demo --tp N`` / ``--dp N`` serves (``demo --tp 2 --scenario ...``).
 
 DP attention (``--tp-size 2 --dp-size 2 --enable-dp-attention``) does not run on SGLang's CPU path:
 the server starts, and the first request kills the idle attention-DP rank, whose

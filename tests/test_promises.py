@@ -1,4 +1,4 @@
-"""Promises the README and RELIABILITY.md make that no other fast test pinned (issue 29's audit: each of
+"""Promises the README and RELIABILITY.md make that no other fast test pinned (an audit's finding: each of
 these survived as a planted one-line bug). Each test names the promise it holds."""
 
 from __future__ import annotations

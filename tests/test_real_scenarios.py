@@ -29,7 +29,7 @@ EXPECTED = {
     "aux-offset": ({"aux-layers-mismatch"}, "warning"),
 }
 
-#: Steps of issue 14's check (`demo --headless --steps 300`), for the run at temperature 0.8 alone.
+#: Steps of the demo's acceptance check (`demo --headless --steps 300`), for the run at temperature 0.8 alone.
 ISSUE_STEPS = 300
 
 
@@ -65,7 +65,7 @@ def test_healthy_run_is_clean_and_drafts_well(scenario_result):
     # A real draft's range (public EAGLE-3 figures at steps 3 / topk 1 / 4 draft tokens: about 2.9),
     # not 4 of 4; each position given the one before: later drafts, fed the draft's own states, are worse.
     assert 2.6 <= summary["mean_accept_length"] <= 3.4, summary
-    # 0.939 / 0.707 / 0.509 over the issue's 300 steps (BENCHMARKS.md)
+    # 0.939 / 0.707 / 0.509 over the check's 300 steps (BENCHMARKS.md, "Demo models and scenarios")
     p1, p2, p3 = summary["per_position"]
     assert p1 > p2 > p3, summary["per_position"]
 
@@ -87,8 +87,8 @@ def sampled_healthy(demo_models, engine_python, tmp_path_factory):
 def test_healthy_run_at_temperature_0_8_through_the_sampling_verify(sampled_healthy):
     path, results = sampled_healthy
     summary = assert_healthy_run(path, results, {0.8}, ISSUE_STEPS)
-    # Issue 14's check at temperature 0.8: measured 2.662, 0.872 / 0.618 / 0.466 over 300 steps
-    # (BENCHMARKS.md); the floor leaves 0.05 below the issue's 2.6 for a build on other hardware,
+    # The acceptance check at temperature 0.8: measured 2.662, 0.872 / 0.618 / 0.466 over 300 steps
+    # (BENCHMARKS.md); the floor leaves 0.05 below the goal's 2.6 for a build on other hardware,
     # whose float sums (and so its trained draft) differ slightly.
     assert 2.55 <= summary["mean_accept_length"] <= 3.4, summary
     p1, p2, p3 = summary["per_position"]

@@ -1,5 +1,5 @@
 """Every output a command writes goes through :mod:`eagle3scope.wire.untrusted` (the static half of
-issue 25 item 1; the dynamic half runs every command over hostile recordings)."""
+the untrusted-text promise; the dynamic half runs every command over hostile recordings)."""
 
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ tree2, tree4, adaptive, standalone = (pooled(name) for name in ("tree2", "tree4"
 
 @pytest.mark.parametrize("tree", [f"tree{k}" for k in sorted(TREES)])
 def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree, request):
-    """topk 2 with 6 draft tokens (issue 24's done-when) and topk 4 with 8: counts equal meta_info."""
+    """topk 2 with 6 draft tokens and topk 4 with 8: counts equal meta_info."""
     topk = int(tree.removeprefix("tree"))
     frames, responses = request.getfixturevalue(tree)
     decode, front_wrong = _tree_checks(frames, responses, topk)

@@ -107,7 +107,7 @@ class Event:
 
 @dataclass(slots=True)
 class ConfigSegment:
-    """Acceptance while one aux-layer configuration was in effect (issue 7's A/B view).
+    """Acceptance while one aux-layer configuration was in effect (the aux-layer A/B view).
 
     ``layers`` are the ids as configured (``eagle_aux_hidden_state_layer_ids``, what ``aux set``
     takes; None = the release's default), ``captured`` the target layers SGLang captures for them.

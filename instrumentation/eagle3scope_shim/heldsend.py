@@ -9,7 +9,7 @@ publisher calls libzmq's ``zmq_send`` through :class:`ctypes.PyDLL`, which keeps
 very library pyzmq loaded in this process: the one ``libzmq`` mapped (``/proc/self/maps``), of
 pyzmq's version, that reads the socket's type back. Where any of that fails (no ``/proc``, a
 libzmq linked into pyzmq's module, two of them mapped), :func:`sender` gives pyzmq's send.
-BENCHMARKS.md (issue 28, session 12) has what it saves.
+BENCHMARKS.md ("Shim", the publisher) has what it saves.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ device tensors into the step's :class:`ring.HostRing` slot; the publisher thread
 device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor is listed at once:
 there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
 fires on every eager draft pass, only counts passes inside the callers that read the width they
-hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
+hand the draft (BENCHMARKS.md, "Shim": each hook call costs tens of µs after a forward has swept
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
 (:func:`_detach_draft_and_extend`); without the overlap loop the commit hook goes too
@@ -151,7 +151,7 @@ def _detach_counting_forwards(worker) -> None:
     ``--disable-cuda-graph``), every caller's draft call runs its forwards eagerly, always as many
     (``_uncounted``), and the caller knows their width and fc. The draft-forward hook would only
     count them, three calls a round that cost more than the rest of the round's hooks together
-    (BENCHMARKS.md, issue 28), so its wrapper is taken out and the callers add the passes. Not when
+    (BENCHMARKS.md, "Shim"), so its wrapper is taken out and the callers add the passes. Not when
     a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
     adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
     kind = FACTS.workers[-1][0] if FACTS.workers else None
@@ -235,7 +235,7 @@ def make_step(seam):
             channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
         mode = batch.forward_mode
-        try:  # asked once per mode, inline: a call here costs µs after a forward (BENCHMARKS.md, issue 28)
+        try:  # asked once per mode, inline: a call here costs µs after a forward (BENCHMARKS.md, "Shim")
             idle, extend = _MODES[mode]
         except (KeyError, TypeError):
             idle, extend = _asked_once(_MODES, mode, _ask_mode, mode)

@@ -15,7 +15,7 @@ ring runs short and rings :meth:`Publisher.wake`: ``ring.HostRing``). Each drain
 costs several times the others after a forward has swept the caches, and each timed wait about
 77 µs of CPU on the test VM, so bigger drains cost less per frame: in the engine bench the drains
 fell from 28-33 to 22 µs a round, at rounds of the same length, against 0.25 s and 16 (BENCHMARKS.md,
-issue 28, session 14). A full ring counts a drop instead of growing or waiting. ``hello``/``load``
+"Shim"). A full ring counts a drop instead of growing or waiting. ``hello``/``load``
 bodies are sticky: re-sent periodically so a viewer that starts late or restarts learns them.
 Heartbeats carry the counters so drops reach the viewer. The endpoint is judged before it is
 bound (:func:`eagle3scope.wire.endpoints.guard`): an ipc socket only in a private directory and never
@@ -64,7 +64,7 @@ class Bell:
     returns early when rung since its last wait. A bare lock the waiter holds and a ring releases: a
     timed wait is one futex wait, 77 µs of CPU on this VM against ``Event.wait``'s 118 (it builds a
     ``Condition`` waiter lock each time), and the publisher waits several times a second, idle or not
-    (BENCHMARKS.md, issue 28)."""
+    (BENCHMARKS.md, "Shim")."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

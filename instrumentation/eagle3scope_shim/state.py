@@ -42,7 +42,7 @@ class Step:
         #: (mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None) as the hooks saw them, appended
         #: without merging; fc None where a caller of the draft read the width (hooks.fc_of decides it). The
         #: publisher thread derives and merges (hooks.merged_passes): on the scheduler's thread each helper
-        #: call costs µs after a forward has swept the caches (BENCHMARKS.md, issue 28)
+        #: call costs µs after a forward has swept the caches (BENCHMARKS.md, "Shim")
         self.passes: list[tuple] = []
         self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
         #: while a caller of the draft runs (seams.DRAFT_INPUTS): [mode, width, forwards counted]

@@ -879,7 +879,7 @@ def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monk
     assert (facts.expected, facts.why_not) == (3, "")
 
 
-# -- control-shim survivors of issue 29's round 4 (seed 1851799245) -----------------------------------
+# -- the channel's gather arithmetic, its answer budget, and a bind that fails --------------------------
 def test_gather_counts_the_fcs_aux_layers_as_an_int_and_starts_at_layer_0_without_pp(monkeypatch):
     """expected = fc input width // the target's hidden size (an int on the wire); a target model
     without ``start_layer`` (no pipeline stage) starts at layer 0."""

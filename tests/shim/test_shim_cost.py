@@ -1,4 +1,4 @@
-"""The shim measures itself (issue 28): each seam's hook time on the calling thread and the rounds'
+"""The shim measures itself: each seam's hook time on the calling thread and the rounds'
 time, carried by the heartbeat as deltas (``shim_us``, ``step_us``), validated on the wire, summed
 by the reader, shown in the TUI header as a share and exported as a counter."""
 

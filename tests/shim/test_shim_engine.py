@@ -330,7 +330,7 @@ def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
     # out (its callers add the passes, test_healthy_run_reports_widths_and_fc), and the draft and
     # draft-extend hooks with it (the step's and verify's hooks add their passes and times); SGLang
     # runs no overlap loop for speculative decoding on a CPU, so the commit hook went too (steps are
-    # published as they end). After the first busy interval none of them runs (issue 28)
+    # published as they end). After the first busy interval none of them runs (BENCHMARKS.md, "Shim")
     taken_out = ("llama_eagle3.forward", "v2.draft", "v2.draft_extend", "commit.resolve")
     assert not any(b["shim_us"].get(seam) for b in beats[1:] for seam in taken_out), [b["shim_us"] for b in beats]
     # the round's own seams against the rounds (load-time hooks, e.g. the weight watch, land in the
@@ -382,7 +382,7 @@ def test_failing_hook_is_reported_once_and_changes_no_token(fault, healthy):
     assert len(responses) == len(greedy) and [r["text"] for r in responses] == [r["text"] for r in greedy]
     assert _kind(frames, "step")  # the other hooks go on publishing (prefill steps)
     assert _last(frames, "heartbeat")["hook_failures"] >= 1
-    # the header counts the hello's seams with the later hook events over them (issue 27: it showed 0/1)
+    # the header counts the hello's seams with the later hook events over them (a header that counted only hook events showed 0/1)
     statuses = {**(_last(frames, "hello").get("seams") or {}), **{b["seam"]: b["status"] for b in _kind(frames, "hook")}}
     (row,) = publisher_rows(analyse(frames))
     assert (row.hooks_ok, row.hooks_total) == (sum(s == "attached" for s in statuses.values()), len(statuses))

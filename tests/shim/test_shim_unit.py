@@ -845,7 +845,7 @@ def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
                                "ValueError: bad shape"]
 
 
-# -- round 4 survivors of shim-hooks / shim-state (seed 917811307), each killed here ------------------
+# -- hook bodies at their edges: tree paths, ring sizing, v1 counts, capture, seam accounting ---------
 class _CPU:
     """A CPU tensor as the snapshots read it (``is_cpu``, ``tolist``)."""
 
@@ -1079,7 +1079,7 @@ def test_a_published_step_counts_in_the_publishers_steps(monkeypatch):
     assert pub.steps == 1 and pub.queued == 1 and STATE.seq == 1
 
 
-# -- the fourth draw's survivors (seed 1835206392) ------------------------------------------------------
+# -- phase times, the draft's embedding width, the load hook, steps left unpublished -------------------
 def test_the_draft_embedding_width_is_its_embed_tokens_weights_last_dim():
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     assert hooks._embed_width(ns(model=ns(embed_tokens=ns(weight=ns(shape=(1024, 96)))))) == 96
@@ -1230,7 +1230,7 @@ def test_a_hook_event_without_detail_says_nothing(monkeypatch):
     assert fresh.pending == [{"seam": "s", "status": "attached", "detail": ""}]
 
 
-# -- the fifth draw's survivors (seed 858504535) --------------------------------------------------------
+# -- the step body's phase times, one-step trees, the sync guard, the forward hook's plan, entry ranks --
 def test_the_step_body_carries_each_phases_time_in_ms_under_its_wire_name():
     step = Step()
     step.draft_ns, step.verify_ns, step.extend_ns = 2_500_000, 1_000_000, None
@@ -1371,7 +1371,7 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
                      ("unobserved", "the draft worker"), ("startup", sched), ("ring", sched)]
 
 
-# -- the final draw's survivors (seed 309311355, measured on commit 63d745a) ----------------------------
+# -- names, start-up state, and what each step reads or asks once ---------------------------------------
 def test_an_unhooked_draft_model_is_named_by_its_class(monkeypatch):
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(STATE, "unobserved", {})

@@ -3,7 +3,7 @@
 :func:`hostile_frames` is a session (hello, load, steps with the aux-off break so rules fire and
 name the publisher, hooks, configs applied and refused, heartbeats) in which every string value,
 every free key and ``src`` itself is one hostile text. :data:`ATTACKS` are the named texts that
-broke an output before (issue 25); :data:`UNSAFE_OUT` is what no terminal output may contain.
+broke an output before; :data:`UNSAFE_OUT` is what no terminal output may contain.
 """
 
 from __future__ import annotations
