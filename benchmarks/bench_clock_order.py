@@ -1,4 +1,4 @@
-"""Issue 25 item 6's figures: replay pacing after one bad ``t``, duplicated ``n``, an impossible jump
+"""Clock-and-order figures (RELIABILITY.md): replay pacing after one bad ``t``, duplicated ``n``, an impossible jump
 of ``n``, and a publisher restarted under the same ``src`` (what ``check`` and a seek make of it).
 
 ``.venv/bin/python benchmarks/bench_clock_order.py``; with ``PYTHONPATH`` at an older checkout for

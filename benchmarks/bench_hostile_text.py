@@ -1,4 +1,4 @@
-"""Issue 25 item 1's before/after figures: every output over recordings whose every string is hostile.
+"""Untrusted-text figures (RELIABILITY.md): every output over recordings whose every string is hostile.
 
 For each text of ``tests/support/untrusted_support.py`` (and all of them at once) a recording is made and
 run through ``check`` (text and JUnit), ``replay --headless``, ``export --format csv`` and ``report

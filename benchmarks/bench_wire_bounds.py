@@ -1,4 +1,4 @@
-"""Issue 25 item 4's figures: 256 publishers whose hellos each name 3,000 seams of 200 characters,
+"""Wire-bound figures (RELIABILITY.md): 256 publishers whose hellos each name 3,000 seams of 200 characters,
 folded into the exporter's fleet and scraped once (series, /metrics size, scrape time, peak RSS).
 
 ``.venv/bin/python benchmarks/bench_wire_bounds.py [PUBLISHERS] [SEAMS]``; run with ``PYTHONPATH``

@@ -199,7 +199,7 @@ def _key_reads(tree: ast.AST):
 
 
 def test_only_the_announcements_module_opens_hello_and_load_bodies():
-    """Issue 27: every consumer (state, recorder metadata, sibling discovery, replay's text) reads the
+    """One reading of hello and load: every consumer (state, recorder metadata, sibling discovery, replay's text) reads the
     typed records of ``wire/announcements.py``; none navigates the raw dicts again."""
     import typing
 

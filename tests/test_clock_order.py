@@ -1,4 +1,4 @@
-"""Issue 25 item 6: clock and order. One bad ``t`` does not unpace a replay, duplicated ``n`` is not
+"""Clock and order. One bad ``t`` does not unpace a replay, duplicated ``n`` is not
 counted twice, an impossible jump of ``n`` is a reset and not 4.6e18 frames lost, and a publisher
 restarted under the same ``src`` is a new run that statistics, rules and seek keep apart."""
 

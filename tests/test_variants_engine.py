@@ -274,7 +274,7 @@ print(json.dumps({"kinds": kinds, "ring": SNAPSHOTS.ring is not None, "draft_ids
 
 @pytest.mark.parametrize("guarded", [False, True])
 def test_cpu_snapshots_are_host_copies_taken_at_once(engine_python, guarded):
-    """Issue 28: a CPU tensor is listed at once (cheaper than a clone after a forward swept the caches),
+    """A CPU tensor is listed at once (cheaper than a clone after a forward swept the caches),
     cloned under the sync guard (which flags tolist on any device); either is a copy the publisher
     turns into the same body, untouched by SGLang writing the tensors afterwards, and no ring is made."""
     env = {**checkout_pythonpath(os.environ), "EAGLE3SCOPE_SYNC_GUARD": "1" if guarded else ""}

@@ -1,4 +1,4 @@
-"""Issue 25 item 1: no output path writes a raw control character or live markup from an untrusted string.
+"""Untrusted text: no output path writes a raw control character or live markup from an untrusted string.
 
 Every string field of a session (``src``, hello, server_args, load report, seams, hooks, configs,
 request ids, forward modes, unknown keys; tests/support/untrusted_support.py) is set to a hostile text, and

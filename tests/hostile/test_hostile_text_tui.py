@@ -1,4 +1,4 @@
-"""Issue 25 item 1, the TUI: hostile strings in every field, every panel, screen and key; no crash,
+"""Untrusted text in the TUI: hostile strings in every field, every panel, screen and key; no crash,
 no markup read from data, no control character on screen.
 
 Before, 20 of 24 fields crashed the app with a ``MarkupError`` on some panel key (a request id

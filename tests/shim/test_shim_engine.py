@@ -317,7 +317,7 @@ def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
 
 
 def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
-    """Issue 28: the hooks time themselves. Every seam a real v2 round fires shows up in some
+    """The hooks time themselves. Every seam a real v2 round fires shows up in some
     heartbeat's ``shim_us``, against the rounds' ``step_us``; the shim's part is a fraction of it
     (loose bound: the sync guard is on in this run, which makes the hooks several times dearer)."""
     frames, _ = healthy

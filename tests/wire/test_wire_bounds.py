@@ -1,4 +1,4 @@
-"""Issue 25 item 4: every label or table a frame names is bounded in one place, the session state.
+"""Every label or table a frame names is bounded in one place, the session state.
 
 The hello's ``seams`` map used to bypass the state's 64-seam bound straight into the exporter's
 ``hook_status`` labels (and the hook-failed rule): 3,000 long seam names per publisher gave 790k
