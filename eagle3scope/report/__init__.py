@@ -16,7 +16,8 @@ from pathlib import Path
 
 from eagle3scope.analysis import SessionState
 from eagle3scope.analysis.views import acceptance_view, segment_rows
-from eagle3scope.gate import check_result, delta_verdict
+from eagle3scope.gate.decide import delta_verdict
+from eagle3scope.gate.result import check_result
 from eagle3scope.wire import untrusted
 
 #: Decode steps of rolling acceptance kept for the over-time plot (the newest ones when longer).
