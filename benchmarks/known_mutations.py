@@ -24,7 +24,7 @@ CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
     "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")
 STATE, SUBSCRIBER, SIGNALS, CHECKPOINT, GATE, SALVAGE, CLIENT = (
     "eagle3scope/analysis/state.py", "eagle3scope/live/subscriber.py", "eagle3scope/signals.py",
-    "eagle3scope/doctor/checkpoint.py", "eagle3scope/gate/__init__.py", "eagle3scope/store/salvage.py",
+    "eagle3scope/doctor/checkpoint.py", "eagle3scope/gate/decide.py", "eagle3scope/store/salvage.py",
     "eagle3scope/control/client.py")
 READER, FORMAT, WRITER, METRICS, CONFIG_CHECKS = (
     "eagle3scope/store/reader.py", "eagle3scope/store/format.py", "eagle3scope/store/writer.py",

@@ -89,7 +89,7 @@ MODULES: dict[str, Target] = {
                         "eagle3scope/exporter/service.py"),
                        ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/wire/test_wire_bounds.py",
                         "tests/test_clock_order.py", "tests/test_facts.py")),
-    "gate": Target(("eagle3scope/gate/__init__.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
+    "gate": Target(("eagle3scope/gate/decide.py", "eagle3scope/gate/result.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
                    ("tests/gate/test_gate_judge.py", "tests/gate/test_gate.py", "tests/test_check.py", "tests/test_promises.py",
                     "tests/hostile/test_hostile_frames.py")),
     "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py", DOCTOR),

@@ -21,7 +21,7 @@ import pytest
 from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
 from test_real_scenarios import check_json, fired
 
-from eagle3scope.demo import deepseek, deepseek_mla, families
+from eagle3scope.demo import deepseek, deepseek_mla, families, recipe
 from eagle3scope.demo.models import ModelPaths, demo_prompts
 from eagle3scope.wire.aux_layers import captured_for, default_capture, family_rule
 
@@ -61,7 +61,7 @@ def test_trained_layers_are_the_seeds_default_and_captured_as_given():
         rule = family_rule(cls, "0.5.23")
         assert captured_for(deepseek.SPECULATORS_AUX_IDS, rule, n) == deepseek.SPECULATORS_AUX_IDS
         # the conditional +1: the output-of-layer form of the same layers starts at 1 and is shifted back
-        assert captured_for(list(deepseek.llama_demo.AUX_LAYER_IDS), rule, n) == deepseek.SPECULATORS_AUX_IDS
+        assert captured_for(list(recipe.AUX_LAYER_IDS), rule, n) == deepseek.SPECULATORS_AUX_IDS
     assert family_rule("DeepseekV3ForCausalLM", "0.5.12") == "+1"  # where [2, 4, 5] became [3, 5, 6]
 
 

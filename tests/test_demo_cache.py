@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
+import inspect
 import multiprocessing
 import sys
 import time
+
+import pytest
 
 from eagle3scope.demo import cache, deepseek, deepseek_mla, models
 
@@ -61,6 +66,45 @@ def test_used_functions_and_parent_keys_enter_the_key():
     assert cache.recipe_key(deepseek, apart=deepseek.CACHE_LOCATORS, parents=("a",)) != \
         cache.recipe_key(deepseek, apart=deepseek.CACHE_LOCATORS, parents=("b",))
     assert len({models.version(), deepseek.version(), deepseek_mla.version()}) == 3
+
+
+@pytest.mark.parametrize("module", models.RECIPE_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_a_change_to_any_module_of_the_recipe_changes_the_key(module, monkeypatch):
+    """The recipe spans several modules: editing any of them must rebuild, not reuse stale weights."""
+    before = models.version()
+    source = inspect.getsource
+
+    def edited(obj):
+        return source(obj) + "\nEDITED = 1\n" if obj is module else source(obj)
+
+    monkeypatch.setattr(cache.inspect, "getsource", edited)
+    assert models.version() != before
+
+
+#: Demo modules the build imports that only find, lock or run it (or, for ``tiny``, lend the
+#: functions the key names one by one): not part of the recipe.
+NOT_RECIPE = {"eagle3scope.demo.cache", "eagle3scope.demo.server", "eagle3scope.demo.tiny"}
+
+
+def _demo_imports(module) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and node.module == "eagle3scope.demo":
+            names |= {f"eagle3scope.demo.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("eagle3scope.demo."):
+            names.add(node.module)
+    return names
+
+
+def test_every_demo_module_the_build_imports_is_in_the_key():
+    """A new module split out of the recipe and left out of ``RECIPE_MODULES`` would leave its
+    code out of the key; every module reached from the build's imports is in it."""
+    seen, todo = set(), [models]
+    while todo:
+        for name in _demo_imports(todo.pop()) - seen - NOT_RECIPE:
+            seen.add(name)
+            todo.append(importlib.import_module(name))
+    assert seen - {"eagle3scope.demo.models"} == {m.__name__ for m in models.RECIPE_MODULES}
 
 
 def test_every_locator_named_apart_exists():

@@ -15,7 +15,7 @@ import pytest
 from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
 from test_demo_language import shortest_period
 
-from eagle3scope.demo import language, models
+from eagle3scope.demo import language, models, recipe
 from eagle3scope.demo.scenarios import SCENARIOS, read_safetensors, write_safetensors
 
 PROMPTS = models.demo_prompts(4, seed=SCENARIO_PROMPTS_SEED)
@@ -35,7 +35,7 @@ def test_prompts_are_deterministic_demo_language():
 
 def test_aux_ids_leave_room_for_the_offset_scenario():
     # aux-offset shifts every id by one; SGLang captures id + 1, which must be a real layer.
-    assert max(models.AUX_LAYER_IDS) + 2 < models.TARGET["num_hidden_layers"]
+    assert max(recipe.AUX_LAYER_IDS) + 2 < recipe.TARGET["num_hidden_layers"]
 
 
 @pytest.fixture

@@ -278,7 +278,8 @@ STUCK_APP = """
 import os, sys, time
 from pathlib import Path
 from eagle3scope.tui import app
-from eagle3scope.tui.app import ScopeApp, _run
+from eagle3scope.tui.app import ScopeApp
+from eagle3scope.tui.lifecycle import run_app
 from eagle3scope.tui.feed import ReplayFeed
 
 class Stuck(ScopeApp):
@@ -288,14 +289,14 @@ class Stuck(ScopeApp):
         os.write(1, b"stuck\\n")  # not print: the app captures sys.stdout
         time.sleep(120)  # the event loop never runs again
 
-sys.exit(_run(Stuck(ReplayFeed(sys.argv[1]))))
+sys.exit(run_app(Stuck(ReplayFeed(sys.argv[1]))))
 """
 
 
 def test_sigterm_ends_the_tui_even_when_its_event_loop_is_stuck(long_recording):
     """The app's own shutdown cannot run while its loop is blocked; SIGTERM still ends the process
     with 128 + 15, after the grace period the clean shutdown had."""
-    from eagle3scope.tui.app import SIGNAL_GRACE_S
+    from eagle3scope.tui.lifecycle import SIGNAL_GRACE_S
 
     master, slave = _pty()
     proc = subprocess.Popen([sys.executable, "-c", STUCK_APP, str(long_recording)], stdin=slave,

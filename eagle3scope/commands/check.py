@@ -19,8 +19,9 @@ import click
 
 from eagle3scope.analysis import analyse
 from eagle3scope.commands import open_recording
-from eagle3scope.gate import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
-    check_result, describe, judge, no_evidence, parse_floors, verdict
+from eagle3scope.gate.decide import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_PASS, EXIT_UNREADABLE, Check, Thresholds, \
+    describe, judge, parse_floors, verdict
+from eagle3scope.gate.result import check_result, no_evidence
 from eagle3scope.gate.junit import write_junit
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITIES

@@ -18,7 +18,8 @@ import click
 
 from eagle3scope.commands import connect_option, discover_option, subscribe
 from eagle3scope.commands.check import conclude, read_baseline, threshold_options, thresholds_from
-from eagle3scope.gate import EXIT_UNREADABLE, check_result
+from eagle3scope.gate.decide import EXIT_UNREADABLE
+from eagle3scope.gate.result import check_result
 from eagle3scope.signals import stopping_on
 from eagle3scope.wire.untrusted import terminal
 

@@ -22,7 +22,8 @@ from eagle3scope.wire.untrusted import terminal
               help="Add the comparison with the recording OLD of the same draft (as check --baseline judges it).")
 @click.pass_context
 def command(ctx: click.Context, file: str, fmt: str, out: str | None, baseline_path: str | None) -> None:
-    from eagle3scope.report import NO_PLOTS, plots_available, write_report
+    from eagle3scope.report.plots import NO_PLOTS, plots_available
+    from eagle3scope.report.render import write_report
     from eagle3scope.store import StoreError
 
     try:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.demo import cache
+from eagle3scope.demo import model_files, recipe, replay, training
 from eagle3scope.demo import models as llama_demo
 from eagle3scope.demo import scenarios
 from eagle3scope.demo.scenarios import Scenario
@@ -38,11 +39,11 @@ from eagle3scope.demo.server import cache_dir as cache_root
 #: The target: the Llama demo target's width, depth and vocabulary (so the draft and its training
 #: carry over unchanged), with DeepseekV3's attention and MoE.
 TARGET = dict(
-    vocab_size=llama_demo.TARGET["vocab_size"],
-    hidden_size=llama_demo.TARGET["hidden_size"],
-    num_hidden_layers=llama_demo.TARGET["num_hidden_layers"],
-    max_position_embeddings=llama_demo.TARGET["max_position_embeddings"],
-    rms_norm_eps=llama_demo.TARGET["rms_norm_eps"],
+    vocab_size=recipe.TARGET["vocab_size"],
+    hidden_size=recipe.TARGET["hidden_size"],
+    num_hidden_layers=recipe.TARGET["num_hidden_layers"],
+    max_position_embeddings=recipe.TARGET["max_position_embeddings"],
+    rms_norm_eps=recipe.TARGET["rms_norm_eps"],
     intermediate_size=256,
     num_attention_heads=4,
     num_key_value_heads=4,
@@ -66,9 +67,9 @@ DEEPSEEK_CONFIG_EXTRAS = dict(moe_layer_freq=1, scoring_func="sigmoid", topk_met
 #: SGLang's CPU rope factory wants a rope_scaling block; yarn with factor 1 is plain rope.
 ROPE = {"rope_type": "yarn", "factor": 1.0, "rope_theta": 10000.0, "beta_fast": 32, "beta_slow": 1,
         "mscale": 1.0, "mscale_all_dim": 1.0,
-        "original_max_position_embeddings": llama_demo.TARGET["max_position_embeddings"]}
+        "original_max_position_embeddings": recipe.TARGET["max_position_embeddings"]}
 #: speculators' input-of-layer ids of the trained layers (the Llama demo's output-of-layer ids + 1).
-SPECULATORS_AUX_IDS = [i + 1 for i in llama_demo.AUX_LAYER_IDS]
+SPECULATORS_AUX_IDS = [i + 1 for i in recipe.AUX_LAYER_IDS]
 
 
 @dataclass(frozen=True)
@@ -130,21 +131,21 @@ def _build(paths: DeepseekPaths, final: DeepseekPaths, say) -> dict:
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    torch.manual_seed(llama_demo.SEED)
+    torch.manual_seed(recipe.SEED)
     # One thread: these matrices are too small to share, and on a busy machine more threads spin
     # (a step cost 3-4x the CPU time with two threads under load).
     torch.set_num_threads(1)
     stats: dict = {}
     t0 = time.monotonic()
     say("training the DeepseekV3 target (MLA + MoE) on the demo language ...")
-    target = llama_demo._train_target(say, stats, model=DeepseekV3ForCausalLM(target_config()))
+    target = training.train_target(say, stats, model=DeepseekV3ForCausalLM(target_config()))
     stats["target_train_s"] = round(time.monotonic() - t0, 1)
     _write_target(target, paths)
     t1 = time.monotonic()
     say("training the Llama-style EAGLE-3 draft on its aux states ...")
-    draft, draft_ids = llama_demo._train_draft(target, say, stats)
+    draft, draft_ids = training.train_draft(target, say, stats)
     stats["draft_train_s"] = round(time.monotonic() - t1, 1)
-    stats.update(llama_demo.replay_stats(target, draft, draft_ids, say))
+    stats.update(replay.replay_stats(target, draft, draft_ids, say))
     _write_drafts(draft, draft_ids, paths, final)
     stats["build_s"] = round(time.monotonic() - t0, 1)
     stats["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -155,7 +156,7 @@ def _write_target(model, paths: DeepseekPaths) -> None:
     """The DeepseekV3 checkpoint (transformers' writer) and the same weights as a Kimi-K2.5 checkpoint."""
     from safetensors.torch import load_file, save_file
 
-    llama_demo._write_target(model, paths.target)
+    model_files.write_target(model, paths.target)
     config = json.loads((paths.target / "config.json").read_text())
     config.update(DEEPSEEK_CONFIG_EXTRAS)
     (paths.target / "config.json").write_text(json.dumps(config, indent=1))
@@ -185,8 +186,8 @@ def kimi_config(text_config: dict) -> dict:
 
 def draft_config(target_dir: Path) -> dict:
     """The SGLang / HF config of the Llama-style draft, with speculators' ids (captured as given)."""
-    config = llama_demo.draft_config(target_dir)
-    llama = llama_demo.TARGET  # the draft layer is the Llama demo's (it is trained by that code)
+    config = model_files.draft_config(target_dir)
+    llama = recipe.TARGET  # the draft layer is the Llama demo's (it is trained by that code)
     config.update(num_key_value_heads=llama["num_key_value_heads"], rope_theta=llama["rope_theta"],
                   rms_norm_eps=llama["rms_norm_eps"])
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(SPECULATORS_AUX_IDS)
@@ -195,7 +196,7 @@ def draft_config(target_dir: Path) -> dict:
 
 def speculators_config(kimi_dir: Path) -> dict:
     """speculators' serialised config, verifier Kimi-K2.5 (the seeds' draft)."""
-    config = llama_demo.speculators_config(kimi_dir)
+    config = model_files.speculators_config(kimi_dir)
     config["speculators_config"]["verifier"]["architectures"] = ["KimiK25ForConditionalGeneration"]
     return config
 
@@ -208,7 +209,7 @@ def _write_drafts(draft, draft_ids, paths: DeepseekPaths, final: DeepseekPaths) 
         (paths.draft_midlayer, "midlayer.", draft_config(paths.target)),
         (paths.draft_speculators, "layers.0.", speculators_config(final.target_kimi)),
     ):
-        write_draft(out, config, llama_demo._draft_tensors(draft, draft_ids, prefix))
+        write_draft(out, config, model_files.draft_tensors(draft, draft_ids, prefix))
 
 
 # ---------------------------------------------------------------- scenarios

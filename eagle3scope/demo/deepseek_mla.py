@@ -12,7 +12,7 @@ with its norm expanded per head by ``kv_b_proj``, decoupled interleaved rope on 
 softmax scale ``qk_head_dim ** -0.5``), with the rope of the target's own config (transformers'
 ``DeepseekV3RotaryEmbedding``, which SGLang's ``deepseek_yarn`` rope matches on this target).
 
-It is trained by the Llama demo's own loop (``models._train_draft``: the target's aux states of
+It is trained by the Llama demo's own loop (``training.train_draft``: the target's aux states of
 the trained layers, the TTT unroll, the neighbour-shift loss) on the cached DeepseekV3 target, and
 written in the layout NVIDIA Model-Optimizer's MLA EAGLE export writes for Kimi-K2
 (``modelopt/torch/export/plugins/hf_spec_configs.py`` ``kimik2_eagle_template_config``:
@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3scope.demo import cache, deepseek
-from eagle3scope.demo import models as llama_demo
+from eagle3scope.demo import model_files, recipe, replay, training
+from eagle3scope.demo.llama_draft import make_draft as make_llama_draft
 from eagle3scope.demo.scenarios import Scenario
 from eagle3scope.demo.server import cache_dir as cache_root
 
@@ -118,14 +119,14 @@ def make_draft(embed):
         apply_rotary_pos_emb_interleave,
     )
 
-    base = type(_LLAMA_MAKE(embed))
+    base = type(make_llama_draft(embed))
     hidden = deepseek.TARGET["hidden_size"]
     heads, nope, rope_dim, v_dim = (MLA[k] for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim",
                                                      "v_head_dim"))
     q_rank, kv_rank = MLA["q_lora_rank"], MLA["kv_lora_rank"]
     # ``unroll`` scales scores by the Llama layer's head_dim ** -0.5; MLA's is qk_head_dim ** -0.5
     # (yarn mscale 1 at factor 1), folded into q.
-    q_scale = (nope + rope_dim) ** -0.5 / (hidden // llama_demo.TARGET["num_attention_heads"]) ** -0.5
+    q_scale = (nope + rope_dim) ** -0.5 / (hidden // recipe.TARGET["num_attention_heads"]) ** -0.5
 
     class Draft(base):
         """``fc`` -> Eagle3MLADecoderLayer -> ``norm`` -> ``lm_head``, as kimi_k25_eagle3.py runs it."""
@@ -176,28 +177,21 @@ def make_draft(embed):
     return Draft()
 
 
-_LLAMA_MAKE = llama_demo._Draft.make
-
-
 def _build(base: deepseek.DeepseekPaths, out: Path, say) -> dict:
     import resource
 
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    torch.manual_seed(llama_demo.SEED)
+    torch.manual_seed(recipe.SEED)
     torch.set_num_threads(1)  # as the target's build: these matrices are too small to share
     stats: dict = {}
     t0 = time.monotonic()
     target = DeepseekV3ForCausalLM.from_pretrained(str(base.target), dtype=torch.float32).eval()
     say("training the MLA EAGLE-3 draft (Eagle3DeepseekV2ForCausalLM) on the DeepseekV3 target's aux states ...")
-    # The Llama demo's loop, with this draft in place of its Llama one (its factory is what it calls).
-    llama_demo._Draft.make = staticmethod(make_draft)
-    try:
-        draft, draft_ids = llama_demo._train_draft(target, say, stats)
-        stats.update(llama_demo.replay_stats(target, draft, draft_ids, say))
-    finally:
-        llama_demo._Draft.make = staticmethod(_LLAMA_MAKE)
+    # The Llama demo's loop, with this draft in place of its Llama one.
+    draft, draft_ids = training.train_draft(target, say, stats, make_draft=make_draft)
+    stats.update(replay.replay_stats(target, draft, draft_ids, say))
     stats["draft_train_s"] = round(time.monotonic() - t0, 1)
     _write(draft, draft_ids, out, base.target)
     stats["build_s"] = round(time.monotonic() - t0, 1)
@@ -213,11 +207,11 @@ def draft_config(target_dir: Path) -> dict:
         "model_type": "kimi_k2",
         "hidden_size": deepseek.TARGET["hidden_size"],
         **MLA,
-        "intermediate_size": llama_demo.DRAFT_INTERMEDIATE,
+        "intermediate_size": recipe.DRAFT_INTERMEDIATE,
         "hidden_act": "silu",
         "num_hidden_layers": 1,
         "vocab_size": deepseek.TARGET["vocab_size"],
-        "draft_vocab_size": llama_demo.DRAFT_VOCAB,
+        "draft_vocab_size": recipe.DRAFT_VOCAB,
         "max_position_embeddings": deepseek.TARGET["max_position_embeddings"],
         "rms_norm_eps": deepseek.TARGET["rms_norm_eps"],
         # the target's rope (Kimi-K2's template copies the target's yarn block the same way), interleaved
@@ -237,7 +231,7 @@ def draft_config(target_dir: Path) -> dict:
 def _write(draft, draft_ids, out: Path, target_dir: Path) -> None:
     from eagle3scope.demo.tiny import write_draft
 
-    tensors = llama_demo._draft_tensors(draft, draft_ids, "layers.0.")
+    tensors = model_files.draft_tensors(draft, draft_ids, "layers.0.")
     # Model-Optimizer's export: no t2d buffer, no rotary cache; the embedding is kept (SGLang shares the target's).
     tensors = {k: v for k, v in tensors.items() if k != "t2d" and not k.startswith("rotary.")}
     write_draft(out, draft_config(target_dir), tensors)

@@ -2,7 +2,7 @@
 a session's kept rounds against it (:func:`eagle3scope.analysis.baseline.compare`).
 
 The comparison goes into the result object as ``baseline`` (``Comparison.to_dict`` plus the
-reference's path); :func:`eagle3scope.gate.judge` turns each judged value into a check.
+reference's path); :func:`eagle3scope.gate.decide.judge` turns each judged value into a check.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from eagle3scope.gate import Check
+from eagle3scope.gate.decide import Check
 from eagle3scope.wire.untrusted import xml
 
 

@@ -10,11 +10,6 @@ at most every ``ADVISE_EVERY_S`` and only while the overview or its panel shows.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import select
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -25,12 +20,13 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer
 
 from eagle3scope.analysis import views
-from eagle3scope.signals import ending_signals
 from eagle3scope.tui.driver import driver_class
 from eagle3scope.tui.feed import Feed
+from eagle3scope.tui.lifecycle import TERMINAL_GONE, EndingSignals, run_app
 from eagle3scope.tui.panels import AcceptancePanel, AdvisorPanel, AuxPanel, DraftPanel, EventLog, PublisherBar, Timeline, \
     ViolationsPanel, advice_line
 from eagle3scope.tui.screens import AuxScreen, HelpScreen, LoadReportScreen, PromptScreen, ViolationScreen
+from eagle3scope.tui.seek import parse_seek
 from eagle3scope.tui.themes import DEFAULT_THEME, available_themes, load_theme, remember_theme, remembered_theme
 from eagle3scope.tui.tokens import load_decoder
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
@@ -45,20 +41,6 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 STALE_AFTER_S = 5.0
 REPLAY_ONLY = {"faster", "slower", "seek", "seek_relative"}
 LIVE_ONLY = {"aux_control"}  # the control channel reaches a running server only
-TERMINAL_GONE = 128 + signal.SIGHUP  # the exit status when the terminal vanished, as after SIGHUP
-SIGNAL_GRACE_S = 5.0  # an ending signal ends the process after this long even if shutdown hangs
-
-
-def hard_exit(status: int) -> None:
-    """End the process now with ``status`` (a shutdown that hung): leave the alternate screen and
-    turn mouse reporting off if the terminal takes it at once, then ``os._exit``."""
-    try:
-        _r, writable, _x = select.select([], [2], [], 0)
-        if writable:
-            os.write(2, b"\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1049l\x1b[?25h")
-    except (OSError, ValueError):
-        pass
-    os._exit(status)
 
 
 class ScopeApp(App):
@@ -105,9 +87,8 @@ class ScopeApp(App):
         self._decoder_for: str | None = None
         self._advised: tuple[int, float] = (-1, 0.0)  # frames and monotonic time of the latest advice
         self.refresh_ms: float | None = None  # smoothed cost of one refresh (copy + panel updates)
-        self._ending: int | None = None  # the status an ending signal asked for
+        self._ending_signals = EndingSignals(lambda status: self.exit(None, status))
         self.gone_reason: str | None = None  # why the terminal is gone, once it is
-        self._signals_before: dict[int, object] = {}
         self.theme_name = ""
         self.apply_theme(theme or remembered_theme(), remember=False, fallback=True)
 
@@ -145,39 +126,8 @@ class ScopeApp(App):
     def on_load(self) -> None:
         """Before the terminal enters application mode: every signal that would end the process
         ends the app instead, so the driver leaves the alternate screen and turns mouse reporting
-        off (exit status 128 + N, as the shell reports a killed command). Signals already ignored
-        (nohup) or handled by someone else (a test runner's alarm) are left as they are. The handler
-        is a plain one, run by the main thread even while the event loop is stuck, and it arms
-        :data:`SIGNAL_GRACE_S`: a shutdown that hangs past it (or a second signal) ends the process
-        at once with the same status."""
-        self._loop_ = asyncio.get_running_loop()
-        for sig in ending_signals():
-            try:
-                previous = signal.getsignal(sig)
-                if previous in (signal.SIG_DFL, signal.default_int_handler):
-                    signal.signal(sig, self._on_ending_signal)
-                    self._signals_before[sig] = previous
-            except (OSError, RuntimeError, ValueError):
-                continue
-
-    def _restore_signals(self) -> None:
-        """The handlers of before :meth:`on_load` back (the app has ended; its loop is going)."""
-        while self._signals_before:
-            sig, previous = self._signals_before.popitem()
-            try:
-                signal.signal(sig, previous)
-            except (OSError, RuntimeError, ValueError):
-                continue
-
-    def _on_ending_signal(self, signum: int, _frame) -> None:
-        status = 128 + signum
-        if self._ending is not None:  # a second signal: no more waiting
-            hard_exit(self._ending)
-        self._ending = status
-        timer = threading.Timer(SIGNAL_GRACE_S, hard_exit, (status,))
-        timer.daemon = True
-        timer.start()
-        self._loop_.call_soon_threadsafe(self.exit, None, status)
+        off (:mod:`eagle3scope.tui.lifecycle`)."""
+        self._ending_signals.install()
 
     def terminal_gone(self, reason: str) -> None:
         """The driver saw the terminal go (EIO/EPIPE on output, stdin hung up): end as a hang-up
@@ -204,7 +154,7 @@ class ScopeApp(App):
             self.call_after_refresh(self.w[ViolationsPanel].invalidate)
 
     def on_unmount(self) -> None:
-        self._restore_signals()
+        self._ending_signals.restore()
         self.feed.stop()
 
     # -- the throttled refresh --------------------------------------------------------------
@@ -456,29 +406,6 @@ class ScopeApp(App):
         self.notify(f"theme: {markup(self.theme_name)}", timeout=2)
 
 
-def parse_seek(target: str) -> tuple[str, float]:
-    """``"1234"`` -> ("step", 1234); ``"12.5s"``/``"2m"``/``"1:30"`` -> ("time", seconds)."""
-    text = target.strip().lower()
-    if not text:
-        raise ValueError("empty seek target")
-    try:
-        if text.startswith("step"):
-            return "step", int(text[4:].strip(" =:"))
-        if text.isdigit():
-            return "step", int(text)
-        if ":" in text:
-            seconds = 0.0
-            for part in text.split(":"):
-                seconds = seconds * 60 + float(part)
-            return "time", seconds
-        for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
-            if text.endswith(suffix):
-                return "time", float(text[: -len(suffix)]) * scale
-    except ValueError:
-        pass
-    raise ValueError(f"cannot seek to {target!r}: give a step number or a time like 12.5s, 2m, 1:30")
-
-
 def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
               max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, discover: bool = True) -> int:
     """Open the TUI on one or more live publishers (``aux_client``: a ControlClient for key ``c``);
@@ -488,7 +415,7 @@ def run_watch(endpoints: list[str], theme: str | None = None, aux_client=None,
 
     app = ScopeApp(LiveFeed(Subscriber(list(endpoints), max_frame_bytes=max_frame_bytes, discover=discover)), theme=theme)
     app.aux_client = aux_client
-    return _run(app)
+    return run_app(app)
 
 
 def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, from_step: int | None = None,
@@ -502,14 +429,4 @@ def run_replay(path: str | Path, speed: float = 1.0, theme: str | None = None, f
         feed.seek_step(from_step)
     elif from_time is not None:
         feed.seek_time(from_time)
-    app = ScopeApp(feed, theme=theme)
-    return _run(app)
-
-
-def _run(app: ScopeApp) -> int:
-    """Run the app; its exit status (:data:`TERMINAL_GONE` once the terminal went, whatever the
-    app's own shutdown made of a dead terminal)."""
-    app.run()
-    if app.gone_reason is not None:
-        return TERMINAL_GONE
-    return app.return_code or 0
+    return run_app(ScopeApp(feed, theme=theme))

@@ -15,7 +15,7 @@ import pytest
 
 from support.analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
-from eagle3scope.gate import parse_floors
+from eagle3scope.gate.decide import parse_floors
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from support.recordings import record
 from support.cli import invoke, run

@@ -1,5 +1,5 @@
 """`check`/`gate` verdicts (README "CI gate", `--fail-on`, `--min-accept-length`, `--min-per-position`)
-as properties of `eagle3scope.gate.judge` over any result object, and the JUnit file they become:
+as properties of `eagle3scope.gate.decide.judge` over any result object, and the JUnit file they become:
 a rule fails exactly when it fired at or above `--fail-on`, a floor holds exactly when the measured
 value is at or above it (equal passes), an unmeasurable floor fails, an empty floor is not checked."""
 
@@ -14,7 +14,8 @@ from hypothesis import given, settings, strategies as st
 from support.analysis_streams import session
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.rules import RULE_IDS
-from eagle3scope.gate import Thresholds, check_result, judge, parse_floors, verdict
+from eagle3scope.gate.decide import Thresholds, judge, parse_floors, verdict
+from eagle3scope.gate.result import check_result
 from eagle3scope.wire import Frame
 from eagle3scope.gate.junit import write_junit
 

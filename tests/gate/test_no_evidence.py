@@ -12,7 +12,7 @@ from support.cli import invoke
 from support.recordings import record
 from test_gate import failed, junit_cases
 
-from eagle3scope.gate import EXIT_INCOMPLETE
+from eagle3scope.gate.decide import EXIT_INCOMPLETE
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 
 FLAGS = [(), ("--fail-on", "warning"), ("--fail-on", "info"), ("--min-per-position", ",")]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from eagle3scope.analysis import SessionState
 from eagle3scope.commands.check import render_text
-from eagle3scope.gate import check_result
+from eagle3scope.gate.result import check_result
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.store.rows import step_rows

@@ -23,7 +23,7 @@ from support.tui_support import (  # noqa: E402
 )
 
 from eagle3scope.tui import themes  # noqa: E402
-from eagle3scope.tui.app import SPEEDS, ScopeApp, parse_seek  # noqa: E402
+from eagle3scope.tui.app import SPEEDS, ScopeApp  # noqa: E402
 from eagle3scope.tui.feed import LiveFeed, ReplayFeed  # noqa: E402
 from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScreen  # noqa: E402
 from eagle3scope.tui.panels import Timeline  # noqa: E402
@@ -106,16 +106,6 @@ async def test_seek_to_time_lands_on_the_first_step_at_or_after_it(recording, fr
         assert app.feed.position()["seq"] == expected.body["seq"]
         # a seek is not a loss: no frames-lost violation, no "lost in transit" event
         assert all(v.id != "frames-lost" for v in app.query_one("#violations").violations)
-
-
-def test_parse_seek():
-    assert parse_seek("1234") == ("step", 1234)
-    assert parse_seek("step 12") == ("step", 12)
-    assert parse_seek("12.5s") == ("time", 12.5)
-    assert parse_seek("2m") == ("time", 120.0)
-    assert parse_seek("1:30") == ("time", 90.0)
-    with pytest.raises(ValueError):
-        parse_seek("soon")
 
 
 @run_async
