@@ -105,7 +105,7 @@ def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_v
     if missing_extra():
         click.echo(terminal(f"Error: {missing_extra()}"), err=True)
         ctx.exit(2)
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.run_checks import diagnose
 
     try:
         dx = diagnose(draft_dir, sglang_version=sglang_version, target_dir=target_dir)

@@ -31,8 +31,8 @@ from eagle3scope.doctor.checkpoint import (
     write_safetensors,
 )
 from eagle3scope.doctor.aux_check import ASSUMED_TARGET
-from eagle3scope.doctor.diagnose import diagnose, installed_sglang
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.run_checks import diagnose, installed_sglang
+from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.producers import FIX_KEY
 from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.wire.releases import ERAS, parse_version

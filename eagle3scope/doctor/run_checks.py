@@ -19,7 +19,7 @@ from pathlib import Path
 from eagle3scope.doctor.aux_check import check_aux_layers
 from eagle3scope.doctor.checkpoint import open_checkpoint
 from eagle3scope.doctor.config_checks import MODEL_FIELDS, check_config, check_files, is_llama_draft, read_target, recognise
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for
 from eagle3scope.doctor.producer_flags import check_producer_flags
 from eagle3scope.doctor.weight_checks import (
