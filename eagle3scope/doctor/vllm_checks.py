@@ -147,6 +147,9 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
                {**evidence, "trained_on": sorted(trained), "numbering": "vLLM: " + VLLM.numbering},
                f"`eagle3scope fix DRAFT --out NEW --for-vllm` writes ids {sorted(trained)} (vLLM captures them as given).")
         dx.aux_ids = sorted(trained)
+        dx.config = {**dx.config, "eagle_config": {**eagle, "eagle_aux_hidden_state_layer_ids": dx.aux_ids}}
+        dx.config.pop("eagle_aux_hidden_state_layer_ids", None)  # read first by vLLM: one place only
+        dx.config_edits.append(f"aux ids {ids} -> {dx.aux_ids} in eagle_config (vLLM captures ids as given)")
     elif dx.trained_known and trained is not None:
         dx.aux_ids = sorted(trained)
 
