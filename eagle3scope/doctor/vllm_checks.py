@@ -2,7 +2,7 @@
 
 The checkpoint-level facts (files, producer, the layers the draft was trained on, d2t) come from
 the SGLang diagnosis, which reads them without regard to the engine; what vLLM then does is
-predicted here from :data:`eagle3scope.doctor.engines.VLLM`: which target layers it captures
+predicted here from :data:`eagle3scope.doctor.engine_facts.VLLM`: which target layers it captures
 (ids as given, deduplicated and sorted, its default when none), the ``fc`` it builds against the
 states it will capture (fewer states: the engine starts, then dies on the first request in fc),
 the weights its loader renames, drops or never writes (it checks nothing it did not write), and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from eagle3scope.doctor.engines import (
+from eagle3scope.doctor.engine_facts import (
     SGLANG,
     VLLM,
     VLLM_DRAFT_CLASS,
