@@ -69,8 +69,6 @@ def diagnose_for_vllm(draft_dir: str | Path, *, vllm_version: str | None = None,
                  "d2t_offsets", "renames", "unmappable", "mappings"):
         setattr(dx, name, getattr(basis, name))
     dx.findings = [f for f in basis.findings if f.id in ENGINE_NEUTRAL]
-    dx.refusals = [] if not any(f.severity == "error" for f in dx.findings) else \
-        [f.title for f in dx.findings if f.severity == "error"]
     config = dx.checkpoint.config if isinstance(dx.checkpoint.config, dict) else None
     if config is None or not dx.checkpoint.tensors:
         return dx
@@ -149,7 +147,8 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
         dx.aux_ids = sorted(trained)
         dx.config = {**dx.config, "eagle_config": {**eagle, "eagle_aux_hidden_state_layer_ids": dx.aux_ids}}
         dx.config.pop("eagle_aux_hidden_state_layer_ids", None)  # read first by vLLM: one place only
-        dx.config_edits.append(f"aux ids {ids} -> {dx.aux_ids} in eagle_config (vLLM captures ids as given)")
+        dx.config_edits.append(f"aux ids {ids if ids else 'none (vLLM default ' + str(captured) + ')'} -> {dx.aux_ids} in "
+                               "eagle_config (vLLM captures ids as given)")
     elif dx.trained_known and trained is not None:
         dx.aux_ids = sorted(trained)
 
