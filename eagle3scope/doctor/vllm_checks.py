@@ -153,30 +153,40 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
         dx.aux_ids = sorted(trained)
 
 
-def _check_weights(dx: Diagnosis, config: dict) -> None:
-    names = list(dx.checkpoint.tensors)
-    dropped = [n for n in names if vllm_name(dx.renames.get(n, n)) is None]
-    mapped = {vllm_name(dx.renames.get(n, n)): n for n in names if n not in dropped}
+def _placed(names: list[str], renames: dict[str, str], want: list[str]) -> tuple[dict[str, str], list[str], list[str]]:
+    """vLLM's parameter name -> checkpoint name, the names it has no place for, and the wanted
+    parameters nothing writes, after ``renames`` (checkpoint name -> name written)."""
+    mapped = {v: n for n in names if (v := vllm_name(renames.get(n, n))) is not None}
     unknown = sorted(n for v, n in mapped.items() if not _KNOWN.match(v))
-    if dropped or any(dx.renames.get(n, n) != vllm_name(dx.renames.get(n, n)) for n in names):
+    return mapped, unknown, [w for w in want if w not in mapped]
+
+
+def _check_weights(dx: Diagnosis, config: dict) -> None:
+    """On the names as written (the renames the SGLang diagnosis found are what fix would write)."""
+    names = list(dx.checkpoint.tensors)
+    layers = max(int(config.get("num_hidden_layers") or 1), 1)
+    want = [f"model.layers.{i}.{p}" for i in range(min(layers, 64)) for p in _LAYER_PARTS] + ["model.norm.weight"]
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    if eagle.get("use_aux_hidden_state", True) is not False:
+        want.append("model.fc.weight")
+    mapped, unknown, unwritten = _placed(names, {}, want)
+    dx.renames = {n: r for n, r in dx.renames.items() if n in unknown}  # only what vLLM cannot place
+    renamed, unknown_after, unwritten_after = _placed(names, dx.renames, want)
+    dx.unmappable = unknown_after + unwritten_after  # what a rename cannot fix
+    dropped = [n for n in names if vllm_name(n) is None]
+    if dropped or any(n != vllm_name(n) for n in names):
         dx.add("loader-renames", "info", "vLLM's loader drops and renames these checkpoint names",
                {"dropped": dropped, "renames": [f"{a} -> {b}" for a, b in VLLM.renames]})
     if unknown:
         dx.add("weights-crash", "error", "vLLM has no parameter for some checkpoint names: start-up fails",
                {"names": unknown}, "Rename them to the layers.0.* / fc / norm / lm_head layout "
                "(`eagle3scope fix --for-vllm` does where the name is unambiguous).")
-    layers = max(int(config.get("num_hidden_layers") or 1), 1)
-    want = [f"model.layers.{i}.{p}" for i in range(min(layers, 64)) for p in _LAYER_PARTS] + ["model.norm.weight"]
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    if eagle.get("use_aux_hidden_state", True) is not False:
-        want.append("model.fc.weight")
-    unwritten = [w for w in want if w not in mapped]
     if unwritten:
         dx.add("weights-unwritten", "error", "Draft parameters no checkpoint tensor writes keep their random init "
                "(vLLM does not check)", {"unwritten": unwritten},
                "Ship the trained tensors under the names vLLM maps (layers.0.* or midlayer.*).")
-    head = "lm_head.weight" in mapped
-    embed = "model.embed_tokens.weight" in mapped
+    head = "lm_head.weight" in renamed  # names vLLM cannot place stop it earlier: the copy's view
+    embed = "model.embed_tokens.weight" in renamed
     draft_vocab, vocab = config.get("draft_vocab_size"), (dx.target or {}).get("vocab_size") or config.get("vocab_size")
     dx.add("embedding-head-sharing", "info",
            f"vLLM takes {'the checkpoint' if embed else 'the target'}'s embedding and {'the checkpoint' if head else 'the target'}'s lm_head",

@@ -26,6 +26,7 @@ REPAIRS = {
     "aux-capture-off": lambda dx: bool(dx.config_edits),
     "d2t-absolute": lambda dx: dx.d2t_offsets is not None,
     "weights-crash": lambda dx: bool(dx.renames) and not dx.unmappable,
+    "weights-unwritten": lambda dx: bool(dx.renames) and not dx.unmappable,
 }
 #: safetensors header dtype -> the name safetensors' serializer takes.
 SPEC_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "F16": "float16",

@@ -214,3 +214,19 @@ def test_the_demo_draft_copy_is_captured_one_layer_lower_on_vllm_until_fixed(tmp
     speculators = json.loads((demo_models.draft_speculators / "config.json").read_text())
     fixed = json.loads((out / "config.json").read_text())
     assert fixed["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == speculators["eagle_aux_hidden_state_layer_ids"]
+
+
+def test_names_vllm_cannot_place_crash_it_and_fix_renames_them(tmp_path, target):
+    weights = {k if k in ("d2t", "t2d") else "module." + k: v for k, v in dc.tensors().items()}  # a DDP-wrapped save
+    draft = dc.write(tmp_path / "d", weights, dc.specforge_config())
+    code, report = _doctor(draft, target, "--engine", "vllm")
+    found = _by_id(report)
+    assert "module.fc.weight" in found["weights-crash"]["evidence"]["names"]
+    assert "model.fc.weight" in found["weights-unwritten"]["evidence"]["unwritten"]
+    out = tmp_path / "for-vllm"
+    result = invoke("fix", str(draft), "--out", str(out), "--for-vllm", "--target", str(target))
+    assert result.exit_code == 0, result.output
+    written = load_file(str(out / "model.safetensors"))
+    assert "fc.weight" in written and not any(k.startswith("module.") for k in written)
+    assert np.array_equal(written["fc.weight"], weights["module.fc.weight"])
+    assert _doctor(out, target, "--engine", "vllm")[1]["verdict"] == "clean"
