@@ -105,7 +105,7 @@ def vllm_fc_states(config: dict) -> int:
     """How many aux states vLLM builds the draft's fc for (``num_aux_hidden_states``, else the length
     of eagle_config's ids, else 3); the top-level ids are not read here."""
     count = config.get("num_aux_hidden_states")
-    if isinstance(count, int) and count > 0:
+    if type(count) is int and count > 0:
         return count
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")

@@ -23,7 +23,9 @@ from eagle3scope.doctor.engine_facts import (
     vllm_ids,
     vllm_release,
 )
+from eagle3scope.doctor.aux_check import int_list
 from eagle3scope.doctor.findings import Diagnosis
+from eagle3scope.doctor.run_checks import diagnose, guarded
 from eagle3scope.wire.aux_layers import vllm_captured
 
 #: Findings of the SGLang diagnosis about the checkpoint itself, true whatever the engine.
@@ -57,7 +59,6 @@ def is_speculators(config: dict) -> bool:
 def diagnose_for_vllm(draft_dir: str | Path, *, vllm_version: str | None = None,
                       target_dir: str | Path | None = None) -> Diagnosis:
     """Raises ValueError only for a vLLM release whose facts were not read (a usage error)."""
-    from eagle3scope.doctor.run_checks import diagnose
 
     version = vllm_release(vllm_version)
     basis = diagnose(draft_dir, sglang_version=SGLANG.releases[0], target_dir=target_dir)
@@ -73,9 +74,8 @@ def diagnose_for_vllm(draft_dir: str | Path, *, vllm_version: str | None = None,
     if config is None or not dx.checkpoint.tensors:
         return dx
     dx.config = dict(config)
-    _check_architecture(dx, config)
-    _check_capture(dx, config)
-    _check_weights(dx, config)
+    for check in (_check_architecture, _check_capture, _check_weights):
+        guarded(dx, check, config)
     return dx
 
 
@@ -111,6 +111,10 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
         return
     n = (dx.target or {}).get("num_hidden_layers")
     ids, key = vllm_ids(config)
+    if ids is not None and not int_list(ids):
+        dx.add("config-field-invalid", "error", f"{key} is not a list of layer numbers: vLLM matches none of them",
+               {key: str(ids)[:200]}, "List the layer ids the draft was trained on as integers.")
+        return
     states = vllm_fc_states(config)
     captured = vllm_captured(ids, n) if ids or n else None
     evidence = {"ids": ids, "read_from": key or "none: vLLM's default (2, n//2, n-3)", "num_target_layers": n,
@@ -126,8 +130,9 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
                     "never_captured": [c for c in captured if c not in effective]},
                    (problem + "; " if problem else "") + "list as many distinct layers as fc takes, each within "
                    f"0..{n if n else 'n'} (vLLM captures ids as given, deduplicated and sorted).")
-    if fc and dx.target and states:
-        width = (config.get("target_hidden_size") or dx.target.get("hidden_size")) * states
+    hidden = config.get("target_hidden_size") or (dx.target or {}).get("hidden_size")
+    if fc and type(hidden) is int and hidden > 0:
+        width = hidden * states
         if len(fc[1]) == 2 and fc[1][1] != width:
             dx.add("fc-shape", "error", f"vLLM builds fc for {states} aux state(s) ({width} wide); the checkpoint's "
                    f"{fc[0]} is {list(fc[1])}: the load fails", {**evidence, "fc_shape": list(fc[1])},
@@ -164,8 +169,9 @@ def _placed(names: list[str], renames: dict[str, str], want: list[str]) -> tuple
 def _check_weights(dx: Diagnosis, config: dict) -> None:
     """On the names as written (the renames the SGLang diagnosis found are what fix would write)."""
     names = list(dx.checkpoint.tensors)
-    layers = max(int(config.get("num_hidden_layers") or 1), 1)
-    want = [f"model.layers.{i}.{p}" for i in range(min(layers, 64)) for p in _LAYER_PARTS] + ["model.norm.weight"]
+    layers = config.get("num_hidden_layers")
+    layers = layers if type(layers) is int and 1 <= layers <= 64 else 1  # an unreadable count: config-field-invalid
+    want = [f"model.layers.{i}.{p}" for i in range(layers) for p in _LAYER_PARTS] + ["model.norm.weight"]
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     if eagle.get("use_aux_hidden_state", True) is not False:
         want.append("model.fc.weight")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 from support import draft_checkpoints as dc
@@ -230,3 +232,28 @@ def test_names_vllm_cannot_place_crash_it_and_fix_renames_them(tmp_path, target)
     assert "fc.weight" in written and not any(k.startswith("module.") for k in written)
     assert np.array_equal(written["fc.weight"], weights["module.fc.weight"])
     assert _doctor(out, target, "--engine", "vllm")[1]["verdict"] == "clean"
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.text(max_size=8),
+                    st.lists(st.one_of(st.integers(-3, 12), st.text(max_size=3)), max_size=5),
+                    st.dictionaries(st.sampled_from(["eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"]),
+                                    st.one_of(st.booleans(), st.lists(st.integers(-3, 12), max_size=5), st.text(max_size=3)),
+                                    max_size=2))
+_KEYS = ["eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "architectures",
+         "num_hidden_layers", "target_hidden_size", "draft_vocab_size", "speculators_config"]
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(overrides=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4))
+@example(overrides={"eagle_aux_hidden_state_layer_ids": ["a", 1]})
+@example(overrides={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "b", 3]}, "num_hidden_layers": "x"})
+def test_any_config_gets_a_prediction_never_a_crash_and_safe_text(tmp_path_factory, overrides):
+    root = tmp_path_factory.mktemp("hostile")
+    target = dc.target(root / "target")
+    config = {**dc.specforge_config(), **overrides, "architectures": overrides.get("architectures", ["\x1b[2Jx"])}
+    draft = dc.write(root / "d", dc.tensors(), config)
+    result = invoke("doctor", str(draft), "--target", str(target), "--engine", "both")
+    assert result.exit_code in (0, 1, 2) and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "\x1b" not in result.output
+    report = json.loads(invoke("doctor", str(draft), "--target", str(target), "--engine", "vllm", "--json").output)
+    assert "check-failed" not in _by_id(report), report["findings"]
