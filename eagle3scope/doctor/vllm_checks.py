@@ -59,7 +59,6 @@ def is_speculators(config: dict) -> bool:
 def diagnose_for_vllm(draft_dir: str | Path, *, vllm_version: str | None = None,
                       target_dir: str | Path | None = None) -> Diagnosis:
     """Raises ValueError only for a vLLM release whose facts were not read (a usage error)."""
-
     version = vllm_release(vllm_version)
     basis = diagnose(draft_dir, sglang_version=SGLANG.releases[0], target_dir=target_dir)
     dx = Diagnosis(basis.checkpoint, version, basis.layout, basis.given, engine="vllm",
@@ -69,8 +68,10 @@ def diagnose_for_vllm(draft_dir: str | Path, *, vllm_version: str | None = None,
     for name in ("producer", "assumptions", "target", "target_class", "trained_capture", "trained_known",
                  "d2t_offsets", "renames", "unmappable", "mappings"):
         setattr(dx, name, getattr(basis, name))
-    dx.findings = [f for f in basis.findings if f.id in ENGINE_NEUTRAL]
     config = dx.checkpoint.config if isinstance(dx.checkpoint.config, dict) else None
+    # a speculators config keeps the decoder's fields in transformer_layer_config, which vLLM translates itself
+    neutral = ENGINE_NEUTRAL - ({"config-incomplete"} if config and is_speculators(config) else set())
+    dx.findings = [f for f in basis.findings if f.id in neutral]
     if config is None or not dx.checkpoint.tensors:
         return dx
     dx.config = dict(config)
@@ -150,10 +151,15 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
                {**evidence, "trained_on": sorted(trained), "numbering": "vLLM: " + VLLM.numbering},
                f"`eagle3scope fix DRAFT --out NEW --for-vllm` writes ids {sorted(trained)} (vLLM captures them as given).")
         dx.aux_ids = sorted(trained)
-        dx.config = {**dx.config, "eagle_config": {**eagle, "eagle_aux_hidden_state_layer_ids": dx.aux_ids}}
-        dx.config.pop("eagle_aux_hidden_state_layer_ids", None)  # read first by vLLM: one place only
+        if is_speculators(config):  # vLLM's speculators translation copies the top-level key only
+            dx.config = {**dx.config, "eagle_aux_hidden_state_layer_ids": dx.aux_ids}
+            where = "eagle_aux_hidden_state_layer_ids"
+        else:
+            dx.config = {**dx.config, "eagle_config": {**eagle, "eagle_aux_hidden_state_layer_ids": dx.aux_ids}}
+            dx.config.pop("eagle_aux_hidden_state_layer_ids", None)  # read first by vLLM: one place only
+            where = "eagle_config"
         dx.config_edits.append(f"aux ids {ids if ids else 'none (vLLM default ' + str(captured) + ')'} -> {dx.aux_ids} in "
-                               "eagle_config (vLLM captures ids as given)")
+                               f"{where} (vLLM captures ids as given)")
     elif dx.trained_known and trained is not None:
         dx.aux_ids = sorted(trained)
 

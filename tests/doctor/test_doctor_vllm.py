@@ -257,3 +257,15 @@ def test_any_config_gets_a_prediction_never_a_crash_and_safe_text(tmp_path_facto
     assert "\x1b" not in result.output
     report = json.loads(invoke("doctor", str(draft), "--target", str(target), "--engine", "vllm", "--json").output)
     assert "check-failed" not in _by_id(report), report["findings"]
+
+
+def test_a_speculators_config_gets_its_ids_where_vllms_translation_reads_them(tmp_path, target):
+    config = {**dc.speculators_config(), "eagle_aux_hidden_state_layer_ids": [1, 3, 4],
+              "eagle3scope_fix": {"trained_capture": [2, 4, 5]}}  # recorded: trained on [2,4,5], ids one lower
+    draft = dc.write(tmp_path / "d", dc.tensors("layers.0."), config)
+    assert _by_id(_doctor(draft, target, "--engine", "vllm")[1])["aux-layers-mismatch"]["severity"] == "error"
+    out = tmp_path / "for-vllm"
+    assert invoke("fix", str(draft), "--out", str(out), "--for-vllm", "--target", str(target)).exit_code == 0
+    written = json.loads((out / "config.json").read_text())
+    assert written["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5] and "eagle_config" not in written
+    assert _doctor(out, target, "--engine", "vllm")[1]["verdict"] == "clean"
