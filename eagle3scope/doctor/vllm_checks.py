@@ -37,7 +37,8 @@ ENGINE_NEUTRAL = {"unsafe-entry", "pickle-weights", "no-weights", "weights-unrea
 _KNOWN = re.compile(r"^(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight"
                     r"|model\.layers\.\d+\.(input_layernorm|post_attention_layernorm|hidden_norm)\.weight"
                     r"|model\.(fc|norm|embed_tokens|input_norm)\.weight|model\.fc_norm\.\d+\.weight"
-                    r"|lm_head\.weight|draft_id_to_target_id|mask_hidden|model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq)$")
+                    r"|lm_head\.weight|draft_id_to_target_id|mask_hidden"
+                    r"|model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq)$")
 _LAYER_PARTS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
                 "input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight")
@@ -84,8 +85,8 @@ def _check_architecture(dx: Diagnosis, config: dict) -> None:
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     if is_speculators(config) or (archs and archs[0] in VLLM.draft_classes):
         return
-    dx.add("architecture", "error", f"vLLM {dx.sglang_version} does not serve {archs[0] if archs else 'a draft without architectures'} "
-           "as an EAGLE-3 Llama draft", {"architectures": archs, "vllm_draft_classes": list(VLLM.draft_classes)},
+    named = archs[0] if archs else "a draft without architectures"
+    dx.add("architecture", "error", f"vLLM {dx.sglang_version} does not serve {named} as an EAGLE-3 Llama draft", {"architectures": archs, "vllm_draft_classes": list(VLLM.draft_classes)},
            f"`eagle3scope fix --for-vllm` writes architectures [{VLLM_DRAFT_CLASS}].")
     dx.config = {**dx.config, "architectures": [VLLM_DRAFT_CLASS]}
     dx.config_edits.append(f"architectures {archs} -> [{VLLM_DRAFT_CLASS}]")
@@ -102,7 +103,8 @@ def _check_capture(dx: Diagnosis, config: dict) -> None:
         dx.add("aux-capture-off", "error" if fc else "warning",
                "eagle_config.use_aux_hidden_state is false: vLLM drops fc.weight and feeds the last hidden state"
                + (", but the checkpoint has a trained fc" if fc else ""),
-               {"use_aux_hidden_state": False, "fc_in_checkpoint": bool(fc), "dropped_at_load": list(VLLM.dropped_without_aux)},
+               {"use_aux_hidden_state": False, "fc_in_checkpoint": bool(fc),
+                "dropped_at_load": list(VLLM.dropped_without_aux)},
                "Set use_aux_hidden_state to true (`eagle3scope fix --for-vllm` does)." if fc else
                "Without a trained fc the draft may have been trained on the last hidden state only.")
         if fc:
@@ -201,7 +203,8 @@ def _check_weights(dx: Diagnosis, config: dict) -> None:
     embed = "model.embed_tokens.weight" in renamed
     draft_vocab, vocab = config.get("draft_vocab_size"), (dx.target or {}).get("vocab_size") or config.get("vocab_size")
     dx.add("embedding-head-sharing", "info",
-           f"vLLM takes {'the checkpoint' if embed else 'the target'}'s embedding and {'the checkpoint' if head else 'the target'}'s lm_head",
+           f"vLLM takes {'the checkpoint' if embed else 'the target'}'s embedding and "
+           f"{'the checkpoint' if head else 'the target'}'s lm_head",
            {"embed_tokens": "own (shared only if identical to the target's)" if embed else "target's",
             "lm_head": "own (shared only if identical to the target's)" if head else "target's",
             "rule": "has_own_embed_tokens / has_own_lm_head, set by process_eagle_weight"})
