@@ -189,7 +189,7 @@ def test_mla_draft_loads_every_weight_and_applies_fc(scenario_result, deepseek_m
 def test_doctor_on_the_mla_draft_agrees_with_the_engine(deepseek_models, scenario_result):
     """The doctor passes the MLA draft for 0.5.23 (and refuses it for a release without the class); the engine
     then loads it cleanly and drafts well (the healthy-mla run)."""
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.run_checks import diagnose
 
     for target in (deepseek_models.target, deepseek_models.target_kimi):
         now = diagnose(deepseek_models.draft_mla, sglang_version="0.5.23", target_dir=target).to_dict()
@@ -264,7 +264,7 @@ def test_ids_one_off_are_named_and_aux_cycle_finds_the_trained_set(aux_plus_one,
 def test_doctor_preflight_agrees_with_the_engine(deepseek_models):
     """speculators' layers.0.* draft: an old release (0.5.10, not runnable here for this family) would drop
     the decoder layer silently; 0.5.23 loads it as trained, which the healthy runs' load reports confirm."""
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.run_checks import diagnose
 
     old = diagnose(deepseek_models.draft, sglang_version="0.5.10", target_dir=deepseek_models.target_kimi).to_dict()
     assert old["verdict"] == "broken"
@@ -307,7 +307,7 @@ def test_aux_panel_names_the_family_rule(version, rule):
 def test_doctor_models_the_mla_loader_by_name(tmp_path, edit, errors, warnings):
     """kimi_k25_eagle3.py's load_weights by name: what it writes fused, stacks, shares from the target, skips."""
     from support import draft_checkpoints as dc
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.run_checks import diagnose
 
     draft, target = dc.producer_layout("modelopt-mla", tmp_path)
     if edit:

@@ -79,7 +79,7 @@ def run_story(models, *, python=None, screen: bool = False, steps: int = 60, say
               workdir: Path | None = None) -> dict:
     """Play the four acts; returns each act's facts (violations, acceptance, doctor verdicts)."""
     from eagle3scope.commands.doctor import render
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.run_checks import diagnose
     from eagle3scope.doctor.repair import fix_checkpoint
 
     work = Path(workdir or tempfile.mkdtemp(prefix="eagle3scope-story-"))

@@ -1,7 +1,9 @@
-"""``eagle3scope doctor DRAFT_DIR``: check a draft checkpoint against an SGLang release before serving it.
+"""``eagle3scope doctor DRAFT_DIR``: check a draft checkpoint against an SGLang or vLLM release before serving it.
 
 Reads safetensors headers only (no full load, no torch). Says who wrote the checkpoint and every
-convention it assumed. Exit status: 0 clean, 1 warnings, 2 errors.
+convention it assumed, and in one line which target layers each engine captures for its ids.
+``--engine vllm`` predicts what vLLM does with it, ``both`` checks both. Exit status: 0 clean,
+1 warnings, 2 errors.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import textwrap
 
 import click
+from eagle3scope.wire.aux_layers import Engine
 from eagle3scope.wire.untrusted import json_line, lines, terminal
 
 WIDTH = 80
@@ -38,8 +41,9 @@ def what_to_do(report: dict) -> list[str]:
     if errors and not report["refusals"]:
         parts = (["key renames"] if fixable["renames"] else []) + (["config"] if fixable["config_edits"] else []) \
             + (["d2t"] if fixable["d2t_to_offsets"] else [])
-        steps.append(f"eagle3scope fix {report['draft']} --out NEW_DIR: repairs all of it ({', '.join(parts)}), "
-                     "then checks the copy")
+        for_vllm = " --for-vllm" if report.get("engine") == "vllm" else ""
+        steps.append(f"eagle3scope fix {report['draft']} --out NEW_DIR{for_vllm}: repairs all of it "
+                     f"({', '.join(parts)}), then checks the copy")
     elif report["refusals"]:
         steps += [f"{f['fix']}" for f in errors if f["fix"] and "eagle3scope fix" not in f["fix"]][:3]
         if any(fixable.values()):
@@ -55,7 +59,9 @@ def render(report: dict) -> str:
     warnings = sum(f["severity"] == "warning" for f in report["findings"])
     rows = wrap(report["headline"])
     verdict = {"clean": "CLEAN", "warnings": "WARNINGS", "broken": "BROKEN"}[report["verdict"]]
-    rows += wrap(f"{verdict} for SGLang {report['sglang_version']}: {errors} error(s), {warnings} warning(s); "
+    engine = Engine(report.get("engine") or Engine.SGLANG).label
+    rows += wrap(f"{verdict} for {engine} {report.get('engine_version') or report['sglang_version']}: {errors} error(s), "
+                 f"{warnings} warning(s); "
                   f"{report['tensors']} tensors in {report['draft']}")
     steps = what_to_do(report)
     if steps:
@@ -76,7 +82,9 @@ def render(report: dict) -> str:
         rows += wrap(assumption, "    ", "  assumed: ")
     for note in report.get("notes", []):
         rows += wrap(note, "    ", "  note: ")
-    rows += wrap(f"loader: SGLang {report['loader']}", "  ")
+    rows += wrap(f"loader: {engine} {report['loader']}", "  ")
+    if report.get("numbering"):
+        rows += wrap(report["numbering"], "    ", "  ")
     for f in report["findings"]:
         rows += [""] + wrap(f"{f['id']}: {f['title']}", "        ", f"{f['severity'].upper():7} ")
         for i, (k, v) in enumerate(f["evidence"].items()):
@@ -96,21 +104,43 @@ def render(report: dict) -> str:
 @click.argument("draft_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--target", "target_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Target model directory (its config.json): family, layer count, hidden size, vocabulary.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "both"]), default="sglang", show_default=True,
+              help="Engine to predict for; both: one report each, and the numbering difference in one line.")
 @click.option("--sglang-version", default=None, help="SGLang release to check against (default: installed, else 0.5.23).")
+@click.option("--vllm-version", default=None, help="vLLM release to check against (default: 0.32.0, the one read).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (everything, unabridged).")
 @click.pass_context
-def command(ctx: click.Context, draft_dir: str, target_dir: str | None, sglang_version: str | None, as_json: bool) -> None:
+def command(ctx: click.Context, draft_dir: str, target_dir: str | None, engine: str, sglang_version: str | None,
+            vllm_version: str | None, as_json: bool) -> None:
     from eagle3scope.doctor import missing_extra
 
     if missing_extra():
         click.echo(terminal(f"Error: {missing_extra()}"), err=True)
         ctx.exit(2)
-    from eagle3scope.doctor.diagnose import diagnose
+    from eagle3scope.doctor.engines import ENGINES, numbering_line
 
-    try:
-        dx = diagnose(draft_dir, sglang_version=sglang_version, target_dir=target_dir)
-    except ValueError as exc:
-        raise click.BadParameter(terminal(str(exc)), param_hint="--sglang-version") from None
-    report = dx.to_dict()
-    click.echo(json_line(report) if as_json else render(report))
-    ctx.exit(dx.exit_code)
+    wanted = [Engine.SGLANG, Engine.VLLM] if engine == "both" else [Engine(engine)]
+    versions = {Engine.SGLANG: sglang_version, Engine.VLLM: vllm_version}
+    diagnoses = {}
+    for name in wanted:
+        try:
+            diagnoses[name] = ENGINES[name].diagnose(draft_dir, version=versions[name], target_dir=target_dir)
+        except ValueError as exc:
+            raise click.BadParameter(terminal(str(exc)), param_hint=f"--{name.value}-version") from None
+    first = next(iter(diagnoses.values()))
+    sglang_release = diagnoses[Engine.SGLANG].sglang_version if Engine.SGLANG in diagnoses else \
+        ENGINES[Engine.SGLANG].facts.releases[0]
+    line = numbering_line(first.checkpoint.config, first.target_class or "LlamaForCausalLM",
+                          (first.target or {}).get("num_hidden_layers"), sglang_release)
+    reports = {name.value: {**dx.to_dict(), "numbering": line} for name, dx in diagnoses.items()}
+    if as_json:
+        report = dict(reports[wanted[0].value])
+        if len(reports) > 1:
+            report["engines"] = reports
+        click.echo(json_line(report))
+    elif len(reports) > 1:
+        texts = [render({**r, "numbering": None}) for r in reports.values()]
+        click.echo("\n\n".join(texts) + "\n\n" + lines(wrap(line)))
+    else:
+        click.echo(render(reports[wanted[0].value]))
+    ctx.exit(max(dx.exit_code for dx in diagnoses.values()))

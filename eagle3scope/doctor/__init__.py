@@ -1,4 +1,4 @@
-"""Checkpoint doctor: what a given SGLang release will silently do with a draft, before serving it."""
+"""Checkpoint doctor: what a given SGLang or vLLM release will silently do with a draft, before serving it."""
 
 import importlib.util
 

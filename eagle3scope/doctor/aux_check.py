@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.producers import ANGELSLIM_IDS_KEY, FIX_KEY, training_capture
 from eagle3scope.wire.aux_layers import (
     FINAL_STATE_SINCE,

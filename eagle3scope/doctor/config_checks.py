@@ -12,7 +12,7 @@ from pathlib import Path
 
 from eagle3scope.doctor.aux_check import ASSUMED_TARGET, int_list
 from eagle3scope.doctor.checkpoint import read_json
-from eagle3scope.doctor.diagnosis import MLA_DRAFT_CLASS, SGLANG_DRAFT_CLASS, Diagnosis
+from eagle3scope.doctor.findings import MLA_DRAFT_CLASS, SGLANG_DRAFT_CLASS, Diagnosis
 from eagle3scope.doctor.loader_layouts import FOREIGN_DRAFT_CLASSES, NORM_FLAGS, SINCE, registered_draft_classes
 from eagle3scope.doctor.producers import ANGELSLIM_IDS_KEY, FIX_KEY
 from eagle3scope.doctor.producers import recognise as recognise_producer

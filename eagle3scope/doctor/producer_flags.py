@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.findings import Diagnosis
 
 MODELOPT = ("modelopt", "modelopt-mla")
 #: modelopt/torch/speculative/config.py (0.47.0) EagleConfig.eagle_export_rope_scaling default.

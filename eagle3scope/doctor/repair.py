@@ -31,8 +31,8 @@ from eagle3scope.doctor.checkpoint import (
     write_safetensors,
 )
 from eagle3scope.doctor.aux_check import ASSUMED_TARGET
-from eagle3scope.doctor.diagnose import diagnose, installed_sglang
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.run_checks import diagnose, installed_sglang
+from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.producers import FIX_KEY
 from eagle3scope.wire.aux_layers import captured_for, family_rule
 from eagle3scope.wire.releases import ERAS, parse_version
@@ -99,12 +99,7 @@ def versions_for(spec: str | None) -> tuple[list[str], bool]:
 
 def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | None = None,
                    target_dir: str | Path | None = None) -> FixResult:
-    given = str(out)
-    src, out = Path(src).resolve(), Path(out).resolve()
-    if out == src or src in out.parents:
-        raise FixRefused("--out must be outside the source checkpoint")
-    if out.exists():
-        raise FixRefused(f"{given} already exists; choose a new directory")
+    src, out, given = new_output(src, out)
     versions, named = versions_for(sglang_version)
     diagnoses = [diagnose(src, sglang_version=v, target_dir=target_dir) for v in versions]
     notes: list[str] = []
@@ -130,6 +125,30 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
     config = _config_for_all(serving)
     result = FixResult(out, before=base, versions=[dx.sglang_version for dx in serving])
     result.notes = notes + [n for n in base.notes]
+
+    def write_and_verify(tmp: Path) -> None:
+        expected = _write_copy(base, config, tmp, result)
+        result.after = [_verify(dx, tmp, expected, target_dir) for dx in serving]
+
+    write_atomically(out, given, write_and_verify)
+    return result
+
+
+def new_output(src: str | Path, out: str | Path) -> tuple[Path, Path, str]:
+    """The resolved source and output directories and the output as given; FixRefused when the
+    output is inside the source or exists already."""
+    given = str(out)
+    src, out = Path(src).resolve(), Path(out).resolve()
+    if out == src or src in out.parents:
+        raise FixRefused("--out must be outside the source checkpoint")
+    if out.exists():
+        raise FixRefused(f"{given} already exists; choose a new directory")
+    return src, out, given
+
+
+def write_atomically(out: Path, given: str, write_and_verify) -> None:
+    """Run ``write_and_verify(tmp)`` on a temporary sibling of ``out``, then rename it into place
+    (on any failure the sibling is removed and nothing is left at ``out``)."""
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -137,13 +156,11 @@ def fix_checkpoint(src: str | Path, out: str | Path, *, sglang_version: str | No
     except OSError as exc:
         raise OSError(f"cannot write {given}: {exc.strerror or exc}") from None
     try:
-        expected = _write_copy(base, config, tmp, result)
-        result.after = [_verify(dx, tmp, expected, target_dir) for dx in serving]
+        write_and_verify(tmp)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return result
 
 
 def _config_for_all(serving: list[Diagnosis]) -> dict:
@@ -206,8 +223,15 @@ def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> di
             if new != name:
                 changes.append(f"{name} -> {new}")
             entries.append((new, source, info.dtype, info.shape))
-            expected[new] = (info.dtype, info.shape, _sha(source))
+            expected[new] = (info.dtype, info.shape, content_sha(source))
         write_safetensors(tmp / file.name, entries, header.get("__metadata__"))
+    finish_copy(dx, config, tmp, changes)
+    return expected
+
+
+def finish_copy(dx: Diagnosis, config: dict, tmp: Path, changes: list[str]) -> None:
+    """After the tensors: the shard index under the new names, the config, everything synced to disk."""
+    ckpt = dx.checkpoint
     if ckpt.index is not None:
         index = dict(ckpt.index)
         index["weight_map"] = {dx.renames.get(n, n): f for n, f in ckpt.index["weight_map"].items()}
@@ -218,10 +242,9 @@ def _write_copy(dx: Diagnosis, config: dict, tmp: Path, result: FixResult) -> di
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-    return expected
 
 
-def _sha(source: TensorInfo | bytes) -> str:
+def content_sha(source: TensorInfo | bytes) -> str:
     h = hashlib.sha256()
     for chunk in [source] if isinstance(source, bytes) else iter_bytes(source):
         h.update(chunk)
@@ -230,15 +253,22 @@ def _sha(source: TensorInfo | bytes) -> str:
 
 def _verify(dx: Diagnosis, tmp: Path, expected: dict, target_dir) -> Diagnosis:
     """Read the copy back: same tensors, same bytes, and a clean diagnosis for this release."""
+    return verify_copy(tmp, expected, lambda copy: diagnose(copy, sglang_version=dx.sglang_version, target_dir=target_dir),
+                       f"SGLang {dx.sglang_version}")
+
+
+def verify_copy(tmp: Path, expected: dict, rediagnose, where: str) -> Diagnosis:
+    """The written copy read back: the ``expected`` tensors (name -> dtype, shape, sha256) and no
+    error in ``rediagnose(tmp)``, the diagnosis for the engine release ``where`` names."""
     copy = open_checkpoint(tmp)
     if copy.errors:
         raise FixRefused(f"the written copy does not read back: {copy.errors}")
-    got = {n: (i.dtype, i.shape, _sha(i)) for n, i in copy.tensors.items()}
+    got = {n: (i.dtype, i.shape, content_sha(i)) for n, i in copy.tensors.items()}
     if got != expected:
         wrong = sorted(set(got) ^ set(expected) | {n for n in got if n in expected and got[n] != expected[n]})
         raise FixRefused(f"the written copy differs from what was intended: {wrong[:5]}")
-    after = diagnose(tmp, sglang_version=dx.sglang_version, target_dir=target_dir)
+    after = rediagnose(tmp)
     errors = [f"{f.id}: {f.title}" for f in after.findings if f.severity == "error"]
     if errors:
-        raise FixRefused(f"the written copy still has errors on SGLang {dx.sglang_version}: {errors}")
+        raise FixRefused(f"the written copy still has errors on {where}: {errors}")
     return after

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from eagle3scope.doctor.checkpoint import INT_DTYPES
-from eagle3scope.doctor.diagnosis import MLA_DRAFT_CLASS, Diagnosis
+from eagle3scope.doctor.findings import MLA_DRAFT_CLASS, Diagnosis
 from eagle3scope.doctor.loader_layouts import (
     NORM_FLAGS,
     SINCE,

@@ -103,6 +103,29 @@ def capture_owner(model):
     return model
 
 
+class Engine(StrEnum):
+    """The serving engine a hello names (``hello.engine``); absent or unknown reads as SGLang."""
+
+    SGLANG = "sglang"
+    VLLM = "vllm"
+
+    @property
+    def label(self) -> str:
+        return {"sglang": "SGLang", "vllm": "vLLM"}[self.value]
+
+
+def engine_of(hello_body: dict | None) -> Engine:
+    """The engine a hello body names: ``engine`` absent (older shims, SGLang's) or unknown = SGLang."""
+    value = hello_body.get("engine") if isinstance(hello_body, dict) else None
+    return Engine.VLLM if value == Engine.VLLM else Engine.SGLANG
+
+
+def vllm_captured(ids: list[int] | None, num_layers: int) -> list[int]:
+    """The captured indices vLLM derives from configured ``ids``: as given, deduplicated and sorted
+    (``_set_aux_hidden_state_layers``); no ids (None or empty) = its default ``(2, n//2, n-3)``."""
+    return sorted(set(ids)) if ids else sorted(set(default_capture(num_layers)))
+
+
 class LayerError(ValueError):
     """A layer list SGLang cannot capture safely; the message says why."""
 

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 
 from eagle3scope.wire.announcements import D2t, Load, read_load
 from eagle3scope.wire.aux_layers import (
+    Engine,
     UNSTATED_FACT,
     UNSTATED_NEXT,
     captured_for,
@@ -293,10 +294,27 @@ def _aux_severity(evidence: dict) -> str:
 
 
 def _aux_worded(evidence: dict) -> tuple[str, str, str] | None:
-    """Unstated layers are a fact until acceptance says otherwise: the doctor's words (wire.aux_layers)."""
-    if evidence.get("kind") != "no-configured-ids-default-used":
-        return None
-    return unstated_title(_aux_severity(evidence)), UNSTATED_FACT, UNSTATED_NEXT
+    """Unstated layers are a fact until acceptance says otherwise: the doctor's words (wire.aux_layers).
+    On vLLM (evidence ``engine``, from the hello) the numbering words name vLLM's rule: ids as given."""
+    kind, vllm = evidence.get("kind"), evidence.get("engine") == Engine.VLLM
+    if kind == "no-configured-ids-default-used":
+        words = unstated_title(_aux_severity(evidence)), UNSTATED_FACT, UNSTATED_NEXT
+        return tuple(w.replace("SGLang", "vLLM") for w in words) if vllm else words
+    if vllm and kind == "output-of-layer-ids-used-as-input-of-layer":
+        return VLLM_SGLANG_NUMBERING
+    return None
+
+
+#: A draft whose ids follow SGLang's +1 rule, served by vLLM (which captures ids as given).
+VLLM_SGLANG_NUMBERING = (
+    "Draft trained with SGLang numbering served on vLLM: captures layers one lower",
+    "vLLM captures eagle_aux_hidden_state_layer_ids as given (the input of layer id); SGLang adds 1 for the Llama "
+    "family. These ids equal the output-of-layer defaults [1, n//2-1, n-4], so the draft was almost certainly "
+    "trained through SGLang's numbering on the layers one higher, and vLLM feeds it the layers one lower. The "
+    "server stays healthy; acceptance drops (the demo draft: 3.15 -> 1.77 mean accept length).",
+    "Write the ids vLLM needs: `eagle3scope fix DRAFT_DIR --out NEW_DIR --for-vllm` (adds 1 to each id), or check "
+    "the draft first with `eagle3scope doctor DRAFT_DIR --engine both`.",
+)
 
 
 AUX_CAPTURE_OFF = Contract(

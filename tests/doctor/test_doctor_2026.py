@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from support import draft_checkpoints as dc
 from eagle3scope.cli import main
 from eagle3scope.commands.doctor import WIDTH
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
 VERSIONS = ("0.5.10", "0.5.23")

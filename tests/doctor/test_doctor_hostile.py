@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from support import draft_checkpoints as dc
 from eagle3scope.doctor.checkpoint import MAX_VECTOR_BYTES
 from support.cli import run
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import FixRefused, fix_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_sparse_giant_d2t_is_not_loaded(tmp_path):
     sparse_d2t(draft / "vocab.safetensors", rows)
     # VmHWM, not ru_maxrss: Linux carries the forking parent's (pytest's) high-water mark across exec
     # into ru_maxrss, so a long suite's own size showed up as the doctor's.
-    code = ("import json, sys; from eagle3scope.doctor.diagnose import diagnose; "
+    code = ("import json, sys; from eagle3scope.doctor.run_checks import diagnose; "
             "r = diagnose(sys.argv[1], sglang_version='0.5.23').to_dict(); "
             "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')); "
             "print(json.dumps([r, hwm]))")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from support.draft_checkpoints import PRODUCER_WRITTEN
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint
 
 DATA = PRODUCER_WRITTEN

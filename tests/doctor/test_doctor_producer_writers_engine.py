@@ -13,7 +13,7 @@ import pytest
 
 from support import draft_checkpoints as dc
 from eagle3scope.demo.server import ServerError, SGLangServer
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint
 
 pytestmark = pytest.mark.engine

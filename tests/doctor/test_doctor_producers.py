@@ -14,7 +14,7 @@ import pytest
 
 from support import draft_checkpoints as dc
 from eagle3scope.commands.doctor import WIDTH
-from eagle3scope.doctor.diagnose import diagnose
+from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint
 from support.cli import invoke
 

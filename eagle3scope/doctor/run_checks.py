@@ -19,7 +19,7 @@ from pathlib import Path
 from eagle3scope.doctor.aux_check import check_aux_layers
 from eagle3scope.doctor.checkpoint import open_checkpoint
 from eagle3scope.doctor.config_checks import MODEL_FIELDS, check_config, check_files, is_llama_draft, read_target, recognise
-from eagle3scope.doctor.diagnosis import Diagnosis
+from eagle3scope.doctor.findings import Diagnosis
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for
 from eagle3scope.doctor.producer_flags import check_producer_flags
 from eagle3scope.doctor.weight_checks import (
@@ -47,9 +47,9 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
     layout = layout_for(version)
     dx = Diagnosis(open_checkpoint(draft_dir), version, layout, str(draft_dir))
     ckpt = dx.checkpoint
-    _guarded(dx, read_target, target_dir)
+    guarded(dx, read_target, target_dir)
     for check in (check_files, recognise, check_config, check_producer_flags):
-        _guarded(dx, check)
+        guarded(dx, check)
     if not layout.has_eagle3:
         dx.add("no-eagle3", "error", f"SGLang {version} has no EAGLE-3 support", {"sglang_version": version},
                "Use SGLang 0.4.4.post2 or newer (0.5.12+ maps both midlayer.* and layers.0.* names).")
@@ -66,13 +66,13 @@ def diagnose(draft_dir: str | Path, *, sglang_version: str | None = None, target
             params = expected_params(layout, dx.config)
     if params is not None:
         for check in (check_names, check_shapes, check_head, check_embedding):
-            _guarded(dx, check, params)
+            guarded(dx, check, params)
     for check in (check_vocab_map, check_aux_layers, check_target):
-        _guarded(dx, check)
+        guarded(dx, check)
     return dx
 
 
-def _guarded(dx: Diagnosis, check, *args) -> None:
+def guarded(dx: Diagnosis, check, *args) -> None:
     """Run one check; an unexpected exception becomes a finding (so the others still run)."""
     try:
         check(dx, *args)

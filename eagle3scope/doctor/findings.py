@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from eagle3scope.doctor.checkpoint import Checkpoint
 from eagle3scope.doctor.loader_layouts import LoaderLayout, Mapping
 from eagle3scope.doctor.producers import Producer
+from eagle3scope.wire.aux_layers import Engine
 from eagle3scope.wire.severity import SEVERITY_ORDER
 
 SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
@@ -62,6 +63,12 @@ class Diagnosis:
     trained_known: bool = False
     aux_ids: list[int] | None = None  # ids that make this release capture trained_capture
     aux_ids_reason: str = ""  # why aux_ids is None when a capture is known
+    engine: str = "sglang"  # the engine predicted for ("sglang" | "vllm"); sglang_version names its release
+    loader_text: str = ""  # the engine's loader in words, where ``layout`` (SGLang's) does not apply
+
+    @property
+    def engine_label(self) -> str:
+        return Engine(self.engine).label
 
     def add(self, id: str, severity: str, title: str, evidence: dict, fix: str = "") -> None:
         self.findings.append(Finding(id, severity, title, evidence, fix))
@@ -83,8 +90,10 @@ class Diagnosis:
         ordered = self.ordered()
         return {
             "draft": self.given or str(self.checkpoint.path),
-            "sglang_version": self.sglang_version,
-            "loader": self.layout.label + (f" ({self.layout.note})" if self.layout.note else ""),
+            "sglang_version": self.sglang_version if self.engine == Engine.SGLANG else None,
+            "engine": self.engine,
+            "engine_version": self.sglang_version,
+            "loader": self.loader_text or (self.layout.label + (f" ({self.layout.note})" if self.layout.note else "")),
             "tensors": len(self.checkpoint.tensors),
             "verdict": {0: "clean", 1: "warnings", 2: "broken"}[self.exit_code],
             "headline": headline(self),
@@ -104,6 +113,6 @@ def headline(dx: Diagnosis) -> str:
     if ordered and ordered[0].severity != "info":
         return ordered[0].title
     if any(f.id in UNCHECKED for f in ordered):
-        return (f"clean: SGLang {dx.sglang_version} will load this draft; which target layers feed it was "
+        return (f"clean: {dx.engine_label} {dx.sglang_version} will load this draft; which target layers feed it was "
                 "not checked")
-    return f"clean: SGLang {dx.sglang_version} will load and feed this draft as it was trained"
+    return f"clean: {dx.engine_label} {dx.sglang_version} will load and feed this draft as it was trained"
