@@ -46,29 +46,29 @@ class Target:
     deselect: str = ""  # pytest -k expression for slow tests whose job other tests do faster
 
 
-ANALYSIS = ("tests/test_analysis.py", "tests/rules/test_rules_non_eagle3.py", "tests/rules/test_rules_evidence.py",
-            "tests/test_state_bounds.py", "tests/test_facts.py", "tests/test_topology.py", "tests/wire/test_wire_bounds.py")
-CONTROL = ("tests/control/test_control_protocol.py", "tests/control/test_control_client.py", "tests/aux/test_aux_control.py", "tests/hostile/test_hostile_control.py", "tests/aux/test_aux_tp.py", "tests/test_promises.py")
-SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "tests/test_graph_evidence.py", "tests/test_topology.py",
-              "tests/test_clock_order.py")
+ANALYSIS = ("tests/analysis/test_analysis.py", "tests/rules/test_rules_non_eagle3.py", "tests/rules/test_rules_evidence.py",
+            "tests/analysis/test_state_bounds.py", "tests/analysis/test_facts.py", "tests/shim/test_topology.py", "tests/wire/test_wire_bounds.py")
+CONTROL = ("tests/control/test_control_protocol.py", "tests/control/test_control_client.py", "tests/aux/test_aux_control.py", "tests/hostile/test_hostile_control.py", "tests/aux/test_aux_tp.py", "tests/reliability/test_promises.py")
+SHIM_TESTS = ("tests/shim/test_shim_unit.py", "tests/shim/test_shim_cost.py", "tests/shim/test_graph_evidence.py", "tests/shim/test_topology.py",
+              "tests/wire/test_clock_order.py")
 DOCTOR = ("tests/doctor/test_doctor.py", "tests/doctor/test_doctor_d2t.py", "tests/doctor/test_doctor_2026.py", "tests/doctor/test_doctor_hostile.py",
           "tests/doctor/test_doctor_producers.py", "tests/doctor/test_doctor_texts.py")
-WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/wire/test_wire_bodies.py", "tests/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
-STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/test_salvage_accounting.py",
+WIRE = ("tests/wire/test_wire.py", "tests/wire/test_wire_contract.py", "tests/wire/test_wire_bodies.py", "tests/reliability/test_promises.py", "tests/hostile/test_hostile_frames.py", "tests/wire/test_wire_bounds.py")
+STORE = ("tests/store/test_store.py", "tests/store/test_store_boundaries.py", "tests/store/test_salvage_accounting.py",
          "tests/hostile/test_hostile_recordings.py",
-         "tests/test_record_loss.py")
+         "tests/cli/test_record_loss.py")
 
 # module -> what is mutated and the fast tests that exercise it (a test file outside the list cannot kill)
 MODULES: dict[str, Target] = {
-    "analysis-rules": Target("eagle3scope/analysis/rules.py", (*ANALYSIS, "tests/test_check.py")),
-    "analysis-state": Target("eagle3scope/analysis/state.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
-    "analysis-stats": Target("eagle3scope/analysis/stats.py", ("tests/test_stats_reference.py", *ANALYSIS,
-                                                             "tests/test_advisor.py")),
-    "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/test_graph_evidence.py")),
-    "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/test_state_bounds.py")),
-    "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/test_clock_order.py")),
-    "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/test_loss_accounting.py", "tests/test_promises.py", "tests/test_record_loss.py",
-                                                     "tests/shim/test_shim_cost.py", "tests/test_transport.py")),
+    "analysis-rules": Target("eagle3scope/analysis/rules.py", (*ANALYSIS, "tests/cli/test_check.py")),
+    "analysis-state": Target("eagle3scope/analysis/state.py", (*ANALYSIS, "tests/shim/test_graph_evidence.py")),
+    "analysis-stats": Target("eagle3scope/analysis/stats.py", ("tests/analysis/test_stats_reference.py", *ANALYSIS,
+                                                             "tests/analysis/test_advisor.py")),
+    "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/shim/test_graph_evidence.py")),
+    "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/analysis/test_state_bounds.py")),
+    "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/wire/test_clock_order.py")),
+    "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/wire/test_loss_accounting.py", "tests/reliability/test_promises.py", "tests/cli/test_record_loss.py",
+                                                     "tests/shim/test_shim_cost.py", "tests/live/test_transport.py")),
     "store-format": Target("eagle3scope/store/format.py", STORE),
     "store-index-seek": Target(
         "eagle3scope/store/reader.py", ("tests/store/test_store.py", "tests/store/test_store_boundaries.py"),
@@ -81,16 +81,16 @@ MODULES: dict[str, Target] = {
         "eagle3scope/store/writer.py", ("tests/store/test_store.py", "tests/store/test_store_boundaries.py"),
         functions=tuple(f"*xǁ{name}__mutmut_*" for name in ("SessionWriterǁadd", "SessionWriterǁflush")),
         deselect="not replayer"),
-    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/test_replay_pacing.py", "tests/store/test_store.py",
-                                                              "tests/test_clock_order.py",
-                                                              "tests/test_cli_backbone.py")),
+    "store-replayer": Target("eagle3scope/store/replayer.py", ("tests/store/test_replay_pacing.py", "tests/store/test_store.py",
+                                                              "tests/wire/test_clock_order.py",
+                                                              "tests/cli/test_cli_backbone.py")),
     "store-salvage": Target("eagle3scope/store/salvage.py", STORE),
     "exporter": Target(("eagle3scope/exporter/metrics.py", "eagle3scope/exporter/fleet.py",
                         "eagle3scope/exporter/service.py"),
-                       ("tests/test_exporter.py", "tests/test_dashboard.py", "tests/wire/test_wire_bounds.py",
-                        "tests/test_clock_order.py", "tests/test_facts.py")),
+                       ("tests/exporter/test_exporter.py", "tests/exporter/test_dashboard.py", "tests/wire/test_wire_bounds.py",
+                        "tests/wire/test_clock_order.py", "tests/analysis/test_facts.py")),
     "gate": Target(("eagle3scope/gate/__init__.py", "eagle3scope/gate/junit.py", "eagle3scope/commands/gate.py"),
-                   ("tests/gate/test_gate_judge.py", "tests/gate/test_gate.py", "tests/test_check.py", "tests/test_promises.py",
+                   ("tests/gate/test_gate_judge.py", "tests/gate/test_gate.py", "tests/cli/test_check.py", "tests/reliability/test_promises.py",
                     "tests/hostile/test_hostile_frames.py")),
     "doctor-diagnosis": Target("eagle3scope/doctor/weight_checks.py", DOCTOR),
     "doctor-config": Target("eagle3scope/doctor/config_checks.py", DOCTOR),

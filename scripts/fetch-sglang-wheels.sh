@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cache the SGLang wheels of the releases in the compat table (no install) for tests/test_compat_static.py,
+# Cache the SGLang wheels of the releases in the compat table (no install) for tests/shim/test_compat_static.py,
 # and the ones that pin the doctor's first releases (eagle3scope/doctor/loader_layouts.py BOUNDARY_WHEELS).
 # Usage: scripts/fetch-sglang-wheels.sh [VERSION ...]   (default: all of those)
 set -uo pipefail

@@ -28,7 +28,7 @@ settings.load_profile("shared-box")
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="e3s-test-run-")
 atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], True)
 # Many tests feed hostile frames from raw plain-TCP PUB sockets on loopback; tests of the private
-# stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
+# stream and of CURVE (tests/neighbours/test_private_stream.py) remove this and check what happens without it.
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")
 
 # Test modules import each other's fixtures and helpers by module name (``from test_shim_engine import

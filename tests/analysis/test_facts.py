@@ -169,7 +169,7 @@ def test_parallel_layout_read_defensively():
     pub = _state(("hello", hello_body(parallel=parallel))).publishers["dp0"]
     assert facts.parallel(pub) == Parallel(2, 2, 1, 1, 2, None)
     assert facts.parallel(_state(("hello", hello_body())).publishers["dp0"]) is None  # an older shim
-    assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/validate.py (tests/test_topology.py)
+    assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/validate.py (tests/shim/test_topology.py)
 
 
 def test_aux_layers_in_effect_follow_a_live_change():

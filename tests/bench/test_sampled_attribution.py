@@ -7,7 +7,7 @@ scheduler with the shim attached through ``HookRegistry`` (one line per stack, i
 import importlib.util
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("sampled", Path(__file__).parents[1] / "benchmarks" / "sampled.py")
+_spec = importlib.util.spec_from_file_location("sampled", Path(__file__).parents[2] / "benchmarks" / "sampled.py")
 sampled = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sampled)
 

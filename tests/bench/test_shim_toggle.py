@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("shim_toggle", Path(__file__).parents[1] / "benchmarks" / "shim_toggle.py")
+_spec = importlib.util.spec_from_file_location("shim_toggle", Path(__file__).parents[2] / "benchmarks" / "shim_toggle.py")
 shim_toggle = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shim_toggle)
 
@@ -155,7 +155,7 @@ def test_the_on_arm_pays_the_publishers_per_second_cpu_for_its_share_of_the_roun
     the on arm whole; the rest (wake-ups, heartbeats, sticky re-sends) accrues by the second, which a
     server with the shim on in every round pays over all of them: the on arm pays its rounds' share.
     Everything else is shared by rounds, as before; ``fixed_in_full`` gives the uncorrected split."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
     try:
         import bench_shim
     finally:
@@ -186,7 +186,7 @@ def test_the_bench_hears_every_frame_a_block_left_waiting():
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.publisher import Publisher
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
     try:
         import bench_shim
     finally:

@@ -1,5 +1,5 @@
 """The demo's structured-output requests: grammars over a prompt's family words, and the workload that
-sends them beside free requests. The grammars' effect inside SGLang is tests/test_grammar_engine.py's."""
+sends them beside free requests. The grammars' effect inside SGLang is tests/engine/test_grammar_engine.py's."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def test_speculators_reads_the_speculators_layout(demo_models):
     python = cache_dir() / "venv-speculators-0.9.0" / "bin" / "python"
     if not (python.parent.parent / ".built").exists():
         engine_missing("speculators venv not built (make speculators-env: scripts/build-speculators-env.sh)")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [str(python), "-m", "eagle3scope.demo.speculators_probe", str(demo_models.draft_speculators)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=True,

@@ -2,7 +2,7 @@
 
 Each case is built from the producer's own code or published config (cited per test) with
 safetensors' own writer, at tiny sizes; the verdict is the one the release's loader implies (its
-rules are read back from the wheels by tests/test_compat_static.py). Releases: 0.5.10 and 0.5.23,
+rules are read back from the wheels by tests/shim/test_compat_static.py). Releases: 0.5.10 and 0.5.23,
 and the ones between where a rule changes.
 """
 

@@ -23,7 +23,7 @@ from support.analysis_streams import H, session
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.exporter.metrics import FleetCollector
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "monitoring"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
 DASHBOARD = EXAMPLE / "grafana" / "dashboards" / "json" / "eagle3scope.json"
 PANEL_TYPES = {"stat", "timeseries", "bargauge", "table", "state-timeline"}
 

@@ -55,7 +55,7 @@ def test_prometheus_sees_what_check_says(scenario_result, scenario):
     q = lambda title: prom.query(bind(panel_expr(title), summary["publishers"][0], math.ceil(t1 - t0) + 2), t1)  # noqa: E731
     if scenario == "healthy":
         assert code == 0 and want == {}
-        assert summary["mean_accept_length"] >= 2.6  # the demo draft's range (tests/test_real_scenarios.py)
+        assert summary["mean_accept_length"] >= 2.6  # the demo draft's range (tests/rules/test_real_scenarios.py)
     else:
         assert code == 1 and {"aux-capture-off", "fc-bypassed"} & {rule for rule, _ in want}
         forwards = {(r["metric"]["mode"], r["metric"]["fc"]) for r in q("Draft forwards: fc applied vs skipped")}

@@ -1,5 +1,5 @@
 """``check``/``gate``/``report`` ``--baseline OLD`` and the sliced acceptance, on synthetic recordings
-(real-engine recordings: tests/test_baseline_engine.py)."""
+(real-engine recordings: tests/analysis/test_baseline_engine.py)."""
 
 from __future__ import annotations
 

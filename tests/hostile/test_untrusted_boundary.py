@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "eagle3scope"
+ROOT = Path(__file__).resolve().parents[2] / "eagle3scope"
 #: functions whose result is safe to write to a terminal
 SAFE_CALLS = {"terminal", "lines", "markup", "json_line"}
 #: calls that write to the terminal (first argument checked) or raise a message click prints

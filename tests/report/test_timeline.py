@@ -16,7 +16,7 @@ from eagle3scope.wire import decode_frame, encode_frame
 from support.synthetic import session_frames
 from support.cli import invoke
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "trace-event-format.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "trace-event-format.schema.json").read_text())
 
 
 def record(path: Path, frames) -> Path:

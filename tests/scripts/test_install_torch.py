@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-torch.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-torch.sh"
 VERSION = "2.13.0"
 
 

@@ -101,7 +101,7 @@ def _launch(target, draft, env, *, algorithm="EAGLE3", **server):
 def _drive(launched, *, concurrent=False, temperatures=(0.0,), prompts=PROMPTS, max_new=MAX_NEW, publishers=1):
     """Run the prompts at each temperature (greedy first) on a launched server once it is ready, with
     the shim publishing; stop it, close the subscriber and return (frames, responses). Requests start
-    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
+    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/engine/test_parallel_engine.py)."""
     sub, srv = launched
     frames = []
     try:

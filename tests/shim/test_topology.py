@@ -5,7 +5,7 @@ endpoints and their discovery over real ZeroMQ sockets, and the overview's per-r
 The entry-rank rule follows SGLang 0.5.23 ``managers/scheduler.py`` (``pp_rank == 0 and
 attn_tp_rank == 0 and attn_cp_rank == 0`` guards its request intake) and the rank layout of
 ``runtime_context.py: derive_attention_ranks`` (``tp_rank = (attn_dp_rank * attn_cp_size +
-attn_cp_rank) * attn_tp_size + attn_tp_rank``); tests/test_parallel_engine.py checks it against
+attn_cp_rank) * attn_tp_size + attn_tp_rank``); tests/engine/test_parallel_engine.py checks it against
 SGLang's own functions in the engine venv.
 """
 
