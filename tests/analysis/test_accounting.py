@@ -211,7 +211,7 @@ def _planted() -> list:
 
 
 def test_the_exporter_serves_it_as_every_rule():
-    from test_exporter import by, feed, renamed
+    from support.exporter_support import by, feed, renamed
 
     src = "host-a:1:dp0"
     exporter, fams = feed({src: renamed(_planted(), src)})
@@ -221,7 +221,7 @@ def test_the_exporter_serves_it_as_every_rule():
 
 
 def test_gate_fails_a_live_stream_with_a_miscount(tmp_path):
-    from test_gate import Publisher, failed, gate, junit_cases
+    from support.gating import Publisher, failed, gate, junit_cases
 
     with Publisher(_planted()) as pub:
         done = gate("--connect", pub.endpoint, "--steps", "8", "--timeout", "30", "--junit", str(tmp_path / "g.xml"))

@@ -5,24 +5,10 @@ shim's steps carry the per-request context lengths and greedy flags the slices r
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from support.cli import check_json, run
 
 pytestmark = pytest.mark.engine
-
-
-def check(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle3scope", "check", *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
-
-
-def check_json(*args) -> tuple[int, dict]:
-    done = check(*args, "--json")
-    assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def test_aux_offset_regresses_against_healthy_naming_the_positions(scenario_result):
@@ -30,7 +16,7 @@ def test_aux_offset_regresses_against_healthy_naming_the_positions(scenario_resu
     offset = scenario_result("aux-offset")["recording"]
     code, out = check_json(offset, "--baseline", healthy)
     assert code == 1, out["baseline"]
-    text = check(offset, "--baseline", healthy).stdout
+    text = run("check", offset, "--baseline", healthy, timeout=300).stdout
     comparison = out["baseline"]
     dropped = [d for d in comparison["overall"] if d["name"].startswith("position ") and d["regressed"]]
     assert dropped, comparison["overall"]

@@ -26,7 +26,7 @@ from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE
 
-from support.aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
+from support.aux_support import DecodeCudaGraphRunner, EagerRunner, StandInTarget, TargetRunner, looping
 
 
 # -- id semantics and presets ----------------------------------------------------------------
@@ -134,29 +134,6 @@ def test_token_file_refusals(tmp_path):
 
 
 # -- the shim's channel -------------------------------------------------------------------------
-@pytest.fixture
-def channel(tmp_path):
-    """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
-    target = StandInTarget(8)
-    target.set_eagle3_layers_to_capture([2, 4, 5])
-    target.calls.clear()
-    facts = aux_channel.Facts()
-    facts.target = facts.inner = target
-    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
-    token_file = create_token_file(tmp_path)
-    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
-    ctl.current = [2, 4, 5]
-    recorder = Recorder()
-    old = STATE.publisher
-    STATE.publisher = recorder
-    ctl.start()
-    try:
-        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
-    finally:
-        ctl.close()
-        STATE.publisher = old
-
-
 def test_list_reports_ids_and_presets(channel):
     ctl, target, client, _ = channel
     reply = client.list()

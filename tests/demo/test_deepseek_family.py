@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 import pytest
+from support.cli import check_json, fired
 from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS, run_engine_python
-from test_real_scenarios import check_json, fired
 
 from eagle3scope.demo import deepseek, deepseek_mla, families
 from eagle3scope.demo.models import ModelPaths, demo_prompts

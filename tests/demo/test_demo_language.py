@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import random
 
+from support.demo_support import shortest_period
+
 from eagle3scope.demo import language
-
-
-def shortest_period(seq: list) -> int:
-    """The smallest p with seq[i] == seq[i + p] throughout (len(seq) when the text does not repeat)."""
-    return next(p for p in range(1, len(seq) + 1) if all(seq[i] == seq[i + p] for i in range(len(seq) - p)))
 
 
 def test_prompts_are_deterministic_and_alternate_families():

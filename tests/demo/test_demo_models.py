@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 from support.engine import SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, engine_missing
-from test_demo_language import shortest_period
+from support.demo_support import shortest_period
 
 from eagle3scope.demo import language, models
 from eagle3scope.demo.scenarios import SCENARIOS, read_safetensors, write_safetensors

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_shim_engine import _check_agreement, _kind, _launch, _until_quiet
+from support.servers import bodies, check_agreement, launch, until_quiet
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo import constraints as demo_grammars
@@ -67,7 +67,7 @@ def _serve(launched, batch, then=()):
             responses += pool.map(lambda body: (body, srv.post("/generate", body)), batch)
         for step in then:
             responses += step(srv)
-        frames += _until_quiet(sub)
+        frames += until_quiet(sub)
     finally:
         srv.stop()
         sub.close()
@@ -92,10 +92,10 @@ def served(tiny_models, demo_models):
     tree_batch = [_request(p, t, demo_grammars.sampling_params(kind, p) if kind else None)
                   for p in DEMO_PROMPTS for kind in (*demo_grammars.KINDS, None) for t in TEMPERATURES]
     # compact JSON: with any whitespace allowed, the random target's favourite is the next newline
-    launches = {"chain": _launch(*tiny_models, {}, extra_args=["--constrained-json-disable-any-whitespace"]),
+    launches = {"chain": launch(*tiny_models, {}, extra_args=["--constrained-json-disable-any-whitespace"]),
                 "tree": None}
     try:
-        launches["tree"] = _launch(demo_models.target, demo_models.draft, {}, topk=2, num_draft_tokens=6)
+        launches["tree"] = launch(demo_models.target, demo_models.draft, {}, topk=2, num_draft_tokens=6)
         literal = _free_then_allowed("the quick brown fox", lambda text: {"regex": re.escape(text)})
         in_family = [_free_then_allowed(p, lambda _, p=p: demo_grammars.sampling_params("regex", p), max_new=24)
                      for p in DEMO_PROMPTS[:2]]
@@ -113,7 +113,7 @@ def _grammar(body) -> str | None:
 
 def _steps_of(frames, rid):
     """(draft_ids, accepted) of a request's decode steps, in order."""
-    steps = sorted((b for b in _kind(frames, "step") if b["mode"] == "decode"), key=lambda b: b["seq"])
+    steps = sorted((b for b in bodies(frames, "step") if b["mode"] == "decode"), key=lambda b: b["seq"])
     return [(b["draft_ids"][i], b["accepted"][i]) for b in steps for i, r in enumerate(b["rids"]) if r == rid]
 
 
@@ -141,11 +141,11 @@ def test_per_request_counts_equal_meta_info_and_steps_name_the_constrained_reque
     """The shim's steps add up to SGLang's own meta_info for constrained and free requests alike (chains
     and trees, greedy and sampled verify), and each step says which of its requests a grammar constrains."""
     frames, responses = served[job]
-    _check_agreement(frames, [out for _, out in responses], proposals=3 if job == "chain" else 5)
+    check_agreement(frames, [out for _, out in responses], proposals=3 if job == "chain" else 5)
     constrained = {out["meta_info"]["id"] for body, out in responses if _grammar(body)}
     free = {out["meta_info"]["id"] for body, out in responses if not _grammar(body)}
     mixed = 0
-    for body in _kind(frames, "step"):
+    for body in bodies(frames, "step"):
         flags = [rid in constrained for rid in body["rids"]]
         if any(flags):
             assert body["constrained"] == flags, (body["rids"], body.get("constrained"))

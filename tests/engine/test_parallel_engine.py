@@ -29,7 +29,7 @@ import json
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import ServerPool, _check_agreement, _kind, _last, pooled
+from support.servers import ServerPool, bodies, check_agreement, last_body, pooled
 
 from eagle3scope.analysis.state import analyse
 from eagle3scope.demo import families
@@ -90,7 +90,7 @@ deepseek_mla_tp2, deepseek_seeds_tp2 = (pooled(name, "deepseek_pool") for name i
 def test_healthy_tp2_states_its_topology_and_fires_nothing(tp2):
     frames, responses = tp2
     assert len({f.src for f in frames}) == 1  # tp_rank 0 of 2 publishes alone
-    hello, load = _last(frames, "hello"), _last(frames, "load")
+    hello, load = last_body(frames, "hello"), last_body(frames, "load")
     assert hello["parallel"] == {"tp_size": 2, "dp_size": 1, "pp_size": 1, "attn_tp_size": 2, "attn_dp_size": 1,
                                  "ep_size": 1}
     assert hello["publisher_rank"]["tp_rank"] == 0 and hello["publisher_rank"]["reason"]
@@ -105,7 +105,7 @@ def test_healthy_tp2_states_its_topology_and_fires_nothing(tp2):
 
 
 def test_tp2_counts_agree_with_meta_info(tp2):
-    _check_agreement(*tp2)
+    check_agreement(*tp2)
 
 
 def test_dp2_seen_from_one_endpoint(dp2):
@@ -117,14 +117,14 @@ def test_dp2_seen_from_one_endpoint(dp2):
     assert first["parallel"]["dp_size"] == 2 and "DP replica 1" in second["publisher_rank"]["reason"]
     stepping = {f.src for f in frames if f.kind == "step" and f.body["mode"] == "decode"}
     assert len(stepping) == 2  # both replicas served requests
-    _check_agreement(frames, responses)
+    check_agreement(frames, responses)
     assert _fired(frames) == set()
-    assert len(_kind(frames, "step")) < 4 * sum(r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
+    assert len(bodies(frames, "step")) < 4 * sum(r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
 
 
 def test_deepseek_mla_draft_at_tp2_fires_nothing_and_agrees_with_meta_info(deepseek_mla_tp2):
     frames, responses = deepseek_mla_tp2
-    hello, load = _last(frames, "hello"), _last(frames, "load")
+    hello, load = last_body(frames, "hello"), last_body(frames, "load")
     assert len({f.src for f in frames}) == 1 and hello["parallel"]["tp_size"] == 2
     assert load["target_class"] == "DeepseekV3ForCausalLM" and load["draft_class"] == "Eagle3DeepseekV2ForCausalLM"
     hidden, draft_vocab = load["hidden_size"], load["draft_vocab_size"]
@@ -134,19 +134,19 @@ def test_deepseek_mla_draft_at_tp2_fires_nothing_and_agrees_with_meta_info(deeps
     assert head["shape"] == [draft_vocab, hidden] and head["shard_shape"] == [draft_vocab // 2, hidden]
     assert load["embed_tokens"]["parallel_size"] == 2
     assert _fired(frames) == set() and _fired(frames, "warning") == set()
-    _check_agreement(frames, responses)
+    check_agreement(frames, responses)
     accept = [r["meta_info"]["spec_accept_length"] for r in responses]
     assert sum(accept) / len(accept) > 2.0, accept  # the trained draft drafts well on both ranks' shards
 
 
 def test_seeds_break_at_tp2_is_flagged_and_nothing_else(deepseek_seeds_tp2):
     frames, responses = deepseek_seeds_tp2
-    load = _last(frames, "load")
-    assert load["target_class"] == "KimiK25ForConditionalGeneration" and _last(frames, "hello")["parallel"]["tp_size"] == 2
+    load = last_body(frames, "load")
+    assert load["target_class"] == "KimiK25ForConditionalGeneration" and last_body(frames, "hello")["parallel"]["tp_size"] == 2
     fired = _fired(frames)
     assert {"aux-capture-off", "fc-bypassed"} <= fired <= {"aux-capture-off", "fc-bypassed", "zero-acceptance"}, fired
     assert _fired(frames, "warning") == set()  # the sharded head, embedding and d2t raise nothing beside the real break
-    _check_agreement(frames, responses)
+    check_agreement(frames, responses)
 
 
 #: SGLang's rank arithmetic against the shim's choice, for every scheduler of each layout.

@@ -22,7 +22,7 @@ import os
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import ServerPool, _check_agreement, _kind, _last, pooled
+from support.servers import ServerPool, bodies, check_agreement, last_body, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.server import checkout_pythonpath
@@ -35,8 +35,8 @@ TREES = {2: 6, 4: 8}  # topk -> num_draft_tokens (speculative_num_steps stays 3)
 def _tree_checks(frames, responses, topk):
     """Tree steps name the accepted path, and it is the right one: SGLang commits, for each accepted
     depth d, the draft token of the path's node d."""
-    _check_agreement(frames, responses, proposals=TREES[topk] - 1)
-    decode = [b for b in _kind(frames, "step") if b["mode"] == "decode"]
+    check_agreement(frames, responses, proposals=TREES[topk] - 1)
+    decode = [b for b in bodies(frames, "step") if b["mode"] == "decode"]
     front_wrong = 0  # request-steps where the first n nodes are not what SGLang committed
     for body in decode:
         assert body["num_steps"] == 3
@@ -124,8 +124,8 @@ def test_tree_steps_mark_the_accepted_path_and_agree_with_meta_info(tree, reques
 
 def test_without_max_running_requests_the_ring_is_sized_at_the_schedulers_start(tree2):
     frames, _ = tree2
-    hello = _last(frames, "hello")
-    rings = [b["ring"] for b in _kind(frames, "heartbeat") if "ring" in b]
+    hello = last_body(frames, "hello")
+    rings = [b["ring"] for b in bodies(frames, "heartbeat") if "ring" in b]
     assert rings, "no heartbeat carried the host ring"
     ring = rings[-1]
     # request pool x draft tokens: the pool SGLang sized itself (48 requests here), where __init__ saw 0
@@ -133,13 +133,13 @@ def test_without_max_running_requests_the_ring_is_sized_at_the_schedulers_start(
     # every field's buffers for every slot at the scheduler's start (draft tokens, accept lengths, ids, path)
     assert ring["allocations"] == 4 and ring["late_allocations"] == 0 and ring["oversize"] == 0, ring
     assert hello["worker_class"] == "EAGLEWorkerV2" and all(s == "attached" for s in hello["seams"].values())
-    assert _last(frames, "heartbeat")["dropped"] == 0
+    assert last_body(frames, "heartbeat")["dropped"] == 0
 
 
 def test_adaptive_rounds_carry_their_budget_and_deeper_positions_are_unobserved(adaptive):
     frames, responses = adaptive
-    _check_agreement(frames, responses, proposals=None)
-    decode = [b for b in _kind(frames, "step") if b["mode"] == "decode"]
+    check_agreement(frames, responses, proposals=None)
+    decode = [b for b in bodies(frames, "step") if b["mode"] == "decode"]
     budgets = [b["num_steps"] for b in decode]
     assert len(set(budgets)) > 1, budgets  # SGLang switched the step count (adaptive_spec_params.py)
     for body in decode:  # a chain proposes exactly its round's budget
@@ -162,11 +162,11 @@ def test_adaptive_rounds_carry_their_budget_and_deeper_positions_are_unobserved(
 
 def test_standalone_worker_is_observed_but_its_draft_is_named_as_unhooked(standalone):
     frames, responses = standalone
-    hello = _last(frames, "hello")
+    hello = last_body(frames, "hello")
     assert hello["worker_class"] == "StandaloneWorkerV2" and hello["seams"]["draft_model"] == "unhooked"
     detail = hello["unobserved"]["draft_model"]
     assert "the draft model is LlamaForCausalLM," in detail and "llama_eagle3.LlamaModel" in detail
-    _check_agreement(frames, responses, proposals=3)  # its rounds are EAGLEWorkerV2's, and seen
+    check_agreement(frames, responses, proposals=3)  # its rounds are EAGLEWorkerV2's, and seen
     state = analyse(frames)
     v = {x.id: x for x in state.violations()}
     assert v["worker-unobserved"].severity == "warning" and v["worker-unobserved"].evidence["unobserved"] == ["draft_model"]

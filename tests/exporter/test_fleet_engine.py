@@ -12,25 +12,16 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from support.engine import FLEET_SCENARIOS, engine_missing
+from support.cli import check_json
+from support.engine import FLEET_SCENARIOS, SCENARIO_RULES, engine_missing
 from support.fleet_support import DASHBOARD, GATE_MIN_ACCEPT_LENGTH, GATE_STEPS, assert_dashboard_matches_check, bind, \
     dashboard_queries, panel_expr, values
-from test_real_scenarios import EXPECTED
 
 pytestmark = pytest.mark.engine
 
-
-
-def check_json(path, *args: str) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "eagle3scope", "check", str(path), "--json", *args],
-                          capture_output=True, text=True, timeout=120)
-    assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def junit_failures(path) -> set[str]:
@@ -111,11 +102,11 @@ def test_live_gate_passes_healthy_and_names_the_break_on_aux_off(scenario_result
     assert "min-accept-length" in failures
 
 
-@pytest.mark.parametrize("scenario", ["healthy", *sorted(EXPECTED)])
+@pytest.mark.parametrize("scenario", ["healthy", *sorted(SCENARIO_RULES)])
 def test_check_floors_and_junit_on_real_recordings(scenario_result, scenario, tmp_path):
     """Healthy passes the floors a deployment of this draft would set (measured 0.94 / 0.71 / 0.51 per position,
     BENCHMARKS.md); each fault fails with its own rule named."""
-    rules, severity = EXPECTED.get(scenario, (set(), "error"))
+    rules, severity = SCENARIO_RULES.get(scenario, (set(), "error"))
     junit = tmp_path / "check.xml"
     code, report = check_json(scenario_result(scenario)["recording"], "--min-accept-length", "2.5",
                               "--min-per-position", "0.8,0.55,0.35", "--fail-on", severity, "--junit", str(junit))

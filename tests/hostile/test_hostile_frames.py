@@ -86,13 +86,6 @@ def _consume(frame, state: SessionState) -> None:
 FRAMES = Tally("frames", "decode-validate-ingest-store-read")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile frames: {dict(FRAMES.counts)}, peak {FRAMES.peak_bytes / 1e6:.1f} MB traced")
-    FRAMES.emit()
-
-
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(hostile_frames(), min_size=1, max_size=6))
 def test_hostile_frames_never_escape_and_good_frames_after_them_are_all_kept(tmp_path_factory, bad_frames):

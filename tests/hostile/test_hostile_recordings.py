@@ -47,14 +47,6 @@ OLD_FILE = Path(__file__).parents[1] / "data" / "session-format1.e3s"  # written
 RECORDINGS = Tally("recordings", "damaged recordings through the readers")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile recordings: {dict(RECORDINGS.counts)}, peak {RECORDINGS.peak_bytes / 1e6:.0f} MB"
-          f" (bound {(RECORDINGS.bound_bytes or 0) / 1e6:.0f} MB)")
-    RECORDINGS.emit()
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """A closed recording: hello, load, 600 steps (bs 2), heartbeats, in batches of 32 frames."""

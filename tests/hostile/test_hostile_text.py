@@ -32,13 +32,6 @@ from support.untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frame
 TEXT = Tally("text", "every command over hostile strings")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile text: {dict(TEXT.counts)}")
-    TEXT.emit()
-
-
 def _leak(ok: bool, message: str) -> None:
     """Count an output that let an untrusted string through, then fail on it."""
     if not ok:
@@ -186,7 +179,7 @@ def test_gate_and_record_over_a_live_socket_stay_clean(tmp_path):
     import subprocess
     import sys
 
-    from test_gate import Publisher, gate
+    from support.gating import Publisher, gate
 
     frames = hostile_frames(ALL, n_steps=300)
     junit = tmp_path / "g.xml"

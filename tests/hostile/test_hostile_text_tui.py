@@ -27,13 +27,6 @@ ALL = "".join(ATTACKS.values())
 TUI = Tally("text", "TUI panels and screens over hostile strings")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile text in the TUI: {dict(TUI.counts)}")
-    TUI.emit()
-
-
 def _hostile_decoder(text: str) -> Decoder:
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel

@@ -18,7 +18,6 @@ from eagle3scope.store import SessionReader, SessionWriter, StoreError
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from support.neighbour_support import as_neighbour, rename_race
-from test_private_stream import neighbour, shared_tmp  # noqa: F401 - fixtures
 from support.cli import CLI
 from support.recordings import record
 

@@ -22,36 +22,16 @@ from pathlib import Path
 import pytest
 import zmq
 
-from support.engine import engine_missing
 from eagle3scope.live.subscriber import Subscriber
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
 from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.state import ShimState
-from support.neighbour_support import as_neighbour, become, ensure_neighbour, zmq_read
+from support.neighbour_support import as_neighbour, become, zmq_read
 from support.synthetic import hello_body, load_body, step_body
 from support.cli import CLI
 
-
-
-# -- the second user ------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def neighbour() -> tuple[int, int]:
-    """(uid, gid) of another local user, created with useradd when missing."""
-    try:
-        return ensure_neighbour()
-    except RuntimeError as exc:
-        engine_missing(str(exc))
-
-
-@pytest.fixture
-def shared_tmp():
-    """A world-writable sticky directory, like /tmp, that both users can reach."""
-    path = Path(tempfile.mkdtemp(prefix="e3s-shared-", dir="/tmp"))
-    os.chmod(path, 0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ def test_a_step_may_carry_every_field_the_schema_knows():
 
 def test_gate_fails_with_1_when_a_broken_stream_also_ends_before_n_steps():
     """README "CI gate": `gate` exits 1 on a failure even when fewer than N steps arrived (not 3)."""
-    from test_gate import Publisher, gate
+    from support.gating import Publisher, gate
 
     frames = session(120, accept_p=0.0, algorithm="EAGLE",
                      step_kw={"feature_width": H, "fc": False, "capture": {"on": False, "layers": None}})

@@ -8,40 +8,16 @@ checked with the ``eagle3scope check`` command, as a user would in CI.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import pytest
-from support.engine import SCENARIO_STEPS
+from support.cli import check_json, fired
+from support.engine import SCENARIO_RULES, SCENARIO_STEPS
 
 pytestmark = pytest.mark.engine
 
 
-#: scenario -> (rule ids of which at least one must fire, the severity it must have). aux-offset is a
-#: warning: captured == configured + 1 is self-consistent, only the numbering convention is suspect.
-EXPECTED = {
-    "aux-off": ({"aux-capture-off", "fc-bypassed"}, "error"),
-    "wrong-algorithm": ({"aux-capture-off", "fc-bypassed"}, "error"),
-    "dropped-weights": ({"weights-dropped"}, "error"),
-    "d2t-absolute": ({"d2t-absolute"}, "error"),
-    "lm-head-missing": ({"lm-head-mismatch"}, "error"),
-    "aux-offset": ({"aux-layers-mismatch"}, "warning"),
-}
-
 #: Steps of issue 14's check (`demo --headless --steps 300`), for the run at temperature 0.8 alone.
 ISSUE_STEPS = 300
-
-
-def check_json(path) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "eagle3scope", "check", str(path), "--json"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
-def fired(report: dict, severity: str = "error") -> set[str]:
-    return {v["id"] for v in report["violations"] if v["severity"] == severity}
 
 
 def assert_healthy_run(path, results, temperatures, steps: int = SCENARIO_STEPS) -> dict:
@@ -95,10 +71,10 @@ def test_healthy_run_at_temperature_0_8_through_the_sampling_verify(sampled_heal
     assert p1 > p2 > p3, summary["per_position"]
 
 
-@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+@pytest.mark.parametrize("scenario", sorted(SCENARIO_RULES))
 def test_fault_scenario_is_named_by_its_rule(scenario_result, scenario):
     path = scenario_result(scenario)["recording"]
-    rules, severity = EXPECTED[scenario]
+    rules, severity = SCENARIO_RULES[scenario]
     code, report = check_json(path)
     assert fired(report, severity) & rules, f"{scenario}: expected one of {rules}, got {report['violations']}"
     assert code == (1 if severity == "error" else 0)

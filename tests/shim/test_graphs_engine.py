@@ -18,7 +18,7 @@ import os
 
 import pytest
 from support.engine import run_engine_python
-from test_shim_engine import GUARDED, PROMPTS, ServerPool, _check_agreement, _failed_hooks, _kind, _last, pooled
+from support.servers import GUARDED, PROMPTS, ServerPool, bodies, check_agreement, failed_hooks, last_body, pooled
 
 from eagle3scope.analysis import analyse
 from eagle3scope.demo.families import scenarios_of
@@ -103,7 +103,7 @@ def served(eager, graphed):
 
 
 def _drafts(frames) -> list:
-    return [b["draft_ids"] for b in sorted(_kind(frames, "step"), key=lambda b: b["seq"]) if b["mode"] == "decode"]
+    return [b["draft_ids"] for b in sorted(bodies(frames, "step"), key=lambda b: b["seq"]) if b["mode"] == "decode"]
 
 
 def test_graphs_give_the_eager_tokens_and_drafts(served):
@@ -118,32 +118,32 @@ def test_graphs_give_the_eager_tokens_and_drafts(served):
 
 def test_replayed_passes_carry_width_and_fc_from_the_callers(served, demo_models):
     eager_frames, _, frames, _ = served
-    load, hello = _last(frames, "load"), _last(frames, "hello")
+    load, hello = last_body(frames, "load"), last_body(frames, "hello")
     h, wide = load["hidden_size"], load["fc"]["in"]
     observable = hello["observable"]
     assert observable["graph_draft_decode"] and observable["graph_draft_extend"] and not observable["graph_prefill"]
     assert observable["passes_prefill"] and observable["passes_draft_decode"] and observable["passes_draft_extend"]
-    assert not _last(eager_frames, "hello")["observable"]["graph_draft_decode"]
+    assert not last_body(eager_frames, "hello")["observable"]["graph_draft_decode"]
     captured = {(g["mode"], g["bs"]): (g["width"], g["fc"]) for g in hello["graphs"]["captured"]}
     # every size of the capture list, captured before the first step (the hello already lists them)
     assert captured == {**{("decode", bs): (h, False) for bs in CAPTURED}, **{("draft_extend_v2", bs): (wide, True) for bs in CAPTURED}}
-    decode = [b for b in _kind(frames, "step") if b["mode"] == "decode"]
+    decode = [b for b in bodies(frames, "step") if b["mode"] == "decode"]
     assert decode and max(b["bs"] for b in decode) <= max(CAPTURED)
     for body in decode:
         padded = min(bs for bs in CAPTURED if bs >= body["bs"])  # the key SGLang's runner pads to
         passes = {(p["mode"], p["width"], p["fc"], p.get("replayed"), p.get("graph_bs")): p["n"] for p in body["passes"]}
         assert passes == {("decode", h, False, True, padded): 2, ("draft_extend_v2", wide, True, True, padded): 1}
-    for body in _kind(frames, "step"):
+    for body in bodies(frames, "step"):
         if body["mode"] == "prefill":  # prefill stays eager: the draft forward's own hook reports it
             assert {(p["mode"], p["width"], p["fc"], p.get("replayed")) for p in body["passes"]} == {("extend", wide, True, None)}
-    eager_decode = [b for b in _kind(eager_frames, "step") if b["mode"] == "decode"]
+    eager_decode = [b for b in bodies(eager_frames, "step") if b["mode"] == "decode"]
     assert all(not p.get("replayed") for b in eager_decode for p in b["passes"])
 
 
 def test_graphed_healthy_run_is_clean_and_agrees_with_meta_info(served):
     _, _, frames, responses = served
-    assert _failed_hooks(frames) == []  # sync guard on: no sync added
-    _check_agreement(frames, responses)
+    assert failed_hooks(frames) == []  # sync guard on: no sync added
+    check_agreement(frames, responses)
     state = analyse(frames)
     assert [(v.id, v.severity) for v in state.violations() if v.severity in ("error", "warning")] == []
     assert "passes-unobserved" not in {v.id for v in state.violations()}
@@ -155,8 +155,8 @@ def test_aux_off_under_graphs_fires_fc_bypassed_with_width_evidence(aux_off):
     fired = {v.id: v for v in state.violations()}
     assert "fc-bypassed" in fired, sorted(fired)
     evidence = fired["fc-bypassed"].evidence
-    h = _last(frames, "load")["hidden_size"]
+    h = last_body(frames, "load")["hidden_size"]
     assert evidence["width_seen"] == [h] and evidence["fc_in"] == 3 * h
     assert evidence["skipped_by_mode"]["draft_extend_v2"] == evidence["replayed_by_mode"]["draft_extend_v2"] > 0
-    _check_agreement(frames, responses)
-    assert _failed_hooks(frames) == []
+    check_agreement(frames, responses)
+    assert failed_hooks(frames) == []

@@ -183,7 +183,7 @@ def test_the_tui_header_shows_the_share_of_round_time():
 
 
 def test_the_exporter_counts_the_seconds_per_seam():
-    from test_exporter import by, feed
+    from support.exporter_support import by, feed
 
     frames = session(20)
     last = frames[-1]  # the heartbeats continue the session's own counter and clock (else they are duplicates)

@@ -11,8 +11,8 @@ import re
 from datetime import datetime
 
 import pytest
+from support.cli import check_json
 from support.engine import FLEET_SCENARIOS
-from test_real_scenarios import check_json
 
 from eagle3scope.wire import contracts
 from eagle3scope_shim.verdict import FIRST_STEPS

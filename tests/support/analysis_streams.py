@@ -78,3 +78,22 @@ def session(n_steps: int = 2000, *, bs: int = 2, accept_p: float = 0.7, algorith
         if seq % 500 == 499:
             frames.append(s.frame("heartbeat", {"steps": seq + 1, "dropped": 0, "hook_failures": 0, "queued": 0}))
     return frames
+
+
+def sliced_session(n_steps: int, *, long_rates=(0.8, 0.7, 0.6), seed: int = 0):
+    """Steps of two requests: a short greedy one (ctx 100 + seq) and a long sampled one (ctx 3000 + seq)
+    whose positions are accepted at ``long_rates``; the short one always at 0.8, 0.7, 0.6."""
+    rng = random.Random(seed)
+    s = Stream()
+    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
+    for seq in range(n_steps):
+        accepted = []
+        for rates in ((0.8, 0.7, 0.6), long_rates):
+            a = 0
+            while a < K and rng.random() < rates[a]:
+                a += 1
+            accepted.append(a)
+        body = step(seq, s.t, accepted, rng=rng)
+        body["ctx_len"], body["greedy"] = [100 + seq, 3000 + seq], [True, False]
+        frames.append(s.frame("step", body))
+    return frames

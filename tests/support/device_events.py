@@ -220,3 +220,15 @@ class HostBuffer:
 
     def tolist(self) -> list:
         return self._data[self._start:self._stop]
+
+
+class CpuTensor:
+    """A CPU tensor as the snapshots read it (``is_cpu``, ``tolist``)."""
+
+    is_cpu, is_cuda = True, False
+
+    def __init__(self, values):
+        self.values = values
+
+    def tolist(self):
+        return self.values

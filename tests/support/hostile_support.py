@@ -39,6 +39,15 @@ class Tally:
         if bound is not None:
             self.bound_bytes = bound
 
+    def summary(self) -> str:
+        """One line for the run's output: the counts, and the peak memory where one was measured."""
+        line = f"hostile {self.cls}, {self.test}: {dict(self.counts)}"
+        if self.peak_bytes:
+            line += f", peak {self.peak_bytes / 1e6:.1f} MB"
+        if self.bound_bytes:
+            line += f" (bound {self.bound_bytes / 1e6:.0f} MB)"
+        return line
+
     def emit(self) -> None:
         path = os.environ.get(ENV_OUT)
         if not path:
