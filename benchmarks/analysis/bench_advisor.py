@@ -9,7 +9,7 @@ error and the share of the gain interval that error adds; where the advisor pred
 (host times on a graph or overlap server, or a fit error above its bound) the predicted columns are
 "-" and its reason is printed.
 
-    .venv/bin/python benchmarks/bench_advisor.py [--requests 64] [--record-steps 600]
+    .venv/bin/python benchmarks/analysis/bench_advisor.py [--requests 64] [--record-steps 600]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What the TUI's advisor costs the viewer (BENCHMARKS.md "Analysis" and "TUI"): the round log's
 append per decode step and its memory, and the advice's own cost per refresh.
 
-    .venv/bin/python benchmarks/bench_advisor_cost.py            # the figures of this checkout
-    .venv/bin/python benchmarks/bench_advisor_cost.py --tree DIR # ingest only, eagle3scope from DIR
+    .venv/bin/python benchmarks/analysis/bench_advisor_cost.py            # the figures of this checkout
+    .venv/bin/python benchmarks/analysis/bench_advisor_cost.py --tree DIR # ingest only, eagle3scope from DIR
                                                                  # (e.g. a `git archive` of main)
 
 ``--tree`` imports the package from another tree (the editable install's finder is taken off
@@ -43,7 +43,7 @@ def held_mb(bs: int, steps: int = 6000) -> float:
     """What one publisher's state holds after ``steps`` decode steps, frames decoded one by one."""
     import tracemalloc
 
-    from support.analysis_streams import session
+    from benchmarks.support.analysis_streams import session
     from eagle3scope.analysis import SessionState
     from eagle3scope.wire import decode_frame, encode_frame
 
@@ -62,12 +62,12 @@ def held_mb(bs: int, steps: int = 6000) -> float:
 def advisor_costs() -> list[str]:
     from collections import deque
 
-    from support.analysis_streams import session
+    from benchmarks.support.analysis_streams import session
     from eagle3scope.analysis import analyse, views
     from eagle3scope.analysis.advisor import RoundLog
     from eagle3scope.analysis.state import ADVISOR_ROUNDS
     from eagle3scope.wire import decode_frame
-    from test_advisor import chain_frames
+    from benchmarks.support.advisor_rounds import chain_frames
 
     out = []
     for bs in (1, 4):
@@ -101,7 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.tree:
         _use_tree(args.tree)
-    sys.path[:0] = [str(HERE.parent / "tests"), str(HERE)]
+    sys.path.append(str(HERE.parents[1]))  # the checkout: benchmarks.support
     import eagle3scope
 
     print(f"{Path(eagle3scope.__file__).parent.parent}: {ingest(args.steps)}")

@@ -1,7 +1,7 @@
 """Analysis figures for BENCHMARKS.md: SessionState.ingest throughput and violations() latency.
 
-Run: ``.venv/bin/python benchmarks/bench_analysis.py [--steps 200000]``. Frames are decoded
-beforehand (tests/support/analysis_streams.py), so only ``ingest`` is timed: one core, one thread.
+Run: ``.venv/bin/python benchmarks/analysis/bench_analysis.py [--steps 200000]``. Frames are decoded
+beforehand (benchmarks/support/analysis_streams.py), so only ``ingest`` is timed: one core, one thread.
 Goal (issue 5): ingest >= 50k steps/s; violations() cheap enough to call ~10x/s.
 """
 
@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
-from support.analysis_streams import H, session  # noqa: E402
+from benchmarks.support.analysis_streams import H, session  # noqa: E402
 from eagle3scope.analysis import SessionState, analyse  # noqa: E402
 
 

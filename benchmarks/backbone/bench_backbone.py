@@ -1,7 +1,7 @@
 """Backbone figures for BENCHMARKS.md: publish cost, viewer ingest, recorder write, seek.
 
-Run: ``.venv/bin/python benchmarks/bench_backbone.py [--seek-steps 1000000] [--seeks 200]``.
-Bodies come from ``tests/support/synthetic.py`` (realistic top-k 1 chain, 3 drafts per request).
+Run: ``.venv/bin/python benchmarks/backbone/bench_backbone.py [--seek-steps 1000000] [--seeks 200]``.
+Bodies come from ``benchmarks/support/synthetic.py`` (realistic top-k 1 chain, 3 drafts per request).
 Goals (issue 2): ingest >= 50k steps/s, record >= 100k steps/s, seek <= 50 ms.
 """
 
@@ -22,14 +22,14 @@ from pathlib import Path
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")  # loopback TCP figures of a trusted machine, as before CURVE
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
 from eagle3scope.live.subscriber import Subscriber  # noqa: E402
 from eagle3scope.store import SessionReader, SessionWriter  # noqa: E402
 from eagle3scope.store.replayer import Replayer  # noqa: E402
 from eagle3scope.wire import decode_frame, encode_frame  # noqa: E402
 from eagle3scope_shim.publisher import Publisher  # noqa: E402
-from support.synthetic import hello_body, session_frames, step_body  # noqa: E402
+from benchmarks.support.synthetic import hello_body, session_frames, step_body  # noqa: E402
 
 
 class Timed:

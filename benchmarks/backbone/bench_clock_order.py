@@ -1,7 +1,7 @@
 """Issue 25 item 6's figures: replay pacing after one bad ``t``, duplicated ``n``, an impossible jump
 of ``n``, and a publisher restarted under the same ``src`` (what ``check`` and a seek make of it).
 
-``.venv/bin/python benchmarks/bench_clock_order.py``; with ``PYTHONPATH`` at an older checkout for
+``.venv/bin/python benchmarks/backbone/bench_clock_order.py``; with ``PYTHONPATH`` at an older checkout for
 the "before" figures (only APIs that checkout has are used).
 """
 
@@ -12,11 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
 from click.testing import CliRunner  # noqa: E402
 
-from support.analysis_streams import H, session  # noqa: E402
+from benchmarks.support.analysis_streams import H, session  # noqa: E402
 from eagle3scope.analysis import analyse  # noqa: E402
 from eagle3scope.cli import main as cli  # noqa: E402
 from eagle3scope.store import SessionWriter  # noqa: E402

@@ -1,4 +1,4 @@
-"""The shim's GPU checks, one prepared run on a lent CUDA machine (``benchmarks/device_check.sh``).
+"""The shim's GPU checks, one prepared run on a lent CUDA machine (``benchmarks/device/device_check.sh``).
 
 Each check runs in its own child process (a CUDA context once made cannot be undone, and a broken
 capture must not spoil the next check) and reports rows of figures; the parent prints one table
@@ -24,7 +24,7 @@ prints "no CUDA device: skipped" and exits 0, which the CPU test suite checks.
      marks; and the host cost per round of those marks (six ``ring.mark`` calls) and of reading them
      on the publisher thread (``ring.device_ms``).
 
-    python3 benchmarks/device_check.py [--out DIR] [--checks A,B,...]
+    python3 benchmarks/device/device_check.py [--out DIR] [--checks A,B,...]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHECKS = ("A", "B", "C", "D", "E", "F")
 #: seconds a check's child may run; all of them together get --budget-s (device_check.sh: the whole
 #: run, recapture check included, stays under 8 minutes)
@@ -314,7 +314,7 @@ def check_d(trials: int = 20, spin_cycles: int = 50_000_000) -> list[dict]:
 def check_e(out: Path | None) -> list[dict]:
     rows = []
     for device in ("cuda", "cpu"):
-        cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_shim.py"), "--hook-path-only", "--steps", "4000",
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "shim" / "bench_shim.py"), "--hook-path-only", "--steps", "4000",
                "--device", device]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": f"{ROOT / 'instrumentation'}:{ROOT}:{os.environ.get('PYTHONPATH', '')}"})

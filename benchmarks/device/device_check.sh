@@ -4,8 +4,8 @@
 #   here:   echo /.device-wheels/ >> .git/info/exclude
 #           .venv/bin/pip download pyzmq --no-deps --python-version 3.12 --only-binary=:all: \
 #               --platform manylinux_2_28_x86_64 -d .device-wheels        # the image lacks pyzmq (< 64 MiB)
-#   device: run(command="bash benchmarks/device_check.sh", carry=[".device-wheels"], timeout_s=540)
-# Checks A-F are benchmarks/device_check.py's (its docstring says what each shows); it prints one
+#   device: run(command="bash benchmarks/device/device_check.sh", carry=[".device-wheels"], timeout_s=540)
+# Checks A-F are benchmarks/device/device_check.py's (its docstring says what each shows); it prints one
 # table of figures. Then the aux-recapture check (graph_recapture_check.py). Writes to $OUT:
 #   gpu.txt                     GPU, driver, torch
 #   device_check.json           every row of the table
@@ -30,10 +30,10 @@ fi
     "$PYTHON" -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())" \
         2>/dev/null || echo "no PyTorch"
 } | tee "$OUT/gpu.txt"
-timeout 380 "$PYTHON" benchmarks/device_check.py --out "$OUT" --budget-s 340 | tee "$OUT/device_check.txt"
+timeout 380 "$PYTHON" benchmarks/device/device_check.py --out "$OUT" --budget-s 340 | tee "$OUT/device_check.txt"
 if grep -q "no CUDA device: skipped" "$OUT/device_check.txt"; then
     exit 0
 fi
-timeout 35 "$PYTHON" benchmarks/graph_recapture_check.py --device cuda | tee "$OUT/recapture.json" || true
-timeout 35 "$PYTHON" benchmarks/graph_recapture_check.py --device cuda --layers 8 --hidden 1024 --bs 8 \
+timeout 35 "$PYTHON" benchmarks/device/graph_recapture_check.py --device cuda | tee "$OUT/recapture.json" || true
+timeout 35 "$PYTHON" benchmarks/device/graph_recapture_check.py --device cuda --layers 8 --hidden 1024 --bs 8 \
     | tee -a "$OUT/recapture.json" || true

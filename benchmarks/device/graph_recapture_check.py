@@ -1,7 +1,7 @@
 """An aux-layer change under a captured CUDA graph, through the shim's own control path (no SGLang).
 
-Usage (a lent GPU; benchmarks/device_check.sh runs it): PYTHONPATH=instrumentation:. python3
-benchmarks/graph_recapture_check.py [--device cuda] [--layers 32] [--hidden 4096] [--bs 64]
+Usage (a lent GPU; benchmarks/device/device_check.sh runs it): PYTHONPATH=instrumentation:. python3
+benchmarks/device/graph_recapture_check.py [--device cuda] [--layers 32] [--hidden 4096] [--bs 64]
 
 The device machine has no SGLang, so a stand-in target with SGLang 0.5.23's Llama aux semantics
 (``layers_to_capture = [id + 1 ...]``; the forward copies the hidden states entering those layers

@@ -5,7 +5,7 @@ speculators' [2, 4, 5]) on SGLang 0.5.23's CPU engine with the control channel, 
 greedy workload on it, and runs ``eagle3scope aux cycle`` as a user would. The trained set must
 stand out. Needs the engine venv and the demo models (``make models``).
 
-    .venv/bin/python benchmarks/bench_aux_ab.py [--steps 30]
+    .venv/bin/python benchmarks/engine/bench_aux_ab.py [--steps 30]
 """
 
 from __future__ import annotations

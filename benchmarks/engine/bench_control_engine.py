@@ -2,7 +2,7 @@
 
 Run (the engine venv built, ``python -m eagle3scope.demo.tiny`` run once)::
 
-    PYTHONPATH=$PWD:$PWD/instrumentation:$PWD/cpu_engine/src .venv/bin/python benchmarks/bench_control_engine.py
+    PYTHONPATH=$PWD:$PWD/instrumentation:$PWD/cpu_engine/src .venv/bin/python benchmarks/engine/bench_control_engine.py
 
 Starts SGLang 0.5.23 with the shim's channel, then under generate traffic: a valid ``list``;
 garbage and a multipart message from a DEALER socket; a wrong token; a signed request replayed;

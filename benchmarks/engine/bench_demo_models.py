@@ -1,6 +1,6 @@
 """Demo models: build time and peak memory, then SGLang's own acceptance length per scenario.
 
-Usage: .venv/bin/python benchmarks/bench_demo_models.py [--family llama|deepseek] [--fresh] [--prompts 8]
+Usage: .venv/bin/python benchmarks/engine/bench_demo_models.py [--family llama|deepseek] [--fresh] [--prompts 8]
 [--tokens 64] [--scenario NAME ...]
 --fresh builds into a new temporary cache (the build-time figure); otherwise the cached models
 are used (built first if missing). Then each scenario gets its own real SGLang CPU server

@@ -2,7 +2,7 @@
 
 Usage (engine venv, this checkout on PYTHONPATH, the demo models already built):
   PYTHONPATH=.:instrumentation:cpu_engine/src ~/.cache/eagle3scope/venv-sglang-0.5.23/bin/python \
-      benchmarks/bench_draft_curve.py [--target DIR] [UNROLL[+FIRST] ...]   (default: 60+120 80+120 100+120 80+0)
+      benchmarks/engine/bench_draft_curve.py [--target DIR] [UNROLL[+FIRST] ...]   (default: 60+120 80+120 100+120 80+0)
 Each budget is DRAFT_STEPS (steps with the training-time-test unroll) plus FIRST_STEP_ONLY (steps
 that train the draft's first step alone). For each it trains the build's own draft
 (``models._train_draft``, one thread) and prints one JSON line with ``models.replay_stats``: per

@@ -1,6 +1,6 @@
 """Start time and step rate of TP-2 and DP-2 servers on the CPU engine, with and without the shim.
 
-Usage: .venv/bin/python benchmarks/bench_parallel.py [--requests 8] [--tokens 64] [--rounds 3] [--tiny]
+Usage: .venv/bin/python benchmarks/engine/bench_parallel.py [--requests 8] [--tokens 64] [--rounds 3] [--tiny]
 
 Per topology two servers, shim off and on, started one after the other (start time: launch to
 /health_generate answering; it includes the other load on the box: say so when you quote it), then

@@ -1,6 +1,6 @@
 """Real SGLang 0.5.23 on CPU: server start time and request/round times, EAGLE-3 vs plain decoding.
 
-Usage: .venv/bin/python benchmarks/bench_real_engine.py [--prompts 2] [--tokens 32] [--repeats 3]
+Usage: .venv/bin/python benchmarks/engine/bench_real_engine.py [--prompts 2] [--tokens 32] [--repeats 3]
 Needs the engine venv (scripts/build-engine-env.sh). Generates the tiny random
 target + random draft (eagle3scope/demo/tiny.py) into the cache, then for each
 server (with the draft, without it) prints: start time (spawn -> /health_generate

@@ -1,7 +1,7 @@
 """CPU cost of the sampling-verify stand-in against the greedy verify it replaces on CPU.
 
 Usage (engine venv, cpu_engine importable):
-    PYTHONPATH=cpu_engine/src ~/.cache/eagle3scope/venv-sglang-0.5.23/bin/python benchmarks/bench_sampling_verify.py
+    PYTHONPATH=cpu_engine/src ~/.cache/eagle3scope/venv-sglang-0.5.23/bin/python benchmarks/engine/bench_sampling_verify.py
 Chain trees as SGLang builds them at steps 3 / topk 1 / 4 draft tokens, target probabilities over
 the vocabulary; per batch size, the process CPU time per call (median of repeats) of
 ``tree_speculative_sampling_target_only`` and of ``verify_tree_greedy_cpu``, and the 1-minute load.

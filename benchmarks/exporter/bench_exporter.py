@@ -8,7 +8,7 @@
 3. Memory: the exporter's resident set before any publisher and after 64 publishers sent
    ``--steps-each`` steps each (its state per publisher is bounded: a 512-request-step window).
 
-Usage: python benchmarks/bench_exporter.py [--rates 1000 10000] [--seconds 10] [--bs 4] [--publishers 64]
+Usage: python benchmarks/exporter/bench_exporter.py [--rates 1000 10000] [--seconds 10] [--bs 4] [--publishers 64]
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import urllib.request
 from multiprocessing import Process
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.append(str(ROOT))  # the checkout: benchmarks.support
 
-from support.synthetic import hello_body, load_body, step_body  # noqa: E402
+from benchmarks.support.synthetic import hello_body, load_body, step_body  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -178,7 +178,7 @@ def in_process(publishers: int, steps_each: int, bs: int, n: int = 20) -> tuple[
 
     from eagle3scope.exporter.service import Exporter
     from eagle3scope.wire import decode_frame
-    from support.synthetic import session_frames
+    from benchmarks.support.synthetic import session_frames
 
     with Exporter([endpoints_for(1)[0]], "127.0.0.1:0") as exporter:
         gc.collect()

@@ -1,7 +1,7 @@
 """Issue 25 item 4's figures: 256 publishers whose hellos each name 3,000 seams of 200 characters,
 folded into the exporter's fleet and scraped once (series, /metrics size, scrape time, peak RSS).
 
-``.venv/bin/python benchmarks/bench_wire_bounds.py [PUBLISHERS] [SEAMS]``; run with ``PYTHONPATH``
+``.venv/bin/python benchmarks/exporter/bench_wire_bounds.py [PUBLISHERS] [SEAMS]``; run with ``PYTHONPATH``
 at an older checkout for the "before" figures.
 """
 
@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from support.analysis_streams import session  # noqa: E402
+from benchmarks.support.analysis_streams import session  # noqa: E402
 from eagle3scope.exporter.fleet import Fleet  # noqa: E402
 from eagle3scope.exporter.metrics import FleetCollector  # noqa: E402
 from eagle3scope.wire import Frame  # noqa: E402

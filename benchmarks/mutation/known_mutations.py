@@ -4,7 +4,7 @@ Each mutation is one exact text replacement in one module, applied to a scratch 
 checkout; the fast test files named with it run there (``-x``). Prints, per mutation, KILLED (a test
 failed) or SURVIVED, and exits non-zero if any survived. Not in CI (a minute or two).
 
-    .venv/bin/python benchmarks/known_mutations.py [TEXT]   (TEXT: only the mutations whose line holds it)
+    .venv/bin/python benchmarks/mutation/known_mutations.py [TEXT]   (TEXT: only the mutations whose line holds it)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/weight_checks.py",
                                     "eagle3scope/store/reader.py", "eagle3scope/commands/record.py")
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
@@ -261,10 +261,10 @@ SHIM_MUTATIONS = [
      " > 0 and stages == 1:", " > 0:", [GRAPH_EVIDENCE]),
     ("round 5 shim: a prebuilt verify input counted as a draft that ran", SHIM_HOOKS,
      "    if verify:\n        return None\n", "", [GRAPH_EVIDENCE]),
-    ("round 5 bench: prefill rounds take turns with the decode rounds", "benchmarks/shim_toggle.py",
+    ("round 5 bench: prefill rounds take turns with the decode rounds", "benchmarks/support/shim_toggle.py",
      "            kind = \"extend\" if batch.forward_mode.is_extend() else \"decode\"", "            kind = \"decode\"",
      ["tests/bench/test_shim_toggle.py"]),
-    ("round 5 bench: the commit seam never switched (left on in the off rounds)", "benchmarks/shim_toggle.py",
+    ("round 5 bench: the commit seam never switched (left on in the off rounds)", "benchmarks/support/shim_toggle.py",
      "            this.toggle.apply(arm == \"on\", this.commit)\n", "", ["tests/bench/test_shim_toggle.py"]),
     ("round 5 shim: the commit hook taken out under the overlap loop too", SHIM_HOOKS,
      "    if getattr(STATE.scheduler, \"enable_overlap\", True) is False:", "    if True:", [SHIM_UNIT]),
@@ -295,7 +295,7 @@ SHIM_MUTATIONS = [
      "            data = frame_of_packed(kind, packed, src=self.src, n=self._n, t=t, packer=self._packer)",
      "            data = frame_of_packed(kind, packed, src=self.src, n=self._n, t=t, packer=self._packer)\n            self._n += 1",
      ["tests/live/test_transport.py"]),
-    ("round 6 bench: the on arm relieved of the wrong share of the publisher's per-second CPU", "benchmarks/bench_shim.py",
+    ("round 6 bench: the on arm relieved of the wrong share of the publisher's per-second CPU", "benchmarks/shim/bench_shim.py",
      "own_threads[\"shim publisher\"] -= (1 - share) * _publisher_fixed(b)", "own_threads[\"shim publisher\"] -= share * _publisher_fixed(b)",
      ["tests/bench/test_shim_toggle.py"]),
     ("round 6 shim: a bell rung twice before it is heard raises in the ringer", "instrumentation/eagle3scope_shim/publisher.py",
@@ -306,11 +306,11 @@ SHIM_MUTATIONS = [
      [SHIM_UNIT]),
     ("round 6 shim: viewers' subscriptions never looked for", "instrumentation/eagle3scope_shim/publisher.py",
      "                if now >= next_look:", "                if False:", ["tests/live/test_transport.py"]),
-    ("round 7 bench: a restart that leaves the turns where they stood", "benchmarks/shim_toggle.py",
+    ("round 7 bench: a restart that leaves the turns where they stood", "benchmarks/support/shim_toggle.py",
      "        self.rounds = {\"extend\": 0, \"decode\": 0}\n\n    def install",
      "        self.rounds = getattr(self, \"rounds\", None) or {\"extend\": 0, \"decode\": 0}\n\n    def install",
      ["tests/bench/test_shim_toggle.py"]),
-    ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/bench_shim.py",
+    ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/shim/bench_shim.py",
      "        got = sub.poll(timeout_ms=0)\n    return n", "        got = None\n    return n", ["tests/bench/test_shim_toggle.py"]),
     # session 14: verify's hook one body after the call, passes decided and merged on the publisher thread
     ("round 8 shim: passes alike left unmerged on the wire", SHIM_HOOKS,

@@ -10,7 +10,7 @@ can tell them apart) are listed in EQUIVALENT with the reason and in TESTING.md;
 their diff, so a renumbering after an edit does not lose them.
 
     .venv/bin/pip install -e '.[mutation]'
-    nice -n 19 .venv/bin/python benchmarks/mutation.py [MODULE ...] [--jobs 2] [--sample N | --budget S]
+    nice -n 19 .venv/bin/python benchmarks/mutation/mutation.py [MODULE ...] [--jobs 2] [--sample N | --budget S]
                                                       [--seed N] [--survivors] [--json FILE]
 
 A full run takes hours on a small shared machine, so ``--sample N`` tests N mutants per module and
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Hostile-checkpoint figures for RELIABILITY.md: doctor and fix through the CLI on damaged drafts.
 
-Run: ``.venv/bin/python benchmarks/bench_hostile_checkpoints.py [--cases 2000] [--seed 0]``.
-Each case is a tiny valid draft (tests/support/draft_checkpoints.py) with one kind of damage: random JSON
+Run: ``.venv/bin/python benchmarks/reliability/bench_hostile_checkpoints.py [--cases 2000] [--seed 0]``.
+Each case is a tiny valid draft (benchmarks/support/draft_checkpoints.py) with one kind of damage: random JSON
 in 1-4 config fields (SpecForge or speculators layout), random bytes or JSON as a safetensors
 header with a random declared length, a damaged shard index, a FIFO, a link out of the directory,
 a sparse 256 MiB d2t. Both ``doctor --json`` and ``fix`` run in-process through click; a
@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
-from support import draft_checkpoints as dc  # noqa: E402
+from benchmarks.support import draft_checkpoints as dc  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from eagle3scope.cli import main  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Issue 25 item 1's before/after figures: every output over recordings whose every string is hostile.
 
-For each text of ``tests/support/untrusted_support.py`` (and all of them at once) a recording is made and
+For each text of ``benchmarks/support/untrusted_support.py`` (and all of them at once) a recording is made and
 run through ``check`` (text and JUnit), ``replay --headless``, ``export --format csv`` and ``report
 --format markdown``; an output *leaks* when a raw control character, a forged line, a formula
 cell, markup outside a code fence or invalid XML reaches it. Uses only what every checkout has, so
@@ -18,14 +18,14 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
 from click.testing import CliRunner  # noqa: E402
 
 from eagle3scope.cli import main as cli  # noqa: E402
 from eagle3scope.store import SessionWriter  # noqa: E402
 from eagle3scope.wire import encode_frame  # noqa: E402
-from support.untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames  # noqa: E402
+from benchmarks.support.untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames  # noqa: E402
 
 XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -77,7 +77,7 @@ def run(tmp: Path) -> tuple[Counter, Counter]:
 
 async def _tui_case(path: str) -> tuple[int, int]:
     """(screens with a raw control character, 1 if the app crashed) over panel keys and screens."""
-    from support.tui_support import paused_app, screen_text
+    from benchmarks.support.tui_support import paused_app, screen_text
 
     app = paused_app(path, speed=64.0)
     dirty = 0

@@ -1,8 +1,8 @@
 """Neighbour figures for RELIABILITY.md: what another local user, a race or a signal does to a
 checkout, before and after the private-stream change.
 
-Run as root (a second uid acts through ``tests/support/neighbour_support.py``):
-``.venv/bin/python benchmarks/bench_neighbours.py [--before /path/to/older/checkout]``. Each
+Run as root (a second uid acts through ``benchmarks/support/neighbour_support.py``):
+``.venv/bin/python benchmarks/reliability/bench_neighbours.py [--before /path/to/older/checkout]``. Each
 checkout runs with its own ``.venv/bin/python`` and its own code first on ``PYTHONPATH``; the
 neighbour is a forked child dropped to the ``e3s-neighbour`` uid.
 
@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE / "tests"))
+HERE = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HERE / "instrumentation"))
 sys.path.insert(0, str(HERE))
 
 import zmq  # noqa: E402
 
-from support.neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty, zmq_read  # noqa: E402
+from benchmarks.support.neighbour_support import as_neighbour, become, ensure_neighbour, terminal_restored, tui_in_pty, zmq_read  # noqa: E402
 
 PUBLISH = r"""
 import sys, time
@@ -58,7 +57,7 @@ import json, os, sys
 sys.path.append(sys.argv[1])
 from pathlib import Path
 from eagle3scope.wire.token import create_token_file, read_token
-from support.neighbour_support import rename_race
+from benchmarks.support.neighbour_support import rename_race
 directory = Path(sys.argv[2])
 good = create_token_file(directory)
 evil = directory / "evil.token"
@@ -134,7 +133,7 @@ def default_stream(co: Checkout, who, runtime: Path, old: bool) -> int:
 
 def squatted_port(co: Checkout, who, keys: Path) -> int:
     from eagle3scope.wire import encode_frame
-    from support.synthetic import hello_body, load_body, step_body
+    from benchmarks.support.synthetic import hello_body, load_body, step_body
 
     port = free_port()
     child = os.fork()
@@ -171,7 +170,7 @@ def signals(co: Checkout, scratch: Path) -> dict:
     from eagle3scope.wire import encode_frame
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.publisher import Publisher
-    from support.analysis_streams import session
+    from benchmarks.support.analysis_streams import session
 
     out = {}
     pub = Publisher(fresh_ipc_endpoint(), "sig:1:dp0", flush_interval_s=0.02)
@@ -181,7 +180,7 @@ def signals(co: Checkout, scratch: Path) -> dict:
     stop = threading.Event()
 
     def feed():
-        from support.synthetic import step_body
+        from benchmarks.support.synthetic import step_body
         seq = 0
         while not stop.is_set():
             pub.submit("step", step_body(seq, t_ns=time.time_ns()))
@@ -229,7 +228,7 @@ def measure(co: Checkout, who, old: bool, only: str | None = None) -> dict:
     runtime.mkdir(mode=0o700)
     try:
         if only == "token":
-            done = co.run(["-c", TOKEN_RACE, str(HERE / "tests"), str(scratch / "tokens"), str(who[0]), str(who[1])])
+            done = co.run(["-c", TOKEN_RACE, str(HERE), str(scratch / "tokens"), str(who[0]), str(who[1])])
             return {"token race, 30000 reads": json.loads(done.stdout) if done.returncode == 0 else done.stderr[-300:]}
         figures = {"default stream: frames the neighbour read in 3 s": default_stream(co, who, runtime, old)}
         keys = scratch / "keys" / "curve.key"
@@ -239,7 +238,7 @@ def measure(co: Checkout, who, old: bool, only: str | None = None) -> dict:
             load_keys(create=True)
         figures["squatted port: gate exit status (0 = PASS)"] = squatted_port(co, who, keys)
         tokens = scratch / "tokens"
-        done = co.run(["-c", TOKEN_RACE, str(HERE / "tests"), str(tokens), str(who[0]), str(who[1])])
+        done = co.run(["-c", TOKEN_RACE, str(HERE), str(tokens), str(who[0]), str(who[1])])
         figures["token race, 30000 reads"] = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-300:]
         writers = scratch / "writers"
         writers.mkdir()

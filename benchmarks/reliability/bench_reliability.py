@@ -1,6 +1,6 @@
 """Reliability figures for RELIABILITY.md: the hostile-input suite's counts per class, and memory bounds.
 
-Run: ``.venv/bin/python benchmarks/bench_reliability.py`` (a few minutes on 2 cores).
+Run: ``.venv/bin/python benchmarks/reliability/bench_reliability.py`` (a few minutes on 2 cores).
 
 It runs ``tests/hostile/test_hostile_*.py`` with ``EAGLE3SCOPE_RELIABILITY_OUT`` set, so every test
 appends its tally (cases tried, crashes, hangs, tracebacks, silent losses, peak memory; see
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgpack
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIELDS = ("cases", "crashes", "hangs", "tracebacks", "silent_losses", "leaks")
 
 

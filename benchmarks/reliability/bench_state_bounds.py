@@ -1,6 +1,6 @@
 """Bounds figures for RELIABILITY.md: how big a SessionState gets on hostile streams, and how fast it ingests them.
 
-Run: ``.venv/bin/python benchmarks/bench_state_bounds.py [--n 10000] [--budget-s 120]``.
+Run: ``.venv/bin/python benchmarks/reliability/bench_state_bounds.py [--n 10000] [--budget-s 120]``.
 
 Each stream is valid frame by frame (built and decoded through the wire codec, so the validator
 ran) and hostile only in what it adds up to: a new ``src`` on every frame, or one publisher
@@ -19,9 +19,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
-from support.analysis_streams import H, Stream, healthy_load, hello, session, step  # noqa: E402
+from benchmarks.support.analysis_streams import H, Stream, healthy_load, hello, session, step  # noqa: E402
 from eagle3scope.analysis import SessionState  # noqa: E402
 from eagle3scope.wire import Frame, decode_frame, encode_frame  # noqa: E402
 

@@ -4,7 +4,7 @@ The step hook calls ``Control.apply_pending()`` before every step; with nothing 
 cost next to nothing. Measured here on a stand-in target with SGLang's Llama semantics over a
 real loopback REP socket (the engine figures are in BENCHMARKS.md).
 
-    python benchmarks/bench_aux_control.py
+    python benchmarks/shim/bench_aux_control.py
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 request) on the scheduler thread: (hooked - plain) CPU µs per round at batch 1 and 64, with stand-in
 requests whose ``spec_verify_ct`` the stand-in settle advances as SGLang does.
 
-Usage (engine venv, this checkout first): PYTHONPATH=.:instrumentation python benchmarks/bench_commit_hook.py
+Usage (engine venv, this checkout first): PYTHONPATH=.:instrumentation python benchmarks/shim/bench_commit_hook.py
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Steps the shim's snapshot ring drops, by ring size and step rate: the real ``HostRing`` and
 ``Publisher`` driven as SGLang's scheduler drives them (a slot, a copy, the event recorded, the
 step queued; the publisher waits on the event, builds the body and hands the slot back), with the
-device modelled (tests/support/device_events.py: each step's device work done 1 ms after its event
+device modelled (benchmarks/support/device_events.py: each step's device work done 1 ms after its event
 is recorded). No GPU: what is measured is whether the publisher is woken in time.
 
 ``before``: the ring does not wake the publisher, which then wakes only at 64 queued events or on
 its 0.5 s timer (how the shim worked until the ring woke it). ``after``: the ring wakes it when half
 its slots are in use, and at the first refused slot.
 
-Usage: PYTHONPATH=.:instrumentation:tests .venv/bin/python benchmarks/bench_ring_rates.py [--seconds 3]
+Usage: PYTHONPATH=.:instrumentation .venv/bin/python benchmarks/shim/bench_ring_rates.py [--seconds 3]
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
-from support.ring_rates import drops_at  # noqa: E402
+from benchmarks.support.ring_rates import drops_at  # noqa: E402
 
 
 def main() -> None:

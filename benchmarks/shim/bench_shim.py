@@ -1,7 +1,7 @@
 """Cost of the shim: the hook path alone (µs per speculative round) and the real CPU engine's
 CPU time and tokens/s per generated token with and without the shim, measured in the same run.
 
-Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 16] [--tokens 48] [--pairs 10] [--sessions 2]
+Usage: .venv/bin/python benchmarks/shim/bench_shim.py [--rounds 16] [--tokens 48] [--pairs 10] [--sessions 2]
        [--design interleave|toggle|two-servers] [--interleave-rounds 1] [--draft random|trained] [--batch 1]
        [--steps 20000] [--sample-hz 100]
        [--hook-path-only [--device cuda]]
@@ -42,7 +42,7 @@ Usage: .venv/bin/python benchmarks/bench_shim.py [--rounds 16] [--tokens 48] [--
    (``publisher_us``) and CPU, and the main thread's CPU per round without and with the shim, per
    pair: its difference with a 95 % CI (``main_thread_delta_us_per_round``), against which the
    hook-path figures are held (``agreement``). An outside sampler (py-spy, when installed;
-   ``--sample-hz``, benchmarks/sampled.py) counts the shim's share of the on blocks' main-thread
+   ``--sample-hz``, benchmarks/support/sampled.py) counts the shim's share of the on blocks' main-thread
    samples, which also sees what the self-report cannot: SGLang's ``HookRegistry`` wrapper and the
    calls into each hook (``sampled_shim_us_per_round``). ``--draft trained`` serves the demo's
    trained draft (several tokens a round), ``--batch 8`` sends each block's requests eight at a time.
@@ -59,6 +59,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
 
 
 def hook_path(steps: int, device: str = "cpu") -> dict:
@@ -398,7 +400,7 @@ def _block(server, pair: int, rounds: int, tokens: int, batch: int = 1, midway=N
     between the block's two halves (the interleaved design restarts its turns there)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import procstat
+    from benchmarks.support import procstat
 
     def ask(i: int) -> dict:
         body = {"text": f"bench prompt {pair}-{i} kimo tuviro",
@@ -561,7 +563,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     likewise; ratios = geometric means with 95 % confidence intervals."""
     import tempfile
 
-    import sampled as sampled_mod
+    from benchmarks.support import sampled as sampled_mod
     from eagle3scope.demo.server import SGLangServer, cache_dir, engine_python
     from eagle3scope.demo.tiny import MODELS_DIRNAME
     from eagle3scope.live.subscriber import Subscriber
@@ -601,7 +603,7 @@ def engine(rounds: int, tokens: int, pairs: int, sessions: int, draft: str = "ra
     warm = {"text": "warm up", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
     site = Path(tempfile.mkdtemp(prefix="e3s-toggle-"))
     (site / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'support')!r})\n"
         "import shim_toggle\nshim_toggle.start()\n")
     for session in range(sessions):
         order = ("off", "on") if session % 2 == 0 else ("on", "off")
@@ -758,7 +760,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="requests in flight per block")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--sample-hz", type=int, default=100,
-                        help="py-spy's rate on the shim's scheduler (benchmarks/sampled.py; 0: no sampling)")
+                        help="py-spy's rate on the shim's scheduler (benchmarks/support/sampled.py; 0: no sampling)")
     parser.add_argument("--hook-path-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help="with --hook-path-only: cpu, or cuda (sync debug mode 'error')")
     args = parser.parse_args()

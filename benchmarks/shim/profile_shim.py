@@ -1,7 +1,7 @@
 """Where the shim's cost lands in the scheduler process: py-spy samples of every thread, and the
 shim's share of them, with and without the shim, under a steady sequential workload.
 
-Usage: .venv/bin/pip install py-spy; .venv/bin/python benchmarks/profile_shim.py on|off [--seconds 40]
+Usage: .venv/bin/pip install py-spy; .venv/bin/python benchmarks/shim/profile_shim.py on|off [--seconds 40]
 Starts the real CPU server (tiny random target + random draft), sends 64-token requests one after
 another, records the scheduler process with ``py-spy record --threads --nonblocking --rate 100
 --format raw``, and prints per-thread sample counts, the shim's own samples (a sample whose
@@ -24,7 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-import procstat
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout: benchmarks.support
+
+from benchmarks.support import procstat  # noqa: E402
 
 
 def attribute(raw: str, calls_original: tuple[str, ...]) -> dict:
@@ -49,7 +51,7 @@ def attribute(raw: str, calls_original: tuple[str, ...]) -> dict:
 
 def _original_call_lines() -> tuple[str, ...]:
     """``guard.py:LINE)`` of each place the fail-closed wrapper calls SGLang's original."""
-    source = Path(__file__).resolve().parents[1] / "instrumentation" / "eagle3scope_shim" / "guard.py"
+    source = Path(__file__).resolve().parents[2] / "instrumentation" / "eagle3scope_shim" / "guard.py"
     return tuple(f"guard.py:{n})" for n, text in enumerate(source.read_text().splitlines(), 1)
                  if "original(*args, **kwargs)" in text)
 

@@ -11,7 +11,7 @@ import copy
 import random
 
 from eagle3scope.wire import Frame, decode_frame, encode_frame
-from support.synthetic import hello_body, load_body
+from benchmarks.support.synthetic import hello_body, load_body
 
 H = 64
 LAYERS = 8

@@ -268,7 +268,7 @@ def producer_layout(name: str, root: Path) -> tuple[Path, Path]:
 
 # -- a trained draft re-expressed in what a producer's writer wrote ---------------------------------
 
-PRODUCER_WRITTEN = Path(__file__).resolve().parents[1] / "doctor" / "data" / "producers"
+PRODUCER_WRITTEN = Path(__file__).resolve().parents[2] / "tests/doctor/data/producers"
 _DTYPE_FIELDS = ("torch_dtype", "dtype")
 
 

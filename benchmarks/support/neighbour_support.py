@@ -1,4 +1,4 @@
-"""What the neighbour tests and ``benchmarks/bench_neighbours.py`` share: a second local user to act
+"""What the neighbour tests and ``benchmarks/reliability/bench_neighbours.py`` share: a second local user to act
 as, a rename race against a file reader, and a TUI run in a real pseudo-terminal.
 
 No project imports (standard library and pyzmq), so the benchmark can run it against an older

@@ -1,12 +1,12 @@
 """Driving the shim's real snapshot ring and publisher as SGLang's scheduler would, on a model of the
-CUDA runtime (:mod:`support.device_events`): for the ring's tests and ``benchmarks/bench_ring_rates.py``."""
+CUDA runtime (:mod:`benchmarks.support.device_events`): for the ring's tests and ``benchmarks/shim/bench_ring_rates.py``."""
 
 from __future__ import annotations
 
 import pathlib
 import time
 
-from support.device_events import DeviceModel
+from benchmarks.support.device_events import DeviceModel
 
 from eagle3scope_shim import hooks
 from eagle3scope_shim.publisher import Publisher

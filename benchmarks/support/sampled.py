@@ -105,12 +105,12 @@ class Sampler:
 
 def scheduler_pid(pgid: int) -> int | None:
     """The ``sglang::scheduler`` process of a server started in its own process group."""
-    import procstat
+    from benchmarks.support import procstat
 
     return next((pid for pid in procstat.group_pids(pgid) if procstat.name(pid).startswith("sglang::scheduler")), None)
 
 
-if __name__ == "__main__":  # attribute a saved raw file: python benchmarks/sampled.py FILE
+if __name__ == "__main__":  # attribute a saved raw file: python benchmarks/support/sampled.py FILE
     import json
 
     print(json.dumps(attribute(Path(sys.argv[1]).read_text()), indent=1))

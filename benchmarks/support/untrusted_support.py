@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 from eagle3scope.wire import Frame
 
 FORGED = "PASS    min-accept-length: FORGED"

@@ -10,7 +10,7 @@
    timed over 30 frames each on the overview and draft panels at 80x24 and 160x48, in wall-clock
    and in this process's CPU time (the figure a loaded machine distorts least).
 
-Usage: python benchmarks/bench_tui.py [--rates 1000 10000] [--seconds 10] [--bs 1]
+Usage: python benchmarks/tui/bench_tui.py [--rates 1000 10000] [--seconds 10] [--bs 1]
 Goal (issue 6): under half a core at 1,000 steps/s.
 """
 
@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")  # loopback TCP figures of a trusted machine, as before CURVE
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.append(str(ROOT))  # the checkout: benchmarks.support
 
-from support.synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
+from benchmarks.support.synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

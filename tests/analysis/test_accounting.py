@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from support.analysis_streams import K, Stream, healthy_load, hello, step
+from benchmarks.support.analysis_streams import K, Stream, healthy_load, hello, step
 from support.cli import invoke
 from support.recordings import record
 from eagle3scope.analysis import analyse
@@ -234,7 +234,7 @@ def test_the_tui_lists_it_on_replay(tmp_path):
     pytest.importorskip("textual")
     import asyncio
 
-    from support.tui_support import paused_app, play_to_end
+    from benchmarks.support.tui_support import paused_app, play_to_end
 
     async def final_screen():
         app = paused_app(record(tmp_path / "miscount.e3s", _planted()), speed=64.0)

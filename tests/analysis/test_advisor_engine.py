@@ -3,7 +3,7 @@
 
 Measured side: SGLang's own ``meta_info`` (completion tokens over verify passes, its accept length)
 for greedy requests on the demo prompts; predicted side: ``eagle3scope advise`` on the shim's
-recording of the same prompts at 5 steps. benchmarks/bench_advisor.py runs every setting 1..4 and
+recording of the same prompts at 5 steps. benchmarks/analysis/bench_advisor.py runs every setting 1..4 and
 the throughput side (BENCHMARKS.md)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Statistics and contract rules over synthetic event streams (tests/support/analysis_streams.py)."""
+"""Statistics and contract rules over synthetic event streams (benchmarks/support/analysis_streams.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from benchmarks.support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analyse
 
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from support.analysis_streams import Stream, healthy_load, hello, step
-from support.synthetic import T0_NS, encode_frame, hello_body, load_body, step_body
+from benchmarks.support.analysis_streams import Stream, healthy_load, hello, step
+from benchmarks.support.synthetic import T0_NS, encode_frame, hello_body, load_body, step_body
 
 from eagle3scope.analysis import SessionState, analyse, facts
 from eagle3scope.analysis.views import aux_view, publisher_rows
@@ -64,7 +64,7 @@ def test_aux_view_names_the_gpt_oss_rule(version, rule):
 def test_tui_aux_panel_of_a_gpt_oss_recording(tmp_path):
     """Replaying a GPT-OSS recording on SGLang 0.5.23 and pressing 2 showed a traceback (exit 1)."""
     pytest.importorskip("textual")
-    from support.tui_support import paused_app, play_to_end, run_async, screen_text, write_recording
+    from benchmarks.support.tui_support import paused_app, play_to_end, run_async, screen_text, write_recording
 
     def frames():
         n = 0

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.analysis_streams import H, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from benchmarks.support.analysis_streams import H, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import SessionState, analyse, state as state_module
 from eagle3scope.analysis.state import (MAX_DRAFT_MAX_RISES, MAX_PASS_MODES, MAX_SEAMS, MAX_SEGMENTS, MAX_WIDTHS,
                                         RULES_EVERY)

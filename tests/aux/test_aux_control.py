@@ -376,8 +376,8 @@ async def aux_screen_app(client, frames, size):
 
 def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
-    from support.analysis_streams import Stream, healthy_load, hello, step
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.analysis_streams import Stream, healthy_load, hello, step
+    from benchmarks.support.tui_support import run_async, screen_text
 
     from eagle3scope.tui.screens import AuxScreen
 
@@ -435,7 +435,7 @@ def test_aux_write_out_and_in_place(tmp_path):
     import json
 
     from click.testing import CliRunner
-    from support.draft_checkpoints import specforge, target
+    from benchmarks.support.draft_checkpoints import specforge, target
 
     from eagle3scope.commands.aux import command as aux
 
@@ -474,7 +474,7 @@ def test_aux_write_refuses_hostile_configs_with_one_line(tmp_path):
     import os
 
     from click.testing import CliRunner
-    from support.draft_checkpoints import specforge, target
+    from benchmarks.support.draft_checkpoints import specforge, target
 
     from eagle3scope.commands.aux import command as aux
 
@@ -748,8 +748,8 @@ def test_recapture_field_and_its_longer_wait(channel):
 
 def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
-    from support.analysis_streams import Stream, healthy_load, hello
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.analysis_streams import Stream, healthy_load, hello
+    from benchmarks.support.tui_support import run_async, screen_text
 
     ctl, target, client, recorder, runner = graph_channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

@@ -1,4 +1,4 @@
-"""The GPU kit (benchmarks/device_check.sh, device_check.py) on a machine without CUDA: it must end
+"""The GPU kit (benchmarks/device/device_check.sh, device_check.py) on a machine without CUDA: it must end
 cleanly with "no CUDA device: skipped", so a lent device's one run is not the first time it runs."""
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""benchmarks/sampled.py: which py-spy samples of the scheduler's main thread are the shim's own work.
+"""benchmarks/support/sampled.py: which py-spy samples of the scheduler's main thread are the shim's own work.
 
 The stacks are shaped as py-spy 0.4.3 writes them (``record -f raw --threads``) for SGLang 0.5.23's
 scheduler with the shim attached through ``HookRegistry`` (one line per stack, its count last).
 """
 
-import importlib.util
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("sampled", Path(__file__).parents[2] / "benchmarks" / "sampled.py")
-sampled = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sampled)
+from benchmarks.support import sampled
 
 MAIN = "thread (3405): MainThread;<module> (<string>:1);Scheduler.run_batch (scheduler.py:4849)"
 REGISTRY = "_wrap_fn.<locals>.wrapper (plugins/hook_registry.py:388)"

@@ -1,20 +1,16 @@
-"""benchmarks/shim_toggle.py: the bench's switch of the shim's hooks inside the server under test, and
+"""benchmarks/support/shim_toggle.py: the bench's switch of the shim's hooks inside the server under test, and
 its per-round interleaving (``bench_shim.py --design interleave``), on a stand-in scheduler whose two
 per-round methods have SGLang 0.5.23's signatures (scheduler.py: ``run_batch(self, batch,
 pp_proxy_tensors=None)``, ``process_batch_result(self, batch, result)``) and seams wrapped the way
 SGLang's ``HookRegistry`` wraps them (``__wrapped__``)."""
 
 import functools
-import importlib.util
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("shim_toggle", Path(__file__).parents[2] / "benchmarks" / "shim_toggle.py")
-shim_toggle = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(shim_toggle)
+from benchmarks.support import shim_toggle
 
 
 class Worker:
@@ -155,11 +151,7 @@ def test_the_on_arm_pays_the_publishers_per_second_cpu_for_its_share_of_the_roun
     the on arm whole; the rest (wake-ups, heartbeats, sticky re-sends) accrues by the second, which a
     server with the shim on in every round pays over all of them: the on arm pays its rounds' share.
     Everything else is shared by rounds, as before; ``fixed_in_full`` gives the uncorrected split."""
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-    try:
-        import bench_shim
-    finally:
-        sys.path.pop(0)
+    from benchmarks.shim import bench_shim
     block = {"arms": {"on": {"rounds": 30, "cpu_ns": 600_000_000, "wall_ns": 700_000_000},
                       "off": {"rounds": 10, "cpu_ns": 190_000_000, "wall_ns": 220_000_000}},
              "scheduler_threads": {"main": 1.0, "shim publisher": 0.05, "shim zmq": 0.01},
@@ -186,11 +178,7 @@ def test_the_bench_hears_every_frame_a_block_left_waiting():
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
     from eagle3scope_shim.publisher import Publisher
 
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-    try:
-        import bench_shim
-    finally:
-        sys.path.pop(0)
+    from benchmarks.shim import bench_shim
     pub = Publisher(fresh_ipc_endpoint("bench-heard"), "dp0", sticky_interval_s=0.05, queue_size=4096)
     pub.set_sticky("hello", {"schema": 1})
     pub.start()

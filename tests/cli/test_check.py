@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from support.cli import invoke
 from support.recordings import record

@@ -21,7 +21,7 @@ from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import decode_frame
 from eagle3scope_shim.publisher import Publisher
 from support.cli import CLI, invoke
-from support.synthetic import hello_body, load_body, session_frames, step_body
+from benchmarks.support.synthetic import hello_body, load_body, session_frames, step_body
 
 
 class Recorder:

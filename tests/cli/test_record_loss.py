@@ -14,7 +14,7 @@ import time
 
 from eagle3scope.store import SessionReader
 from support.cli import spawn
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 GAP, DROPPED, STEPS = 5, 7, 40
 

@@ -19,14 +19,14 @@ import time
 
 import pytest
 
-from support.analysis_streams import session
+from benchmarks.support.analysis_streams import session
 from eagle3scope.signals import STOP_SIGNALS, ending_signals
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher
-from support.neighbour_support import ALT_ON, terminal_restored, tui_in_pty
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.neighbour_support import ALT_ON, terminal_restored, tui_in_pty
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 from support.cli import CLI
 
 STOPS = [signal.Signals(s).name for s in STOP_SIGNALS]

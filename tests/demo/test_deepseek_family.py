@@ -96,9 +96,9 @@ def test_mla_scenarios_serve_the_mla_draft(tmp_path):
 
 
 def test_mla_draft_config_is_model_optimizers_and_reaches_the_trained_layers(tmp_path):
-    """Model-Optimizer's Kimi-K2 MLA template (tests/support/draft_checkpoints.py) at this size: its output-of-layer ids
+    """Model-Optimizer's Kimi-K2 MLA template (benchmarks/support/draft_checkpoints.py) at this size: its output-of-layer ids
     [1, n//2-1, n-4] are captured one deeper by the family's conditional +1, i.e. the trained [2, 4, 5]."""
-    from support.draft_checkpoints import modelopt_mla_config
+    from benchmarks.support.draft_checkpoints import modelopt_mla_config
 
     target = tmp_path / "target"
     target.mkdir()
@@ -276,7 +276,7 @@ def test_doctor_preflight_agrees_with_the_engine(deepseek_models):
 @pytest.mark.parametrize("version, rule", [("0.5.23", "+1-if-first-1"), ("0.5.12", "+1")])
 def test_aux_panel_names_the_family_rule(version, rule):
     """The aux panel says how this target's family maps ids (SGLang's DeepseekV2 rule changed at 0.5.13)."""
-    from support.synthetic import encode_frame, hello_body, load_body
+    from benchmarks.support.synthetic import encode_frame, hello_body, load_body
 
     from eagle3scope.analysis.facts import capture_rule
     from eagle3scope.analysis.state import SessionState
@@ -306,7 +306,7 @@ def test_aux_panel_names_the_family_rule(version, rule):
 ])
 def test_doctor_models_the_mla_loader_by_name(tmp_path, edit, errors, warnings):
     """kimi_k25_eagle3.py's load_weights by name: what it writes fused, stacks, shares from the target, skips."""
-    from support import draft_checkpoints as dc
+    from benchmarks.support import draft_checkpoints as dc
     from eagle3scope.doctor.diagnose import diagnose
 
     draft, target = dc.producer_layout("modelopt-mla", tmp_path)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.cli import main
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.diagnose import diagnose

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.exporter.metrics import FleetCollector
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.analysis import analyse
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.exporter.metrics import PUBLISHER_LABELS
@@ -191,7 +191,7 @@ def test_the_readmes_other_metrics_mean_what_the_table_says():
     """README "Fleet" metrics: the rolling mean is over the last 512 request-steps; capture-off steps,
     the aux layer set, frames received and lost per cause, hook failures and bad frames are counted
     as the frames say (expected values computed from the frames sent, not by the analysis)."""
-    from support.analysis_streams import healthy_load
+    from benchmarks.support.analysis_streams import healthy_load
 
     healthy = renamed(session(600, bs=2, accept_p=0.6, seed=3), "host-a:1:dp0")
     last_beat = {"steps": 600, "dropped": 9, "hook_failures": 4, "queued": 0}

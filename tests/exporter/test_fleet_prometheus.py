@@ -15,7 +15,7 @@ import time
 
 import pytest
 from support.fleet_support import FleetObservers, PrometheusServer, assert_dashboard_matches_check, prometheus_binary
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope_shim.publisher import Publisher

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.analysis_streams import K, Stream, session, sliced_session
+from benchmarks.support.analysis_streams import K, Stream, session, sliced_session
 from support.cli import invoke
 from support.recordings import record
 from support.gating import Publisher, failed, gate, junit_cases

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
 from eagle3scope.gate import parse_floors
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint

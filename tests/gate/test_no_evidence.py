@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from support.analysis_streams import healthy_load, session
+from benchmarks.support.analysis_streams import healthy_load, session
 from support.cli import invoke
 from support.recordings import record
 from support.gating import failed, junit_cases

@@ -36,8 +36,8 @@ from eagle3scope.store.format import MAX_BATCH_BYTES
 from eagle3scope.store.writer import CHECKPOINT_S
 from eagle3scope.wire import decode_frame
 from support.hostile_support import Tally
-from support.synthetic import session_frames, step_body
-from support.tui_support import paused_app, play_to_end, run_async
+from benchmarks.support.synthetic import session_frames, step_body
+from benchmarks.support.tui_support import paused_app, play_to_end, run_async
 from support.cli import invoke
 from support.publisher import SyntheticPublisher
 

@@ -17,7 +17,7 @@ from eagle3scope.wire import SCHEMA_MAJOR, encode_frame
 from eagle3scope.wire.endpoints import is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.loss import StreamLoss
 from eagle3scope_shim.publisher import Publisher
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 
 def collect(sub: Subscriber, until, timeout: float = 5.0) -> list:
@@ -271,7 +271,7 @@ def test_a_viewer_joining_late_learns_hello_and_load_at_once():
 
     from eagle3scope.live.subscriber import Subscriber
     from eagle3scope_shim.publisher import Publisher
-    from support.synthetic import hello_body, load_body
+    from benchmarks.support.synthetic import hello_body, load_body
 
     pub = Publisher("tcp://127.0.0.1:0", "late0", sticky_interval_s=600.0)
     pub.start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.engine import engine_missing
-from support.neighbour_support import ensure_neighbour
+from benchmarks.support.neighbour_support import ensure_neighbour
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from support.analysis_streams import session
+from benchmarks.support.analysis_streams import session
 from eagle3scope.store import SessionReader, SessionWriter, StoreError
 from eagle3scope.wire import encode_frame
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
-from support.neighbour_support import as_neighbour, rename_race
+from benchmarks.support.neighbour_support import as_neighbour, rename_race
 from support.cli import CLI
 from support.recordings import record
 

@@ -14,8 +14,8 @@ from eagle3scope.wire.control_protocol import REPLAY_WINDOW_S, ProtocolError, au
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import FrameError
 from eagle3scope.wire.validate import MAX_TOKEN_ID
-from support.analysis_streams import H, session
-from support.synthetic import step_body
+from benchmarks.support.analysis_streams import H, session
+from benchmarks.support.synthetic import step_body
 from support.cli import invoke
 from support.recordings import record
 

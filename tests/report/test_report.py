@@ -7,7 +7,7 @@ import re
 import struct
 
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.cli import main
 from support.recordings import record
 from support.cli import invoke
@@ -72,7 +72,7 @@ def test_unreadable_file_exits_2(tmp_path):
 
 
 def test_a_live_aux_change_shows_as_two_configurations(tmp_path):
-    from support.analysis_streams import Stream, hello, healthy_load, step
+    from benchmarks.support.analysis_streams import Stream, hello, healthy_load, step
 
     s = Stream()
     frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from eagle3scope.analysis import analyse
 from eagle3scope.store import SessionWriter
 from eagle3scope.wire import decode_frame, encode_frame
-from support.synthetic import session_frames
+from benchmarks.support.synthetic import session_frames
 from support.cli import invoke
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "trace-event-format.schema.json").read_text())

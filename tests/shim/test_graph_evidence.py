@@ -8,7 +8,7 @@ then model_runner.py:667 applies the configured ids) and passes-unobserved.
 from __future__ import annotations
 
 import pytest
-from support.analysis_streams import LAYERS, Stream, healthy_load, hello, step
+from benchmarks.support.analysis_streams import LAYERS, Stream, healthy_load, hello, step
 
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.facts import pass_visibility
@@ -171,7 +171,7 @@ def test_the_aux_panel_prints_them(tmp_path):
     """The real app over a recording of a graphed server: the aux panel names the replayed passes and
     the one it could not see, instead of staying silent."""
     pytest.importorskip("textual")
-    from support.tui_support import paused_app, play_to_end, run_async, write_recording
+    from benchmarks.support.tui_support import paused_app, play_to_end, run_async, write_recording
 
     raws = [encode_frame("hello", _graphed_hello(passes_prefill=False), src="r0", n=0, t=1_000_000_000),
             encode_frame("load", healthy_load(), src="r0", n=1, t=1_000_000_001)]

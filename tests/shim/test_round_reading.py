@@ -8,7 +8,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from support.device_events import CpuTensor
+from benchmarks.support.device_events import CpuTensor
 
 from eagle3scope_shim import hooks
 from eagle3scope_shim.facts import FACTS

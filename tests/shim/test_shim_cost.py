@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from support.analysis_streams import Stream, hello, session
+from benchmarks.support.analysis_streams import Stream, hello, session
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.views import publisher_rows
 from eagle3scope.wire import Frame, decode_frame
@@ -206,7 +206,7 @@ def test_the_header_fits_its_width_and_keeps_every_label(width):
     from textual.app import App
 
     from eagle3scope.tui.panels.header import PublisherBar
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.tui_support import run_async, screen_text
 
     row = publisher_rows(analyse(_cost_stream(BEATS, src="vm:4012345:dp0")))[0]
 

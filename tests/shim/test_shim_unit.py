@@ -4,7 +4,7 @@ splitting, the fail-closed wrapper, and the per-data-parallel-rank endpoints."""
 from __future__ import annotations
 
 import pytest
-from support.device_events import CpuTensor
+from benchmarks.support.device_events import CpuTensor
 
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame

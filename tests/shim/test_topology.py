@@ -26,7 +26,7 @@ from eagle3scope.wire.endpoints import reach_sibling, sibling_endpoints
 from eagle3scope_shim import topology
 from eagle3scope_shim.loadreport import tensor_facts
 from eagle3scope_shim.publisher import Publisher
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 
 def layout(tp: int, dp: int = 1, pp: int = 1, dp_attention: bool = False):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from eagle3scope.store import SessionWriter
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED, Replayer
 from eagle3scope.wire import decode_frame, encode_frame
-from support.synthetic import step_body
+from benchmarks.support.synthetic import step_body
 
 MAX_GAP_S = 5.0
 

@@ -12,7 +12,7 @@ import pytest
 from eagle3scope.store import SessionReader, SessionWriter, StoreError
 from eagle3scope.store.salvage import salvage
 from eagle3scope.wire import decode_frame
-from support.synthetic import session_frames
+from benchmarks.support.synthetic import session_frames
 
 BATCH = 40
 

@@ -1,4 +1,4 @@
-"""Shared by the hostile-input suite (tests/test_hostile_*.py) and benchmarks/bench_reliability.py.
+"""Shared by the hostile-input suite (tests/test_hostile_*.py) and benchmarks/reliability/bench_reliability.py.
 
 Every test adds what it tried to one tally per class (frames, control, recordings): cases tried,
 crashes (an exception other than the documented error), hangs (a timeout), tracebacks (printed by

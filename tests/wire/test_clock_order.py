@@ -9,7 +9,7 @@ import json
 import pytest
 
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.analysis import SessionState, analyse
 from eagle3scope.store.replayer import Replayer
 from eagle3scope.tui.feed import ReplayFeed
@@ -161,7 +161,7 @@ def test_seek_to_a_violation_lands_in_its_own_run(tmp_path):
 
 def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
     pytest.importorskip("textual")
-    from support.tui_support import paused_app, play_to_end, run_async
+    from benchmarks.support.tui_support import paused_app, play_to_end, run_async
     from eagle3scope.tui.screens import ViolationScreen
 
     path = record(tmp_path / "r.e3s", _restarted(started=2))
@@ -220,7 +220,7 @@ def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():
 
 
 def test_started_is_an_optional_int_in_the_hello():
-    from support.analysis_streams import hello
+    from benchmarks.support.analysis_streams import hello
     from eagle3scope.wire.validate import BodyError, validate_body
 
     validate_body("hello", hello())  # old shims: no "started"
