@@ -21,7 +21,7 @@ NO_CUDA = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
 
 def test_the_checks_say_skipped_and_exit_0_without_a_cuda_device(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device_check.py"), "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device" / "device_check.py"), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=NO_CUDA)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == SKIPPED
@@ -30,7 +30,7 @@ def test_the_checks_say_skipped_and_exit_0_without_a_cuda_device(tmp_path):
 
 def test_the_prepared_run_ends_cleanly_without_a_cuda_device_or_wheels(tmp_path):
     env = {**NO_CUDA, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check.sh")], capture_output=True, text=True,
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "device" / "device_check.sh")], capture_output=True, text=True,
                           timeout=180, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr
     assert SKIPPED in done.stdout and (tmp_path / "gpu.txt").exists()
@@ -39,5 +39,5 @@ def test_the_prepared_run_ends_cleanly_without_a_cuda_device_or_wheels(tmp_path)
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (make shellcheck)")
 def test_the_prepared_run_is_shellcheck_clean():
-    done = subprocess.run(["shellcheck", str(ROOT / "benchmarks" / "device_check.sh")], capture_output=True, text=True)
+    done = subprocess.run(["shellcheck", str(ROOT / "benchmarks" / "device" / "device_check.sh")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
