@@ -105,8 +105,8 @@ class ServerPool:
             if ahead not in self.launched:
                 (args, kwargs), _ = self.jobs[ahead]
                 self.launched[ahead] = launch(*args, startup_timeout=self.STARTUP_TIMEOUT, **kwargs)
-        _, drive = self.jobs.pop(name)
-        return drive(self.launched.pop(name), **drive)
+        _, driving = self.jobs.pop(name)
+        return drive(self.launched.pop(name), **driving)
 
     def close(self) -> None:
         """Stop servers launched ahead for tests that did not run (a failure, -x)."""
