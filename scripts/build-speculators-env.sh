@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (once, cached) a scratch venv with the real `speculators` package, to check that the demo's
-# speculators-layout draft is what speculators itself reads (tests/test_demo_models.py).
+# speculators-layout draft is what speculators itself reads (tests/demo/test_demo_models.py).
 # speculators pulls torch, torchvision, torchaudio and a CUDA stack through its pins; instead this
 # venv borrows torch/transformers/safetensors from the engine venv (a .pth line) and adds only
 # speculators (--no-deps) and the few pure-Python modules its eagle3 import path needs.

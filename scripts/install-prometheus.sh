@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's prometheus package, for the real-Prometheus tests (tests/test_fleet_engine.py).
+# Debian's prometheus package, for the real-Prometheus tests (tests/exporter/test_fleet_engine.py).
 # Idempotent: nothing to do when `prometheus` is on PATH. The tests start their own server on a
 # loopback port with a private config; the package's system service is kept from starting here.
 set -euo pipefail

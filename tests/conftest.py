@@ -9,7 +9,6 @@ or test dependency): ``make test`` provides all of them, so a skip there is a ho
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -28,19 +27,17 @@ settings.load_profile("shared-box")
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="e3s-test-run-")
 atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], True)
 # Many tests feed hostile frames from raw plain-TCP PUB sockets on loopback; tests of the private
-# stream and of CURVE (tests/test_private_stream.py) remove this and check what happens without it.
+# stream and of CURVE (tests/neighbours/test_private_stream.py) remove this and check what happens without it.
 os.environ.setdefault("EAGLE3SCOPE_TRUSTED_NETWORK", "1")
 
-# Test modules import each other's fixtures and helpers by module name (``from test_shim_engine import
-# ServerPool``), which pytest's prepend import mode allows once a module's folder is on sys.path: every
-# test folder goes there up front, so one file run alone finds them as the whole suite does.
-for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
-    sys.path.insert(1, str(_folder))
-
+# Shared helpers are the package ``tests/support`` (``from support.x import ...``): pytest's prepend
+# import mode puts this file's folder, tests/, on sys.path when it loads it, so nothing more is added.
+# Test modules never import one another (tests/test_architecture.py).
 from eagle3scope.demo.server import cache_dir
 from eagle3scope.demo.tiny import MODELS_DIRNAME
 from support.engine import FLEET_SCENARIOS, SCENARIO_NEW_TOKENS, SCENARIO_PROMPTS_SEED, SCENARIO_STEPS
 from support.engine import built_models, checked_engine_python, required, run_engine_python
+from support.aux_support import started_channel
 from support.publisher import SyntheticPublisher
 
 _NO_SKIPS = "skipped under EAGLE3SCOPE_REQUIRE_ENGINE=1, where nothing may be missing"
@@ -179,3 +176,11 @@ def synthetic_publisher():
     """A real XPUB socket on loopback TCP standing in for a shim (tests/support/publisher.py)."""
     with SyntheticPublisher() as pub:
         yield pub
+
+
+@pytest.fixture
+def channel(tmp_path):
+    """A started AuxChannel over a stand-in target (support.aux_support.started_channel), for the
+    aux-control tests and the hostile ones that speak to it."""
+    with started_channel(tmp_path) as parts:
+        yield parts

@@ -216,3 +216,41 @@ def test_only_the_announcements_module_opens_hello_and_load_bodies():
              if str(path.relative_to(package)) not in BODY_MODULES
              for line, key in _key_reads(ast.parse(path.read_text())) if key in announced]
     assert reads == []
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in a file, nested ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/support/ or a folder's conftest.py: a test module importing another
+    one (its helpers or fixtures) ties the two together and works only through sys.path accidents."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")} | {"conftest"}
+    imports = [f"{path.relative_to(ROOT)}:{line} imports {module}" for path in sorted(tests.rglob("*.py"))
+               for line, module in _imported_modules(path)
+               if module.split(".")[-1] in test_modules or module.split(".")[0] in test_modules]
+    assert imports == []
+
+
+def test_benchmarks_do_not_reach_into_tests():
+    """Benchmarks import what they share with the tests from benchmarks/support/, never from tests/:
+    no import of the tests' packages, no tests/ folder put on sys.path (running the tests is fine)."""
+    tests = ROOT / "tests"
+    test_packages = {"tests", "support", "conftest"} | {p.stem for p in tests.rglob("test_*.py")}
+    reaches = []
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        reaches += [f"{path.relative_to(ROOT)}:{line} imports {module}" for line, module in _imported_modules(path)
+                    if module.split(".")[0] in test_packages]
+        reaches += [f"{path.relative_to(ROOT)}:{node.lineno} puts the tests folder on sys.path"
+                    for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                    if isinstance(node, (ast.Expr, ast.Assign)) and "sys.path" in ast.unparse(node)
+                    and any(isinstance(c, ast.Constant) and str(c.value).startswith("tests") for c in ast.walk(node))]
+    assert reaches == []

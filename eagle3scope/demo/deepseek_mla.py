@@ -20,7 +20,7 @@ written in the layout NVIDIA Model-Optimizer's MLA EAGLE export writes for Kimi-
 with output-of-layer aux ids ``[1, n//2-1, n-4]``; ``hf_spec_export.py``
 ``KIMIK2_EAGLE_SINGLE_LAYER``: ``layers.0.self_attn.{q_a_proj, q_a_layernorm, q_b_proj,
 kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj}``, unfused ``mlp.{gate,up,down}_proj``,
-``fc``, ``norm``, ``lm_head``, ``d2t``; as ``tests/support/draft_checkpoints.py`` reproduces it). Its ids
+``fc``, ``norm``, ``lm_head``, ``d2t``; as ``benchmarks/support/draft_checkpoints.py`` reproduces it). Its ids
 ``[1, 3, 4]`` reach the trained layers through the DeepseekV2 family's conditional ``+1`` (a first
 id of 1 is read as output-of-layer numbering: captured ``[2, 4, 5]``).
 

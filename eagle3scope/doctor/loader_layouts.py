@@ -4,7 +4,7 @@ The one place that knows the per-release loader behaviour; ``doctor`` and ``fix`
 0.5.23 is modelled line by line on ``sglang/srt/models/llama_eagle3.py`` (``__init__`` and
 ``load_weights``); older ranges follow the same file in each release's wheel (the ranges in
 :data:`LAYOUTS` name them, :data:`SINCE` the first release of each later feature, and
-:data:`DRAFT_CLASSES` which draft classes a release registers). tests/test_compat_static.py reads
+:data:`DRAFT_CLASSES` which draft classes a release registers). tests/shim/test_compat_static.py reads
 these facts back from every wheel of the compat table, so a new release cannot drift silently. A
 release newer than the last range is assumed to behave like it.
 """
@@ -42,7 +42,7 @@ SINCE = {
     "norm_before_fc": "0.5.17",  # model.input_norm over the concatenated aux states
 }
 #: Wheels beyond the compat table's that pin the first releases above and in wire/aux_layers'
-#: CAPTURE_SINCE (tests/test_compat_static.py; scripts/fetch-sglang-wheels.sh caches them too).
+#: CAPTURE_SINCE (tests/shim/test_compat_static.py; scripts/fetch-sglang-wheels.sh caches them too).
 BOUNDARY_WHEELS = ("0.4.9", "0.4.10", "0.5.2", "0.5.4", "0.5.9", "0.5.11", "0.5.17", "0.5.21", "0.5.22")
 #: EAGLE-3.x config flags -> the behaviour in :data:`SINCE` that applies them.
 NORM_FLAGS = {"fc_norm": "fc_norm", "use_aux_norm": "fc_norm", "norm_before_fc": "norm_before_fc",

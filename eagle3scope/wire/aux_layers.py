@@ -76,7 +76,7 @@ WRAPPED = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM", "Llama4ForCond
            "KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM"}
 DELEGATES = tuple(WRAPPED)
 #: Classes that gained ``set_eagle3_layers_to_capture`` after EAGLE-3 itself (0.4.4.post2): an older
-#: release has no aux capture for them and fails at start-up (tests/test_compat_static.py reads it
+#: release has no aux capture for them and fails at start-up (tests/shim/test_compat_static.py reads it
 #: back from every wheel).
 CAPTURE_SINCE: dict[str, tuple[int, int, int]] = {
     "Llama4ForConditionalGeneration": (0, 4, 9), "Qwen3ForCausalLM": (0, 4, 9), "Qwen3MoeForCausalLM": (0, 4, 9),

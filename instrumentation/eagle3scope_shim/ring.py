@@ -278,7 +278,7 @@ def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None
     """A ring for snapshots of ``device_type`` tensors, ``capacity`` elements per buffer (four
     int64 buffers per slot, :data:`FIELDS`), allocated now. ``torch`` is the module whose
     ``empty``, ``int64`` and ``<device_type>`` (``Event``, ``current_device``, ``set_device``) the
-    ring uses: the real one, or a test's model of it (tests/support/device_events.py). Events are
+    ring uses: the real one, or a test's model of it (benchmarks/support/device_events.py). Events are
     blocking: the publisher thread sleeps in ``synchronize`` instead of spinning a core. On a device
     in :data:`TIMED_DEVICES` each slot also gets timing events for the phase boundaries."""
     if torch is None:

@@ -1,7 +1,7 @@
 """Where the shim hooks SGLang: seam families, their adapters, and how one is chosen.
 
 Pure data plus an ``ast`` lookup, no SGLang or torch import, so the same table decides what to
-patch at runtime (over the installed source) and what ``tests/test_compat_static.py`` checks over
+patch at runtime (over the installed source) and what ``tests/shim/test_compat_static.py`` checks over
 every release's wheel. An adapter applies when its anchor (first seam) exists in the installed
 source; its other seams that are absent are reported as ``missing``, never fatal. A seam may name
 alternatives (a method renamed across releases); the first one present is used. Hook bodies live
@@ -20,7 +20,7 @@ from typing import Callable
 from eagle3scope.wire.control_protocol import ENV_CONTROL
 from eagle3scope.wire.releases import installed_sglang as sglang_version  # noqa: F401  (the shim's name)
 
-#: The releases whose wheels tests/test_compat_static.py checks this table against.
+#: The releases whose wheels tests/shim/test_compat_static.py checks this table against.
 COMPAT_RELEASES = (
     "0.4.4", "0.4.4.post2", "0.4.6.post5", "0.4.8", "0.4.10.post2", "0.5.1", "0.5.3", "0.5.5",
     "0.5.6", "0.5.8", "0.5.10", "0.5.12", "0.5.14", "0.5.16", "0.5.18", "0.5.20", "0.5.23",

@@ -26,7 +26,7 @@ from eagle3scope_shim import graphs as shim_graphs
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.state import STATE
 
-from support.aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
+from support.aux_support import DecodeCudaGraphRunner, EagerRunner, StandInTarget, TargetRunner, looping
 
 
 # -- id semantics and presets ----------------------------------------------------------------
@@ -134,29 +134,6 @@ def test_token_file_refusals(tmp_path):
 
 
 # -- the shim's channel -------------------------------------------------------------------------
-@pytest.fixture
-def channel(tmp_path):
-    """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
-    target = StandInTarget(8)
-    target.set_eagle3_layers_to_capture([2, 4, 5])
-    target.calls.clear()
-    facts = aux_channel.Facts()
-    facts.target = facts.inner = target
-    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
-    token_file = create_token_file(tmp_path)
-    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
-    ctl.current = [2, 4, 5]
-    recorder = Recorder()
-    old = STATE.publisher
-    STATE.publisher = recorder
-    ctl.start()
-    try:
-        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
-    finally:
-        ctl.close()
-        STATE.publisher = old
-
-
 def test_list_reports_ids_and_presets(channel):
     ctl, target, client, _ = channel
     reply = client.list()
@@ -399,8 +376,8 @@ async def aux_screen_app(client, frames, size):
 
 def test_tui_aux_screen_applies_a_preset_and_shows_segments(channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
-    from support.analysis_streams import Stream, healthy_load, hello, step
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.analysis_streams import Stream, healthy_load, hello, step
+    from benchmarks.support.tui_support import run_async, screen_text
 
     from eagle3scope.tui.screens import AuxScreen
 
@@ -458,7 +435,7 @@ def test_aux_write_out_and_in_place(tmp_path):
     import json
 
     from click.testing import CliRunner
-    from support.draft_checkpoints import specforge, target
+    from benchmarks.support.draft_checkpoints import specforge, target
 
     from eagle3scope.commands.aux import command as aux
 
@@ -497,7 +474,7 @@ def test_aux_write_refuses_hostile_configs_with_one_line(tmp_path):
     import os
 
     from click.testing import CliRunner
-    from support.draft_checkpoints import specforge, target
+    from benchmarks.support.draft_checkpoints import specforge, target
 
     from eagle3scope.commands.aux import command as aux
 
@@ -771,8 +748,8 @@ def test_recapture_field_and_its_longer_wait(channel):
 
 def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
-    from support.analysis_streams import Stream, healthy_load, hello
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.analysis_streams import Stream, healthy_load, hello
+    from benchmarks.support.tui_support import run_async, screen_text
 
     ctl, target, client, recorder, runner = graph_channel
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.doctor.loader_layouts import LEGACY_RENAMES, STACKED, expected_params, layout_for, map_name, parse_version
 from support.cli import invoke
 

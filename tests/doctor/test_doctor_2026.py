@@ -2,7 +2,7 @@
 
 Each case is built from the producer's own code or published config (cited per test) with
 safetensors' own writer, at tiny sizes; the verdict is the one the release's loader implies (its
-rules are read back from the wheels by tests/test_compat_static.py). Releases: 0.5.10 and 0.5.23,
+rules are read back from the wheels by tests/shim/test_compat_static.py). Releases: 0.5.10 and 0.5.23,
 and the ones between where a rule changes.
 """
 
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.cli import main
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.run_checks import diagnose

@@ -2,7 +2,7 @@
 
 SGLang maps a draft id i to target id ``i + d2t[i]`` (llama_eagle3.py: ``hot_token_id = d2t + arange``),
 so with a target vocabulary of V the valid target ids are 0..V-1: V itself is out by one.
-Checkpoints come from tests/support/draft_checkpoints.py (TARGET_VOCAB 64, DRAFT_VOCAB 32).
+Checkpoints come from benchmarks/support/draft_checkpoints.py (TARGET_VOCAB 64, DRAFT_VOCAB 32).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import numpy as np
 from safetensors import safe_open
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from support.cli import invoke
 
 V, N = dc.TARGET_VOCAB, dc.DRAFT_VOCAB

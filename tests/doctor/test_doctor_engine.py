@@ -15,7 +15,7 @@ import pytest
 from support.engine import run_engine_python
 from safetensors import safe_open
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.weight_checks import UNUSED_PARAM
 from eagle3scope.doctor.loader_layouts import expected_params, layout_for, map_name

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.doctor.checkpoint import MAX_VECTOR_BYTES
 from support.cli import run
 from eagle3scope.doctor.run_checks import diagnose

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support.draft_checkpoints import PRODUCER_WRITTEN
+from benchmarks.support.draft_checkpoints import PRODUCER_WRITTEN
 from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint
 

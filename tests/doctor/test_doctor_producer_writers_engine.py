@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.demo.server import ServerError, SGLangServer
 from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint

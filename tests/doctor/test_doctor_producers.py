@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from eagle3scope.commands.doctor import WIDTH
 from eagle3scope.doctor.run_checks import diagnose
 from eagle3scope.doctor.repair import fix_checkpoint

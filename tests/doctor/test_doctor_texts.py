@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from support.cli import invoke
 
 PINNED = Path(__file__).parent / "data" / "doctor_reports.json"

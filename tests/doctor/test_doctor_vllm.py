@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
-from support import draft_checkpoints as dc
+from benchmarks.support import draft_checkpoints as dc
 from support.cli import invoke
 
 SGLANG_LINE = "aux ids [1,3,4]: SGLang captures [2,4,5], vLLM [1,3,4] (vLLM one layer lower)"

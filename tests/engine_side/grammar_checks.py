@@ -3,7 +3,7 @@
 Runs inside the engine venv with ``TRITON_INTERPRET=1`` (so SGLang's Triton bitmask kernel, the one
 its CUDA path launches, runs on CPU tensors), as ``python tests/engine_side/grammar_checks.py``;
 prints one JSON object mapping each check to "ok" or the failure's traceback.
-tests/test_grammar_cpu.py drives it.
+tests/cpu_engine/test_grammar_cpu.py drives it.
 
 The masks are SGLang's: its ``generate_token_bitmask`` walks each request's draft tree with an
 ``XGrammarGrammar`` (xgrammar's matcher) and its ``GrammarMask.apply`` masks the verify logits; on

@@ -1,7 +1,7 @@
 """The CPU graph stand-in's semantics, checked against eager execution without a server.
 
 Runs inside the engine venv (torch, SGLang's capture flag), as ``python tests/engine_side/graph_semantics.py``;
-prints one JSON object of facts that tests/test_graphs_engine.py asserts. The properties are the ones
+prints one JSON object of facts that tests/shim/test_graphs_engine.py asserts. The properties are the ones
 ``torch.cuda.CUDAGraph`` has (torch.cuda.graphs docs): Python in the captured callable runs once, replay
 recomputes on the captured (static) input memory and overwrites the captured outputs, and a host sync
 inside capture fails it. For the strict mode: its graph backend (SGLang's runners' ``capture_one`` /

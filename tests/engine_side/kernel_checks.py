@@ -4,7 +4,7 @@ Runs inside the engine venv (it needs torch and the installed cpu_engine), as
 ``python tests/engine_side/kernel_checks.py``; prints one JSON object mapping
 each op name to "ok" or the failure's traceback, plus "__registered__" (the ops
 torch.ops.sgl_kernel carries) and "__has_convert_weight_packed__".
-tests/test_cpu_kernels.py drives it. The references are written as plain
+tests/cpu_engine/test_cpu_kernels.py drives it. The references are written as plain
 per-element loops, independent of the vectorised code they check.
 """
 

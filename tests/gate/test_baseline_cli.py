@@ -1,37 +1,17 @@
 """``check``/``gate``/``report`` ``--baseline OLD`` and the sliced acceptance, on synthetic recordings
-(real-engine recordings: tests/test_baseline_engine.py)."""
+(real-engine recordings: tests/analysis/test_baseline_engine.py)."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-from support.analysis_streams import K, Stream, healthy_load, hello, session, step
+from benchmarks.support.analysis_streams import K, Stream, session, sliced_session
 from support.cli import invoke
 from support.recordings import record
-from test_gate import Publisher, failed, gate, junit_cases
+from support.gating import Publisher, failed, gate, junit_cases
 
 OLD_FILE = Path(__file__).parents[1] / "data" / "session-format1.e3s"
-
-
-def sliced_session(n_steps: int, *, long_rates=(0.8, 0.7, 0.6), seed: int = 0):
-    """Steps of two requests: a short greedy one (ctx 100 + seq) and a long sampled one (ctx 3000 + seq)
-    whose positions are accepted at ``long_rates``; the short one always at 0.8, 0.7, 0.6."""
-    rng = random.Random(seed)
-    s = Stream()
-    frames = [s.frame("hello", hello()), s.frame("load", healthy_load())]
-    for seq in range(n_steps):
-        accepted = []
-        for rates in ((0.8, 0.7, 0.6), long_rates):
-            a = 0
-            while a < K and rng.random() < rates[a]:
-                a += 1
-            accepted.append(a)
-        body = step(seq, s.t, accepted, rng=rng)
-        body["ctx_len"], body["greedy"] = [100 + seq, 3000 + seq], [True, False]
-        frames.append(s.frame("step", body))
-    return frames
 
 
 def check_json(*args) -> tuple[int, dict]:

@@ -6,35 +6,17 @@ The same commands over real-engine recordings and a live real server are in test
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import time
-import xml.etree.ElementTree as ET
 
 import pytest
 
-from support.analysis_streams import H, session
+from benchmarks.support.analysis_streams import H, session
 from eagle3scope.analysis import RULE_IDS
 from eagle3scope.gate.decide import parse_floors
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from support.recordings import record
-from support.cli import invoke, run
-from support.publisher import SyntheticPublisher
-
-
-def junit_cases(path) -> dict[str, ET.Element]:
-    """JUnit test cases by name, checked against the layout CI reporters read."""
-    root = ET.parse(path).getroot()
-    assert root.tag == "testsuites"
-    (suite,) = root.findall("testsuite")
-    cases = suite.findall("testcase")
-    assert int(suite.get("tests")) == len(cases)
-    assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases)
-    return {c.get("name"): c for c in cases}
-
-
-def failed(cases: dict[str, ET.Element]) -> set[str]:
-    return {name for name, c in cases.items() if c.find("failure") is not None}
+from support.cli import invoke
+from support.gating import Publisher, failed, gate, junit_cases
 
 
 def measured(path) -> dict:
@@ -102,37 +84,6 @@ def test_bad_floors_are_refused(tmp_path, text):
 def test_parse_floors_skips_empty_positions():
     floors = parse_floors(" ,0.5,")
     assert len(floors) == 3 and floors[1] == 0.5 and floors[0] != floors[0] and floors[2] != floors[2]
-
-
-class Publisher(SyntheticPublisher):
-    """A synthetic publisher replaying a session in a thread once the gate has subscribed."""
-
-    def __init__(self, frames, *, delay_s: float = 0.0005) -> None:
-        super().__init__()
-        self.frames, self.delay = frames, delay_s
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        self.wait_subscribed(60)  # the stream's hello and load are sent once
-        for f in self.frames:
-            if self.stop.is_set():
-                return
-            self.send_frames([f])
-            time.sleep(self.delay)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(10)
-        self.close()
-
-
-def gate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return run("gate", *args, timeout=timeout)
 
 
 def test_gate_passes_a_healthy_stream_and_records_what_it_judged(tmp_path):

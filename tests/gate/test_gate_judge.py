@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from support.analysis_streams import session
+from benchmarks.support.analysis_streams import session
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.rules import RULE_IDS
 from eagle3scope.gate.decide import Thresholds, judge, parse_floors, verdict

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from support.analysis_streams import healthy_load, session
+from benchmarks.support.analysis_streams import healthy_load, session
 from support.cli import invoke
 from support.recordings import record
-from test_gate import failed, junit_cases
+from support.gating import failed, junit_cases
 
 from eagle3scope.gate.decide import EXIT_INCOMPLETE
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint

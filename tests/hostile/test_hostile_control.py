@@ -21,16 +21,8 @@ from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire.control_protocol import MAX_MESSAGE_BYTES, REPLAY_WINDOW_S, pack, sign, unpack
 from eagle3scope_shim import aux_channel
 from support.hostile_support import Tally, hostile_values
-from test_aux_control import channel  # noqa: F401  (the fixture: a started AuxChannel over a stand-in target)
 
 CONTROL = Tally("control", "control channel")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile control: {dict(CONTROL.counts)}")
-    CONTROL.emit()
 
 
 def _still_serves(client: ControlClient) -> None:

@@ -29,7 +29,7 @@ from eagle3scope.store.rows import step_rows
 from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, FrameError, decode_frame, encode_frame
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES
 from support.hostile_support import Tally, hostile_values, mutated
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 GOOD_BODIES = {
     "hello": hello_body(), "load": load_body(),
@@ -86,13 +86,6 @@ def _consume(frame, state: SessionState) -> None:
 FRAMES = Tally("frames", "decode-validate-ingest-store-read")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile frames: {dict(FRAMES.counts)}, peak {FRAMES.peak_bytes / 1e6:.1f} MB traced")
-    FRAMES.emit()
-
-
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(hostile_frames(), min_size=1, max_size=6))
 def test_hostile_frames_never_escape_and_good_frames_after_them_are_all_kept(tmp_path_factory, bad_frames):
@@ -139,7 +132,7 @@ def test_hostile_frames_never_escape_and_good_frames_after_them_are_all_kept(tmp
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_realistic_bodies_are_valid(kind):
-    """The validator accepts what the shim sends (tests/support/synthetic.py mirrors the shim's bodies)."""
+    """The validator accepts what the shim sends (benchmarks/support/synthetic.py mirrors the shim's bodies)."""
     assert decode_frame(encode_frame(kind, GOOD_BODIES[kind], src="dp0", n=0)).body == GOOD_BODIES[kind]
 
 

@@ -36,8 +36,8 @@ from eagle3scope.store.format import MAX_BATCH_BYTES
 from eagle3scope.store.writer import CHECKPOINT_S
 from eagle3scope.wire import decode_frame
 from support.hostile_support import Tally
-from support.synthetic import session_frames, step_body
-from support.tui_support import paused_app, play_to_end, run_async
+from benchmarks.support.synthetic import session_frames, step_body
+from benchmarks.support.tui_support import paused_app, play_to_end, run_async
 from support.cli import invoke
 from support.publisher import SyntheticPublisher
 
@@ -45,14 +45,6 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 600
 OLD_FILE = Path(__file__).parents[1] / "data" / "session-format1.e3s"  # written by the release before this change
 RECORDINGS = Tally("recordings", "damaged recordings through the readers")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile recordings: {dict(RECORDINGS.counts)}, peak {RECORDINGS.peak_bytes / 1e6:.0f} MB"
-          f" (bound {(RECORDINGS.bound_bytes or 0) / 1e6:.0f} MB)")
-    RECORDINGS.emit()
 
 
 @pytest.fixture(scope="module")

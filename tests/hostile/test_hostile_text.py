@@ -1,7 +1,7 @@
 """Untrusted text: no output path writes a raw control character or live markup from an untrusted string.
 
 Every string field of a session (``src``, hello, server_args, load report, seams, hooks, configs,
-request ids, forward modes, unknown keys; tests/support/untrusted_support.py) is set to a hostile text, and
+request ids, forward modes, unknown keys; benchmarks/support/untrusted_support.py) is set to a hostile text, and
 every output runs over it through the real CLI: ``check`` (text, ``--json``, ``--junit``), ``gate``
 and ``record`` over a real PUB socket, ``replay --headless`` (text and ``--json``), ``export``
 (csv, jsonl to stdout), ``report`` (markdown, HTML) and ``salvage``; the TUI plays the same
@@ -27,16 +27,9 @@ from eagle3scope.wire import untrusted
 from support.hostile_support import Tally
 from support.cli import invoke
 from support.recordings import record
-from support.untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames
+from benchmarks.support.untrusted_support import ATTACKS, FORGED, UNSAFE_OUT, hostile_frames
 
 TEXT = Tally("text", "every command over hostile strings")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile text: {dict(TEXT.counts)}")
-    TEXT.emit()
 
 
 def _leak(ok: bool, message: str) -> None:
@@ -186,7 +179,7 @@ def test_gate_and_record_over_a_live_socket_stay_clean(tmp_path):
     import subprocess
     import sys
 
-    from test_gate import Publisher, gate
+    from support.gating import Publisher, gate
 
     frames = hostile_frames(ALL, n_steps=300)
     junit = tmp_path / "g.xml"

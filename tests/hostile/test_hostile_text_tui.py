@@ -3,7 +3,7 @@ no markup read from data, no control character on screen.
 
 Before, 20 of 24 fields crashed the app with a ``MarkupError`` on some panel key (a request id
 alone, which any API client of the server chooses, did it in the draft panel). The recording is
-tests/support/untrusted_support.py's: ``src``, hello, server_args, load report, seams, hooks, configs,
+benchmarks/support/untrusted_support.py's: ``src``, hello, server_args, load report, seams, hooks, configs,
 request ids, forward modes and unknown keys all hostile; the draft panel decodes token ids with a
 real ``tokenizers`` tokenizer whose every token is hostile.
 """
@@ -16,8 +16,8 @@ pytest.importorskip("textual")
 
 from support.hostile_support import Tally  # noqa: E402
 from support.recordings import record  # noqa: E402
-from support.tui_support import paused_app, play_to_end, run_async, screen_text  # noqa: E402
-from support.untrusted_support import ATTACKS, UNSAFE_OUT, hostile_frames  # noqa: E402
+from benchmarks.support.tui_support import paused_app, play_to_end, run_async, screen_text  # noqa: E402
+from benchmarks.support.untrusted_support import ATTACKS, UNSAFE_OUT, hostile_frames  # noqa: E402
 
 from eagle3scope.tui.panels import DraftPanel  # noqa: E402
 from eagle3scope.tui.screens import HelpScreen, LoadReportScreen, ViolationScreen  # noqa: E402
@@ -25,13 +25,6 @@ from eagle3scope.tui.tokens import Decoder  # noqa: E402
 
 ALL = "".join(ATTACKS.values())
 TUI = Tally("text", "TUI panels and screens over hostile strings")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _emit_tally():
-    yield
-    print(f"\nhostile text in the TUI: {dict(TUI.counts)}")
-    TUI.emit()
 
 
 def _hostile_decoder(text: str) -> Decoder:

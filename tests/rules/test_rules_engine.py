@@ -3,7 +3,7 @@ capture reads as SGLang-numbered ids served by vLLM on a vLLM stream, and as bef
 
 from __future__ import annotations
 
-from support.analysis_streams import LAYERS, Stream, healthy_load, hello, step
+from benchmarks.support.analysis_streams import LAYERS, Stream, healthy_load, hello, step
 from eagle3scope.analysis import analyse
 
 #: SGLang-numbered ids (output of layer i) on the 8-layer target, and what vLLM captures for them: the same.

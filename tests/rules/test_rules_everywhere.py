@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from support.synthetic import session_frames  # noqa: E402
-from support.tui_support import PANEL_KEYS, recorded_frames, replay_with_panel, rules_and_events, write_recording  # noqa: E402
+from benchmarks.support.synthetic import session_frames  # noqa: E402
+from benchmarks.support.tui_support import PANEL_KEYS, recorded_frames, replay_with_panel, rules_and_events, write_recording  # noqa: E402
 
 from eagle3scope.cli import main  # noqa: E402
 from eagle3scope.live.subscriber import Subscriber  # noqa: E402

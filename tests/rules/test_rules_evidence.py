@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from benchmarks.support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import SessionState, analyse
 from eagle3scope.wire.aux_layers import UNSTATED_MIN_REQUEST_STEPS, UNSTATED_SUSPECT_TITLE, UNSTATED_TITLE
 

@@ -9,7 +9,7 @@ no ``weights`` (the draft-load seam is EAGLE-3 only), no aux capture.
 
 from __future__ import annotations
 
-from support.analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
+from benchmarks.support.analysis_streams import DRAFT_VOCAB, H, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import analyse
 
 EAGLE3_ONLY_RULES = {"aux-capture-off", "fc-bypassed", "hidden-width-mismatch", "aux-layers-mismatch"}

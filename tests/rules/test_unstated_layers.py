@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support import draft_checkpoints as dc
-from support.analysis_streams import healthy_load, session
+from benchmarks.support import draft_checkpoints as dc
+from benchmarks.support.analysis_streams import healthy_load, session
 from support.cli import invoke
 from support.recordings import record
-from support.tui_support import paused_app, play_to_end, run_async
+from benchmarks.support.tui_support import paused_app, play_to_end, run_async
 from eagle3scope.wire.aux_layers import UNSTATED_SUSPECT_TITLE, UNSTATED_TITLE
 
 

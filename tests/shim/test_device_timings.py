@@ -12,7 +12,7 @@ from eagle3scope_shim import hooks, loadreport, registry, ring
 from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.ring import SNAPSHOTS, HostRing
 from eagle3scope_shim.state import STATE
-from support.device_events import DeviceModel
+from benchmarks.support.device_events import DeviceModel
 
 ns = types.SimpleNamespace
 

@@ -5,8 +5,7 @@ names), nothing else is, and a hook that breaks changes nothing SGLang does."""
 from __future__ import annotations
 
 import pytest
-from test_shim_unit import clean_state  # noqa: F401  (a fixture)
-from test_wire_bodies import undeclared
+from support.declared import undeclared
 
 from eagle3scope.wire import bodies, decode_frame, encode_frame
 from eagle3scope_shim import hooks, seams

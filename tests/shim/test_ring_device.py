@@ -1,4 +1,4 @@
-"""The snapshot ring and the publisher against a model of the CUDA runtime (tests/support/device_events.py):
+"""The snapshot ring and the publisher against a model of the CUDA runtime (benchmarks/support/device_events.py):
 the publisher thread's device, blocking events, no device call during a graph capture, buffers
 allocated when the scheduler starts, and a ring of any size drained in time at GPU step rates."""
 
@@ -9,8 +9,8 @@ import time
 import types
 
 import pytest
-from support.device_events import CaptureFailed, DeviceModel
-from support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
+from benchmarks.support.device_events import CaptureFailed, DeviceModel
+from benchmarks.support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
 
 from eagle3scope_shim import graphs, hooks
 from eagle3scope_shim.publisher import Publisher

@@ -8,7 +8,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from test_shim_unit import _CPU
+from benchmarks.support.device_events import CpuTensor
 
 from eagle3scope_shim import hooks
 from eagle3scope_shim.facts import FACTS
@@ -48,11 +48,11 @@ def shim(monkeypatch):
 def _decode_batch(draft_tokens, extend_in_batch=False):
     mode = ns(is_idle=lambda: False, is_extend=lambda: False)
     return ns(forward_mode=mode, reqs=[ns(rid="r")], is_extend_in_batch=extend_in_batch,
-              spec_info=ns(draft_token=_CPU(draft_tokens), hidden_states=None), seq_lens=[0])
+              spec_info=ns(draft_token=CpuTensor(draft_tokens), hidden_states=None), seq_lens=[0])
 
 
 def _verified(lens, ids):
-    return ns(accept_lens=_CPU(lens), next_token_ids=_CPU(ids))
+    return ns(accept_lens=CpuTensor(lens), next_token_ids=CpuTensor(ids))
 
 
 def test_under_pipeline_parallelism_the_published_draft_is_the_one_verify_checked(shim):
@@ -65,7 +65,7 @@ def test_under_pipeline_parallelism_the_published_draft_is_the_one_verify_checke
 
     def last_stage(self, batch):
         verify(lambda w, b: _verified([2], [11, 12, 0, 0]), self, batch)
-        draft(lambda w, b: ns(draft_token=_CPU([12, 90, 91, 92])), self, batch)  # the next round's proposals
+        draft(lambda w, b: ns(draft_token=CpuTensor([12, 90, 91, 92])), self, batch)  # the next round's proposals
 
     step(last_stage, worker, _decode_batch([5, 10, 11, 12]))
     (body,) = shim.bodies
@@ -77,7 +77,7 @@ def test_without_pipeline_parallelism_the_draft_hook_takes_the_draft(shim):
     draft = hooks.FACTORIES["draft"]("v2.draft")
 
     def one_stage(self, batch):
-        draft(lambda w, b: ns(draft_token=_CPU([5, 10, 11, 12])), self, batch)
+        draft(lambda w, b: ns(draft_token=CpuTensor([5, 10, 11, 12])), self, batch)
         verify(lambda w, b: _verified([2], [10, 12, 0, 0]), self, batch)
 
     step(one_stage, ns(speculative_num_steps=3, topk=1), _decode_batch([0, 0, 0, 0]))
@@ -107,5 +107,5 @@ def test_a_replayed_pass_names_the_graph_its_runner_chose(shim, runner, graph_bs
     STATE.step = Step()
     worker = ns(speculative_num_steps=3, cuda_graph_runner=runner)
     batch = ns(spec_info=ns(hidden_states=ns(shape=(3, 384))), seq_lens=[7, 8, 9])
-    hooks.FACTORIES["draft"]("v2.draft")(lambda w, b: ns(draft_token=_CPU([0] * 12)), worker, batch)  # no forward ran
+    hooks.FACTORIES["draft"]("v2.draft")(lambda w, b: ns(draft_token=CpuTensor([0] * 12)), worker, batch)  # no forward ran
     assert STATE.step.passes == [("decode", 384, None, 2, graph_bs)]

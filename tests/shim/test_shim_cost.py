@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from support.analysis_streams import Stream, hello, session
+from benchmarks.support.analysis_streams import Stream, hello, session
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.views import publisher_rows
 from eagle3scope.wire import Frame, decode_frame
@@ -183,7 +183,7 @@ def test_the_tui_header_shows_the_share_of_round_time():
 
 
 def test_the_exporter_counts_the_seconds_per_seam():
-    from test_exporter import by, feed
+    from support.exporter_support import by, feed
 
     frames = session(20)
     last = frames[-1]  # the heartbeats continue the session's own counter and clock (else they are duplicates)
@@ -206,7 +206,7 @@ def test_the_header_fits_its_width_and_keeps_every_label(width):
     from textual.app import App
 
     from eagle3scope.tui.panels.header import PublisherBar
-    from support.tui_support import run_async, screen_text
+    from benchmarks.support.tui_support import run_async, screen_text
 
     row = publisher_rows(analyse(_cost_stream(BEATS, src="vm:4012345:dp0")))[0]
 

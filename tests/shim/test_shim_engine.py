@@ -17,16 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support.engine import run_engine_python
+from support.servers import (GUARDED, MAX_NEW, PROMPTS, ServerPool, bodies, check_agreement, check_finished,
+                             failed_hooks, last_body, launch, pooled)
 
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.views import publisher_rows
-from eagle3scope.wire.endpoints import fresh_ipc_endpoint
-from eagle3scope.demo.server import SGLangServer
 
 pytestmark = pytest.mark.engine
 
-PROMPTS = ["hello world", "the quick brown fox", "one two three four", "a b c"]
-MAX_NEW = 24
 H, AUX = 128, 3  # tiny.py's target hidden size and aux layer count
 
 WRITE_BROKEN_DRAFT = r"""
@@ -83,177 +81,6 @@ def models(engine_python, tiny_models, tmp_path_factory):
 
 
 
-def _launch(target, draft, env, *, algorithm="EAGLE3", **server):
-    """Subscribe, then spawn the server without waiting for it: (subscriber, server), for :func:`_drive`.
-    ``server``: more SGLangServer arguments (topk, num_draft_tokens, extra_args, ...)."""
-    from eagle3scope.live.subscriber import Subscriber
-
-    endpoint = fresh_ipc_endpoint()
-    sub = Subscriber([endpoint])
-    try:
-        srv = SGLangServer(target, draft, algorithm=algorithm, env={"EAGLE3SCOPE_ENDPOINT": endpoint, **env}, **server)
-        return sub, srv.launch()
-    except BaseException:
-        sub.close()
-        raise
-
-
-def _drive(launched, *, concurrent=False, temperatures=(0.0,), prompts=PROMPTS, max_new=MAX_NEW, publishers=1):
-    """Run the prompts at each temperature (greedy first) on a launched server once it is ready, with
-    the shim publishing; stop it, close the subscriber and return (frames, responses). Requests start
-    once ``publishers`` hellos arrived (DP ranks found from the first one's, tests/test_parallel_engine.py)."""
-    sub, srv = launched
-    frames = []
-    try:
-        srv.wait_ready()
-        frames += sub.poll(timeout_ms=200)
-        deadline = time.monotonic() + 30
-        while len({f.src for f in frames if f.kind == "hello"}) < publishers and time.monotonic() < deadline:
-            frames += sub.poll(timeout_ms=200)
-
-        def ask(request):
-            prompt, temperature = request
-            params = {"max_new_tokens": max_new, "temperature": temperature, "ignore_eos": True}
-            return srv.post("/generate", {"text": prompt, "sampling_params": params})
-
-        requests = [(p, t) for t in temperatures for p in prompts]
-        if concurrent:
-            with ThreadPoolExecutor(len(prompts)) as pool:
-                responses = list(pool.map(ask, requests))
-        else:
-            responses = [ask(r) for r in requests]
-        frames += _until_quiet(sub)
-    finally:
-        srv.stop()  # not ``with srv``: entering a server starts it (it was launched already)
-        sub.close()
-    return frames, responses
-
-
-def _until_quiet(sub, quiet_s: float = 1.5) -> list:
-    """The frames still arriving once the requests are answered, until no step came for ``quiet_s``."""
-    frames = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < quiet_s:
-        new = sub.poll(timeout_ms=200)
-        frames += new
-        if any(f.kind == "step" for f in new):
-            quiet_since = time.monotonic()
-    return frames
-
-
-class ServerPool:
-    """The servers of one test module, started ahead: taking one's results launches the next ones
-    (``AHEAD`` alive at once), so one server's startup overlaps another's startup or requests instead
-    of following them. ``jobs``: fixture name -> ((:func:`_launch` args, kwargs), :func:`_drive` kwargs);
-    a job runs when a selected test of the module uses its fixture or is parametrised with its name,
-    in the order the tests ask for them (a ``-k`` run starts only what it needs)."""
-
-    AHEAD = 2  # servers alive at once: the two cores of the test machine
-    STARTUP_TIMEOUT = 600.0  # counted from the launch, which may now come while another server runs
-
-    def __init__(self, request, jobs: dict):
-        order = []
-        for item in request.session.items:
-            if getattr(item, "module", None) is not request.module:
-                continue
-            callspec = getattr(item, "callspec", None)
-            for name in (*item.fixturenames, *(callspec.params.values() if callspec else ())):
-                if isinstance(name, str) and name in jobs and name not in order:
-                    order.append(name)
-        self.jobs = {name: jobs[name] for name in order}
-        self.launched: dict = {}
-        request.addfinalizer(self.close)
-
-    def take(self, name: str):
-        """(frames, responses) of the job ``name``; launches it and the next jobs first."""
-        order = list(self.jobs)
-        for ahead in order[order.index(name):][: self.AHEAD]:
-            if ahead not in self.launched:
-                (args, kwargs), _ = self.jobs[ahead]
-                self.launched[ahead] = _launch(*args, startup_timeout=self.STARTUP_TIMEOUT, **kwargs)
-        _, drive = self.jobs.pop(name)
-        return _drive(self.launched.pop(name), **drive)
-
-    def close(self) -> None:
-        """Stop servers launched ahead for tests that did not run (a failure, -x)."""
-        for sub, srv in self.launched.values():
-            srv.stop()
-            sub.close()
-        self.launched.clear()
-
-
-def pooled(name: str, pool: str = "pool"):
-    """A module fixture with the (frames, responses) of the job ``name`` of the module's fixture ``pool``
-    (a ServerPool; a module may have several, e.g. one for each set of models)."""
-    @pytest.fixture(scope="module", name=name)
-    def results(request):
-        return request.getfixturevalue(pool).take(name)
-
-    return results
-
-
-#: The sync guard around every hot hook body (eagle3scope_shim.syncguard): a sync would be a failed hook.
-GUARDED = {"EAGLE3SCOPE_SYNC_GUARD": "1"}
-
-
-def _failed_hooks(frames) -> list:
-    return [b for b in _kind(frames, "hook") if b["status"] == "failed"]
-
-
-def _kind(frames, kind):
-    return [f.body for f in frames if f.kind == kind]
-
-
-def _last(frames, kind):
-    bodies = _kind(frames, kind)
-    assert bodies, f"no {kind} event"
-    return bodies[-1]
-
-
-def _check_agreement(frames, responses, proposals=3):
-    """Per request: the shim's steps are exactly the rounds SGLang counted (a finished request's extra
-    round, which SGLang discards, is not published for it: the commit seam) and add up to what SGLang
-    itself reports in meta_info, histogram included (update_spec_correct_drafts_histogram,
-    managers/schedule_batch.py, 0.5.23). ``proposals``: draft tokens per request per step, None: any."""
-    steps = sorted(_kind(frames, "step"), key=lambda b: b["seq"])
-    for response in responses:
-        meta, rid = response["meta_info"], response["meta_info"]["id"]
-        mine = [(b["accepted"][i], b["bonus"][i], b["accepted_ids"][i], b["draft_ids"][i])
-                for b in steps if b["mode"] == "decode" for i, r in enumerate(b["rids"]) if r == rid]
-        verify_ct = meta["spec_verify_ct"]
-        assert len(mine) == verify_ct, (rid, verify_ct, len(mine))
-        assert sum(a for a, _, _, _ in mine) == meta["spec_num_correct_drafts"]  # bonus excluded
-        hist = [0] * (max((a for a, *_ in mine), default=-1) + 1)
-        for a, *_ in mine:
-            hist[a] += 1
-        assert hist == meta["spec_correct_drafts_histogram"], (rid, hist, meta["spec_correct_drafts_histogram"])
-        committed = [t for _, _, ids, _ in mine for t in ids]
-        assert all(len(ids) == a + b for a, b, ids, _ in mine)
-        assert 1 + sum(a + b for a, b, _, _ in mine[:-1]) < meta["completion_tokens"] <= 1 + len(committed)
-        assert response["output_ids"][1:] == committed[: meta["completion_tokens"] - 1]
-        assert proposals is None or all(len(d) == proposals for *_, d in mine)  # num_draft_tokens - 1 per request
-    _check_finished(frames, responses)
-
-
-def _check_finished(frames, responses):
-    """Every request SGLang finished is published once (the finish frame) with the counts meta_info
-    reports, and the viewer, which tallies each request from its steps, agrees on every one it judged:
-    accounting-mismatch stays silent."""
-    finished = [r for b in _kind(frames, "finish") for r in b["requests"]]
-    assert len({r["rid"] for r in finished}) == len(finished), "a request was published as finished twice"
-    by_rid = {r["rid"]: r for r in finished}
-    for response in responses:
-        meta = response["meta_info"]
-        assert by_rid.get(meta["id"]) == {"rid": meta["id"], "verify_ct": meta["spec_verify_ct"],
-                                          "correct_drafts": meta["spec_num_correct_drafts"],
-                                          "histogram": meta["spec_correct_drafts_histogram"]}, meta["id"]
-    state = analyse(frames)
-    accounts = [pub.accounting for pub in state.runs()]
-    assert sum(a.compared for a in accounts) >= len(responses)  # SGLang's warm-up request may add one
-    assert sum(a.mismatched + a.unverifiable for a in accounts) == 0, [a.examples for a in accounts]
-    assert "accounting-mismatch" not in {v.id for v in state.violations()}
-
-
 @pytest.fixture(scope="module")
 def pool(request, models):
     """The module's four servers, each started while the one before it runs (ServerPool).
@@ -274,7 +101,7 @@ healthy, broken, fault, eagle1 = (pooled(name) for name in ("healthy", "broken",
 
 def test_healthy_run_reports_widths_and_fc(healthy):
     frames, _ = healthy
-    hello, load = _last(frames, "hello"), _last(frames, "load")
+    hello, load = last_body(frames, "hello"), last_body(frames, "load")
     assert hello["worker"] == "v2" and hello["sglang_version"] == "0.5.23" and hello["tp_rank"] == 0
     assert hello["observable"]["passes_draft_decode"] and not hello["server_args"]["cuda_graph"]
     assert all(status == "attached" for status in hello["seams"].values()), hello["seams"]
@@ -284,7 +111,7 @@ def test_healthy_run_reports_widths_and_fc(healthy):
     assert load["weights"]["skipped"] == [] and load["weights"]["unwritten"] == []
     assert load["d2t"]["t2d_consistent"] and not load["d2t"]["looks_absolute"]
     assert load["lm_head"]["source"] == "checkpoint" and load["embed_tokens"]["source"] == "target"
-    steps = _kind(frames, "step")
+    steps = bodies(frames, "step")
     prefill = [b for b in steps if b["mode"] == "prefill"]
     decode = [b for b in steps if b["mode"] == "decode"]
     assert len(prefill) >= len(PROMPTS) and decode
@@ -300,7 +127,7 @@ def test_healthy_run_reports_widths_and_fc(healthy):
 def test_every_body_names_only_typed_fields(healthy):
     """The real shim builds every body as its wire type (eagle3scope/wire/bodies.py): no field the
     type does not name, nested maps included."""
-    from test_wire_bodies import undeclared
+    from support.declared import undeclared
 
     from eagle3scope.wire import bodies
 
@@ -312,8 +139,8 @@ def test_every_body_names_only_typed_fields(healthy):
 def test_healthy_run_agrees_with_meta_info_and_adds_no_sync(healthy):
     frames, responses = healthy
     # the sync guard was on: any item/tolist/blocking copy in a hook body would be a failed hook
-    assert _failed_hooks(frames) == []
-    _check_agreement(frames, responses)  # greedy and sampled requests alike
+    assert failed_hooks(frames) == []
+    check_agreement(frames, responses)  # greedy and sampled requests alike
 
 
 def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
@@ -321,7 +148,7 @@ def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
     heartbeat's ``shim_us``, against the rounds' ``step_us``; the shim's part is a fraction of it
     (loose bound: the sync guard is on in this run, which makes the hooks several times dearer)."""
     frames, _ = healthy
-    beats = [b for b in _kind(frames, "heartbeat") if b.get("step_us")]
+    beats = [b for b in bodies(frames, "heartbeat") if b.get("step_us")]
     assert beats, "no heartbeat over a busy interval"
     seen = {seam for b in beats for seam in b["shim_us"]}
     round_seams = {"v2.step", "v2.draft", "v2.verify", "v2.draft_extend"}
@@ -340,7 +167,7 @@ def test_heartbeats_carry_the_shims_own_time_per_step_seam(healthy):
     assert 0 < shim < 0.5 * rounds, (shim, rounds, [b["shim_us"] for b in beats[:2]])
     # the rounds are the step seam's calls: they hold every draft/verify/extend call the steps timed
     # (once they held only the commit seam's, and the TUI showed the shim at 858 % of them)
-    worker_us = 1000 * sum(b.get(k) or 0 for b in _kind(frames, "step") for k in ("draft_ms", "verify_ms", "extend_ms"))
+    worker_us = 1000 * sum(b.get(k) or 0 for b in bodies(frames, "step") for k in ("draft_ms", "verify_ms", "extend_ms"))
     assert worker_us > 0 and rounds >= 0.9 * worker_us, (rounds, worker_us)
     # the share the TUI shows: the hooks within the rounds (round_shim_us) over them
     assert shim - 1 <= sum(b["round_shim_us"] for b in beats) < 0.5 * rounds
@@ -358,32 +185,32 @@ def test_sampled_requests_take_the_sampling_verify_path(healthy):
 
 def test_broken_draft_facts_and_simulated_acceptance_agree(broken):
     frames, responses = broken
-    load = _last(frames, "load")
+    load = last_body(frames, "load")
     assert load["aux"]["use_aux"] is False and load["aux"]["capture_on"] is False and load["aux"]["captured"] == []
     assert "decoder.mlp.down_proj.weight" in load["weights"]["skipped"]
     assert {"model.layers.0.mlp.down_proj.weight", "lm_head.weight"} <= set(load["weights"]["unwritten"])
     assert load["lm_head"]["source"] == "init"
     assert load["d2t"]["looks_absolute"] and load["d2t"]["t2d_consistent"] is False
-    steps = _kind(frames, "step")
+    steps = bodies(frames, "step")
     for body in steps:
         for p in body["passes"]:
             assert p["width"] == H and p["fc"] is False, p  # fc skipped on every pass: aux is off
     assert any(b["mode"] == "decode" and any(a > 0 for a in b["accepted"]) for b in steps)
     assert max(b["bs"] for b in steps) > 1
-    _check_agreement(frames, responses)
-    assert _failed_hooks(frames) == []  # batched rounds under the sync guard
+    check_agreement(frames, responses)
+    assert failed_hooks(frames) == []  # batched rounds under the sync guard
 
 
 def test_failing_hook_is_reported_once_and_changes_no_token(fault, healthy):
     frames, responses = fault
-    failed = [b for b in _kind(frames, "hook") if b["status"] == "failed"]
+    failed = [b for b in bodies(frames, "hook") if b["status"] == "failed"]
     assert [b["seam"] for b in failed] == ["v2.verify"] and "injected" in failed[0]["detail"]
     greedy = healthy[1][: len(PROMPTS)]  # the healthy run also asked each prompt sampled, after these
     assert len(responses) == len(greedy) and [r["text"] for r in responses] == [r["text"] for r in greedy]
-    assert _kind(frames, "step")  # the other hooks go on publishing (prefill steps)
-    assert _last(frames, "heartbeat")["hook_failures"] >= 1
+    assert bodies(frames, "step")  # the other hooks go on publishing (prefill steps)
+    assert last_body(frames, "heartbeat")["hook_failures"] >= 1
     # the header counts the hello's seams with the later hook events over them (a header that counted only hook events showed 0/1)
-    statuses = {**(_last(frames, "hello").get("seams") or {}), **{b["seam"]: b["status"] for b in _kind(frames, "hook")}}
+    statuses = {**(last_body(frames, "hello").get("seams") or {}), **{b["seam"]: b["status"] for b in bodies(frames, "hook")}}
     (row,) = publisher_rows(analyse(frames))
     assert (row.hooks_ok, row.hooks_total) == (sum(s == "attached" for s in statuses.values()), len(statuses))
     assert row.hooks_total > row.hooks_ok >= 5
@@ -415,7 +242,7 @@ def test_an_aborted_request_is_published_with_the_counts_sglang_reported(models)
     frame carries what its meta_info reports, and the viewer's tally of its steps agrees."""
     import urllib.request
 
-    sub, srv = _launch(models["target"], models["draft"], {})
+    sub, srv = launch(models["target"], models["draft"], {})
     frames, rid = [], "abort-me"
     try:
         srv.wait_ready()
@@ -442,7 +269,7 @@ def test_an_aborted_request_is_published_with_the_counts_sglang_reported(models)
     meta = response["meta_info"]
     assert meta["finish_reason"]["type"] == "abort" and 0 < meta["completion_tokens"] < params["max_new_tokens"]
     assert meta["spec_verify_ct"] > 0
-    _check_finished(frames, [response])
+    check_finished(frames, [response])
 
 
 def test_eagle1_draft_under_eagle_is_a_valid_setup(eagle1):
@@ -454,21 +281,21 @@ def test_eagle1_draft_under_eagle_is_a_valid_setup(eagle1):
     from eagle3scope.analysis import analyse
 
     frames, responses = eagle1
-    hello, load = _last(frames, "hello"), _last(frames, "load")
+    hello, load = last_body(frames, "hello"), last_body(frames, "load")
     assert str(hello["server_args"]["algorithm"]).rsplit(".", 1)[-1] == "EAGLE"
     assert load["draft_class"] == "LlamaForCausalLMEagle" and load["fc"] == {"in": 2 * H, "out": H}
     assert load["aux"]["capture_on"] is False
     assert hello["seams"]["llama_eagle.forward"] == "attached" and hello["unobserved"] == {}
     assert hello["observable"]["passes_draft_decode"] is True and hello["observable"]["graph_draft_decode"] is False
-    steps = _kind(frames, "step")
+    steps = bodies(frames, "step")
     assert [b for b in steps if b["mode"] == "decode"]
     passes = [p for b in steps for p in b["passes"]]
     assert {p["mode"] for p in passes} >= {"extend", "decode"}
     assert all(p["width"] == H and p["fc"] is True and "replayed" not in p for p in passes), passes[:4]
     assert all(r["meta_info"]["spec_verify_ct"] > 0 for r in responses)  # it did speculate
     assert sum(r["meta_info"]["spec_num_correct_drafts"] for r in responses) > 0
-    _check_agreement(frames, responses)
-    assert _failed_hooks(frames) == []  # the forward hook on every pass, under the sync guard
+    check_agreement(frames, responses)
+    assert failed_hooks(frames) == []  # the forward hook on every pass, under the sync guard
     fired = {v.id for v in analyse(frames).violations()}
     assert not fired & {"worker-unobserved", "zero-acceptance", "passes-unobserved"}, fired
     assert not fired & {"aux-capture-off", "fc-bypassed", "hidden-width-mismatch", "aux-layers-mismatch"}, fired

@@ -4,6 +4,7 @@ splitting, the fail-closed wrapper, and the per-data-parallel-rank endpoints."""
 from __future__ import annotations
 
 import pytest
+from benchmarks.support.device_events import CpuTensor
 
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame
@@ -89,16 +90,6 @@ def test_prefill_step_carries_no_acceptance():
     step.prefill = True
     body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
     assert body["mode"] == "prefill" and body["accepted"] == [0, 0] and body["accepted_ids"] == [[], []]
-
-
-@pytest.fixture
-def clean_state(monkeypatch):
-    monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "seam_status", {})
-    monkeypatch.setattr(STATE, "pending", [])
-    monkeypatch.setattr(STATE, "publisher", None)
-    monkeypatch.setattr(STATE, "fault", None)
-    return STATE
 
 
 def test_a_failing_hook_is_disabled_reported_once_and_changes_nothing(clean_state):
@@ -846,24 +837,12 @@ def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
 
 
 # -- hook bodies at their edges: tree paths, ring sizing, v1 counts, capture, seam accounting ---------
-class _CPU:
-    """A CPU tensor as the snapshots read it (``is_cpu``, ``tolist``)."""
-
-    is_cpu, is_cuda = True, False
-
-    def __init__(self, values):
-        self.values = values
-
-    def tolist(self):
-        return self.values
-
-
 def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(monkeypatch):
     """v2 verify's hook reads the worker's topk: a tree (topk > 1) also takes accept_index."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(STATE, "disabled", set())
     verify = hooks.FACTORIES["verify_v2"]("v2.verify")
-    result = ns(accept_lens=_CPU([2]), next_token_ids=_CPU([5, 6, 7]), accept_index=_CPU([[0, 2, -1]]))
+    result = ns(accept_lens=CpuTensor([2]), next_token_ids=CpuTensor([5, 6, 7]), accept_index=CpuTensor([[0, 2, -1]]))
     for topk, path in ((2, [[0, 2, -1]]), (1, None)):
         monkeypatch.setattr(STATE, "step", Step())
         verify(lambda worker, batch: result, ns(topk=topk), ns())
@@ -1012,7 +991,7 @@ def test_a_v1_verify_keeps_sglangs_per_request_counts_and_packed_tokens(monkeypa
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
-    out = ns(num_accepted_drafts_per_req_cpu=[1, 0], accept_tokens=_CPU([5, 6, 7]))
+    out = ns(num_accepted_drafts_per_req_cpu=[1, 0], accept_tokens=CpuTensor([5, 6, 7]))
     hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
     assert STATE.step.verify == ("v1", [1, 0], [5, 6, 7]) and STATE.disabled == set()
 
@@ -1026,7 +1005,7 @@ def test_a_v1_verify_of_every_release_gives_the_same_step(monkeypatch, counts, t
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
-    out = ns(**{counts: [1, 0], tokens: _CPU([5, 6, 7])})
+    out = ns(**{counts: [1, 0], tokens: CpuTensor([5, 6, 7])})
     hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
     assert STATE.disabled == set()
     body = hooks.finalize_step((3, 0, ["a", "b"], STATE.step, None))
@@ -1105,7 +1084,7 @@ def test_the_worker_calls_time_their_phase_into_the_step(monkeypatch):
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
     monkeypatch.setattr(FACTS, "draft_embed_width", None)
-    result = ns(accept_lens=_CPU([1]), next_token_ids=_CPU([4]))
+    result = ns(accept_lens=CpuTensor([1]), next_token_ids=CpuTensor([4]))
     hooks.FACTORIES["verify_v2"]("v2.verify")(lambda w, b: time.sleep(0.002) or result, ns(topk=1), ns())
     batch_result = ns(logits_output=ns(hidden_states=None))
     hooks.FACTORIES["draft_extend"]("v2.draft_extend")(lambda w, b, r: time.sleep(0.002), ns(), ns(), batch_result)
@@ -1120,7 +1099,7 @@ def test_a_v1_call_is_timed_from_its_start_on_the_shims_clock(monkeypatch):
     monkeypatch.setattr(hooks, "_now", lambda: next(ticks))
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
-    out = ns(num_accepted_drafts_per_req_cpu=[1], accept_tokens=_CPU([5, 6]))
+    out = ns(num_accepted_drafts_per_req_cpu=[1], accept_tokens=CpuTensor([5, 6]))
     hooks.FACTORIES["verify_v1"]("v1.verify")(lambda worker, batch: (None, out), ns(), ns())
     assert STATE.step.verify_ns == 3_500 and STATE.disabled == set()
 
@@ -1245,7 +1224,7 @@ def test_the_draft_call_times_its_phase(monkeypatch):
     monkeypatch.setattr(STATE, "disabled", set())
     monkeypatch.setattr(STATE, "step", Step())
     monkeypatch.setattr(FACTS, "draft_embed_width", None)
-    verify_input = ns(draft_token=_CPU([1, 2]))
+    verify_input = ns(draft_token=CpuTensor([1, 2]))
     batch = ns(spec_info=ns(hidden_states=None))
     hooks.FACTORIES["draft"]("v2.draft")(lambda w, b: time.sleep(0.002) or verify_input, ns(), batch)
     assert STATE.step.draft_ns >= 2_000_000 and STATE.step.draft == [1, 2]
@@ -1263,7 +1242,7 @@ def test_a_v1_draft_call_returns_its_verify_input_first(monkeypatch):
     monkeypatch.setattr(STATE, "step", Step())
     monkeypatch.setattr(FACTS, "draft_embed_width", None)
     batch = ns(spec_info=ns(hidden_states=None))
-    hooks.FACTORIES["draft"]("v1.draft")(lambda w, b: (ns(draft_token=_CPU([7, 8])), "other"), ns(), batch)
+    hooks.FACTORIES["draft"]("v1.draft")(lambda w, b: (ns(draft_token=CpuTensor([7, 8])), "other"), ns(), batch)
     assert STATE.step.draft == [7, 8]
 
 

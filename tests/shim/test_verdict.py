@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.analysis_streams import H, healthy_load, hello, session
+from benchmarks.support.analysis_streams import H, healthy_load, hello, session
 
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import contracts, env
@@ -161,7 +161,7 @@ def test_a_failing_judgement_is_one_warning_and_the_step_still_passes(caplog):
 
 GAUGES = r"""
 import os, sys
-from support.analysis_streams import session
+from benchmarks.support.analysis_streams import session
 from eagle3scope_shim.verdict import FIRST_STEPS, Verdict
 class Publisher:
     endpoint, dropped = "ipc:///x", 5

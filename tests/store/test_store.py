@@ -9,7 +9,7 @@ import pytest
 from eagle3scope.store import CorruptBatchError, SessionReader, SessionWriter, StoreError
 from eagle3scope.store.replayer import Replayer
 from eagle3scope.wire import decode_frame, encode_frame
-from support.synthetic import T0_NS, hello_body, load_body, session_frames, step_body
+from benchmarks.support.synthetic import T0_NS, hello_body, load_body, session_frames, step_body
 
 
 def write(path, raws, **kw) -> list:

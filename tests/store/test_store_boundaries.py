@@ -10,7 +10,7 @@ import pytest
 
 from eagle3scope.store import SessionReader, SessionWriter
 from eagle3scope.wire import decode_frame
-from support.synthetic import session_frames
+from benchmarks.support.synthetic import session_frames
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +324,7 @@ def test_an_unreadable_state_frame_is_listed_and_the_others_rebuild_the_state(tm
 def test_the_writer_counts_decode_steps_apart_for_record_decode_steps(tmp_path):
     """`record --decode-steps N` stops on the writer's count of decode steps (not every step)."""
     from eagle3scope.wire import encode_frame
-    from support.synthetic import step_body
+    from benchmarks.support.synthetic import step_body
 
     path = tmp_path / "d.e3s"
     with SessionWriter(path, batch_frames=4) as writer:

@@ -1,4 +1,5 @@
-"""What several test modules share, one definition each: the engine venv (``engine``), the CLI
-runner (``cli``), the synthetic publisher (``publisher``), recordings written from frames
-(``recordings``). The wire-body factory is ``tests/support/synthetic.py`` (imported by most tests as
-``synthetic``; left where it is while other branches add tests that import it)."""
+"""What several test modules share, one definition each, imported as ``support.x`` (pytest puts tests/
+on sys.path): the engine venv (``engine``), real engine servers shared by a module (``servers``), the
+CLI runner (``cli``), the synthetic publisher (``publisher``), recordings written from frames
+(``recordings``). What the tests share with the benchmarks (synthetic streams and frame bodies, damaged
+drafts, hostile strings, the TUI driven headless) is ``benchmarks.support``."""

@@ -112,3 +112,33 @@ def aux_cli(*args, env=None) -> subprocess.CompletedProcess:
     """``eagle3scope aux ARGS`` as a user runs it."""
     return subprocess.run([sys.executable, "-m", "eagle3scope.cli", "aux", *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **(env or {})})
+
+
+@contextlib.contextmanager
+def started_channel(tmp_path):
+    """A started AuxChannel over a stand-in 8-layer target configured with [2, 4, 5], the shim's
+    publisher replaced by a Recorder: (channel, target, a ControlClient holding the token, recorder)."""
+    from eagle3scope.control.client import ControlClient
+    from eagle3scope.wire.endpoints import free_port
+    from eagle3scope.wire.token import create_token_file, read_token
+    from eagle3scope_shim import aux_channel
+    from eagle3scope_shim.state import STATE
+
+    target = StandInTarget(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    target.calls.clear()
+    facts = aux_channel.Facts()
+    facts.target = facts.inner = target
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    token_file = create_token_file(tmp_path)
+    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl.current = [2, 4, 5]
+    recorder = Recorder()
+    old = STATE.publisher
+    STATE.publisher = recorder
+    ctl.start()
+    try:
+        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
+    finally:
+        ctl.close()
+        STATE.publisher = old

@@ -4,6 +4,7 @@ exit codes of the interpreter, stderr as a terminal sees it). Arguments may be p
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -28,3 +29,15 @@ def run(*args: object, timeout: float = 60, **kw) -> subprocess.CompletedProcess
 def spawn(*args: object, **kw) -> subprocess.Popen:
     """``eagle3scope ARGS`` started in a child; ``kw`` goes to ``subprocess.Popen``."""
     return subprocess.Popen([*CLI, *map(str, args)], **kw)
+
+
+def check_json(*args: object, timeout: float = 300) -> tuple[int, dict]:
+    """``eagle3scope check ARGS --json`` in a child: its exit code and the report it printed."""
+    done = run("check", *args, "--json", timeout=timeout)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def fired(report: dict, severity: str = "error") -> set[str]:
+    """The ids of the rules of one severity that fired in a ``check --json`` report."""
+    return {v["id"] for v in report["violations"] if v["severity"] == severity}

@@ -62,3 +62,14 @@ SCENARIO_NEW_TOKENS = 64
 
 #: Scenarios whose shared server also feeds the fleet observers (exporter, Prometheus, live gate).
 FLEET_SCENARIOS = ("healthy", "aux-off")
+
+#: scenario -> (rule ids of which at least one must fire, the severity it must have). aux-offset is a
+#: warning: captured == configured + 1 is self-consistent, only the numbering convention is suspect.
+SCENARIO_RULES = {
+    "aux-off": ({"aux-capture-off", "fc-bypassed"}, "error"),
+    "wrong-algorithm": ({"aux-capture-off", "fc-bypassed"}, "error"),
+    "dropped-weights": ({"weights-dropped"}, "error"),
+    "d2t-absolute": ({"d2t-absolute"}, "error"),
+    "lm-head-missing": ({"lm-head-mismatch"}, "error"),
+    "aux-offset": ({"aux-layers-mismatch"}, "warning"),
+}

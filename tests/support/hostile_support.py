@@ -1,4 +1,4 @@
-"""Shared by the hostile-input suite (tests/test_hostile_*.py) and benchmarks/bench_reliability.py.
+"""Shared by the hostile-input suite (tests/test_hostile_*.py) and benchmarks/reliability/bench_reliability.py.
 
 Every test adds what it tried to one tally per class (frames, control, recordings): cases tried,
 crashes (an exception other than the documented error), hangs (a timeout), tracebacks (printed by
@@ -38,6 +38,15 @@ class Tally:
         self.peak_bytes = max(self.peak_bytes, nbytes)
         if bound is not None:
             self.bound_bytes = bound
+
+    def summary(self) -> str:
+        """One line for the run's output: the counts, and the peak memory where one was measured."""
+        line = f"hostile {self.cls}, {self.test}: {dict(self.counts)}"
+        if self.peak_bytes:
+            line += f", peak {self.peak_bytes / 1e6:.1f} MB"
+        if self.bound_bytes:
+            line += f" (bound {self.bound_bytes / 1e6:.0f} MB)"
+        return line
 
     def emit(self) -> None:
         path = os.environ.get(ENV_OUT)

@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from support.synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
-from support.tui_support import (  # noqa: E402
+from benchmarks.support.synthetic import hello_body, load_body, session_frames, step_body  # noqa: E402
+from benchmarks.support.tui_support import (  # noqa: E402
     cumulative_mean, paused_app, play_to_end, recorded_frames, run_async, screen_text, steps_of, write_recording,
 )
 

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from support.synthetic import session_frames  # noqa: E402
-from support.tui_support import paused_app, play_to_end, recorded_frames, run_async, steps_of, write_recording  # noqa: E402
+from benchmarks.support.synthetic import session_frames  # noqa: E402
+from benchmarks.support.tui_support import paused_app, play_to_end, recorded_frames, run_async, steps_of, write_recording  # noqa: E402
 
 K, WINDOW = 3, 512
 

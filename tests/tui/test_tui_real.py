@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from support.tui_support import (  # noqa: E402
+from benchmarks.support.tui_support import (  # noqa: E402
     PANEL_KEYS, cumulative_mean, paused_app, play_to_end, recorded_frames, replay_with_panel, run_async, screen_text,
     steps_of,
 )

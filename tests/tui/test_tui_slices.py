@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from support.tui_support import paused_app, play_to_end, recorded_frames, run_async, steps_of, write_recording  # noqa: E402
-from test_baseline_cli import sliced_session  # noqa: E402
+from benchmarks.support.analysis_streams import sliced_session  # noqa: E402
+from benchmarks.support.tui_support import paused_app, play_to_end, recorded_frames, run_async, steps_of, write_recording  # noqa: E402
 
 from eagle3scope.wire import encode_frame  # noqa: E402
 

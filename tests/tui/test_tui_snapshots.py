@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from support.synthetic import session_frames  # noqa: E402
-from support.tui_support import write_recording  # noqa: E402
+from benchmarks.support.synthetic import session_frames  # noqa: E402
+from benchmarks.support.tui_support import write_recording  # noqa: E402
 
 from eagle3scope.tui.app import ScopeApp  # noqa: E402
 from eagle3scope.tui.feed import ReplayFeed  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (make tmux)")
 
@@ -91,9 +91,9 @@ def test_watch_in_tmux_shows_the_stream(tmp_path):
 
 
 def test_replay_in_tmux_seeks_where_asked(tmp_path):
-    from support.tui_support import write_recording
+    from benchmarks.support.tui_support import write_recording
 
-    from support.synthetic import session_frames
+    from benchmarks.support.synthetic import session_frames
 
     recording = write_recording(tmp_path / "r.e3s", session_frames(2000, src="rec0", seed=4))
     tmux = Tmux("replay")

@@ -19,7 +19,7 @@ from eagle3scope.wire import (
     frame_packer,
 )
 from eagle3scope.wire.schema import MAX_FRAME_BYTES
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 # -- strategies -----------------------------------------------------------------------------------
 scalars = (

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from support.declared import undeclared
 from eagle3scope.wire import KINDS, bodies, decode_frame
 from eagle3scope.wire.validate import BodyError, validate_body
 
@@ -18,24 +19,6 @@ OLD_FILE = Path(__file__).parents[1] / "data" / "session-format1.e3s"
 
 #: the smallest valid body of each kind (a step of no requests)
 BASE = {"step": {"seq": 1, "bs": 0, "rids": [], "draft_ids": [], "accepted": [], "bonus": [], "accepted_ids": []}}
-
-
-def undeclared(body: dict, typed, path: str = "b") -> list[str]:
-    """Paths of the keys a body carries that its ``TypedDict`` (nested ones too) does not name."""
-    found = []
-    declared = bodies.bounds(typed)
-    for key, value in body.items():
-        if key not in declared:
-            found.append(f"{path}.{key}")
-            continue
-        kind, bound = declared[key]
-        if type(bound) is bodies.Fields and typing.is_typeddict(kind) and isinstance(value, dict) \
-                and bound.values is None:
-            found += undeclared(value, kind, f"{path}.{key}")
-        elif type(bound) is bodies.MapList and isinstance(value, list):
-            for item in value:
-                found += undeclared(item, typing.get_args(kind)[0], f"{path}.{key}[]")
-    return found
 
 
 def _good(kind, bound) -> list:

@@ -12,7 +12,7 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from support.analysis_streams import session
+from benchmarks.support.analysis_streams import session
 from eagle3scope.analysis import SessionState, facts
 from eagle3scope.analysis.state import MAX_SEAMS
 from eagle3scope.analysis.views import publisher_rows

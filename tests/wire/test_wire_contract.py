@@ -16,7 +16,7 @@ from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.schema import FrameError, SchemaVersionError
 from eagle3scope.wire import bodies
 from eagle3scope.wire.validate import BodyError, _check_fields, fields, validate_body
-from support.synthetic import hello_body, load_body, step_body
+from benchmarks.support.synthetic import hello_body, load_body, step_body
 
 I64 = (1 << 63) - 1
 TOKEN = (1 << 31) - 1
