@@ -6,10 +6,12 @@ viewer, recorder and replayer decode with :func:`decode_frame`. It depends on ms
 A frame is a msgpack map ``{"v": [major, minor], "k": kind, "src": publisher, "n": frame_no,
 "t": time_ns, "b": body}``. ``n`` counts every frame a publisher sends, so a gap tells the viewer
 that frames were lost in transit. Bodies per kind (all keys are short ASCII strings; their types and
-bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its checks from):
+bounds are :mod:`bodies`' records, which frames are decoded into):
 
 ``hello`` (process identity, re-sent periodically so late viewers learn it)
-    pid, host, tp_rank, dp_rank (the publishing scheduler's), sglang_version, shim_version, worker ("v1"|"v2"|None),
+    pid, host, tp_rank, publisher_index (which of the server's publishers: its DP or attention-DP
+    index; older shims sent it as dp_rank, still read), engine ("sglang"|"vllm"; absent: sglang) and
+    engine_version (older shims: sglang_version), shim_version, worker ("v1"|"v2"|None),
     server_args: {algorithm, num_steps, topk, num_draft_tokens, dtype, cuda_graph, model_path,
     draft_model_path, attention_backend, overlap_schedule (whether SGLang runs the overlap loop;
     absent from older shims)}, observable: {name: bool} (what this configuration
@@ -110,13 +112,13 @@ bounds are :mod:`bodies`' ``TypedDict`` types, which validation derives its chec
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from eagle3scope.wire.bodies import KINDS, is_decode_step  # noqa: F401
-from eagle3scope.wire.validate import INT64_MAX, MAX_NAME, MAX_PUBLISHERS, BodyError, validate_body  # noqa: F401
+from eagle3scope.wire import bodies
+from eagle3scope.wire.bodies import INT64_MAX, KINDS, MAX_NAME, MAX_PUBLISHERS, BodyError, is_decode_step  # noqa: F401
 
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
@@ -159,16 +161,28 @@ class SchemaVersionError(FrameError):
 
 @dataclass(slots=True)
 class Frame:
+    """One frame: ``body`` is the map as sent (what recordings store, unknown fields included),
+    ``record`` its typed record (:mod:`bodies`; None for a kind this schema does not know)."""
+
     kind: str
     src: str
     n: int
     t: int
     body: dict
     minor: int = SCHEMA_MINOR
+    _record: object = field(default=None, repr=False, compare=False)
 
     @property
     def known(self) -> bool:
         return self.kind in KINDS
+
+    @property
+    def record(self):
+        """The body's record; read on first use for a frame built in memory rather than decoded."""
+        record = self._record
+        if record is None and self.kind in KINDS:
+            record = self._record = bodies.read(self.kind, self.body)
+        return record
 
     def to_dict(self) -> dict:
         return {"v": [SCHEMA_MAJOR, self.minor], "k": self.kind, "src": self.src, "n": self.n, "t": self.t, "b": self.body}
@@ -223,7 +237,7 @@ def unpack_untrusted(data, *, limits: dict = _LIMITS, max_bytes: int = MAX_FRAME
 
 
 def decode_frame(data: bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame:
-    """Decode and check one frame from untrusted bytes (envelope and body, see ``validate``).
+    """Decode and check one frame from untrusted bytes (envelope and body, into its record: :func:`bodies.read`).
 
     Raises :class:`FrameError` for anything malformed and :class:`SchemaVersionError` for a newer
     major version. Unknown kinds and newer minor versions decode fine (``Frame.known`` tells).
@@ -249,7 +263,7 @@ def decode_frame(data: bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame:
     if type(body) is not dict:
         raise FrameError(f"frame body 'b' must be a map, got {type(body).__name__}", kind=kind, src=src)
     try:
-        validate_body(kind, body)
+        record = bodies.read(kind, body)
     except BodyError as exc:
         raise FrameError(f"invalid {kind} frame: {exc}", kind=kind, src=src) from None
-    return Frame(kind, src, n, t, body, minor)
+    return Frame(kind, src, n, t, body, minor, record)
