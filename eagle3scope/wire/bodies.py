@@ -431,15 +431,15 @@ class Step(Record):
         for name in self.PER_REQUEST:
             value = getattr(self, name)
             if value is not None and len(value) != bs:
-                raise ValueError(f"{name} must be a list of length bs={bs}, got {len(value)} items")
+                raise ValueError(f"b.{name}: must be a list of length bs={bs}, got {len(value)} items")
         if self.num_steps is not None and bs and max(self.accepted) > self.num_steps:
-            raise ValueError(f"accepted items must not exceed the round's num_steps={self.num_steps}")
+            raise ValueError(f"b.accepted: items must not exceed the round's num_steps={self.num_steps}")
         if self.accepted_path is not None:
             for nodes, acc, drafts in zip(self.accepted_path, self.accepted, self.draft_ids):
                 if len(nodes) != acc:
-                    raise ValueError("accepted_path items must list one draft node per accepted draft")
+                    raise ValueError("b.accepted_path: items must list one draft node per accepted draft")
                 if nodes and max(nodes) >= len(drafts):
-                    raise ValueError(f"accepted_path nodes must index the request's {len(drafts)} draft_ids")
+                    raise ValueError(f"b.accepted_path: nodes must index the request's {len(drafts)} draft_ids")
 
     @property
     def is_decode_step(self) -> bool:
@@ -627,6 +627,12 @@ def _check_scalar_maps(body: dict) -> None:
 _CONVERT = msgspec.convert
 
 
+def _named(message: str) -> str:
+    """msgspec's "what - at `$.field[0]`" as "b.field[0]: what" (how refusals have always named the field)."""
+    what, at, where = message.rpartition(" - at `$")
+    return f"b{where[:-1]}: {what}" if at else message
+
+
 def read(kind: str, body: dict) -> Record | None:
     """The record of a body of ``kind`` (None for a kind this schema does not know, whose body must be
     plain data); :class:`BodyError` when the body is not valid."""
@@ -643,7 +649,7 @@ def read(kind: str, body: dict) -> Record | None:
             _check_scalar_maps(body)
         record = _CONVERT(body, typed, strict=True)
     except msgspec.ValidationError as exc:
-        raise BodyError(str(exc)) from None
+        raise BodyError(_named(str(exc))) from None
     if typed is Hello or typed is Load:
         record.sent = body
     return record
