@@ -475,7 +475,7 @@ def test_publisher_row_says_what_the_hello_heartbeat_and_hooks_said():
     from eagle3scope.analysis.views import PublisherRow, publisher_rows
 
     s = Stream("h:7:dp1")
-    h = {**hello(), "dp_rank": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
+    h = {**hello(), "publisher_index": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
          "seams": {"v2.step": "attached", "commit": "attached", "draft_forward": "attached", "load": "attached",
                    "draft_model": "unhooked"}}
     frames = [s.frame("hello", h), s.frame("hook", {"seam": "commit", "status": "failed", "detail": "x"})]
@@ -527,7 +527,7 @@ def test_accept_length_and_each_rank_are_the_rolling_window_beside_the_cumulativ
     state = SessionState()
     streams = [Stream(f"h:1:dp{dp}") for dp in (0, 1)]
     for dp, s in enumerate(streams):
-        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("hello", {**hello(), "publisher_index": dp}))
     for seq in range(600):
         for dp, s in enumerate(streams):
             state.ingest(s.frame("step", step(seq, s.t, [(K if seq < 300 else 0) if dp == 0 else 2])))
@@ -725,7 +725,7 @@ def test_rank_skew_names_the_worst_and_the_best_of_three():
     state = SessionState()
     for dp, accepted in ((0, 2), (1, 0), (2, 3)):
         s = Stream(f"h:1:dp{dp}")
-        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("hello", {**hello(), "publisher_index": dp}))
         state.ingest(s.frame("step", step(0, s.t, [accepted])))
     rows, skew = rank_rows(state)
     assert rows == [RankRow("dp0", 3.0, 1), RankRow("dp1", 1.0, 1), RankRow("dp2", 4.0, 1)]

@@ -628,9 +628,14 @@ _CONVERT = msgspec.convert
 
 
 def _named(message: str) -> str:
-    """msgspec's "what - at `$.field[0]`" as "b.field[0]: what" (how refusals have always named the field)."""
-    what, at, where = message.rpartition(" - at `$")
-    return f"b{where[:-1]}: {what}" if at else message
+    """msgspec's "what - at `$.field[0]`" as "b.field[0]: what" (how refusals have always named the
+    field); a map key that is not a string ("at `key` in `$...`") as "map keys must be strings"."""
+    what, at, where = message.rpartition(" - at `")
+    if not at:
+        return message
+    if where.startswith("key` in `$"):
+        return f"b{where[len('key` in `$'):-1]}: map keys must be strings ({what})"
+    return f"b{where[1:-1]}: {what}"
 
 
 def read(kind: str, body: dict) -> Record | None:
