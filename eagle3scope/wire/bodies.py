@@ -545,9 +545,9 @@ class Finish(Record):
 
 
 #: kind -> its record; the kinds this schema knows, in this order
-RECORDS: dict[str, type[Record]] = {"hello": Hello, "load": Load, "step": Step, "config": Config,
+BODIES: dict[str, type[Record]] = {"hello": Hello, "load": Load, "step": Step, "config": Config,
                                     "heartbeat": Heartbeat, "hook": Hook, "finish": Finish}
-KINDS = tuple(RECORDS)
+KINDS = tuple(BODIES)
 #: a step's per-request lists
 PER_REQUEST = Step.PER_REQUEST
 
@@ -641,7 +641,7 @@ def _named(message: str) -> str:
 def read(kind: str, body: dict) -> Record | None:
     """The record of a body of ``kind`` (None for a kind this schema does not know, whose body must be
     plain data); :class:`BodyError` when the body is not valid."""
-    typed = RECORDS.get(kind)
+    typed = BODIES.get(kind)
     try:
         if typed is Step:
             record = _CONVERT(body, Step, strict=True)
