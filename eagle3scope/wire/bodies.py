@@ -20,6 +20,7 @@ docstring.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from typing import Annotated, ClassVar, Union
 
@@ -433,13 +434,15 @@ class Step(Record):
             if value is not None and len(value) != bs:
                 raise ValueError(f"b.{name}: must be a list of length bs={bs}, got {len(value)} items")
         if self.num_steps is not None and bs and max(self.accepted) > self.num_steps:
-            raise ValueError(f"b.accepted: items must not exceed the round's num_steps={self.num_steps}")
+            raise ValueError(f"b.accepted: items must not exceed the round's num_steps={self.num_steps}, "
+                             f"got {max(self.accepted)}")
         if self.accepted_path is not None:
             for nodes, acc, drafts in zip(self.accepted_path, self.accepted, self.draft_ids):
                 if len(nodes) != acc:
                     raise ValueError("b.accepted_path: items must list one draft node per accepted draft")
                 if nodes and max(nodes) >= len(drafts):
-                    raise ValueError(f"b.accepted_path: nodes must index the request's {len(drafts)} draft_ids")
+                    raise ValueError(f"b.accepted_path: nodes must index the request's {len(drafts)} draft_ids, "
+                                     f"got {max(nodes)}")
 
     @property
     def is_decode_step(self) -> bool:
@@ -627,15 +630,35 @@ def _check_scalar_maps(body: dict) -> None:
 _CONVERT = msgspec.convert
 
 
-def _named(message: str) -> str:
-    """msgspec's "what - at `$.field[0]`" as "b.field[0]: what" (how refusals have always named the
-    field); a map key that is not a string ("at `key` in `$...`") as "map keys must be strings"."""
+_STEP_PATH = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _sent(body: dict, path: str) -> object:
+    """The value at msgspec's path ``.a[0].b`` of ``body`` (``_MISSING`` where it cannot be told)."""
+    value = body
+    for key, index in _STEP_PATH.findall(path):
+        try:
+            value = value[key] if key else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return value
+
+
+_MISSING = object()
+
+
+def _named(message: str, body: dict) -> str:
+    """msgspec's "what - at `$.field[0]`" as "b.field[0]: what, got <value>" (how refusals have
+    always named the field and shown what was sent); a map key that is not a string ("at `key` in
+    `$...`") as "map keys must be strings"."""
     what, at, where = message.rpartition(" - at `")
     if not at:
         return message
     if where.startswith("key` in `$"):
         return f"b{where[len('key` in `$'):-1]}: map keys must be strings ({what})"
-    return f"b{where[1:-1]}: {what}"
+    path = where[1:-1]
+    value = _sent(body, path)
+    return f"b{path}: {what}" + ("" if value is _MISSING else f", got {_SHORT.repr(value)}")
 
 
 def read(kind: str, body: dict) -> Record | None:
@@ -654,7 +677,7 @@ def read(kind: str, body: dict) -> Record | None:
             _check_scalar_maps(body)
         record = _CONVERT(body, typed, strict=True)
     except msgspec.ValidationError as exc:
-        raise BodyError(_named(str(exc))) from None
+        raise BodyError(_named(str(exc), body)) from None
     if typed is Hello or typed is Load:
         record.sent = body
     return record
