@@ -730,3 +730,12 @@ def test_rank_skew_names_the_worst_and_the_best_of_three():
     rows, skew = rank_rows(state)
     assert rows == [RankRow("dp0", 3.0, 1), RankRow("dp1", 1.0, 1), RankRow("dp2", 4.0, 1)]
     assert skew == RankSkew("dp1", 1.0, "dp2", 4.0) and skew.spread == 3.0
+
+
+def test_the_header_names_the_engine_a_hello_says_and_an_old_hello_is_sglang():
+    from eagle3scope.analysis.views import publisher_rows
+
+    vllm = {k: v for k, v in hello().items() if k != "sglang_version"} | {"engine": "vllm", "engine_version": "0.32.0"}
+    for body, engine, version in ((vllm, "vllm", "0.32.0"), (hello(), "sglang", "0.5.23")):
+        (row,) = publisher_rows(analyse([Stream().frame("hello", body)]))
+        assert (row.engine, row.version) == (engine, version)

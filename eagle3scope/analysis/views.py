@@ -48,6 +48,7 @@ class PublisherRow:
     shim_share: float | None = None  # the shim's hook time / round time, latest heartbeat
     worker_class: str | None = None
     unobserved: tuple = ()  # parts the shim cannot see (facts.UNOBSERVED_PARTS)
+    engine: str = "sglang"  # the engine's wire name (hello.engine; absent from older shims' hellos)
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -78,6 +79,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             shim_share=facts.shim_cost(pub).share,
             worker_class=hello.worker_class if hello else None,
             unobserved=tuple(facts.unobserved(pub)),
+            engine=hello.engine_id if hello else "sglang",
         ))
     return rows
 
