@@ -15,7 +15,6 @@ import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.schema import FrameError, SchemaVersionError
-from eagle3scope.wire import bodies
 from eagle3scope.wire.bodies import BodyError, read
 from support.synthetic import hello_body, load_body, step_body
 
