@@ -181,12 +181,20 @@ def test_readme_walk_names_what_exists():
     assert len(checked) >= 15, checked  # the walk still names the code it walks through
 
 
-#: hello/load keys that other dicts share by name (a draft's config.json, the doctor's report, the
-#: aux channel's reply, rule evidence): a reader of those cannot be told apart by the key alone.
+#: body field names that other dicts share by name (a draft's config.json, the doctor's report, the aux
+#: channel's reply and outcomes, rule evidence, the control protocol, export rows, the shim's own maps): a read
+#: of those cannot be told apart by the key alone.
 SHARED_NAMES = {"hidden_size", "target_hidden_size", "draft_vocab_size", "target_vocab_size", "target_class", "d2t",
-                "graphs", "aux", "sglang_version", "endpoint", "unobserved"}
-#: Where hello and load bodies are given their shape, checked, and read into typed records.
-BODY_MODULES = {"wire/announcements.py", "wire/bodies.py", "wire/validate.py"}
+                "graphs", "aux", "sglang_version", "endpoint", "unobserved", "seq", "mode", "status", "detail", "reason",
+                "layers", "captured", "applied", "origin", "request_id", "steps", "dropped", "width", "fc", "n", "bs",
+                "source", "shape", "size", "min", "max", "on", "in", "out", "present", "pid", "host", "worker", "rid",
+                "tp_rank", "dp_rank", "pp_rank", "tp_size", "dp_size", "pp_size", "ep_size", "algorithm", "num_steps",
+                "topk", "dtype", "model_path", "control", "calls", "slots", "capacity", "requested", "configured",
+                "consumed", "skipped", "histogram", "accepted", "bonus", "capture", "started", "ring", "passes",
+                "num_draft_tokens", "cuda_graph", "draft_model_path", "attention_backend", "parallel", "engine",
+                "use_aux", "capture_on", "offset_rule", "greedy", "requests", "pause_ms"}
+#: Where bodies are declared and read into their records (every other module reads record attributes).
+BODY_MODULES = {"wire/bodies.py", "wire/schema.py"}
 
 
 def _key_reads(tree: ast.AST):
@@ -198,23 +206,30 @@ def _key_reads(tree: ast.AST):
             yield node.lineno, node.slice.value
 
 
-def test_only_the_announcements_module_opens_hello_and_load_bodies():
-    """One reading of hello and load: every consumer (state, recorder metadata, sibling discovery, replay's text) reads the
-    typed records of ``wire/announcements.py``; none navigates the raw dicts again."""
-    import typing
+def _records() -> dict[str, tuple[str, ...]]:
+    """Every body record and nested record of ``wire/bodies.py``: name -> its wire field names."""
+    import msgspec
 
     from eagle3scope.wire import bodies
 
-    def keys(kind) -> set:
-        return set(typing.get_type_hints(kind))
+    return {name: tuple(getattr(bodies, name).__struct_encode_fields__) for name in dir(bodies)
+            if isinstance(getattr(bodies, name), type) and issubclass(getattr(bodies, name), msgspec.Struct)
+            and getattr(bodies, name).__module__ == bodies.__name__}
 
-    others = set().union(*(keys(getattr(bodies, k)) for k in ("Step", "Config", "Ring", "Heartbeat", "Hook", "Pass")))
-    announced = (keys(bodies.Hello) | keys(bodies.Load)) - others - SHARED_NAMES
-    assert {"server_args", "siblings", "draft_class", "seams", "lm_head", "weights"} <= announced
+
+def test_no_module_outside_the_wire_opens_a_frame_body():
+    """Consumers read record attributes: no ``body.get(`` / ``body["`` outside ``eagle3scope/wire/``,
+    and under no other name a read of a key only a frame body has (``x.get("draft_ids")``)."""
     package = ROOT / "eagle3scope"
+    raw = [f"{path.relative_to(ROOT)}:{i}" for path in sorted(package.rglob("*.py")) if "wire" not in path.parts
+           for i, line in enumerate(path.read_text().splitlines(), 1) if re.search(r'\bbody(\.get\(|\[")', line)]
+    assert raw == []
+    body_only = {name for fields in _records().values() for name in fields} - SHARED_NAMES
+    assert {"draft_ids", "accepted_ids", "server_args", "siblings", "draft_class", "seams", "lm_head", "weights",
+            "shim_us", "verify_ct"} <= body_only
     reads = [f"{path.relative_to(package)}:{line} {key}" for path in sorted(package.rglob("*.py"))
-             if str(path.relative_to(package)) not in BODY_MODULES
-             for line, key in _key_reads(ast.parse(path.read_text())) if key in announced]
+             if path.relative_to(package).as_posix() not in BODY_MODULES
+             for line, key in _key_reads(ast.parse(path.read_text())) if key in body_only]
     assert reads == []
 
 
@@ -254,3 +269,31 @@ def test_benchmarks_do_not_reach_into_tests():
                     if isinstance(node, (ast.Expr, ast.Assign)) and "sys.path" in ast.unparse(node)
                     and any(isinstance(c, ast.Constant) and str(c.value).startswith("tests") for c in ast.walk(node))]
     assert reaches == []
+def _declared_fields(tree: ast.AST):
+    """(class name, its annotated field names) of every class, and of every functional TypedDict."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            yield node.lineno, node.name, {s.target.id for s in node.body
+                                           if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "TypedDict" and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Dict):
+            yield node.lineno, node.args[0].value, {k.value for k in node.args[1].keys if isinstance(k, ast.Constant)}
+
+
+def test_each_frame_kind_is_declared_once():
+    """One declaration per frame kind and nested map, in ``wire/bodies.py``: a class elsewhere (a
+    TypedDict, dataclass, Struct or NamedTuple) restating most of its fields, or a viewer class named
+    like one, fails (the shim's ``Step`` is the state of a round in flight, not a body)."""
+    records = _records()
+    sources = [*(ROOT / "eagle3scope").rglob("*.py"), *SHIM.rglob("*.py")]
+    found = []
+    for path in sorted(sources):
+        if path.relative_to(ROOT).as_posix() == "eagle3scope/wire/bodies.py":
+            continue
+        for line, name, fields in _declared_fields(ast.parse(path.read_text())):
+            for record, wire in records.items():
+                named = set(wire) | {f.rstrip("_") for f in wire}
+                restated = len(fields & named) >= max(3, 0.6 * len(wire))
+                if restated or (name == record and path.is_relative_to(ROOT / "eagle3scope")):
+                    found.append(f"{path.relative_to(ROOT)}:{line} {name} restates bodies.{record}")
+    assert found == []

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 RULES, DIAGNOSE, SESSION, RECORD = ("eagle3scope/analysis/rules.py", "eagle3scope/doctor/weight_checks.py",
                                     "eagle3scope/store/reader.py", "eagle3scope/commands/record.py")
 CONTROL, VALIDATE, LOSS, CHECK, ADVISOR = (
-    "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/validate.py", "eagle3scope/wire/loss.py",
+    "eagle3scope/wire/control_protocol.py", "eagle3scope/wire/bodies.py", "eagle3scope/wire/loss.py",
     "eagle3scope/commands/check.py", "eagle3scope/analysis/advisor.py")
 STATE, SUBSCRIBER, SIGNALS, CHECKPOINT, GATE, SALVAGE, CLIENT = (
     "eagle3scope/analysis/state.py", "eagle3scope/live/subscriber.py", "eagle3scope/signals.py",

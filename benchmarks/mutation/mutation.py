@@ -66,7 +66,7 @@ MODULES: dict[str, Target] = {
                                                              "tests/analysis/test_advisor.py")),
     "analysis-views": Target("eagle3scope/analysis/views.py", (*ANALYSIS, "tests/shim/test_graph_evidence.py")),
     "wire-codec": Target("eagle3scope/wire/schema.py", (*WIRE, "tests/analysis/test_state_bounds.py")),
-    "wire-validation": Target("eagle3scope/wire/validate.py", (*WIRE, "tests/wire/test_clock_order.py")),
+    "wire-validation": Target("eagle3scope/wire/bodies.py", (*WIRE, "tests/wire/test_clock_order.py")),
     "wire-loss": Target("eagle3scope/wire/loss.py", ("tests/wire/test_loss_accounting.py", "tests/reliability/test_promises.py", "tests/cli/test_record_loss.py",
                                                      "tests/shim/test_shim_cost.py", "tests/live/test_transport.py")),
     "store-format": Target("eagle3scope/store/format.py", STORE),

@@ -22,7 +22,7 @@ K = 3  # speculative_num_steps, topk 1 chain
 
 def hello(algorithm: str = "EAGLE3", num_steps: int = K) -> dict:
     return hello_body(algorithm=algorithm, num_steps=num_steps, model_path="t", draft_model_path="d", host="box",
-                      observable={"draft_passes": True})
+                      observable={"steps": True})
 
 
 def healthy_load() -> dict:

@@ -25,14 +25,14 @@ def hello_body(*, algorithm: str = "EAGLE3", num_steps: int = 3, model_path: str
                draft_model_path: str = "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B", **overrides: object) -> dict:
     """A hello (top-k 1 chain of ``num_steps`` drafts); ``overrides`` replace whole top-level fields."""
     body = {
-        "pid": 4242, "host": "synthetic", "tp_rank": 0, "dp_rank": 0,
+        "pid": 4242, "host": "synthetic", "tp_rank": 0, "publisher_index": 0,
         "sglang_version": "0.5.23", "shim_version": "0.1.0", "worker": "v2",
         "server_args": {
             "algorithm": algorithm, "num_steps": num_steps, "topk": 1, "num_draft_tokens": num_steps + 1,
             "dtype": "bfloat16", "cuda_graph": False, "model_path": model_path, "draft_model_path": draft_model_path,
             "attention_backend": "torch_native",
         },
-        "observable": {"draft_passes": True, "verify": True},
+        "observable": {"steps": True, "draft_ids": True, "accepted": True},
         "control": None,
     }
     body.update(overrides)

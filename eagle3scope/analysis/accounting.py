@@ -18,15 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eagle3scope.wire.bodies import Finish, Finished
+
 #: requests tallied at once per publisher (a server's running requests; far above a real batch)
 MAX_OPEN = 4096
 #: mismatching requests kept as evidence (the first ones); the rest are counted
 MAX_KEPT = 8
 #: characters of a request id kept in the evidence
 MAX_RID = 128
-#: the per-request counts compared, as the finish frame names them
-FIELDS = ("verify_ct", "correct_drafts", "histogram")
-
 
 class Tally(list):
     """One request's rounds as the steps showed them: its histogram (rounds per number of accepted
@@ -92,15 +91,14 @@ class Accounting:
                 hist.extend([0] * (n - len(hist)))
                 hist.append(1)
 
-    def finish(self, body: dict, lost_in_transit: int, dropped: int) -> bool:
-        """A finish frame (validated); ``lost_in_transit`` and ``dropped``: the publisher's loss
+    def finish(self, report: Finish, lost_in_transit: int, dropped: int) -> bool:
+        """A finish frame's record; ``lost_in_transit`` and ``dropped``: the publisher's loss
         counters now. True when it brought this publisher's first mismatch."""
-        sent = body.get("dropped")
-        self.shim_dropped = max(self.shim_dropped, dropped, sent if type(sent) is int else 0)
+        self.shim_dropped = max(self.shim_dropped, dropped, report.dropped or 0)
         now = (lost_in_transit, self.shim_dropped)
         first = not self.mismatched
-        for request in body.get("requests") or ():
-            rid = request.get("rid")
+        for request in report.requests or ():
+            rid = request.rid
             tally = self.open.pop(rid, None)
             self._close(rid)
             if tally is None:
@@ -108,7 +106,7 @@ class Accounting:
             elif now[0] != tally.lost[0] or now[1] > tally.lost[1]:
                 self.unverifiable += 1
             else:
-                self._judge(request, tally, body.get("seq"))
+                self._judge(request, tally, report.seq)
         return first and self.mismatched > 0
 
     def lost_marker(self, lost_in_transit: int, dropped: int) -> tuple[int, int]:
@@ -129,17 +127,17 @@ class Accounting:
         if len(self.late) < MAX_KEPT:
             self.late.append({"rid": str(rid)[:MAX_RID], "seq": seq})
 
-    def _judge(self, request: dict, tally: Tally, seq: object) -> None:
+    def _judge(self, request: Finished, tally: Tally, seq: int | None) -> None:
         self.compared += 1
         mine = tally.counts()
-        theirs = {name: request[name] for name in FIELDS if request.get(name) is not None}
+        theirs = request.counts
         if all(_same(name, theirs[name], mine[name]) for name in theirs):
             return
         self.mismatched += 1
         if self.first_seq is None and type(seq) is int:
             self.first_seq = seq
         if len(self.examples) < MAX_KEPT:
-            self.examples.append({"rid": str(request.get("rid"))[:MAX_RID], "sglang": theirs,
+            self.examples.append({"rid": str(request.rid)[:MAX_RID], "sglang": theirs,
                                   "eagle3scope": {name: mine[name] for name in theirs}})
 
 

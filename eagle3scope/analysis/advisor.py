@@ -26,8 +26,10 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from eagle3scope.wire.announcements import read_hello
-from eagle3scope.wire import Frame, is_decode_step
+import msgspec
+
+from eagle3scope.wire import Frame
+from eagle3scope.wire.bodies import Observable, ServerArgs, Step
 
 #: request-steps needed before a recommendation is made (the rates' standard error is then ~0.02)
 MIN_REQUEST_STEPS = 400
@@ -43,19 +45,49 @@ MIN_GAIN = 0.02
 #: predicts nothing: its residuals are as large as the times it models (bursts, mixed prompts,
 #: chunked prefill). The real CPU engine's host times on a loaded 2-core VM fitted at 78 % (BENCHMARKS.md).
 MAX_FIT_ERROR = 1.0
-#: a step's time fields per clock, in Sums' order: draft, verify, draft-extend
-HOST_TIMES = ("draft_ms", "verify_ms", "extend_ms")
-DEVICE_TIMES = ("draft_device_ms", "verify_device_ms", "extend_device_ms")
+
+
+class Round(msgspec.Struct, frozen=True, gc=False):
+    """What the advisor keeps of one decode step: its acceptance and its times per clock (a Struct:
+    built once per decode step on ingest, in C)."""
+
+    accepted: list[int]
+    bonus: list[int]
+    draft_ms: float | None
+    verify_ms: float | None
+    extend_ms: float | None
+    num_steps: int | None
+    draft_device_ms: float | None
+    verify_device_ms: float | None
+    extend_device_ms: float | None
+
+    @classmethod
+    def untimed(cls, accepted: list[int], bonus: list[int], num_steps: int | None) -> Round:
+        """A round without times (a baseline comparison needs no time model)."""
+        return cls(accepted, bonus, None, None, None, num_steps, None, None, None)
+
+    @classmethod
+    def of(cls, step: Step) -> Round:
+        return cls(step.accepted, step.bonus, step.draft_ms, step.verify_ms, step.extend_ms, step.num_steps,
+                   step.draft_device_ms, step.verify_device_ms, step.extend_device_ms)
+
+    def times(self, device: bool) -> tuple:
+        """(draft, verify, draft-extend) ms on one clock."""
+        if device:
+            return self.draft_device_ms, self.verify_device_ms, self.extend_device_ms
+        return self.draft_ms, self.verify_ms, self.extend_ms
+
+    @property
+    def device_timed(self) -> bool:
+        return self.draft_device_ms is not None or self.verify_device_ms is not None or self.extend_device_ms is not None
 
 
 @dataclass
 class RoundLog:
     """The newest decode rounds of one publisher and the setting they ran at.
 
-    Each round is kept as the step sent it, a plain tuple ``(accepted, bonus, draft_ms, verify_ms,
-    extend_ms, num_steps, draft_device_ms, verify_device_ms, extend_device_ms)`` of the validated
-    body's own values: appending it is all that ingest pays (the analysis state feeds one per step);
-    :meth:`Sums.add` reads it when advising. ``cuda_graph``, ``overlap`` and ``device_timings`` are
+    Each round is kept as a :class:`Round` of the validated step's own values: building it is all
+    that ingest pays (the analysis state feeds one per step); :meth:`Sums.add` reads it when advising. ``cuda_graph``, ``overlap`` and ``device_timings`` are
     what the hello said (None: it did not say), which decide whether host times can be trusted.
     """
 
@@ -71,26 +103,23 @@ class RoundLog:
     def add_frame(self, frame: Frame) -> None:
         """Take a validated frame: a hello sets the setting, a decode step adds a round."""
         if frame.kind == "hello":
-            hello = read_hello(frame.body)
+            hello = frame.record
             self.add_hello(hello.args, hello.observable)
-        elif frame.kind == "step" and is_decode_step(frame.body):
-            self.add_step(frame.body)
+        elif frame.kind == "step" and frame.record.is_decode_step:
+            self.add_step(frame.record)
 
-    def add_hello(self, args, observable: dict | None = None) -> None:
-        """The setting from a hello's :class:`~eagle3scope.wire.announcements.ServerArgs` and what its
-        ``observable`` says of the timings."""
+    def add_hello(self, args: ServerArgs, observable: Observable) -> None:
+        """The setting from a hello's server arguments and what its ``observable`` says of the timings."""
         self.num_steps = _positive(args.num_steps) or self.num_steps
         self.topk = _positive(args.topk) or self.topk
         self.num_draft_tokens = _positive(args.num_draft_tokens) or self.num_draft_tokens
         self.cuda_graph = _flag(args.cuda_graph, self.cuda_graph)
         self.overlap = _flag(args.overlap_schedule, self.overlap)
-        self.device_timings = _flag((observable or {}).get("device_timings"), self.device_timings)
+        self.device_timings = _flag(observable.device_timings, self.device_timings)
 
-    def add_step(self, body: dict) -> None:
+    def add_step(self, step: Step) -> None:
         """A validated decode step's round."""
-        get = body.get
-        self.rounds.append((body["accepted"], body["bonus"], get("draft_ms"), get("verify_ms"), get("extend_ms"),
-                            get("num_steps"), get("draft_device_ms"), get("verify_device_ms"), get("extend_device_ms")))
+        self.rounds.append(Round.of(step))
         self.seen += 1
 
     def copy(self) -> "RoundLog":
@@ -108,7 +137,7 @@ class RoundLog:
     @property
     def budgets(self) -> set:
         """The kept rounds' own num_steps (adaptive steps vary it; validated <= 1024)."""
-        return {raw[5] for raw in self.rounds if raw[5] is not None}
+        return {r.num_steps for r in self.rounds if r.num_steps is not None}
 
 
 def _positive(value: object) -> int | None:
@@ -196,10 +225,10 @@ class Sums:
         if self.accepted is None:
             self.accepted = [0] * (self.depth + 1)
 
-    def add(self, raw: tuple) -> None:
+    def add(self, kept: Round) -> None:
         """One round as :meth:`RoundLog.add_step` kept it (times outside 0..1e7 ms count as untimed)."""
-        accepted, bonus = raw[0], raw[1]
-        draft_ms, verify_ms, extend_ms = raw[6:9] if self.device else raw[2:5]
+        accepted, bonus = kept.accepted, kept.bonus
+        draft_ms, verify_ms, extend_ms = kept.times(self.device)
         k, bs = self.depth, len(accepted)
         self.rounds += 1
         self.request_steps += bs
@@ -373,7 +402,7 @@ def _widened(ci: tuple[float, float] | None, gain: float | None, error: float) -
     return (1 + lo) / (1 + error) - 1, (1 + hi) * (1 + error) - 1
 
 
-def block_sums(rounds: list[tuple], depth: int, count: int, device: bool = False) -> list[Sums]:
+def block_sums(rounds: list[Round], depth: int, count: int, device: bool = False) -> list[Sums]:
     """The rounds cut into ``count`` consecutive blocks, summed: the bootstrap resamples blocks, which
     keeps the correlation of neighbouring rounds (the same requests, the same batch) inside a block
     (``advise`` and the baseline comparison, :mod:`eagle3scope.analysis.baseline`, both draw from these)."""
@@ -403,8 +432,8 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
            blocks: int = BLOCKS, seed: int = 0) -> Advice:
     """Predict every setting 1..K from the recorded rounds and recommend the fastest, if it is clearly so."""
     rounds = list(log.rounds)
-    request_steps = sum(len(r[0]) for r in rounds)
-    depth = log.num_steps or max((a for r in rounds for a in r[0]), default=0) or None
+    request_steps = sum(len(r.accepted) for r in rounds)
+    depth = log.num_steps or max((a for r in rounds for a in r.accepted), default=0) or None
     not_predicted = (f"num_steps > {depth}: deeper than recorded",) if depth else ()
 
     def answer(settings=(), model=None, recommended=None, reason="", needs=0, extra=(), error=None) -> Advice:
@@ -420,7 +449,7 @@ def advise(log: RoundLog, *, min_request_steps: int = MIN_REQUEST_STEPS, bootstr
                       f"{sorted(budgets)}; record with --speculative-adaptive off)")
     if not rounds or not depth:
         return answer(reason="no decode rounds recorded", needs=min_request_steps)
-    device = any(r[6] is not None or r[7] is not None or r[8] is not None for r in rounds)
+    device = any(r.device_timed for r in rounds)
     parts = block_sums(rounds, depth, blocks, device)
     total = pooled(parts, depth, device)
     model = TimeModel.fit(total)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eagle3scope.analysis.advisor import BLOCKS, BOOTSTRAP, Sums, block_sums, interval95, pooled, resamples
+from eagle3scope.analysis.advisor import BLOCKS, BOOTSTRAP, Round, Sums, block_sums, interval95, pooled, resamples
 from eagle3scope.analysis.slices import DIMENSIONS, request_labels
+from eagle3scope.wire.bodies import Step
 
 #: a rate (per-position acceptance) regresses only by more than this, outside the noise
 MIN_RATE_DROP = 0.02
@@ -29,13 +30,21 @@ MIN_LENGTH_DROP = 0.02
 #: request-steps that reached it
 MIN_REQUEST_STEPS = 100
 
-#: the fields of a decode step a comparison reads (a kept round holds these, not the token ids)
-ROUND_FIELDS = ("accepted", "bonus", "num_steps", "ctx_len", "greedy", "constrained")
+@dataclass(frozen=True, slots=True)
+class KeptRound:
+    """What a session keeps of a decode step for a later comparison: the fields a comparison and its
+    slices read (:func:`~eagle3scope.analysis.slices.request_labels`), not the token ids."""
+
+    accepted: list[int]
+    bonus: list[int]
+    num_steps: int | None
+    ctx_len: list[int] | None
+    greedy: list[bool] | None
+    constrained: list[bool] | None
 
 
-def kept_round(body: dict) -> dict:
-    """What a session keeps of a decode step for a later comparison."""
-    return {key: body[key] for key in ROUND_FIELDS if key in body}
+def kept_round(step: Step) -> KeptRound:
+    return KeptRound(step.accepted, step.bonus, step.num_steps, step.ctx_len, step.greedy, step.constrained)
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ def _values(s: Sums, k: int) -> list[float | None]:
 class _Side:
     """One recording's rounds as blocks: the pooled values and each bootstrap resample's."""
 
-    def __init__(self, rounds: list[tuple], depth: int, k: int, seed: int, bootstrap: int, blocks: int) -> None:
+    def __init__(self, rounds: list[Round], depth: int, k: int, seed: int, bootstrap: int, blocks: int) -> None:
         parts = block_sums(rounds, depth, blocks)
         self.total = pooled(parts, depth)
         self.values = _values(self.total, k)
@@ -127,21 +136,21 @@ def _too_few(base: int, cur: int, what: str = "") -> str:
     return ""
 
 
-def _raw(rounds: list[dict]) -> list[tuple]:
+def _raw(rounds: list[KeptRound]) -> list[Round]:
     """Kept rounds in the advisor's round form (untimed: a comparison needs no time model)."""
-    return [(r["accepted"], r["bonus"], None, None, None, r.get("num_steps")) for r in rounds]
+    return [Round.untimed(r.accepted, r.bonus, r.num_steps) for r in rounds]
 
 
-def _sliced(rounds: list[dict]) -> dict[tuple[int, str], list[tuple]]:
+def _sliced(rounds: list[KeptRound]) -> dict[tuple[int, str], list[Round]]:
     """(dimension index, label) -> the requests of each round in that slice, as rounds (in the advisor's
     form; a round without a request in the slice is left out). One pass over the rounds for all slices."""
-    out: dict[tuple[int, str], list[tuple]] = {}
+    out: dict[tuple[int, str], list[Round]] = {}
     for r in rounds:
-        acc, bonus, budget = r["accepted"], r["bonus"], r.get("num_steps")
+        acc, bonus, budget = r.accepted, r.bonus, r.num_steps
         labels = request_labels(r)
         if labels.count(labels[0]) == len(labels):  # the usual case: one label per dimension for the round
             for d, label in enumerate(labels[0]):
-                out.setdefault((d, label), []).append((acc, bonus, None, None, None, budget))
+                out.setdefault((d, label), []).append(Round.untimed(acc, bonus, budget))
             continue
         for d in range(len(DIMENSIONS)):
             groups: dict[str, tuple[list, list]] = {}
@@ -150,25 +159,25 @@ def _sliced(rounds: list[dict]) -> dict[tuple[int, str], list[tuple]]:
                 group[0].append(a)
                 group[1].append(b)
             for label, (group_acc, group_bonus) in groups.items():
-                out.setdefault((d, label), []).append((group_acc, group_bonus, None, None, None, budget))
+                out.setdefault((d, label), []).append(Round.untimed(group_acc, group_bonus, budget))
     return out
 
 
-def compare(baseline: list[dict], current: list[dict], *, k_baseline: int, k_current: int,
+def compare(baseline: list[KeptRound], current: list[KeptRound], *, k_baseline: int, k_current: int,
             bootstrap: int = BOOTSTRAP, blocks: int = BLOCKS, seed: int = 0) -> Comparison:
     """Judge ``current`` against ``baseline`` (lists of :func:`kept_round`); ``k_*``: each side's chain depth."""
-    depth = max(k_baseline, k_current, *(a for r in (*baseline, *current) for a in r["accepted"]), 1)
+    depth = max(k_baseline, k_current, *(a for r in (*baseline, *current) for a in r.accepted), 1)
     k = max(0, min(k_baseline, k_current))
     notes = []
     if k_baseline != k_current:
         notes.append(f"the baseline ran {k_baseline} draft steps, this recording {k_current}: positions 1..{k} compared")
-    budgets = {r.get("num_steps") for r in (*baseline, *current)} - {None}
+    budgets = {r.num_steps for r in (*baseline, *current)} - {None}
     adaptive = bool(budgets - {k_baseline, k_current})
     if adaptive:
         notes.append("adaptive steps (rounds at num_steps " + ", ".join(map(str, sorted(budgets))) + "): per-position "
                      "rates not compared, means only")
 
-    def sides(b_rounds: list[tuple], c_rounds: list[tuple]) -> tuple[_Side, _Side]:
+    def sides(b_rounds: list[Round], c_rounds: list[Round]) -> tuple[_Side, _Side]:
         return (_Side(b_rounds, depth, k, seed, bootstrap, blocks), _Side(c_rounds, depth, k, seed + 1, bootstrap, blocks))
 
     def tolerance(side: _Side) -> float:

@@ -1,7 +1,7 @@
 """What one publisher said and what follows from it, defined once for every consumer.
 
-``wire/announcements.py`` reads a ``hello`` or ``load`` body into typed records once per frame (the
-state stores those on the :class:`PublisherView`); the small functions below derive what rules,
+A ``hello`` or ``load`` frame is read into its typed record once, as it is decoded (``wire/bodies.py``;
+the state stores those on the :class:`PublisherView`); the small functions below derive what rules,
 views, the exporter, ``report`` and ``gate`` need (seam statuses, capture on, aux layers in effect,
 EAGLE-3 or not, the parallel layout, loss, the shim's own cost) from those records alone.
 """
@@ -13,50 +13,35 @@ from dataclasses import dataclass, field
 
 from eagle3scope.analysis.accounting import Accounting
 from eagle3scope.analysis.stats import AcceptanceStats
-from eagle3scope.wire.announcements import Hello, Load, Parallel, ServerArgs
+from eagle3scope.wire.bodies import BLIND, Capture, CapturedGraph, Config, Hello, Load, Parallel, ServerArgs
 from eagle3scope.wire.aux_layers import CaptureRule, family_rule
 from eagle3scope.wire.contracts import NO_LOAD, AuxLayers, aux_layers_in_effect, capture_in_effect
 from eagle3scope.wire.loss import FrameLoss
 
-#: Seam statuses that mean a hook does not see its seam.
-BAD_SEAM = ("failed", "missing")
+_NO_HELLO = Hello()
 
 
 # -- what a hello's observable part says ---------------------------------------------------------
 
 
-#: hello.observable names of the draft passes whose width and fc the rules read.
-PASS_FACTS = {"passes_prefill": "prefill", "passes_draft_decode": "draft decode", "passes_draft_extend": "draft extend"}
-
-
 def pass_visibility(hello: Hello | None) -> dict[str, str]:
-    """How the shim sees each draft pass on a publisher, from its hello.observable: "eager" (the draft
-    forward's own hook), "graph" (the pass replays a captured graph; width and fc read where SGLang
-    hands the draft its hidden states), "unseen", or "unknown" (an older shim's hello)."""
-    observable = hello.observable if hello is not None else {}
-    out = {}
-    for fact, name in PASS_FACTS.items():
-        seen, graph = observable.get(fact), observable.get("graph_" + fact.removeprefix("passes_"))
-        out[name] = "unseen" if seen is False else "graph" if graph is True else "eager" if graph is False else "unknown"
-    return out
+    """How the shim sees each draft pass on a publisher (:attr:`Observable.pass_visibility`)."""
+    return (hello or _NO_HELLO).observable.pass_visibility
 
 
 def replayed_passes(hello: Hello | None) -> list[str]:
     """The draft passes the hello says replay a captured graph (hello.observable's ``graph_*``)."""
-    observable = hello.observable if hello is not None else {}
-    return [name for fact, name in PASS_FACTS.items() if observable.get("graph_" + fact.removeprefix("passes_"))]
+    return (hello or _NO_HELLO).observable.replayed_passes
 
 
-def graphs_captured(hello: Hello | None) -> list:
-    """What each draft graph captured ({mode, bs, width, fc} maps; hello.graphs.captured)."""
-    captured = (hello.graphs if hello is not None else {}).get("captured")
-    return [g for g in captured if isinstance(g, dict)] if isinstance(captured, list) else []
+def graphs_captured(hello: Hello | None) -> list[CapturedGraph]:
+    """What each draft graph captured (hello.graphs.captured)."""
+    return (hello or _NO_HELLO).graphs_captured
 
 
-def target_graph_aux(hello: Hello | None) -> dict | None:
-    """The aux capture the target's graphs were captured with ({on, layers}), None when unknown."""
-    value = (hello.graphs if hello is not None else {}).get("target_aux")
-    return value if isinstance(value, dict) else None
+def target_graph_aux(hello: Hello | None) -> Capture | None:
+    """The aux capture the target's graphs were captured with, None when unknown."""
+    return (hello or _NO_HELLO).graphs.target_aux
 
 
 # -- the publisher's view ------------------------------------------------------------------------
@@ -74,14 +59,14 @@ class PublisherView:
     hooks: dict = field(default_factory=dict)  # seam -> {status, detail}, MAX_SEAMS of them
     unlisted_hook_frames: int = 0  # hook frames about seams past MAX_SEAMS
     unlisted_hello_seams: int = 0  # entries of hellos' seams maps past MAX_SEAMS
-    applied_config: dict | None = None  # the latest applied aux-layer change (config body)
+    applied_config: Config | None = None  # the latest applied aux-layer change
     loss: FrameLoss = field(default_factory=FrameLoss)
     last_seen_t: int | None = None
     last_seq: int | None = None
     acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)
     passes: dict = field(default_factory=dict)  # mode -> PassStats (MAX_PASS_MODES, see state.py)
     unlisted_pass_calls: int = 0  # draft forwards in modes past MAX_PASS_MODES
-    capture: dict | None = None  # latest step's {on, layers}
+    capture: Capture | None = None  # latest step's {on, layers}
     capture_off_steps: int = 0
     capture_off_first_seq: int | None = None
     decode_steps: int = 0
@@ -126,7 +111,7 @@ def seam_statuses(pub: PublisherView) -> dict[str, str]:
 
 
 def failed_seams(pub: PublisherView) -> dict[str, str]:
-    return {seam: status for seam, status in seam_statuses(pub).items() if status in BAD_SEAM}
+    return {seam: status for seam, status in seam_statuses(pub).items() if status in BLIND}
 
 
 def hook_detail(pub: PublisherView, seam: str) -> object:
@@ -152,13 +137,13 @@ def capture_on(pub: PublisherView) -> bool | None:
 
 def aux_layers(pub: PublisherView) -> AuxLayers:
     """The aux layers in effect on this publisher (wire/contracts.py: the shim derives them alike)."""
-    return aux_layers_in_effect(pub.load, (pub.capture or {}).get("layers"), pub.applied_config)
+    return aux_layers_in_effect(pub.load, None if pub.capture is None else pub.capture.layers, pub.applied_config)
 
 
 def capture_rule(pub: PublisherView) -> CaptureRule | None:
     """How this target's family turns configured aux ids into captured layers (None: unknown family)."""
     target = load_of(pub).target_class
-    version = pub.hello.sglang_version if pub.hello is not None else None
+    version = pub.hello.sglang_release if pub.hello is not None else None
     return family_rule(str(target), version) if target else None
 
 
@@ -207,5 +192,5 @@ def as_sent(body: dict | None) -> tuple | None:
 
 def sent(pub: PublisherView) -> tuple[tuple | None, tuple | None]:
     """The hello and load report as sent."""
-    return (as_sent(pub.hello.body if pub.hello is not None else None),
-            as_sent(pub.load.body if pub.load is not None else None))
+    return (as_sent(pub.hello.sent if pub.hello is not None else None),
+            as_sent(pub.load.sent if pub.load is not None else None))

@@ -108,15 +108,15 @@ def graph_aux_reset(pub: PublisherView) -> dict | None:
     ids after it (cuda_graph_runner.py / model_runner.py), so every replayed verify feeds the draft
     the default layers."""
     in_graphs = facts.target_graph_aux(pub.hello)
-    if not in_graphs:
+    if in_graphs is None or (in_graphs.on is None and in_graphs.layers is None):
         return None
     on_now, shown = facts.capture_on(pub), list(facts.aux_layers(pub).captured or [])
-    held = list(in_graphs.get("layers") or [])
-    if on_now is None or (bool(on_now) == bool(in_graphs.get("on")) and sorted(shown) == sorted(held)):
+    held = list(in_graphs.layers or [])
+    if on_now is None or (bool(on_now) == bool(in_graphs.on) and sorted(shown) == sorted(held)):
         return None
-    return {"graph_layers": held, "graph_capture_on": in_graphs.get("on"), "shown_layers": shown,
+    return {"graph_layers": held, "graph_capture_on": in_graphs.on, "shown_layers": shown,
             "shown_capture_on": on_now, "configured": load_of(pub).aux.configured,
-            "sglang_version": pub.hello.sglang_version}
+            "sglang_version": pub.hello.sglang_release}
 
 
 def passes_unobserved(pub: PublisherView) -> dict | None:
@@ -229,7 +229,7 @@ def accounting_mismatch(pub: PublisherView) -> dict | None:
     from this viewer's tallies of the same request's steps (analysis/accounting.py), or, where SGLang
     discards it, a step counted a round for a request after its finish."""
     acct = pub.accounting
-    version = pub.hello.sglang_version if pub.hello is not None else None
+    version = pub.hello.sglang_release if pub.hello is not None else None
     late = acct.after_finish if release(version) is not None and not before(version, DISCARDS_EXTRA_TICK) else 0
     if not (acct.mismatched or late):
         return None

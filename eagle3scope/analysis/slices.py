@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 from eagle3scope.analysis.stats import Tally
+from eagle3scope.wire.bodies import Step
 
 UNKNOWN = "unknown"
 #: context-length buckets: upper bounds (exclusive) and their labels; the last is open
@@ -42,27 +43,26 @@ def batch_label(bs: int) -> str:
     return BATCH_LABELS[bisect_left(BATCH_BOUNDS, bs)]
 
 
-def _flag_labels(body: dict, key: str, labels: tuple[str, str], bs: int) -> list[str]:
-    """Per request ``labels[0]`` where the step's ``key`` says true, ``labels[1]`` where false; ``unknown``
-    for a request without a boolean (or a whole step without a well-formed list)."""
-    flags = body.get(key)
-    if type(flags) is not list or len(flags) != bs:
+def _flag_labels(flags: list[bool] | None, labels: tuple[str, str], bs: int) -> list[str]:
+    """Per request ``labels[0]`` where ``flags`` says true, ``labels[1]`` where false; ``unknown``
+    for a whole step without the list."""
+    if flags is None:
         return [UNKNOWN] * bs
     yes, no = labels
-    return [yes if f is True else no if f is False else UNKNOWN for f in flags]
+    return [yes if f else no for f in flags]
 
 
-def request_labels(body: dict) -> list[tuple[str, str, str, str]]:
-    """One label per dimension (in :data:`DIMENSIONS` order) for each request of a decode step; a step
+def request_labels(step: Step) -> list[tuple[str, str, str, str]]:
+    """One label per dimension (in :data:`DIMENSIONS` order) for each request of a decode step (or a
+    baseline's kept round of one, the same fields); a step
     without any per-request fact gets one shared tuple (what :meth:`Slices.add` counts at once)."""
-    bs = len(body["accepted"])
-    get = body.get
-    ctx = get("ctx_len")
-    if ctx is None and get("greedy") is None and get("constrained") is None:
+    bs = len(step.accepted)
+    ctx = step.ctx_len
+    if ctx is None and step.greedy is None and step.constrained is None:
         return [(UNKNOWN, batch_label(bs), UNKNOWN, UNKNOWN)] * bs
-    contexts = list(map(context_label, ctx)) if type(ctx) is list and len(ctx) == bs else [UNKNOWN] * bs
-    return list(zip(contexts, [batch_label(bs)] * bs, _flag_labels(body, "greedy", SAMPLING_LABELS, bs),
-                    _flag_labels(body, "constrained", CONSTRAINT_LABELS, bs)))
+    contexts = list(map(context_label, ctx)) if ctx is not None else [UNKNOWN] * bs
+    return list(zip(contexts, [batch_label(bs)] * bs, _flag_labels(step.greedy, SAMPLING_LABELS, bs),
+                    _flag_labels(step.constrained, CONSTRAINT_LABELS, bs)))
 
 
 def _merged(tallies: list[Tally]) -> Tally:

@@ -34,11 +34,11 @@ from eagle3scope.analysis.advisor import ROUNDS_KEPT, RoundLog
 from eagle3scope.analysis.baseline import kept_round
 from eagle3scope.analysis.slices import Slices, request_labels
 from eagle3scope.analysis.facts import PublisherView
-from eagle3scope.wire.announcements import Hello, read_hello, read_load
+from eagle3scope.wire.bodies import MAX_SEAMS, Config, Hello, Hook, Step
 from eagle3scope.wire.contracts import FcTally
 from eagle3scope.analysis.rules import CONTRACT_RULES, Violation, evaluate
 from eagle3scope.analysis.stats import AcceptanceStats, Tally
-from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame, is_decode_step
+from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
 from eagle3scope.wire.loss import DUPLICATE, RESTART
 from eagle3scope.wire.schema import MAX_PUBLISHERS
 from eagle3scope.wire.severity import SEVERITY_ORDER
@@ -50,9 +50,6 @@ RULES_EVERY = 64
 #: every consumer of the same frames still evaluates at the same frames.
 RULES_EVERY_NS = 250_000_000
 
-#: Hook seams listed per publisher (the shim knows 17), from hook frames and the hello's ``seams``
-#: map alike; further seams are counted. Rules, exporter labels and the TUI read only these.
-MAX_SEAMS = 64
 #: Forward modes listed per publisher and for the session (SGLang has about ten); the modes
 #: fc-bypassed reads (FEATURE_CARRYING_MODES) get a place past it, so junk modes cannot hide one.
 MAX_PASS_MODES = 32
@@ -185,31 +182,31 @@ class SessionState:
         verdict = pub.loss.verdict
         if verdict is DUPLICATE:
             return
-        hello = read_hello(frame.body) if kind == "hello" else None
-        if verdict is RESTART or (hello is not None and pub.hello is not None and _identity(pub.hello) != _identity(hello)):
+        hello = frame.record if kind == "hello" else None
+        if verdict is RESTART or (hello is not None and pub.hello is not None and pub.hello.identity != hello.identity):
             pub = self._new_run(pub, frame)
         pub.last_seen_t = frame.t
         if kind == "step":
-            self._step(pub, frame.body, frame.t)
+            self._step(pub, frame.record, frame.t)
             pub.steps_since_rules += 1
             if pub.steps_since_rules >= self.rules_every or frame.t - pub.rules_t >= RULES_EVERY_NS:
                 self._scheduled(pub, frame.t)
             return
         if kind == "finish":  # SGLang's counts of the requests it finished, against this publisher's tallies
-            if pub.accounting.finish(frame.body, *_loss_counts(pub)):  # a first mismatch: judged now; other
+            if pub.accounting.finish(frame.record, *_loss_counts(pub)):  # a first mismatch: judged now; other
                 self._scheduled(pub, frame.t)  # finishes wait for the steps' schedule
             return
         if hello is not None:
             self._hello(pub, hello, frame.t)
         elif kind == "load":
-            load = read_load(frame.body)
+            load = frame.record
             if pub.load is None:
                 self.note(frame.src, "info", f"load report: {load.draft_class} on {load.target_class}", frame.t)
             pub.load = load
         elif kind == "config":
-            self._config(pub, frame)
+            self._config(pub, frame.record, frame.t)
         elif kind == "hook":
-            self._hook(pub, frame)
+            self._hook(pub, frame.record, frame.t)
         self._scheduled(pub, frame.t)  # only its sender changed
 
     def _new_publisher(self, frame: Frame) -> PublisherView | None:
@@ -258,25 +255,25 @@ class SessionState:
         """Every run of every publisher: the ended ones (oldest first), then the current ones."""
         return [*self.ended_runs, *self.publishers.values()]
 
-    def _step(self, pub: PublisherView, body: dict, t: int) -> None:
-        seq = body["seq"]
+    def _step(self, pub: PublisherView, step: Step, t: int) -> None:
+        seq = step.seq
         pub.last_seq = seq
-        self.recent.append((pub.src, body))
+        self.recent.append((pub.src, step))
         if self._solo is not pub:
             self._share_or_fork(pub)
         forked = self._forked
-        capture = body.get("capture")
+        capture = step.capture
         if capture is not None:
             pub.capture = self.capture = capture
-            if not capture.get("on"):
+            if not capture.on:
                 pub.capture_off_steps += 1
                 if pub.capture_off_first_seq is None:
                     pub.capture_off_first_seq = seq
-        passes = body.get("passes")
+        passes = step.passes
         if passes:
             for p in passes:
-                mode = p.get("mode")
-                width, fc, n, replayed = p.get("width"), p.get("fc"), p.get("n", 1), p.get("replayed") is True
+                mode = p.mode
+                width, fc, n, replayed = p.width, p.fc, p.n, p.replayed is True
                 ps = pub.passes.get(mode)
                 if ps is None:
                     ps = _new_pass_stats(pub.passes, mode)
@@ -290,7 +287,7 @@ class SessionState:
                     gs = self.passes.get(mode) or _new_pass_stats(self.passes, mode)
                     if gs is not None:
                         gs.add(seq, width, fc, n, replayed)
-        draft_ids = body["draft_ids"]
+        draft_ids = step.draft_ids
         depth = 0
         if draft_ids:
             if all(draft_ids):
@@ -311,18 +308,18 @@ class SessionState:
                 if pub.draft_id_min is None or lo < pub.draft_id_min:
                     pub.draft_id_min = lo
                     pub.draft_min_seq = seq
-        if not is_decode_step(body):
-            if body.get("mode") == "prefill":
-                pub.accounting.start(body["rids"], pub.accounting.lost_marker(*_loss_counts(pub)))
+        if not step.is_decode_step:
+            if step.is_prefill:
+                pub.accounting.start(step.rids, pub.accounting.lost_marker(*_loss_counts(pub)))
             return
-        accepted, bonus = body["accepted"], body["bonus"]
+        accepted, bonus = step.accepted, step.bonus
         pub.decode_steps += 1
-        pub.accounting.count(body["rids"], accepted, seq)
+        pub.accounting.count(step.rids, accepted, seq)
         if self._advisor_rounds:
-            pub.rounds.add_step(body)
-        t_ns = body.get("t_ns") or t
+            pub.rounds.add_step(step)
+        t_ns = step.t_ns or t
         k = facts.num_steps(pub)
-        budget = body.get("num_steps")  # the round's own budget (adaptive steps); a tree's draft_ids are nodes
+        budget = step.num_steps  # the round's own budget (adaptive steps); a tree's draft_ids are nodes
         if budget is not None:
             depth = budget
         elif k:
@@ -332,9 +329,9 @@ class SessionState:
         pub.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
         if forked:
             self.acceptance.add_step(seq, t_ns, accepted, bonus, depth, budget)
-        self.slices.add(accepted, bonus, request_labels(body), budget)
+        self.slices.add(accepted, bonus, request_labels(step), budget)
         if self.kept_rounds is not None:
-            self.kept_rounds.append(kept_round(body))
+            self.kept_rounds.append(kept_round(step))
         if not self.segments:
             layers = facts.aux_layers(pub)
             self.segments.append(ConfigSegment(layers.configured, "startup", seq, pub.src, layers.captured))
@@ -344,7 +341,7 @@ class SessionState:
         if segment.start_step is None:
             segment.start_step = self.acceptance.n_steps - 1
         segment.k = self.acceptance.k
-        segment.tally.add(accepted, sum(accepted) + sum(bonus), 1, budget)
+        segment.tally.add(accepted, step.committed, 1, budget)
 
     def _unlisted_passes(self, pub: PublisherView, n: int, t: int) -> None:
         if not pub.unlisted_pass_calls:
@@ -374,7 +371,7 @@ class SessionState:
             self.note(
                 pub.src,
                 "info",
-                f"publisher {pub.src}: SGLang {hello.sglang_version}, {args.algorithm} "
+                f"publisher {pub.src}: {hello.engine_label}, {args.algorithm} "
                 f"steps={args.num_steps} topk={args.topk} draft_tokens={args.num_draft_tokens}",
                 t,
             )
@@ -397,18 +394,17 @@ class SessionState:
                           "not listed", t)
             pub.unlisted_hello_seams += 1
 
-    def _config(self, pub: PublisherView, frame: Frame) -> None:
-        body = frame.body
-        if body.get("applied"):
-            pub.applied_config = body
+    def _config(self, pub: PublisherView, config: Config, t: int) -> None:
+        if config.applied:
+            pub.applied_config = config
             pub.capture = None  # what steps captured before the change says nothing about the new set
-            segment = ConfigSegment(body.get("layers"), body.get("origin") or "control", None, pub.src, body.get("captured"))
-            self._new_segment(segment, frame.t)
-            pause = body.get("pause_ms")
+            segment = ConfigSegment(config.layers, config.origin or "control", None, pub.src, config.captured)
+            self._new_segment(segment, t)
+            pause = config.pause_ms
             paused = "" if pause is None else f"; graphs recaptured, serving paused {pause:.0f} ms"
-            self.note(pub.src, "info", f"aux layers now {body.get('layers')} (captured {body.get('captured')}, {body.get('origin')}){paused}", frame.t)
+            self.note(pub.src, "info", f"aux layers now {config.layers} (captured {config.captured}, {config.origin}){paused}", t)
         else:
-            self.note(pub.src, "warning", f"aux layer change to {body.get('layers')} refused: {body.get('reason')}", frame.t)
+            self.note(pub.src, "warning", f"aux layer change to {config.layers} refused: {config.reason}", t)
 
     def _new_segment(self, segment: ConfigSegment, t: int) -> None:
         """Start a segment; past MAX_SEGMENTS the oldest but the first (the baseline) makes room."""
@@ -420,18 +416,17 @@ class SessionState:
             del self.segments[1]
         self.segments.append(segment)
 
-    def _hook(self, pub: PublisherView, frame: Frame) -> None:
-        body = frame.body
-        seam, status = body.get("seam"), body.get("status")
+    def _hook(self, pub: PublisherView, hook: Hook, t: int) -> None:
+        seam, status = hook.seam, hook.status
         if seam in pub.hooks or len(pub.hooks) < MAX_SEAMS:
-            pub.hooks[seam] = {"status": status, "detail": body.get("detail")}
+            pub.hooks[seam] = {"status": status, "detail": hook.detail}
         else:
             if not pub.unlisted_hook_frames:
                 self.note(pub.src, "warning", f"hooks on more than {MAX_SEAMS} seams: new seams are counted, not listed "
-                          "(a failure still shows here)", frame.t)
+                          "(a failure still shows here)", t)
             pub.unlisted_hook_frames += 1
-        if status in ("failed", "missing", "unhooked"):
-            self.note(pub.src, "warning", f"hook {seam} {status}: {body.get('detail')}", frame.t)
+        if hook.noteworthy:
+            self.note(pub.src, "warning", f"hook {seam} {status}: {hook.detail}", t)
 
     def forget_counters(self) -> None:
         """Accept the next frame of every publisher without a gap check (after a replay seek)."""
@@ -482,10 +477,6 @@ def _loss_counts(pub: PublisherView) -> tuple[int, int]:
     loss = pub.loss
     return loss.lost_in_transit + loss.resets, loss.shim_dropped
 
-
-def _identity(hello: Hello) -> tuple:
-    """What tells two processes apart under one ``src``: the pid and, from newer shims, the start time."""
-    return hello.pid, hello.started
 
 
 def _new_pass_stats(passes: dict, mode) -> PassStats | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from eagle3scope.analysis import facts
 from eagle3scope.analysis.advisor import Advice, RoundLog, advise
-from eagle3scope.wire.announcements import Hello, Load, Weights
+from eagle3scope.wire.bodies import Capture, Hello, Load, Weights
 from eagle3scope.analysis.rules import Violation
 from eagle3scope.analysis.state import Event, PassStats, SessionState
 from eagle3scope.wire.aux_layers import CaptureRule
@@ -48,6 +48,7 @@ class PublisherRow:
     shim_share: float | None = None  # the shim's hook time / round time, latest heartbeat
     worker_class: str | None = None
     unobserved: tuple = ()  # parts the shim cannot see (facts.UNOBSERVED_PARTS)
+    engine: str = "sglang"  # the engine's wire name (hello.engine; absent from older shims' hellos)
 
 
 def publisher_rows(state: SessionState) -> list[PublisherRow]:
@@ -57,7 +58,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
         seams = facts.seam_statuses(pub)
         rows.append(PublisherRow(
             src=src,
-            version=hello.sglang_version if hello else None,
+            version=hello.engine_release if hello else None,
             algorithm=args.algorithm,
             worker=hello.worker if hello else None,
             steps=args.num_steps,
@@ -65,7 +66,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             draft_tokens=args.num_draft_tokens,
             cuda_graph=args.cuda_graph,
             tp_rank=hello.tp_rank if hello else None,
-            dp_rank=hello.dp_rank if hello else None,
+            dp_rank=hello.publisher_index if hello else None,
             steps_per_s=pub.acceptance.steps_per_s,
             dropped=loss.dropped_by_shim,
             gaps=loss.lost_in_transit,
@@ -78,6 +79,7 @@ def publisher_rows(state: SessionState) -> list[PublisherRow]:
             shim_share=facts.shim_cost(pub).share,
             worker_class=hello.worker_class if hello else None,
             unobserved=tuple(facts.unobserved(pub)),
+            engine=hello.engine_id if hello else "sglang",
         ))
     return rows
 
@@ -148,7 +150,7 @@ def publisher_labels(state: SessionState) -> dict[str, str]:
     """A short name per publisher that tells it from the others: its DP rank (``dp1``) while those are
     unique, else the shortest tail of its ``src`` (``host:pid:dpN``) that no other publisher shares
     (``4711:dp0`` for two servers on one host), the whole ``src`` at worst."""
-    ranks = {src: f"dp{pub.hello.dp_rank}" if pub.hello is not None and pub.hello.dp_rank is not None else None
+    ranks = {src: f"dp{pub.hello.publisher_index}" if pub.hello is not None and pub.hello.publisher_index is not None else None
              for src, pub in state.publishers.items()}
     if None not in ranks.values() and len(set(ranks.values())) == len(ranks):
         return ranks
@@ -278,7 +280,7 @@ def _pass_lines(src: str, hello: Hello | None) -> list[tuple[str, str, str | Non
     captured = facts.graphs_captured(hello)
     for name, how in facts.pass_visibility(hello).items():
         if how == "graph":
-            sizes = sorted({g.get("bs") for g in captured if _GRAPH_PASS.get(g.get("mode")) == name} - {None})
+            sizes = sorted({g.bs for g in captured if _GRAPH_PASS.get(g.mode) == name} - {None})
             where = f" (captured for batch sizes {', '.join(map(str, sizes))})" if sizes else " (capture not seen)"
             lines.append((src, f"{name}: replayed from graphs{where}; width and fc read where SGLang hands the draft "
                           "its hidden states", "muted"))
@@ -300,20 +302,20 @@ def _widths(p: PassStats) -> tuple:
     return listed
 
 
-def load_summary(load: Load | None, capture: dict | None, rule: CaptureRule | None = None) -> list[Fact]:
+def load_summary(load: Load | None, capture: Capture | None, rule: CaptureRule | None = None) -> list[Fact]:
     """The load report's facts that decide whether the draft can work, each with its tone;
     ``rule`` is the target family's aux id rule (:func:`~eagle3scope.analysis.facts.capture_rule`)."""
-    if load is None or not load.body:
+    if load is None or not load.sent:
         return [Fact("load report", "not received yet", "muted")]
     aux = load.aux
-    live = (capture or {}).get("layers")
+    live = None if capture is None else capture.layers
     lines = [
         Fact("draft / target", f"{load.draft_class} / {load.target_class}"),
         Fact("fc", f"{load.fc_in} → {load.fc_out}") if load.has_fc else Fact("fc", "none", "bad"),
         Fact("configured aux ids", str(aux.configured)),
         Fact("captured (load)", str(aux.captured), "ok" if aux.captured is not None and aux.configured is not None else None),
-        Fact("captured (live)", f"{live} capture {'on' if (capture or {}).get('on') else 'off'}" if capture else "–",
-             "bad" if capture and not capture.get("on") else None),
+        Fact("captured (live)", f"{live} capture {'on' if capture.on else 'off'}" if capture else "–",
+             "bad" if capture and not capture.on else None),
         Fact("use_aux / rule", f"{aux.use_aux} / {aux.offset_rule}"),
         Fact("family id rule", f"{rule}: {rule.summary}") if rule else Fact("family id rule", "unknown family", "muted"),
     ]
@@ -374,14 +376,14 @@ def draft_rows(state: SessionState, rid_filter: str | None, limit: int = 60) -> 
     """The newest ``limit`` request-steps, newest first, of requests whose id contains ``rid_filter``."""
     rows = []
     labels = publisher_labels(state)
-    for src, body in reversed(state.recent):
-        paths = body.get("accepted_path")
-        for i, rid in enumerate(body["rids"]):
-            if rid_filter and rid_filter not in str(rid):
+    for src, step in reversed(state.recent):
+        for request in step.requests:
+            if rid_filter and rid_filter not in str(request.rid):
                 continue
-            rows.append(DraftRow(body["seq"], src, str(rid), body["draft_ids"][i], body["accepted"][i], body["bonus"][i],
-                                 body["accepted_ids"][i], body.get("mode", "decode"),
-                                 None if paths is None else tuple(paths[i]), labels.get(src, src)))
+            path = request.accepted_path
+            rows.append(DraftRow(step.seq, src, str(request.rid), request.draft_ids, request.accepted, request.bonus,
+                                 request.accepted_ids, step.mode, None if path is None else tuple(path),
+                                 labels.get(src, src)))
             if len(rows) >= limit:
                 return rows
     return rows

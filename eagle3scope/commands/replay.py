@@ -14,7 +14,6 @@ import sys
 
 import click
 
-from eagle3scope.wire.announcements import read_hello, read_load
 from eagle3scope.store.replayer import MAX_SPEED, MIN_SPEED
 from eagle3scope.wire.untrusted import json_line, terminal
 
@@ -22,39 +21,38 @@ from eagle3scope.wire.untrusted import json_line, terminal
 def _fmt_step(frame, t0: int) -> str:
     from eagle3scope.store.rows import pass_summary
 
-    body = frame.body
-    acc, bonus, drafts = body["accepted"], body["bonus"], body["draft_ids"]
-    n = len(acc)
-    accepted = sum(a for a in acc if type(a) is int)
-    drafted = sum(len(d) for d in drafts if isinstance(d, list))
-    mean_len = (accepted + sum(bonus)) / n if n else 0.0
-    s = pass_summary(body)
+    step = frame.record
+    n = len(step.accepted)
+    accepted = sum(step.accepted)
+    drafted = sum(map(len, step.draft_ids))
+    mean_len = step.committed / n if n else 0.0
+    s = pass_summary(step)
     capture = "" if s["capture_on"] is None else f" capture={'on' if s['capture_on'] else 'OFF'}"
-    return (f"step {body['seq']:>8} +{(frame.t - t0) / 1e9:9.3f}s {frame.src} {body.get('mode')} bs={body['bs']}"
+    return (f"step {step.seq:>8} +{(frame.t - t0) / 1e9:9.3f}s {frame.src} {step.mode} bs={step.bs}"
             f" accepted {accepted}/{drafted} len={mean_len:.2f} passes {s['pass_widths'] or '-'}{capture}")
 
 
 def _fmt_other(frame, t0: int, last_dropped: dict) -> str | None:
-    b = frame.body
+    record = frame.record
     head = f"{frame.kind:>8}          +{(frame.t - t0) / 1e9:9.3f}s {frame.src}"
     if frame.kind == "hello":
-        hello = read_hello(b)
+        hello = record
         args = hello.args
-        return (f"{head} sglang {hello.sglang_version} worker {hello.worker} {args.algorithm}"
+        return (f"{head} {hello.engine_id} {hello.engine_release} worker {hello.worker} {args.algorithm}"
                 f" steps={args.num_steps} topk={args.topk} draft={args.draft_model_path}")
     if frame.kind == "load":
-        load = read_load(b)
+        load = record
         aux = load.aux
         fc = f"{load.fc_in}->{load.fc_out}" if load.has_fc else "none"
         capture = "?" if aux.capture_on is None else "on" if aux.capture_on else "OFF"
         return (f"{head} draft {load.draft_class} fc={fc} aux configured={aux.configured} captured={aux.captured}"
                 f" capture={capture}")
     if frame.kind == "config":
-        return f"{head} aux layers {b.get('layers')} applied={b.get('applied')} {b.get('reason') or ''}".rstrip()
+        return f"{head} aux layers {record.layers} applied={record.applied} {record.reason or ''}".rstrip()
     if frame.kind == "hook":
-        return f"{head} {b.get('seam')}: {b.get('status')} {b.get('detail') or ''}".rstrip()
+        return f"{head} {record.seam}: {record.status} {record.detail or ''}".rstrip()
     if frame.kind == "heartbeat":
-        dropped = b.get("dropped")
+        dropped = record.dropped
         if dropped != last_dropped.get(frame.src, 0):
             last_dropped[frame.src] = dropped
             return f"{head} shim dropped {dropped} frames so far"

@@ -17,7 +17,6 @@ from typing import Callable
 
 from eagle3scope.analysis.stats import Tally
 from eagle3scope.control.client import ControlClient, ControlError
-from eagle3scope.wire import is_decode_step
 from eagle3scope.wire.aux_layers import Preset
 from eagle3scope.live.subscriber import Subscriber
 
@@ -81,14 +80,13 @@ def measure_preset(client: ControlClient, sub: Subscriber, preset: Preset, *, st
             m.note = f"no decode steps for {idle_s:.0f}s"
             break
         for frame in sub.poll(timeout_ms=100):
-            body = frame.body
-            if frame.src != src or frame.kind != "step" or not is_decode_step(body):
+            if frame.src != src or frame.kind != "step" or not frame.record.is_decode_step:
                 continue
             last = time.monotonic()
             if skipped < settle:
                 skipped += 1
                 continue
-            tally.add(body["accepted"], sum(body["accepted"]) + sum(body["bonus"]))
+            tally.add(frame.record.accepted, frame.record.committed)
     m.steps, m.request_steps, m.mean_accept_length = tally.steps, tally.n, tally.mean_accept_length
     if not tally.steps:
         m.status = "no-steps"
@@ -101,10 +99,10 @@ def _await_config(sub: Subscriber, rid: str, timeout_s: float) -> tuple[str | No
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for frame in sub.poll(timeout_ms=100):
-            if frame.kind == "config" and frame.body.get("request_id") == rid:
-                if not frame.body.get("applied"):
-                    raise CycleError(f"the server refused request {rid}: {frame.body.get('reason')}")
-                return frame.src, frame.body.get("pause_ms")
+            if frame.kind == "config" and frame.record.request_id == rid:
+                if not frame.record.applied:
+                    raise CycleError(f"the server refused request {rid}: {frame.record.reason}")
+                return frame.src, frame.record.pause_ms
     return None, None
 
 

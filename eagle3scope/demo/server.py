@@ -288,13 +288,13 @@ class SGLangServer:
         `sampling`: more SGLang sampling parameters (e.g. a `regex`, `json_schema` or `ebnf` grammar)."""
         if (prompts is None) == (input_ids is None):
             raise ValueError("give exactly one of prompts or input_ids")
-        body: dict = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                                          **(sampling or {})}}
+        request: dict = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                             **(sampling or {})}}
         if prompts is not None:
-            body["text"] = [prompts] if isinstance(prompts, str) else list(prompts)
+            request["text"] = [prompts] if isinstance(prompts, str) else list(prompts)
         else:
-            body["input_ids"] = [list(ids) for ids in input_ids]
-        out = self.post("/generate", body, timeout=timeout)
+            request["input_ids"] = [list(ids) for ids in input_ids]
+        out = self.post("/generate", request, timeout=timeout)
         return out if isinstance(out, list) else [out]
 
     def stop(self, grace: float = 10.0) -> None:

@@ -35,7 +35,7 @@ def publisher_labels(pub: PublisherView) -> list[str] | None:
     hello = pub.hello
     if hello is None:
         return None
-    return [pub.src, str(hello.dp_rank or 0), str(hello.args.model_path or ""), str(hello.sglang_version or "")]
+    return [pub.src, str(hello.publisher_index or 0), str(hello.args.model_path or ""), str(hello.sglang_release or "")]
 
 
 def _ids(layers) -> str:

@@ -1,7 +1,7 @@
 """The viewer's ZeroMQ SUB side: one socket listening to every publisher, and what was lost.
 
 Frames from a server are untrusted bytes: a malformed or invalid frame (see
-:mod:`eagle3scope.wire.validate`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
+:mod:`eagle3scope.wire.bodies`), one over ``max_frame_bytes`` (ZeroMQ refuses it before it is
 buffered) or a newer schema major is counted per publisher and kind, reported once per publisher
 and kind (:meth:`Subscriber.take_reports`), and skipped, never raised, so the frames behind it
 still arrive. At most :data:`~eagle3scope.wire.schema.MAX_PUBLISHERS` publishers are heard; frames
@@ -24,7 +24,7 @@ from __future__ import annotations
 import zmq
 
 from eagle3scope.wire import Frame, FrameError, decode_frame
-from eagle3scope.wire.announcements import Hello, read_hello
+from eagle3scope.wire.bodies import Hello
 from eagle3scope.wire.curve import KeyFileError, load_keys, secure_client
 from eagle3scope.wire.endpoints import EndpointError, guard, reach_sibling
 from eagle3scope.wire.schema import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES, MAX_PUBLISHERS
@@ -126,7 +126,7 @@ class Subscriber:
                 return None
             self.sources.add(frame.src)
         if frame.kind == "hello" and self.discover:
-            self._discover(read_hello(frame.body))
+            self._discover(frame.record)
         return frame
 
     def _check_handshakes(self) -> None:

@@ -70,7 +70,7 @@ def summary_rows(a: Analysed) -> list[tuple[str, str]]:
     rows = [
         ("recording", a.path.name),
         ("publishers", ", ".join(s["publishers"]) or "-"),
-        ("SGLang", ", ".join(sorted({str(h.sglang_version) for h in hellos})) or "-"),
+        ("engine", ", ".join(sorted({h.engine_label for h in hellos})) or "-"),
         ("target", str(args.model_path or "-") if args else "-"),
         ("draft", str(args.draft_model_path or "-") if args else "-"),
         ("algorithm / steps / topk / draft tokens",

@@ -23,6 +23,7 @@ from typing import IO, Iterable
 
 from eagle3scope.analysis import SessionState
 from eagle3scope.wire import Frame
+from eagle3scope.wire.bodies import Config, Step
 
 ROUNDS_TID, PREFILL_TID, EVENTS_TID = 1, 2, 3
 #: (span name, device field, host field); the device field is drawn where the step carries it
@@ -51,41 +52,40 @@ def _us(t_ns: int) -> float:
     return t_ns / 1e3
 
 
-def _step_events(pub: _Publisher, body: dict, t_ns: int) -> Iterable[dict]:
-    seq = body["seq"]
+def _step_events(pub: _Publisher, step: Step, t_ns: int) -> Iterable[dict]:
+    seq = step.seq
     if not pub.seqs or seq >= pub.seqs[-1]:  # the map must stay sorted for bisect; a reset seq is skipped
         pub.seqs.append(seq)
         pub.times.append(t_ns)
-    prefill = body.get("mode", "decode") != "decode"
+    prefill = step.mode != "decode"
     spans = []
     for name, device, host in _PHASES:
-        for clock, key in (("device", device), ("host", host)):
-            ms = body.get(key)
-            if type(ms) in (int, float) and 0 <= ms < 1e7:
+        for clock, field in (("device", device), ("host", host)):
+            ms = getattr(step, field)
+            if ms is not None and 0 <= ms < 1e7:
                 spans.append((name, float(ms), clock))
                 break
     end = _us(t_ns)
     start = end - sum(ms for _, ms, _ in spans) * 1e3
-    accepted, bonus = body["accepted"], body["bonus"]
     for name, ms, clock in spans:
         yield {"ph": "X", "name": name, "cat": "prefill" if prefill else "round", "pid": pub.pid,
                "tid": PREFILL_TID if prefill else ROUNDS_TID, "ts": start, "dur": ms * 1e3,
-               "args": {"seq": seq, "bs": body["bs"], "clock": clock}}
+               "args": {"seq": seq, "bs": step.bs, "clock": clock}}
         start += ms * 1e3
     if prefill:
         return
-    yield {"ph": "C", "name": "batch size", "pid": pub.pid, "ts": end, "args": {"bs": body["bs"]}}
-    if accepted:
+    yield {"ph": "C", "name": "batch size", "pid": pub.pid, "ts": end, "args": {"bs": step.bs}}
+    if step.accepted:
         yield {"ph": "C", "name": "accept length", "pid": pub.pid, "ts": end,
-               "args": {"mean": (sum(accepted) + sum(bonus)) / len(accepted)}}
+               "args": {"mean": step.committed / len(step.accepted)}}
 
 
-def _config_event(pub: _Publisher, body: dict, t_ns: int) -> dict:
-    applied = "applied" if body.get("applied") else "refused"
-    return {"ph": "i", "s": "p", "name": f"aux layers {body.get('layers')} {applied}", "cat": "config",
+def _config_event(pub: _Publisher, config: Config, t_ns: int) -> dict:
+    applied = "applied" if config.applied else "refused"
+    return {"ph": "i", "s": "p", "name": f"aux layers {config.layers} {applied}", "cat": "config",
             "pid": pub.pid, "tid": EVENTS_TID, "ts": _us(t_ns),
-            "args": {"layers": body.get("layers"), "captured": body.get("captured"), "applied": body.get("applied"),
-                     "reason": body.get("reason"), "origin": body.get("origin")}}
+            "args": {"layers": config.layers, "captured": config.captured, "applied": config.applied,
+                     "reason": config.reason, "origin": config.origin}}
 
 
 def write_trace(frames: Iterable[Frame], out: IO[str]) -> int:
@@ -115,10 +115,10 @@ def write_trace(frames: Iterable[Frame], out: IO[str]) -> int:
             for tid, name in ((ROUNDS_TID, "rounds"), (PREFILL_TID, "prefill"), (EVENTS_TID, "events")):
                 emit({"ph": "M", "name": "thread_name", "pid": pub.pid, "tid": tid, "args": {"name": name}})
         if frame.kind == "step":
-            for event in _step_events(pub, frame.body, frame.body.get("t_ns") or frame.t):
+            for event in _step_events(pub, frame.record, frame.record.t_ns or frame.t):
                 emit(event)
         elif frame.kind == "config":
-            emit(_config_event(pub, frame.body, frame.t))
+            emit(_config_event(pub, frame.record, frame.t))
     state.evaluate_rules()
     for v in state.violations():
         pub = pubs.get(v.src)

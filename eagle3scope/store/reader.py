@@ -24,7 +24,7 @@ from eagle3scope.store.format import (
     unpack_blob,
 )
 from eagle3scope.wire import Frame, FrameError, decode_frame
-from eagle3scope.wire.validate import INT64_MAX, INT64_MIN
+from eagle3scope.wire.bodies import INT64_MAX, INT64_MIN
 
 _MAX_STATE_SLOTS = 4096
 #: damaged parts a reader lists (one more entry says the listing stopped)
@@ -278,7 +278,7 @@ class SessionReader:
     def seek_seq(self, seq: int) -> int | None:
         """Record index of the first step whose ``seq`` >= ``seq`` (None: past the end)."""
         pos = bisect.bisect_left(self._seq_keys, seq)
-        return self._first_matching(pos, lambda f: f.kind == "step" and f.body["seq"] >= seq)
+        return self._first_matching(pos, lambda f: f.kind == "step" and f.record.seq >= seq)
 
     def seek_run_step(self, src: str, began: tuple[int, int], seq: int) -> int | None:
         """Record index of the first step of ``src`` with ``seq`` >= ``seq`` in the run whose first
@@ -290,7 +290,7 @@ class SessionReader:
         if start is None:
             return None
         for idx, frame in self.frames(start):
-            if frame.src == src and frame.kind == "step" and frame.body["seq"] >= seq:
+            if frame.src == src and frame.kind == "step" and frame.record.seq >= seq:
                 return idx
         return None
 

@@ -257,7 +257,7 @@ class Replayer:
             if self._last_t is None or frame.t > self._last_t:
                 self._last_t = frame.t
             if frame.kind == "step":
-                self.step_seq = frame.body["seq"]
+                self.step_seq = frame.record.seq
         return frame
 
 

@@ -1,12 +1,13 @@
 """Flatten step frames into one row per request, the shape pandas/polars users want.
 
 Shared by ``export`` (csv/parquet) and the headless ``replay`` summary. Values come from
-untrusted files, so every field is read defensively: a wrong type becomes ``None``/empty.
+untrusted files: every frame read here was decoded into its checked record (``wire/bodies.py``).
 """
 
 from __future__ import annotations
 
 from eagle3scope.wire import FEATURE_CARRYING_MODES, Frame
+from eagle3scope.wire.bodies import Step
 
 #: column order of csv/parquet exports
 COLUMNS = (
@@ -16,19 +17,7 @@ COLUMNS = (
 )
 
 
-def _int(value: object) -> int | None:
-    return value if type(value) is int else None
-
-
-def _num(value: object) -> float | None:
-    return float(value) if type(value) in (int, float) else None
-
-
-def _ints(value: object) -> list[int]:
-    return [x for x in value if type(x) is int] if isinstance(value, list) else []
-
-
-def pass_summary(body: dict) -> dict:
+def pass_summary(step: Step) -> dict:
     """Per-step summary of the draft passes and the target's capture flag.
 
     ``pass_widths`` reads like ``draft_extend:12288+fc;decode:4096x2``; ``feature_width`` is the
@@ -36,45 +25,39 @@ def pass_summary(body: dict) -> dict:
     ``feature_fc`` whether ``fc`` ran on all of them (None when no such pass was seen).
     """
     parts, feature_widths, feature_fc = [], [], []
-    passes = body.get("passes")
-    for p in passes if isinstance(passes, list) else []:
-        if not isinstance(p, dict):
-            continue
-        mode, width, fc, n = str(p.get("mode")), _int(p.get("width")), p.get("fc"), _int(p.get("n")) or 1
+    for p in step.passes:
+        mode, width, fc, n = str(p.mode), p.width, p.fc, p.n
         parts.append(f"{mode}:{width if width is not None else '?'}{'+fc' if fc is True else ''}"
                      f"{f'x{n}' if n > 1 else ''}")
         if mode in FEATURE_CARRYING_MODES:
             if width is not None:
                 feature_widths.append(width)
             feature_fc.append(fc is True)
-    capture = body.get("capture") if isinstance(body.get("capture"), dict) else {}
-    on = capture.get("on")
+    capture = step.capture
     return {
         "pass_widths": ";".join(parts),
         "feature_width": min(feature_widths) if feature_widths else None,
         "feature_fc": all(feature_fc) if feature_fc else None,
-        "capture_on": on if isinstance(on, bool) else None,
-        "capture_layers": _ints(capture.get("layers")),
+        "capture_on": step.capture_on,
+        "capture_layers": list(capture.layers or []) if capture is not None else [],
     }
 
 
 def step_rows(frame: Frame) -> list[dict]:
     """One dict per request of a ``step`` frame, keys in :data:`COLUMNS` order."""
-    body = frame.body
-    common = pass_summary(body)
-    rids, drafts, acc, bonus, acc_ids = (body.get(k) for k in ("rids", "draft_ids", "accepted", "bonus", "accepted_ids"))
+    step = frame.record
+    common = pass_summary(step)
     rows = []
-    for i in range(_int(body.get("bs")) or 0):
-        a, b = _int(acc[i]), _int(bonus[i])
-        d = _ints(drafts[i])
+    for request in step.requests:
+        a, b, d = request.accepted, request.bonus, request.draft_ids
         rows.append({
-            "seq": body.get("seq"), "t_ns": _int(body.get("t_ns")) or frame.t, "src": frame.src,
-            "mode": str(body.get("mode")), "bs": body.get("bs"), "rid": str(rids[i]),
-            "accepted": a, "bonus": b, "accept_len_incl_bonus": (a or 0) + (b or 0), "n_drafted": len(d),
-            "draft_ids": d, "accepted_ids": _ints(acc_ids[i]),
+            "seq": step.seq, "t_ns": step.t_ns or frame.t, "src": frame.src,
+            "mode": str(step.mode), "bs": step.bs, "rid": str(request.rid),
+            "accepted": a, "bonus": b, "accept_len_incl_bonus": a + b, "n_drafted": len(d),
+            "draft_ids": d, "accepted_ids": request.accepted_ids,
             "pass_widths": common["pass_widths"], "feature_width": common["feature_width"],
             "feature_fc": common["feature_fc"], "capture_on": common["capture_on"],
             "capture_layers": common["capture_layers"],
-            "draft_ms": _num(body.get("draft_ms")), "verify_ms": _num(body.get("verify_ms")),
+            "draft_ms": step.draft_ms, "verify_ms": step.verify_ms,
         })
     return rows

@@ -22,8 +22,8 @@ import msgpack
 import zstandard
 
 from eagle3scope.store.format import MAX_BATCH_FRAMES, SCHEMA, SIDE_SUFFIXES, STORE_FORMAT, StoreError
-from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame, is_decode_step
-from eagle3scope.wire.announcements import read_hello, read_load
+from eagle3scope.wire import SCHEMA_MAJOR, SCHEMA_MINOR, Frame
+from eagle3scope.wire.bodies import Hello, Load
 from eagle3scope.wire.schema import STATE_KINDS
 
 #: a batch is committed once its frames' bytes reach this (besides 512 frames / 100 ms)
@@ -173,10 +173,10 @@ class SessionWriter:
         if kind == "step":
             self._n_steps += 1
             self.steps += 1
-            body = frame.body
-            if is_decode_step(body):
+            step = frame.record
+            if step.is_decode_step:
                 self.decode_steps += 1
-            seq = body["seq"]
+            seq = step.seq
             if seq > self._seq_hi:
                 self._seq_hi = seq
         elif kind in STATE_KINDS:  # indexed apart, so a seek re-sends what was known
@@ -186,7 +186,7 @@ class SessionWriter:
             self.flush()
 
     def _note_state(self, idx: int, raw: bytes, frame: Frame) -> None:
-        key = str(frame.body.get("seam", "")) if frame.kind == "hook" else ""
+        key = (frame.record.seam or "") if frame.kind == "hook" else ""
         slot = (frame.src, frame.kind, key)
         # re-sent unchanged (hello and load are sticky): one row until it changes; heartbeats all kept
         if frame.kind != "heartbeat" and self._last_state.get(slot) == frame.body:
@@ -194,7 +194,7 @@ class SessionWriter:
         self._last_state[slot] = frame.body
         self._pending_state.append((idx, frame.src, frame.kind, key, raw))
         if frame.kind in ("hello", "load"):
-            self._sources.setdefault(frame.src, {})[frame.kind] = frame.body
+            self._sources.setdefault(frame.src, {})[frame.kind] = frame.record
             self._sources_dirty = True
 
     def tick(self) -> None:
@@ -307,15 +307,17 @@ class SessionWriter:
 
 
 def session_sources(latest: dict[str, dict]) -> dict[str, dict]:
-    """Session metadata per publisher from its latest hello/load: SGLang version, args, models."""
+    """Session metadata per publisher from its latest hello/load records: engine version, args, models."""
     out = {}
     for src, kinds in latest.items():
-        hello, load = read_hello(kinds.get("hello") or {}), read_load(kinds.get("load") or {})
+        hello, load = kinds.get("hello") or Hello(), kinds.get("load") or Load()
         out[src] = {
-            "sglang_version": hello.sglang_version,
+            "engine": hello.engine_id,
+            "sglang_version": hello.sglang_release,
+            "engine_version": hello.engine_release,
             "shim_version": hello.shim_version,
             "worker": hello.worker,
-            "server_args": hello.server_args,
+            "server_args": hello.server_args_sent,
             "models": {
                 "target": hello.args.model_path,
                 "draft": hello.args.draft_model_path,

@@ -3,7 +3,7 @@ has received, the shim (``eagle3scope_shim/verdict.py``) inside the server, for 
 ``/metrics``.
 
 Each rule is a pure function over a publisher's load report and hello (the records of
-:mod:`~eagle3scope.wire.announcements`), the aux capture in effect, and for ``fc-bypassed`` the
+:mod:`~eagle3scope.wire.bodies`), the aux capture in effect, and for ``fc-bypassed`` the
 draft passes' counts; it returns an evidence dict when the contract is broken and ``None`` otherwise.
 Its id, severity, title, explanation and fix are :class:`Contract` constants here, so the log line
 and the viewer say the same thing. Standard library and ``wire`` only: the shim imports it.
@@ -11,10 +11,12 @@ and the viewer say the same thing. Standard library and ``wire`` only: the shim 
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from eagle3scope.wire.announcements import D2t, Load, read_load
+import msgspec
+
+from eagle3scope.wire.bodies import D2t, Capture, Config, Load
 from eagle3scope.wire.aux_layers import (
     Engine,
     UNSTATED_FACT,
@@ -28,7 +30,7 @@ from eagle3scope.wire.aux_layers import (
 from eagle3scope.wire.schema import FEATURE_CARRYING_MODES
 
 #: a load report that says nothing (none received yet)
-NO_LOAD = read_load({})
+NO_LOAD = Load()
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,10 @@ def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | 
     return captured_for(ids, "none" if offset_rule == "none" else "+1", 0)
 
 
-def capture_in_effect(load: Load | None, capture: dict | None) -> bool | None:
+def capture_in_effect(load: Load | None, capture: Capture | None) -> bool | None:
     """Whether the target captures aux states now: the latest step's ``capture`` says, else the load report."""
     if capture is not None:
-        return capture.get("on")
+        return capture.on
     return (load or NO_LOAD).aux.capture_on
 
 
@@ -104,12 +106,12 @@ class AuxLayers:
     applied: bool  # set by a live change
 
 
-def aux_layers_in_effect(load: Load | None, live_layers: list | None, applied: dict | None) -> AuxLayers:
+def aux_layers_in_effect(load: Load | None, live_layers: list | None, applied: Config | None) -> AuxLayers:
     """From the load report, the latest step's captured layers (None: no step since the last change)
     and the latest applied ``config`` body (None: none)."""
-    if applied:
-        expected = applied.get("captured")
-        return AuxLayers(applied.get("layers"), expected, expected if live_layers is None else live_layers,
+    if applied is not None:
+        expected = applied.captured
+        return AuxLayers(applied.layers, expected, expected if live_layers is None else live_layers,
                          live_layers is not None, True)
     aux = (load or NO_LOAD).aux
     expected = apply_offset(aux.configured, aux.offset_rule)
@@ -204,7 +206,7 @@ def d2t_absolute(load: Load) -> dict | None:
     broken = d2t.looks_absolute or (d2t.out_of_range or 0) > 0 or d2t.injective is False or d2t.t2d_consistent is False
     if not broken:
         return None
-    evidence = dict(zip(D2t.__slots__[1:], astuple(d2t)[1:]))  # every field but present
+    evidence = dict(zip(D2t.__struct_fields__[1:], msgspec.structs.astuple(d2t)[1:]))  # every field but present
     evidence["target_vocab_size"] = load.target_vocab_size
     return evidence
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from eagle3scope.wire import env
 from eagle3scope.wire.private import PrivateFileError, check_private_dir, ensure_private_dir
-from eagle3scope.wire.validate import MAX_PUBLISHERS  # the most siblings a hello may list
+from eagle3scope.wire.bodies import MAX_PUBLISHERS  # the most siblings a hello may list
 
 #: How help texts name the default (the path depends on the user: :func:`default_endpoint`).
 DEFAULT_ENDPOINT = "ipc://$XDG_RUNTIME_DIR/eagle3scope/events.sock"

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eagle3scope.wire.schema import MAX_PUBLISHERS, Frame
-from eagle3scope.wire.validate import MAX_SEAMS
+from eagle3scope.wire.bodies import MAX_SEAMS, Heartbeat
 
 _NOTHING: tuple[str, ...] = ()
 #: a forward jump of ``n`` beyond this is a counter reset, not loss: at 100,000 frames/s (far above
@@ -89,16 +89,16 @@ class FrameLoss:
         self.last_n, self.last_t = n, frame.t
         self.frames += 1
         if frame.kind == "heartbeat":
-            notes += self._heartbeat(frame.body)
+            notes += self._heartbeat(frame.record)
         return notes
 
-    def _heartbeat(self, body: dict) -> tuple[str, ...]:
+    def _heartbeat(self, beat: Heartbeat) -> tuple[str, ...]:
         dropped, failures = self.shim_dropped, self.hook_failures
-        self.shim_dropped = _count(body.get("dropped"), dropped)
-        self.hook_failures = _count(body.get("hook_failures"), failures)
-        self.shim_steps = _count(body.get("steps"), self.shim_steps)
-        self.queued = _count(body.get("queued"), self.queued)
-        self._cost(body.get("shim_us"), body.get("step_us"), body.get("round_shim_us"))
+        self.shim_dropped = _count(beat.dropped, dropped)
+        self.hook_failures = _count(beat.hook_failures, failures)
+        self.shim_steps = _count(beat.steps, self.shim_steps)
+        self.queued = _count(beat.queued, self.queued)
+        self._cost(beat.shim_us, beat.step_us, beat.round_shim_us)
         notes = []
         if self.shim_dropped > dropped:
             notes.append(f"{self.shim_dropped - dropped} new frame(s) dropped by the shim (total {self.shim_dropped})")

@@ -41,7 +41,7 @@ from collections import OrderedDict
 
 import zmq
 
-from eagle3scope.wire import aux_layers, bodies
+from eagle3scope.wire import aux_layers
 from eagle3scope.wire.control_protocol import (
     DEFAULT_WAIT_S,
     ENV_CONTROL,
@@ -449,7 +449,7 @@ class AuxChannel:
     def _publish(self, layers, captured, applied: bool, reason: str, rid: str, pause_ms=None) -> None:
         pub = STATE.publisher
         if pub is not None:
-            body = bodies.Config(layers=layers, captured=captured, applied=applied, reason=reason, origin="control",
+            body = dict(layers=layers, captured=captured, applied=applied, reason=reason, origin="control",
                                  request_id=rid)
             if pause_ms is not None:  # the target's graphs were recaptured: serving paused this long
                 body["pause_ms"] = pause_ms

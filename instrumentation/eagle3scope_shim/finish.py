@@ -43,14 +43,14 @@ def make_finish(seam):
         done = [counts(req) for req in ending if req.finished_output]  # SGLang emitted it (not a skipped req)
         if done:
             pub = STATE.publisher
-            pub.submit("finish", bodies.Finish(seq=STATE.seq, dropped=pub.dropped, requests=done))
+            pub.submit("finish", dict(seq=STATE.seq, dropped=pub.dropped, requests=done))
 
     return around(seam, pre, post, hot=True, traceable=False)
 
 
-def counts(req) -> bodies.Finished:
+def counts(req) -> dict:
     """One finished request's counts as SGLang reports them in ``meta_info`` (fields it lacks left out)."""
-    out = bodies.Finished(rid=str(req.rid))
+    out = dict(rid=str(req.rid))
     for field, names in COUNTS.items():
         value = next((getattr(req, name) for name in names if hasattr(req, name)), None)
         if field == "histogram":

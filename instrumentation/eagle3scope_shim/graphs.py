@@ -34,7 +34,6 @@ import logging
 import sys
 import time
 
-from eagle3scope.wire import bodies
 from eagle3scope.wire.releases import before
 from eagle3scope_shim import seams
 from eagle3scope_shim.facts import FACTS
@@ -170,8 +169,8 @@ def graph_bs(mode: str, raw_bs: int) -> int:
     return found
 
 
-def captured() -> list[bodies.CapturedGraph]:
-    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(FACTS.graphs.items())]
+def captured() -> list[dict]:
+    return [dict(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(FACTS.graphs.items())]
 
 
 def _slot(worker, path: tuple[str, ...]):

@@ -705,7 +705,7 @@ def make_target_graph_capture(seam):
     return hook
 
 
-def finalize_step(payload) -> bodies.Step:
+def finalize_step(payload) -> dict:
     """Publisher thread: wait for the step's copies, build the ``step`` body (with the device phase
     times its slot marked), release the slot."""
     slot = payload[3].slot
@@ -720,7 +720,7 @@ def finalize_step(payload) -> bodies.Step:
         HostRing.release(slot)
 
 
-def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
+def _step_body(seq, t_ns, rids, step, capture) -> dict:
     bs = len(rids)
     accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
     width = 0
@@ -746,7 +746,7 @@ def _step_body(seq, t_ns, rids, step, capture) -> bodies.Step:
                 accepted_ids[i] = ids[pos : pos + n + 1]
                 pos += n + 1
     path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
-    body: bodies.Step = {
+    body: dict = {
         "seq": seq,
         "t_ns": t_ns,
         "mode": "prefill" if step.prefill else "decode",
@@ -805,7 +805,7 @@ def _tree_path(index, accepted: list, bs: int, width: int) -> list:
     return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
 
 
-def _drop_discarded(body: bodies.Step, discarded: set) -> None:
+def _drop_discarded(body: dict, discarded: set) -> None:
     """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
     keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
     if len(keep) == body["bs"]:
@@ -817,10 +817,10 @@ def _drop_discarded(body: bodies.Step, discarded: set) -> None:
     body["bs"] = len(keep)
 
 
-def merged_passes(passes: list[tuple]) -> list[bodies.Pass]:
+def merged_passes(passes: list[tuple]) -> list[dict]:
     """The step's ``passes`` as the hooks appended them, fc decided (:func:`fc_of`) where a caller read
     the width, and each run of passes alike (mode, width, fc, graph) merged into one with their count."""
-    out: list[bodies.Pass] = []
+    out: list[dict] = []
     last = None
     for mode, width, fc, n, graph in passes:
         fc = fc_of(width) if fc is None else bool(fc)
@@ -829,7 +829,7 @@ def merged_passes(passes: list[tuple]) -> list[bodies.Pass]:
             out[-1]["n"] += n
             continue
         last = key
-        body: bodies.Pass = {"mode": mode, "width": width, "fc": fc, "n": n}
+        body: dict = {"mode": mode, "width": width, "fc": fc, "n": n}
         if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
             body["replayed"] = True
             body["graph_bs"] = graph

@@ -16,7 +16,6 @@ import socket
 import sys
 import weakref
 
-from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import graphs, ring, seams
 from eagle3scope_shim.facts import FACTS
@@ -147,7 +146,7 @@ def _default_weight_loader(model):
 
 
 # -- summaries -------------------------------------------------------------------------------
-def d2t_summary(d2t, t2d, target_vocab: int | None) -> bodies.D2t | None:
+def d2t_summary(d2t, t2d, target_vocab: int | None) -> dict | None:
     """``d2t[i]`` is an offset (target id = i + d2t[i]); say whether it looks like absolute ids."""
     if d2t is None:
         return None
@@ -228,7 +227,7 @@ def _resolved_use_aux(worker, target):
     return None if value is None else bool(value)
 
 
-def tensor_facts(module) -> bodies.TensorFacts:
+def tensor_facts(module) -> dict:
     """The full shape of ``module.weight`` on a TP-N server, from SGLang's own layer attributes:
     ``shape`` (all ranks together) and, only when this rank holds a shard, ``shard_shape``,
     ``parallel_dim`` and ``parallel_size``; vocabulary layers add ``org_vocab_size`` (the real
@@ -253,7 +252,7 @@ def tensor_facts(module) -> bodies.TensorFacts:
         # the weight is not the layer's own (e.g. a head SGLang replaced by the target's, wider
         # than the draft's vocabulary): its real shape is the fact, not a fraction of a shard
         dim, full = None, list(shard)
-    facts: bodies.TensorFacts = {"shape": full}
+    facts: dict = {"shape": full}
     if dim is not None and full[dim] != shard[dim] and shard[dim]:
         facts.update(shard_shape=shard, parallel_dim=dim, parallel_size=full[dim] // shard[dim])
     if getattr(module, "org_vocab_size", None) is not None:
@@ -267,7 +266,7 @@ def _source(param, target_param, written: bool) -> str:
     return "checkpoint" if written else "init"
 
 
-def _fc(facts: bodies.TensorFacts) -> bodies.Fc | None:
+def _fc(facts: dict) -> dict | None:
     """``{in, out}`` of the full fc (a column-parallel one, the MLA draft's, is sharded by out),
     plus where this rank's shard lies when it holds one."""
     if not facts:
@@ -277,7 +276,7 @@ def _fc(facts: bodies.TensorFacts) -> bodies.Fc | None:
     return {"in": in_, "out": out, **extra}
 
 
-def load_body(kind: str, worker, target, draft) -> bodies.Load:
+def load_body(kind: str, worker, target, draft) -> dict:
     text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
     cfg, tcfg = draft.config, text_model.config
     watch = FACTS.draft_loads.get(id(draft))
@@ -325,7 +324,7 @@ def load_body(kind: str, worker, target, draft) -> bodies.Load:
     }
 
 
-def _server_args(sa) -> bodies.ServerArgs:
+def _server_args(sa) -> dict:
     def get(name):
         value = getattr(sa, name, None)
         return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -348,7 +347,7 @@ def _class_name(obj) -> str | None:
     return None if obj is None else type(obj).__name__
 
 
-def _parallel_facts() -> bodies.Hello:
+def _parallel_facts() -> dict:
     """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``STATE.topology``."""
     topo = STATE.topology or {}
     parallel = {k: v for k, v in (topo.get("parallel") or {}).items() if k != "publishers"} or None
@@ -356,7 +355,7 @@ def _parallel_facts() -> bodies.Hello:
     pub = STATE.publisher
     return {
         "tp_rank": rank.get("tp_rank", 0),
-        "dp_rank": topo.get("index", 0),  # which of the server's publishers: its DP or attention-DP rank
+        "publisher_index": topo.get("index", 0),  # which of the server's publishers: its DP or attention-DP rank
         "parallel": parallel,
         "publisher_rank": {
             "tp_rank": rank.get("tp_rank", 0), "dp_rank": rank.get("dp_rank", 0),
@@ -368,7 +367,7 @@ def _parallel_facts() -> bodies.Hello:
     }
 
 
-def _observable(sa) -> bodies.Observable:
+def _observable(sa) -> dict:
     """What the shim sees on this server, as facts. A pass that replays a graph (or runs compiled)
     runs none of the draft forward's Python; its width and fc are then read at the caller that
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
@@ -398,7 +397,7 @@ def _observable(sa) -> bodies.Observable:
     }
 
 
-def hello_body(scheduler) -> bodies.Hello:
+def hello_body(scheduler) -> dict:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     overlap = getattr(scheduler, "enable_overlap", None)  # SGLang's decision, not the flag: it turns it off itself
@@ -424,7 +423,7 @@ def hello_body(scheduler) -> bodies.Hello:
     }
 
 
-def config_body(origin: str) -> bodies.Config:
+def config_body(origin: str) -> dict:
     call = FACTS.aux_calls[-1]
     return {
         "layers": call["requested"],

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import zmq
 
-from eagle3scope.wire import bodies, frame_of_packed, frame_packer
+from eagle3scope.wire import frame_of_packed, frame_packer
 from eagle3scope.wire.curve import load_keys, secure_server
 from eagle3scope.wire.endpoints import guard, resolve_bind_endpoint
 from eagle3scope_shim.heldsend import sender
@@ -138,7 +138,7 @@ class Publisher:
         self._step_seen = 0
         self._busy_ns = self._busy_seen = 0  # this thread's CPU time turning events into frames (heartbeat publisher_us)
         #: more heartbeat fields (called on the publisher thread), e.g. the shim's host-ring figures
-        self.heartbeat_extra: Callable[[], bodies.Heartbeat] | None = None
+        self.heartbeat_extra: Callable[[], dict] | None = None
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -294,10 +294,10 @@ class Publisher:
             return
         self._reported.add(key)
         detail = f"{stage} of a {kind!r} event failed: {type(exc).__name__}: {exc}"[:1000]
-        self._send("hook", bodies.Hook(seam="publisher", status="failed", detail=detail))
+        self._send("hook", dict(seam="publisher", status="failed", detail=detail))
 
     def _heartbeat(self) -> None:
-        body = bodies.Heartbeat(steps=self.steps, dropped=self.dropped, hook_failures=self.hook_failures,
+        body = dict(steps=self.steps, dropped=self.dropped, hook_failures=self.hook_failures,
                                 queued=len(self._ring))
         extra = self.heartbeat_extra
         if extra is not None:

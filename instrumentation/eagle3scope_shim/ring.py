@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from eagle3scope.wire import bodies, env
+from eagle3scope.wire import env
 
 #: The fields snapshotted per step (hooks: draft tokens, accept lengths, accepted ids, tree accept
 #: index), each with one buffer per slot, allocated when the ring is made.
@@ -60,12 +60,12 @@ class Snapshots:
         ring = self.ring
         return ring is not None and ring.timed
 
-    def stats(self) -> bodies.Heartbeat:
+    def stats(self) -> dict:
         """The host ring's size and allocations, for the heartbeat (publisher thread; ints only)."""
         ring = self.ring
         if ring is None:
             return {}
-        return {"ring": bodies.Ring(slots=len(ring.slots), capacity=ring.capacity, allocations=ring.allocations,
+        return {"ring": dict(slots=len(ring.slots), capacity=ring.capacity, allocations=ring.allocations,
                                     late_allocations=ring.late_allocations, oversize=ring.oversize)}
 
 

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 
-from eagle3scope.wire import bodies, env
+from eagle3scope.wire import env
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import SNAPSHOTS, RingSlot
@@ -101,7 +101,7 @@ class ShimState:
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
         self.seam_status[seam] = status
-        body = bodies.Hook(seam=seam, status=status, detail=detail[:1000])
+        body = dict(seam=seam, status=status, detail=detail[:1000])
         if self.publisher is not None:
             self.publisher.submit("hook", body)
         elif len(self.pending) < 256:

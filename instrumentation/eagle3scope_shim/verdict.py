@@ -24,7 +24,7 @@ import os
 import time
 
 from eagle3scope.wire import contracts, env, untrusted
-from eagle3scope.wire.announcements import read_hello, read_load
+from eagle3scope.wire import bodies
 from eagle3scope.wire.bodies import is_decode_step
 from eagle3scope.wire.contracts import NO_LOAD, Contract, FcTally
 from eagle3scope.wire.schema import FEATURE_CARRYING_MODES
@@ -78,10 +78,10 @@ class Verdict:
 
     def __init__(self) -> None:
         self.logging = os.environ.get(env.VERDICT_LOG, "").strip().lower() not in ("0", "false", "no", "off")
-        self.load = None  # wire.announcements.Load, once known
+        self.load = None  # wire.bodies.Load, once known
         self.algorithm = None
-        self.applied: dict | None = None  # the latest applied aux-layer change (config body)
-        self.capture: dict | None = None  # the latest step's {on, layers} since that change
+        self.applied: bodies.Config | None = None  # the latest applied aux-layer change
+        self.capture: bodies.Capture | None = None  # the latest step's {on, layers} since that change
         self.passes: dict[str, PassCounts] = {}
         self.decode_steps = 0
         self.more = ""  # the viewer command, with this publisher's endpoint
@@ -97,9 +97,9 @@ class Verdict:
     def at_load(self, hello: dict, load: dict | None, config: dict | None, *, publisher, metrics: bool) -> None:
         """Scheduler init, once the startup bodies are built: the first verdict, and the gauges."""
         try:
-            self.algorithm = read_hello(hello).args.algorithm
-            self.load = read_load(load) if load else None
-            self.applied = config if config and config.get("applied") else None
+            self.algorithm = bodies.read("hello", hello).args.algorithm
+            self.load = bodies.read("load", load) if load else None
+            self.applied = bodies.read("config", config) if config and config.get("applied") else None
             self.publisher = publisher
             self.more = f"eagle3scope watch --connect {publisher.endpoint}" if publisher is not None else "eagle3scope watch"
             if metrics and "PROMETHEUS_MULTIPROC_DIR" in os.environ:
@@ -111,7 +111,7 @@ class Verdict:
 
     def applied_change(self, config: dict) -> None:
         """An aux-layer change applied (scheduler thread): what steps captured before says nothing now."""
-        self.applied, self.capture = config, None
+        self.applied, self.capture = bodies.read("config", config), None
 
     def observe(self, body: dict) -> None:
         """Publisher thread, each step body as it is built: count, and judge when it is time."""
@@ -122,8 +122,9 @@ class Verdict:
                 if mode in FEATURE_CARRYING_MODES:
                     counts = self.passes.get(mode) or self.passes.setdefault(mode, PassCounts())
                     counts.add(seq, p.get("width"), bool(p.get("fc")), p.get("n", 1), p.get("replayed") is True)
-            if body.get("capture") is not None:
-                self.capture = body["capture"]
+            capture = body.get("capture")
+            if capture is not None:
+                self.capture = bodies.Capture(on=capture.get("on"), layers=capture.get("layers"))
             if is_decode_step(body):  # what check and --steps count as a decode step
                 self.decode_steps += 1
             if not self.judged:
@@ -150,7 +151,7 @@ class Verdict:
         """Each contract judged here, in the viewer's order, with its evidence (None: it holds)."""
         load, known = self.load or NO_LOAD, self.load
         capture_on = self.capture_on()
-        layers = contracts.aux_layers_in_effect(known, (self.capture or {}).get("layers"), self.applied)
+        layers = contracts.aux_layers_in_effect(known, None if self.capture is None else self.capture.layers, self.applied)
         return (
             (contracts.AUX_CAPTURE_OFF, contracts.aux_capture_off(load, self.algorithm, capture_on)),
             (contracts.FC_BYPASSED, contracts.fc_bypassed(load, self.algorithm, self.passes)),

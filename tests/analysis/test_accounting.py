@@ -18,6 +18,7 @@ from support.cli import invoke
 from support.recordings import record
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import Frame, FrameError, decode_frame, encode_frame
+from eagle3scope.wire.bodies import read
 
 RULE = "accounting-mismatch"
 
@@ -123,7 +124,8 @@ def test_a_round_counted_after_the_finish_fires_where_sglang_discards_it():
                                            "bonus": [0]}
     reused = step(5, frames[-1].t, [1]) | {"rids": ["req-0"]}
     assert _violation(analyse(_then(_then(frames, again), reused))) is None  # a client's own rid used again
-    frames[0].body["sglang_version"] = "0.5.10"
+    old = frames[0]
+    frames[0] = Frame(old.kind, old.src, old.n, old.t, {**old.body, "sglang_version": "0.5.10"})
     assert _violation(analyse(_then(frames, tick))) is None
 
 
@@ -176,7 +178,7 @@ def test_a_hostile_request_id_in_the_evidence_is_cut_and_the_open_tallies_are_bo
     long_rid = "x" * 4000
     acct.start([long_rid], (0, 0))
     acct.count([long_rid], [2], 0)
-    assert acct.finish({"seq": 1, "requests": [{"rid": long_rid, "verify_ct": 9}]}, 0, 0) is True
+    assert acct.finish(read("finish", {"seq": 1, "requests": [{"rid": long_rid, "verify_ct": 9}]}), 0, 0) is True
     assert len(acct.examples[0]["rid"]) == accounting.MAX_RID
 
 

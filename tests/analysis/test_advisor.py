@@ -37,7 +37,7 @@ def test_accept_length_at_the_recorded_depth_is_checks_mean_and_shallower_ones_t
     state = analyse(decode_frame(f) for f in frames)
     assert advice.settings[-1].num_steps == 5
     assert abs(advice.settings[-1].accept_length - state.acceptance.total.mean_accept_length) < 1e-12
-    rounds = [accepted for accepted, *_ in log_of(frames).rounds]
+    rounds = [r.accepted for r in log_of(frames).rounds]
     for s in advice.settings:
         n = sum(map(len, rounds))
         expected = sum(min(a, s.num_steps) + 1 for accepted in rounds for a in accepted) / n
@@ -74,7 +74,7 @@ def test_time_model_recovers_the_machine_and_the_best_setting():
 def test_too_few_request_steps_gives_no_advice_and_says_how_many_more():
     log = log_of(chain_frames(20))
     advice = advise(log)
-    have = sum(len(accepted) for accepted, *_ in log.rounds)
+    have = sum(len(r.accepted) for r in log.rounds)
     assert advice.recommended is None
     assert advice.needs_request_steps == MIN_REQUEST_STEPS - have
     assert f"needs {MIN_REQUEST_STEPS - have} more request-steps" in advice.headline()
@@ -244,7 +244,7 @@ def test_the_state_keeps_the_newest_rounds_and_forgets_an_ended_runs():
     log = state.publishers["dp0"].rounds
     assert len(log.rounds) == ADVISOR_ROUNDS and log.seen == ADVISOR_ROUNDS + 100
     newest = decode_frame(frames[-1]).body
-    assert log.rounds[-1][:2] == (newest["accepted"], newest["bonus"])
+    assert (log.rounds[-1].accepted, log.rounds[-1].bonus) == (newest["accepted"], newest["bonus"])
     restarted = hello_body(pid=4343, server_args=dict(hello_body()["server_args"], num_steps=5, topk=1))
     state.ingest(decode_frame(encode_frame("hello", restarted, src="dp0", n=len(frames), t=10 ** 6)))
     assert state.publishers["dp0"].run == 2 and state.publishers["dp0"].rounds.seen == 0

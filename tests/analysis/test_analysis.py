@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.support.analysis_streams import DRAFT_VOCAB, H, K, LAYERS, TARGET_VOCAB, Stream, healthy_load, hello, session, step
 from eagle3scope.analysis import RULE_IDS, AcceptanceStats, SessionState, analyse
+from eagle3scope.wire.bodies import Capture
 
 
 def fired(state: SessionState) -> dict:
@@ -55,8 +56,8 @@ def test_session_statistics_match_the_stream():
     assert state.acceptance.cumulative_mean_accept_length == pytest.approx(sum(lengths) / len(lengths))
     assert state.passes["decode"].calls == 1500 * 2 and state.passes["decode"].fc_skipped == 1500 * 2
     assert state.passes["draft_extend_v2"].widths == {3 * H: 1500}
-    assert state.capture == {"on": True, "layers": [2, 4, 5]}
-    assert len(state.recent) == 256 and state.recent[-1][1]["seq"] == 1499
+    assert state.capture == Capture(on=True, layers=[2, 4, 5])
+    assert len(state.recent) == 256 and state.recent[-1][1].seq == 1499
     assert len(state.segments) == 1 and state.segments[0].steps == 1500
 
 
@@ -432,7 +433,7 @@ def test_a_step_that_names_no_mode_is_a_decode_row_and_load_reports_show_what_wa
 # -- the load summary's rows, exactly (the TUI's load panel draws them as they are) ------------------
 def test_load_summary_rows_exactly():
     from eagle3scope.analysis.views import Fact, load_summary
-    from eagle3scope.wire.announcements import read_load
+    from eagle3scope.wire.bodies import Capture, read
     from eagle3scope.wire.aux_layers import family_rule
 
     body = {"draft_class": "LlamaForCausalLMEagle3", "target_class": "LlamaForCausalLM", "fc": {"in": 384, "out": 128},
@@ -444,20 +445,20 @@ def test_load_summary_rows_exactly():
             Fact("configured aux ids", "[1, 3, 5]"), Fact("captured (load)", "[2, 4, 6]", "ok")]
     tail = [Fact("lm_head", "checkpoint [32, 128]"), Fact("embed_tokens", "target"),
             Fact("weights", "2 consumed, 3 skipped, 2 never written: a.w, b.w, c.w, model.x", "bad")]
-    assert load_summary(read_load(body), {"on": True, "layers": [2, 4, 6]}, family_rule("LlamaForCausalLM")) == [
+    assert load_summary(read("load", body), Capture(on=True, layers=[2, 4, 6]), family_rule("LlamaForCausalLM")) == [
         *head, Fact("captured (live)", "[2, 4, 6] capture on"), Fact("use_aux / rule", "True / +1"),
         Fact("family id rule", "+1: captures id + 1"), Fact("d2t", "size 32 → target [0, 63] ok", "ok"), *tail]
     bad = {**body, "d2t": {**body["d2t"], "injective": False, "out_of_range": 2, "looks_absolute": True,
                            "t2d_consistent": False}}
     del bad["fc"]
-    assert load_summary(read_load(bad), {"on": False, "layers": [2]}, None) == [
+    assert load_summary(read("load", bad), Capture(on=False, layers=[2]), None) == [
         head[0], Fact("fc", "none", "bad"), *head[2:], Fact("captured (live)", "[2] capture off", "bad"),
         Fact("use_aux / rule", "True / +1"), Fact("family id rule", "unknown family", "muted"),
         Fact("d2t", "size 32 → target [0, 63] 2 out of range; not injective; looks absolute; t2d inconsistent", "bad"),
         *tail]
     bare = {"draft_class": "D", "target_class": "T", "fc": {"in": 1, "out": 1}, "aux": {"use_aux": False, "captured": [3]},
             "lm_head": {"source": "init", "shape": [4, 1]}, "weights": {"consumed": ["fc.weight"]}}
-    assert load_summary(read_load(bare), None) == [
+    assert load_summary(read("load", bare), None) == [
         Fact("draft / target", "D / T"), Fact("fc", "1 → 1"), Fact("configured aux ids", "None"),
         Fact("captured (load)", "[3]"), Fact("captured (live)", "–"), Fact("use_aux / rule", "False / None"),
         Fact("family id rule", "unknown family", "muted"), Fact("d2t", "absent (draft vocab = target vocab?)", "muted"),
@@ -466,7 +467,7 @@ def test_load_summary_rows_exactly():
     for skipped, unwritten, text in ((["s.w"], [], "1 consumed, 1 skipped, 0 never written: s.w"),
                                      ([], ["u.w"], "1 consumed, 0 skipped, 1 never written: u.w")):
         alone = {**bare, "weights": {"consumed": ["fc.weight"], "skipped": skipped, "unwritten": unwritten}}
-        assert load_summary(read_load(alone), None)[-1] == Fact("weights", text, "bad")  # either alone is bad
+        assert load_summary(read("load", alone), None)[-1] == Fact("weights", text, "bad")  # either alone is bad
 
 
 # -- the panels' views, exactly (the TUI draws them as they are) -------------------------------------
@@ -474,7 +475,7 @@ def test_publisher_row_says_what_the_hello_heartbeat_and_hooks_said():
     from eagle3scope.analysis.views import PublisherRow, publisher_rows
 
     s = Stream("h:7:dp1")
-    h = {**hello(), "dp_rank": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
+    h = {**hello(), "publisher_index": 1, "tp_rank": 2, "worker_class": "EAGLEWorkerV2",
          "seams": {"v2.step": "attached", "commit": "attached", "draft_forward": "attached", "load": "attached",
                    "draft_model": "unhooked"}}
     frames = [s.frame("hello", h), s.frame("hook", {"seam": "commit", "status": "failed", "detail": "x"})]
@@ -526,7 +527,7 @@ def test_accept_length_and_each_rank_are_the_rolling_window_beside_the_cumulativ
     state = SessionState()
     streams = [Stream(f"h:1:dp{dp}") for dp in (0, 1)]
     for dp, s in enumerate(streams):
-        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("hello", {**hello(), "publisher_index": dp}))
     for seq in range(600):
         for dp, s in enumerate(streams):
             state.ingest(s.frame("step", step(seq, s.t, [(K if seq < 300 else 0) if dp == 0 else 2])))
@@ -724,8 +725,17 @@ def test_rank_skew_names_the_worst_and_the_best_of_three():
     state = SessionState()
     for dp, accepted in ((0, 2), (1, 0), (2, 3)):
         s = Stream(f"h:1:dp{dp}")
-        state.ingest(s.frame("hello", {**hello(), "dp_rank": dp}))
+        state.ingest(s.frame("hello", {**hello(), "publisher_index": dp}))
         state.ingest(s.frame("step", step(0, s.t, [accepted])))
     rows, skew = rank_rows(state)
     assert rows == [RankRow("dp0", 3.0, 1), RankRow("dp1", 1.0, 1), RankRow("dp2", 4.0, 1)]
     assert skew == RankSkew("dp1", 1.0, "dp2", 4.0) and skew.spread == 3.0
+
+
+def test_the_header_names_the_engine_a_hello_says_and_an_old_hello_is_sglang():
+    from eagle3scope.analysis.views import publisher_rows
+
+    vllm = {k: v for k, v in hello().items() if k != "sglang_version"} | {"engine": "vllm", "engine_version": "0.32.0"}
+    for body, engine, version in ((vllm, "vllm", "0.32.0"), (hello(), "sglang", "0.5.23")):
+        (row,) = publisher_rows(analyse([Stream().frame("hello", body)]))
+        assert (row.engine, row.version) == (engine, version)

@@ -8,7 +8,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from eagle3scope.analysis.baseline import MIN_LENGTH_DROP, MIN_RATE_DROP, MIN_REQUEST_STEPS, compare
+from eagle3scope.analysis.baseline import MIN_LENGTH_DROP, MIN_RATE_DROP, MIN_REQUEST_STEPS, KeptRound, compare
 
 K = 3
 
@@ -21,13 +21,19 @@ def chain(rng: random.Random, rates: tuple[float, ...]) -> int:
     return a
 
 
-def rounds(n: int, rates=(0.7, 0.7, 0.7), *, bs: int = 2, seed: int = 0, **fields) -> list[dict]:
+def kept(accepted: list[int], bonus: list[int], **fields) -> KeptRound:
+    """A kept round (what a session keeps of a decode step); ``fields``: its optional per-request lists."""
+    return KeptRound(accepted, bonus, fields.get("num_steps"), fields.get("ctx_len"), fields.get("greedy"),
+                     fields.get("constrained"))
+
+
+def rounds(n: int, rates=(0.7, 0.7, 0.7), *, bs: int = 2, seed: int = 0, **fields) -> list[KeptRound]:
     """``n`` kept rounds (what a session keeps of a decode step); ``fields``: per-request lists by round index."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         accepted = [chain(rng, rates) for _ in range(bs)]
-        out.append({"accepted": accepted, "bonus": [1] * bs, **{key: f(i) for key, f in fields.items()}})
+        out.append(kept(accepted, [1] * bs, **{key: f(i) for key, f in fields.items()}))
     return out
 
 
@@ -60,14 +66,14 @@ def test_a_drop_the_noise_covers_does_not_regress():
     assert "mean accept length" in [d.name for d in big.regressions]
 
 
-def _fixed(n_rounds: int, every: int) -> list[dict]:
+def _fixed(n_rounds: int, every: int) -> list[KeptRound]:
     """Rounds of one request accepting all 3 drafts, but 2 in every ``every``-th round: each block of
     ``every`` rounds holds the same mix, so every bootstrap resample has exactly the same mean."""
-    return [{"accepted": [2 if i % every == 0 else 3], "bonus": [1]} for i in range(n_rounds)]
+    return [kept([2 if i % every == 0 else 3], [1]) for i in range(n_rounds)]
 
 
 def test_the_tolerance_boundary_is_exact_without_noise():
-    base = [{"accepted": [3], "bonus": [1]}] * 800  # mean 4.0: the tolerance is 2 % of it, 0.08
+    base = [kept([3], [1])] * 800  # mean 4.0: the tolerance is 2 % of it, 0.08
     assert MIN_LENGTH_DROP * 4.0 == 0.08
     small = by_name(compare(base, _fixed(800, 20), k_baseline=K, k_current=K))["mean accept length"]
     assert small.interval == (-0.05, -0.05) or abs(small.interval[0] + 0.05) < 1e-9
@@ -89,7 +95,7 @@ def test_a_slice_that_dropped_is_named_and_the_others_are_not():
     base = rounds(800, (0.8, 0.7, 0.6), seed=5, **ctx)
     cur = rounds(800, (0.8, 0.7, 0.6), seed=6, **ctx)
     for r in cur:
-        r["accepted"][1] = min(r["accepted"][1], 1)  # the long request never gets past position 1
+        r.accepted[1] = min(r.accepted[1], 1)  # the long request never gets past position 1
     deltas = by_name(compare(base, cur, k_baseline=K, k_current=K))
     assert deltas["context_length=2K-8K"].regressed and not deltas["context_length=<128"].regressed
     assert deltas["context_length=<128"].judged
@@ -107,7 +113,7 @@ def test_different_depths_compare_the_common_positions_and_say_so():
 @given(st.lists(st.lists(st.integers(0, K), min_size=1, max_size=4), min_size=1, max_size=300),
        st.integers(0, 2 ** 16))
 def test_a_recording_never_regresses_against_itself(accepted, seed):
-    same = [{"accepted": a, "bonus": [1] * len(a), "ctx_len": [len(a) * 1000] * len(a)} for a in accepted]
+    same = [kept(a, [1] * len(a), ctx_len=[len(a) * 1000] * len(a)) for a in accepted]
     result = compare(same, same, k_baseline=K, k_current=K, seed=seed)
     assert result.regressions == []
     for d in (*result.overall, *result.slices):
@@ -120,7 +126,7 @@ def test_a_recording_never_regresses_against_itself(accepted, seed):
        st.integers(1, K))
 def test_accepting_more_everywhere_never_regresses(accepted, more):
     """Every request-step of the current run accepted at least what the baseline's did."""
-    base = [{"accepted": a, "bonus": [1] * len(a)} for a in accepted]
-    cur = [{"accepted": [min(K, x + more) for x in a], "bonus": [1] * len(a)} for a in accepted]
+    base = [kept(a, [1] * len(a)) for a in accepted]
+    cur = [kept([min(K, x + more) for x in a], [1] * len(a)) for a in accepted]
     result = compare(base, cur, k_baseline=K, k_current=K)
     assert not result.overall[0].regressed and result.overall[0].change >= 0

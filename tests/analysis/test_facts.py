@@ -15,7 +15,7 @@ from eagle3scope.analysis import SessionState, analyse, facts
 from eagle3scope.analysis.views import aux_view, publisher_rows
 from eagle3scope.exporter.fleet import Fleet
 from eagle3scope.wire import decode_frame
-from eagle3scope.wire.announcements import Parallel
+from eagle3scope.wire.bodies import Parallel
 from eagle3scope.wire.aux_layers import CaptureRule, family_rule
 from eagle3scope.wire.releases import before, parse_version, release
 
@@ -169,7 +169,7 @@ def test_parallel_layout_read_defensively():
     pub = _state(("hello", hello_body(parallel=parallel))).publishers["dp0"]
     assert facts.parallel(pub) == Parallel(2, 2, 1, 1, 2, None)
     assert facts.parallel(_state(("hello", hello_body())).publishers["dp0"]) is None  # an older shim
-    assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/validate.py (tests/shim/test_topology.py)
+    assert facts.parallel(_state(("hello", hello_body(parallel=None))).publishers["dp0"]) is None  # a wrong type: refused by wire/bodies.py (tests/shim/test_topology.py)
 
 
 def test_aux_layers_in_effect_follow_a_live_change():

@@ -190,7 +190,7 @@ def test_configs_keep_the_baseline_and_the_latest_segments_and_the_rules_read_th
     assert len(state.segments) == MAX_SEGMENTS and state.dropped_segments == N + 1 - MAX_SEGMENTS
     assert state.segments[0].origin == "startup" and state.segments[0].steps == 1
     assert state.segments[-1].captured == [3, 5, 6] and state.segments[-1].steps == 1
-    assert pub.applied_config["request_id"] == N - 1
+    assert pub.applied_config.request_id == N - 1
     assert len(warnings_about(state, "aux configurations")) == 1
     assert ("r0", "aux-layers-mismatch") not in fired(state)  # captured what the last change asked for
 

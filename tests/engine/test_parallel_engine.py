@@ -111,8 +111,8 @@ def test_tp2_counts_agree_with_meta_info(tp2):
 def test_dp2_seen_from_one_endpoint(dp2):
     frames, responses = dp2
     hellos = {f.src: f.body for f in frames if f.kind == "hello"}
-    assert sorted(h["dp_rank"] for h in hellos.values()) == [0, 1], hellos.keys()
-    (first, second) = sorted(hellos.values(), key=lambda h: h["dp_rank"])
+    assert sorted(h["publisher_index"] for h in hellos.values()) == [0, 1], hellos.keys()
+    (first, second) = sorted(hellos.values(), key=lambda h: h["publisher_index"])
     assert first["siblings"] == second["siblings"] == [first["endpoint"], second["endpoint"]]
     assert first["parallel"]["dp_size"] == 2 and "DP replica 1" in second["publisher_rank"]["reason"]
     stepping = {f.src for f in frames if f.kind == "step" and f.body["mode"] == "decode"}

@@ -166,7 +166,7 @@ def test_close_is_idempotent_and_later_submits_are_dropped(pub):
 
 def test_ipc_endpoint(tmp_path):
     p = Publisher(f"ipc://{tmp_path}/e3s.sock", "dp1", sticky_interval_s=0.1)
-    p.set_sticky("hello", hello_body(dp_rank=1))
+    p.set_sticky("hello", hello_body(publisher_index=1))
     p.start()
     try:
         with Subscriber([p.endpoint]) as sub:
@@ -181,7 +181,7 @@ def test_ipc_endpoint(tmp_path):
 def test_one_subscriber_listens_to_several_publishers():
     pubs = [Publisher("tcp://127.0.0.1:*", f"dp{i}", sticky_interval_s=0.1) for i in range(2)]
     for p in pubs:
-        p.set_sticky("hello", hello_body(dp_rank=int(p.src[2:])))
+        p.set_sticky("hello", hello_body(publisher_index=int(p.src[2:])))
         p.start()
     try:
         with Subscriber([p.endpoint for p in pubs]) as sub:

@@ -13,7 +13,7 @@ from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.control_protocol import REPLAY_WINDOW_S, ProtocolError, authentic, check_freshness, sign
 from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.schema import FrameError
-from eagle3scope.wire.validate import MAX_TOKEN_ID
+from eagle3scope.wire.bodies import MAX_TOKEN_ID
 from benchmarks.support.analysis_streams import H, session
 from benchmarks.support.synthetic import step_body
 from support.cli import invoke
@@ -103,7 +103,7 @@ def test_a_failure_outranks_incomplete_evidence(tmp_path):
 
 # -- README "Bounds": each frame-body bound is accepted at its value and refused one past it -----------
 
-from eagle3scope.wire.validate import INT64_MAX, MAX_BATCH, MAX_DEPTH, MAX_DRAFT_TOKENS, MAX_NAME, MAX_TEXT  # noqa: E402
+from eagle3scope.wire.bodies import INT64_MAX, MAX_BATCH, MAX_DEPTH, MAX_DRAFT_TOKENS, MAX_NAME, MAX_TEXT  # noqa: E402
 
 
 def _step(bs: int, drafts: int = 1, rid: str = "r") -> dict:

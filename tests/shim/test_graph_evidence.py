@@ -13,7 +13,7 @@ from benchmarks.support.analysis_streams import LAYERS, Stream, healthy_load, he
 from eagle3scope.analysis import analyse
 from eagle3scope.analysis.facts import pass_visibility
 from eagle3scope.wire import decode_frame, encode_frame
-from eagle3scope.wire.announcements import read_hello
+from eagle3scope.wire.bodies import read
 from eagle3scope.wire.aux_layers import default_capture
 from eagle3scope_shim import graphs, hooks, seams
 from eagle3scope_shim.facts import FACTS
@@ -111,9 +111,9 @@ def test_passes_unobserved_names_what_could_not_be_seen():
 
 
 def test_pass_visibility_reads_old_and_new_hellos():
-    assert pass_visibility(read_hello(_graphed_hello())) == {"prefill": "eager", "draft decode": "graph",
+    assert pass_visibility(read("hello", _graphed_hello())) == {"prefill": "eager", "draft decode": "graph",
                                                              "draft extend": "graph"}
-    assert set(pass_visibility(read_hello(hello())).values()) == {"unknown"}  # an older shim's observable
+    assert set(pass_visibility(read("hello", hello())).values()) == {"unknown"}  # an older shim's observable
     assert pass_visibility(None) == {"prefill": "unknown", "draft decode": "unknown", "draft extend": "unknown"}
 
 

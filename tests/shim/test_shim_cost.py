@@ -15,7 +15,7 @@ from eagle3scope.analysis.views import publisher_rows
 from eagle3scope.wire import Frame, decode_frame
 from eagle3scope.wire.endpoints import fresh_ipc_endpoint
 from eagle3scope.wire.loss import FrameLoss
-from eagle3scope.wire.validate import MAX_NAME, MAX_SEAMS, BodyError, validate_body
+from eagle3scope.wire.bodies import MAX_NAME, MAX_SEAMS, BodyError, read as validate_body
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.guard import around
 from eagle3scope_shim.state import STATE

@@ -198,7 +198,7 @@ def two_ranks(tmp_path):
     pubs = []
     for index, endpoint in enumerate(siblings):
         pub = Publisher(endpoint, f"h:{index}:dp{index}", sticky_interval_s=0.1, heartbeat_interval_s=0.1)
-        pub.set_sticky("hello", hello_body(dp_rank=index, endpoint=endpoint, siblings=siblings))
+        pub.set_sticky("hello", hello_body(publisher_index=index, endpoint=endpoint, siblings=siblings))
         pub.start()
         pubs.append(pub)
     yield base, pubs
@@ -238,7 +238,7 @@ def test_overview_names_the_worst_rank():
     state = SessionState()
     for dp, accepted in ((0, 3), (1, 1)):
         src = f"h:{dp}:dp{dp}"
-        state.ingest(decode_frame(encode_frame("hello", hello_body(dp_rank=dp), src=src, n=0, t=1)))
+        state.ingest(decode_frame(encode_frame("hello", hello_body(publisher_index=dp), src=src, n=0, t=1)))
         for i in range(20):
             body = step_body(i, bs=2)
             body["accepted"] = [accepted, accepted]
@@ -255,7 +255,7 @@ def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_
     def labels(srcs):
         state = SessionState()
         for src in srcs:  # single-rank servers: all DP rank 0
-            state.ingest(decode_frame(encode_frame("hello", hello_body(dp_rank=0), src=src, n=0, t=1)))
+            state.ingest(decode_frame(encode_frame("hello", hello_body(publisher_index=0), src=src, n=0, t=1)))
             state.ingest(decode_frame(encode_frame("step", step_body(0), src=src, n=1, t=2)))
         return [r.label for r in acceptance_view(state).ranks]
 

@@ -14,7 +14,7 @@ from eagle3scope.analysis import SessionState, analyse
 from eagle3scope.store.replayer import Replayer
 from eagle3scope.tui.feed import ReplayFeed
 from eagle3scope.wire import Frame
-from eagle3scope.wire.validate import INT64_MAX
+from eagle3scope.wire.bodies import INT64_MAX, Capture
 from support.recordings import record
 from support.cli import invoke
 
@@ -147,14 +147,14 @@ def test_seek_to_a_violation_lands_in_its_own_run(tmp_path):
         seq = v.first_seq or 100
         feed.seek_step(seq)  # a plain step number: the first such step in the file, run 1's
         with feed.lock:
-            assert feed.state.publishers["r0"].capture["on"] is True
+            assert feed.state.publishers["r0"].capture.on is True
         first_run_index = feed.replayer.position
         feed.seek_run_step("r0", v.run, began, seq)
         assert feed.replayer.position > first_run_index
         with feed.lock:
             pub = feed.state.publishers["r0"]
             assert pub.run == 2 and pub.began == began
-            assert pub.capture == {"on": False, "layers": None}  # the broken run's step, not the healthy one
+            assert pub.capture == Capture(on=False, layers=None)  # the broken run's step, not the healthy one
     finally:
         feed.stop()
 
@@ -179,7 +179,7 @@ def test_g_on_a_violation_replays_from_where_it_fired_in_its_run(tmp_path):
             assert not isinstance(app.screen, ViolationScreen)
             with app.feed.lock:
                 pub = app.feed.state.publishers["r0"]
-                assert pub.run == 2 and pub.capture == {"on": False, "layers": None}
+                assert pub.run == 2 and pub.capture == Capture(on=False, layers=None)
 
     scenario()
 
@@ -221,7 +221,7 @@ def test_the_exporter_shows_the_current_run_once_and_counts_its_firing():
 
 def test_started_is_an_optional_int_in_the_hello():
     from benchmarks.support.analysis_streams import hello
-    from eagle3scope.wire.validate import BodyError, validate_body
+    from eagle3scope.wire.bodies import BodyError, read as validate_body
 
     validate_body("hello", hello())  # old shims: no "started"
     validate_body("hello", {**hello(), "started": 1_764_000_000_000_000_000})
@@ -232,7 +232,7 @@ def test_started_is_an_optional_int_in_the_hello():
 def test_the_shims_hello_names_its_start_time():
     from eagle3scope_shim.loadreport import hello_body
     from eagle3scope_shim.state import STATE
-    from eagle3scope.wire.validate import validate_body
+    from eagle3scope.wire.bodies import read as validate_body
 
     body = hello_body(object())  # a scheduler without server_args: the facts that need none
     validate_body("hello", body)

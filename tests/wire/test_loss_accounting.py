@@ -111,7 +111,7 @@ def test_what_each_verdict_says_in_the_event_log():
 
 
 def test_the_rounds_share_counts_only_their_own_hooks_and_new_seams_past_the_bound_are_not_kept():
-    from eagle3scope.wire.validate import MAX_SEAMS
+    from eagle3scope.wire.bodies import MAX_SEAMS
 
     loss = FrameLoss()
     loss.observe(beat(0, shim_us={"step": 30.0, "commit": 50.0}, step_us=200.0, round_shim_us=30.0))

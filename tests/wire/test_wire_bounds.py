@@ -36,7 +36,7 @@ def test_hello_seams_are_bounded_and_counted_in_the_state():
     pub = state.publishers["h:1:dp0"]
     assert len(pub.hooks) == MAX_SEAMS
     assert pub.unlisted_hello_seams == 2 * (3000 - MAX_SEAMS)  # both hellos' excess, counted
-    assert sum("names more than 64 seams" in e.text for e in state.events) == 1  # said once
+    assert sum(f"names more than {MAX_SEAMS} seams" in e.text for e in state.events) == 1  # said once
     hook = next(v for v in state.violations() if v.id == "hook-failed")  # still fires on the listed ones
     assert len(hook.evidence["seams"]) == MAX_SEAMS // 2
     assert publisher_rows(state)[0].hooks_total == MAX_SEAMS

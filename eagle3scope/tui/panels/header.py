@@ -55,7 +55,7 @@ class PublisherBar(Widget):
             line.append(" (no hello yet)", style=warn)
         else:
             if level < 9:  # the release decides which seams exist: the last piece to go
-                line.append(terminal(f" sglang {r.version or '?'}"))
+                line.append(terminal(f" {r.engine} {r.version or '?'}"))
             line.append(terminal(f" {r.algorithm or '?'}"))
             if r.worker and level < 2:
                 line.append(terminal(f" {r.worker}"))
