@@ -184,7 +184,7 @@ def test_readme_walk_names_what_exists():
 #: body field names that other dicts share by name (a draft's config.json, the doctor's report, the aux
 #: channel's reply and outcomes, rule evidence, the control protocol, export rows, the shim's own maps): a read
 #: of those cannot be told apart by the key alone.
-SHARED_NAMES = {"hidden_size", "target_hidden_size", "draft_vocab_size", "target_vocab_size", "target_class", "d2t",
+SHARED_NAMES = {"engine_version", "hidden_size", "target_hidden_size", "draft_vocab_size", "target_vocab_size", "target_class", "d2t",
                 "graphs", "aux", "sglang_version", "endpoint", "unobserved", "seq", "mode", "status", "detail", "reason",
                 "layers", "captured", "applied", "origin", "request_id", "steps", "dropped", "width", "fc", "n", "bs",
                 "source", "shape", "size", "min", "max", "on", "in", "out", "present", "pid", "host", "worker", "rid",

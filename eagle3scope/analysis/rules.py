@@ -15,7 +15,7 @@ from typing import Callable
 from eagle3scope.analysis import facts
 from eagle3scope.analysis.facts import PublisherView, load_of
 from eagle3scope.wire import contracts
-from eagle3scope.wire.aux_layers import Engine, engine_of
+from eagle3scope.wire.aux_layers import Engine
 from eagle3scope.wire.contracts import Contract
 from eagle3scope.wire.releases import before, release
 from eagle3scope.wire.severity import SEVERITY_ORDER
@@ -147,9 +147,9 @@ def lm_head_mismatch(pub: PublisherView) -> dict | None:
 
 def aux_layers_mismatch(pub: PublisherView) -> dict | None:
     evidence = contracts.aux_layers_mismatch(pub.load, facts.aux_layers(pub), facts.capture_on(pub))
-    engine = engine_of(pub.hello.body if pub.hello is not None else None)
-    if evidence is not None and engine != Engine.SGLANG:  # as in the hello: absent = SGLang
-        evidence["engine"] = engine.value  # the numbering words name this engine's rule
+    engine = pub.hello.engine_id if pub.hello is not None else Engine.SGLANG  # absent = SGLang
+    if evidence is not None and engine == Engine.VLLM:
+        evidence["engine"] = Engine.VLLM.value  # the numbering words name this engine's rule
     if evidence is not None and evidence["kind"] == "no-configured-ids-default-used":
         acc = pub.acceptance  # unstated layers: a fact until acceptance at position 1 says otherwise
         first = acc.per_position[0] if acc.k >= 1 and acc.per_position else None

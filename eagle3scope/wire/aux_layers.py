@@ -114,12 +114,6 @@ class Engine(StrEnum):
         return {"sglang": "SGLang", "vllm": "vLLM"}[self.value]
 
 
-def engine_of(hello_body: dict | None) -> Engine:
-    """The engine a hello body names: ``engine`` absent (older shims, SGLang's) or unknown = SGLang."""
-    value = hello_body.get("engine") if isinstance(hello_body, dict) else None
-    return Engine.VLLM if value == Engine.VLLM else Engine.SGLANG
-
-
 def vllm_captured(ids: list[int] | None, num_layers: int) -> list[int]:
     """The captured indices vLLM derives from configured ``ids``: as given, deduplicated and sorted
     (``_set_aux_hidden_state_layers``); no ids (None or empty) = its default ``(2, n//2, n-3)``."""

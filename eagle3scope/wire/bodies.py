@@ -27,6 +27,8 @@ from typing import Annotated, ClassVar, Union
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from eagle3scope.wire.aux_layers import Engine
+
 # -- bounds -------------------------------------------------------------------------------------
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: token ids (draft and target vocabularies) and widths fit in 31 bits
@@ -173,7 +175,7 @@ class Graphs(Record):
 
 
 #: the engines a hello may name, as the viewer labels them (absent: an SGLang shim of before the field)
-ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
+ENGINES = {engine.value: engine.label for engine in Engine}
 
 
 class Hello(Record, dict=True):
