@@ -59,10 +59,7 @@ from eagle3scope.wire.control_protocol import (
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
 from eagle3scope_shim import collective, graphs, seams
-from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.seams import sglang_version
-from eagle3scope_shim.state import STATE
-from eagle3scope_shim.verdict import VERDICT
 
 log = logging.getLogger("eagle3scope")
 
@@ -105,17 +102,17 @@ def _defining_class(model) -> type | None:
     return None
 
 
-def gather(scheduler, tp_rank: int = 0) -> Facts:
+def gather(shim, scheduler, tp_rank: int = 0) -> Facts:
     """Facts about this process's target and draft; ``why_not`` names the first blocker.
     ``scheduler``: anything holding SGLang's ``server_args`` (the scheduler, its request receiver)."""
     facts = Facts()
     sa = getattr(scheduler, "server_args", None)
     facts.tp_size = int(getattr(sa, "tp_size", 1) or 1)
     facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
-    if not FACTS.workers:
+    if not shim.load.workers:
         facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
         return facts
-    kind, worker, target, draft = FACTS.workers[-1]
+    kind, worker, target, draft = shim.load.workers[-1]
     facts.target = target
     facts.inner = inner = aux_layers.capture_owner(target)
     cfg = getattr(inner, "config", None)
@@ -133,19 +130,19 @@ def gather(scheduler, tp_rank: int = 0) -> Facts:
     cls = _defining_class(inner)
     facts.family = cls.__name__ if cls is not None else type(inner).__name__
     facts.rule = aux_layers.family_rule(facts.family, sglang_version())
-    facts.why_not = _blocker(facts, sa, worker, cls, tp_rank)
+    facts.why_not = _blocker(shim, facts, sa, worker, cls, tp_rank)
     facts.graphs = graphs.plan(worker, sa, sglang_version())
     return facts
 
 
-def _blocker(facts: Facts, sa, worker, cls, tp_rank: int) -> str:
+def _blocker(shim, facts: Facts, sa, worker, cls, tp_rank: int) -> str:
     if cls is None:
         return f"{type(facts.inner).__name__} has no set_eagle3_layers_to_capture in this release"
     if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
         return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
     if facts.rule is None:
         return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
-    for call in FACTS.aux_calls:  # what SGLang did at startup must match the rule we apply
+    for call in shim.load.aux_calls:  # what SGLang did at startup must match the rule we apply
         if call["requested"] is not None and call["on"]:
             predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
             if predicted != call["captured"]:
@@ -158,8 +155,7 @@ def _blocker(facts: Facts, sa, worker, cls, tp_rank: int) -> str:
         return (f"pipeline parallelism (pp_size {pp}): the aux capture lives on the last pipeline rank, which "
                 "this channel does not reach")
     if facts.tp_size > 1:
-        attached = STATE.seam_status.get(seams.BROADCAST) == "attached" and seams.BROADCAST not in STATE.disabled
-        why = collective.blocker(sa, tp_rank, attached)
+        why = collective.blocker(sa, tp_rank, shim.seams.live(seams.BROADCAST))
         return f"tensor parallelism (tp_size {facts.tp_size}): {why}" if why else ""
     return ""
 
@@ -183,7 +179,8 @@ class _Budget:
 class AuxChannel:
     """The ROUTER channel thread plus the queue the scheduler thread drains."""
 
-    def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
+    def __init__(self, shim, endpoint: str, token: str, facts: Facts) -> None:
+        self.shim = shim  # whose publisher and verdict hear each change
         self.requested = endpoint
         self.endpoint: str | None = None
         self.facts = facts
@@ -203,7 +200,7 @@ class AuxChannel:
         self.ranks: list[dict] | None = None  # every TP rank's report from the latest change
         self.refused_tokens = 0
         self.dropped = 0  # failures left unanswered by the rate limit
-        calls = FACTS.aux_calls
+        calls = shim.load.aux_calls
         self.current = calls[-1]["requested"] if calls else facts.configured
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -404,7 +401,7 @@ class AuxChannel:
             return
         entry = self._take()
         if entry is not None:
-            self._conclude(entry, _apply_guarded(self.change(entry), self.facts, _alone, 0))
+            self._conclude(entry, _apply_guarded(self.shim, self.change(entry), self.facts, _alone, 0))
 
     def take_for_broadcast(self) -> dict | None:
         """TP rank 0, as it broadcasts what it pulled: the queued ``set`` as the change every rank applies."""
@@ -447,7 +444,7 @@ class AuxChannel:
             self._cond.notify_all()
 
     def _publish(self, layers, captured, applied: bool, reason: str, rid: str, pause_ms=None) -> None:
-        pub = STATE.publisher
+        pub = self.shim.publisher
         if pub is not None:
             body = bodies.Config(layers=layers, captured=captured, applied=applied, reason=reason, origin="control",
                                  request_id=rid)
@@ -455,7 +452,7 @@ class AuxChannel:
                 body["pause_ms"] = pause_ms
             pub.submit("config", body)
             if applied:
-                VERDICT.applied_change(body)
+                self.shim.verdict.applied_change(body)
 
 
 # -- one change, applied by every TP rank together -------------------------------------------------
@@ -473,16 +470,16 @@ def _capture_of(facts: Facts) -> tuple[bool, list[int]]:
         return False, []
 
 
-def _report(facts: Facts, rank: int, error: str, **extra) -> dict:
+def _report(shim, facts: Facts, rank: int, error: str, **extra) -> dict:
     on, captured = _capture_of(facts)
     return {"rank": rank, "captured": captured, "on": on,
-            "forward_ct": getattr(STATE.scheduler, "forward_ct", None), "error": error, **extra}
+            "forward_ct": getattr(shim.scheduler, "forward_ct", None), "error": error, **extra}
 
 
-def _set_here(facts: Facts, change: dict, rank: int) -> str:
+def _set_here(shim, facts: Facts, change: dict, rank: int) -> str:
     """Put the change's ids in effect on this rank; what went wrong ("" if nothing)."""
     layers = list(change["layers"])
-    if STATE.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (env.FAULT)
+    if shim.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (env.FAULT)
         return f"fault injected into aux.apply on TP rank {rank} by EAGLE3SCOPE_FAULT"
     if facts.target is None:
         return f"no target to change on this rank: {facts.why_not}"
@@ -496,16 +493,16 @@ def _set_here(facts: Facts, change: dict, rank: int) -> str:
     return ""
 
 
-def _recapture_here(facts: Facts) -> tuple[str, float | None]:
+def _recapture_here(shim, facts: Facts) -> tuple[str, float | None]:
     if not facts.graphs.captured:
         return "", None
     try:
-        return "", facts.graphs.recapture()
+        return "", facts.graphs.recapture(shim.publisher)
     except Exception as exc:
         return f"recapturing the target's graphs failed ({type(exc).__name__}: {exc})", None
 
 
-def _restore_here(facts: Facts, previous, recaptured: bool) -> str:
+def _restore_here(shim, facts: Facts, previous, recaptured: bool) -> str:
     if facts.target is None:
         return "no target on this rank"
     try:
@@ -514,32 +511,32 @@ def _restore_here(facts: Facts, previous, recaptured: bool) -> str:
         return f"SGLang raised {type(exc).__name__}: {exc}"
     if recaptured and facts.graphs.captured:
         try:
-            facts.graphs.recapture()
+            facts.graphs.recapture(shim.publisher)
         except Exception as again:
             return f"its graphs not recaptured either ({type(again).__name__}: {again}): SGLang serves eagerly"
     return ""
 
 
-def apply_everywhere(change: dict, facts: Facts, gather, rank: int) -> dict:
+def apply_everywhere(shim, change: dict, facts: Facts, gather, rank: int) -> dict:
     """Apply ``change`` on this rank in step with the others; the outcome, the same on every rank.
 
     ``gather`` turns this rank's report into every rank's (a collective over the TP CPU group;
     :func:`_alone` on one rank). Each rank's own failure is caught before the next gather, so
     every rank reaches every gather and, seeing the same reports, takes the same branch: all
     keep the new set, or all put the previous one back (and recapture again where they did)."""
-    STATE.aux_change_applying = True
+    shim.aux_change_applying = True
     try:
-        reports = gather(_report(facts, rank, _set_here(facts, change, rank)))
+        reports = gather(_report(shim, facts, rank, _set_here(shim, facts, change, rank)))
         recaptured = bool(change["recapture"]) and not _failed(reports)
         if recaptured:
-            error, pause_ms = _recapture_here(facts)
-            reports = gather(_report(facts, rank, error, pause_ms=pause_ms))
+            error, pause_ms = _recapture_here(shim, facts)
+            reports = gather(_report(shim, facts, rank, error, pause_ms=pause_ms))
         failed = _failed(reports)
         if failed:
-            restored = gather(_report(facts, rank, _restore_here(facts, change["previous"], recaptured)))
+            restored = gather(_report(shim, facts, rank, _restore_here(shim, facts, change["previous"], recaptured)))
             return _refused(change, failed, restored, recaptured)
     finally:
-        STATE.aux_change_applying = False
+        shim.aux_change_applying = False
     return _applied(change, reports)
 
 
@@ -573,40 +570,36 @@ def _applied(change: dict, reports: list[dict]) -> dict:
     return applied if not pauses else {**applied, "pause_ms": max(pauses)}
 
 
-def _apply_guarded(change: dict, facts: Facts, gather, rank: int) -> dict:
+def _apply_guarded(shim, change: dict, facts: Facts, gather, rank: int) -> dict:
     try:
-        return apply_everywhere(change, facts, gather, rank)
+        return apply_everywhere(shim, change, facts, gather, rank)
     except Exception as exc:  # a failed gather: the TP group itself is broken
         return refusal(f"internal error: {type(exc).__name__}: {exc}", id=change["id"])
 
 
-_HERE: Facts | None = None  # the facts of a TP rank without a channel, gathered at its first change
-
-
-def apply_broadcast(receiver, changes: list[dict]) -> None:
+def apply_broadcast(shim, receiver, changes: list[dict]) -> None:
     """Every TP rank, right after SGLang's broadcast carried ``changes``: apply each, all ranks
     together. Never raises (the seam must stay attached, or the next change would reach SGLang's
     dispatcher on this rank and leave the others waiting in the gather)."""
-    global _HERE
     try:
         group = collective.tp_group(receiver)
         gather_all, rank = collective.gather_over(group), group.rank_in_group
     except Exception as exc:
         log.warning("eagle3scope: aux change dropped: no TP group: %s: %s", type(exc).__name__, exc)
         return
-    channel = STATE.aux_channel
+    channel = shim.aux_channel
     if channel is not None:
         facts = channel.facts
-    else:
-        if _HERE is None:
+    else:  # a TP rank without a channel: its facts gathered at its first change
+        if shim.rank_control_facts is None:
             try:
-                _HERE = gather(receiver)
+                shim.rank_control_facts = gather(shim, receiver)
             except Exception as exc:  # applying then fails on this rank, in step with the others
-                _HERE = Facts()
-                _HERE.why_not = f"{type(exc).__name__}: {exc}"
-        facts = _HERE
+                shim.rank_control_facts = Facts()
+                shim.rank_control_facts.why_not = f"{type(exc).__name__}: {exc}"
+        facts = shim.rank_control_facts
     for change in changes:
-        outcome = _apply_guarded(change, facts, gather_all, rank)
+        outcome = _apply_guarded(shim, change, facts, gather_all, rank)
         if channel is not None:
             channel.concluded(change, outcome)
 
@@ -615,17 +608,17 @@ _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int, tp_rank: int = 0) -> AuxChannel | None:
+def start(shim, scheduler, dp_rank: int, tp_rank: int = 0) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
-        return _start(scheduler, dp_rank, tp_rank)
+        return _start(shim, scheduler, dp_rank, tp_rank)
     except Exception as exc:
         log.warning("eagle3scope: control channel not started: %s: %s", type(exc).__name__, exc)
         return None
 
 
-def _start(scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
+def _start(shim, scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -642,13 +635,13 @@ def _start(scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    channel = AuxChannel(endpoint, token, gather(scheduler, tp_rank))
+    channel = AuxChannel(shim, endpoint, token, gather(shim, scheduler, tp_rank))
     try:
         channel.start()
     except zmq.ZMQError as exc:
         log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
         return None
-    STATE.aux_channel = channel
+    shim.aux_channel = channel
     blocked = channel.facts.why_not
     log.info("eagle3scope: control channel on %s%s", channel.endpoint, f" (changes refused: {blocked})" if blocked else "")
     return channel
