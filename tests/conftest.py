@@ -179,3 +179,11 @@ def synthetic_publisher():
     """A real XPUB socket on loopback TCP standing in for a shim (tests/support/publisher.py)."""
     with SyntheticPublisher() as pub:
         yield pub
+
+
+@pytest.fixture
+def shim():
+    """A fresh shim state for the hooks a test makes (tests/support/shim_state.py)."""
+    from support.shim_state import make_shim
+
+    return make_shim()

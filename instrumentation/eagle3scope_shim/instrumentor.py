@@ -24,11 +24,11 @@ log = logging.getLogger("eagle3scope")
 
 class Instrumentor:
     def __init__(self) -> None:
-        self.shim: Shim | None = None  # built by the first way in taken (_built)
+        self.shim: Shim | None = None  # built by the first way in taken (built)
         self.patcher: patching.Patcher | None = None
         self._set_env: str | None = None  # the endpoint instrument() put in the environment
 
-    def _built(self) -> Shim:
+    def built(self) -> Shim:
         """The shim's state and the patcher that wraps SGLang with hooks made for it, built once."""
         if self.shim is None:
             self.shim = Shim()
@@ -69,7 +69,7 @@ class Instrumentor:
         if not self.version_ok():
             return False
         if not self.is_instrumented:
-            self._built()
+            self.built()
             self.patcher.patch_all()
         return True
 
@@ -88,14 +88,14 @@ class Instrumentor:
         """SGLang's plugin path: hand the seams to its ``HookRegistry`` when asked for and allowed."""
         if requested_endpoint() is None or self.is_instrumented or not self.version_ok():
             return
-        patching.register_with_hook_registry(self._built())
+        patching.register_with_hook_registry(self.built())
 
     def activate(self) -> None:
         """The ``.pth`` path of releases without plugins: patch SGLang's modules as they are imported."""
         if requested_endpoint() is None or self.is_instrumented or patching.has_hook_registry() \
                 or not self.version_ok():
             return
-        self._built()
+        self.built()
         self.patcher.patch_all()
 
 

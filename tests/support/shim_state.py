@@ -1,0 +1,23 @@
+"""A fresh shim for a test: the state :meth:`Instrumentor.instrument` builds, hooks made with it by
+their factories (``hooks.FACTORIES[name](shim, seam)``), nothing shared with another test."""
+
+from __future__ import annotations
+
+from eagle3scope_shim.state import Shim
+
+
+def make_shim(**attrs) -> Shim:
+    """A new :class:`Shim`; ``attrs`` set on it (``publisher=``, ``scheduler=``, ...)."""
+    shim = Shim()
+    for name, value in attrs.items():
+        if not hasattr(shim, name):
+            raise AttributeError(f"Shim has no {name!r}")
+        setattr(shim, name, value)
+    return shim
+
+
+def ended(step, seq: int = 1, rids=(), t_ns: int = 0, capture: dict | None = None):
+    """``step`` as the step hook hands it to the publisher thread: numbered, its requests and the
+    capture in effect filled in (what ``hooks.finalize_step`` reads)."""
+    step.seq, step.t_ns, step.rids, step.capture = seq, t_ns, list(rids), capture
+    return step
