@@ -121,10 +121,10 @@ def _round(shim, draft_ms=3.0, gap_ms=0.0, verify_ms=5.0, extend_ms=2.0):
 
 
 def _published(shim):
-    ((payload, finalize),) = shim.publisher.submitted
-    body = finalize(payload)
+    ((step, finalize),) = shim.publisher.submitted
+    body = finalize(step)
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body  # a valid wire step
-    return body, payload[3]
+    return body, step
 
 
 def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_after_the_slot(shim, server):
@@ -142,9 +142,9 @@ def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_afte
 
 def test_a_mark_not_yet_complete_leaves_its_phase_out_rather_than_wait_or_fail(shim, server):
     _round(shim)
-    payload, finalize = shim.publisher.submitted[0]
-    payload[3].slot.marks[ring.EXTEND_END].done = False  # recorded on a stream that has not got there
-    body = finalize(payload)
+    step, finalize = shim.publisher.submitted[0]
+    step.slot.marks[ring.EXTEND_END].done = False  # recorded on a stream that has not got there
+    body = finalize(step)
     assert "extend_device_ms" not in body and body["draft_device_ms"] == pytest.approx(3.0)
     assert shim.seams.disabled == set()
 

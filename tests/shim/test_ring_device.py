@@ -11,6 +11,7 @@ import types
 import pytest
 from support.device_events import CaptureFailed, DeviceModel
 from support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
+from support.shim_state import ended
 
 from eagle3scope_shim import graphs, hooks
 from eagle3scope_shim.publisher import Publisher
@@ -96,7 +97,7 @@ def test_the_shims_recapture_drains_the_publisher_first_and_keeps_it_off_the_dev
     bodies = []
     publish_steps(publisher, ring, model, 6, bodies)
     try:
-        graphs.GraphPlan(True, Runner()).recapture()
+        graphs.GraphPlan(True, Runner()).recapture(shim.publisher)
     except CaptureFailed:
         pytest.fail(f"a shim thread broke the capture: {model.violations}")
     assert queued_at_capture == [0] and len(bodies) == 6 and model.violations == []
@@ -124,7 +125,8 @@ def test_the_ring_is_allocated_when_the_scheduler_starts_and_a_dtype_flip_alloca
                        snap(shim.snapshots, step, "ids", model.device_tensor(range(bs * width), dtype)))
         HostRing.record(step.slot)
         published.append(step)
-        publisher.submit("step", [0, 0, ["r"] * bs, step, None], lambda p: bodies.append(hooks.finalize_step(p)) or bodies[-1])
+        ended(step, seq=0, rids=["r"] * bs)
+        publisher.submit("step", step, lambda p: bodies.append(hooks.finalize_step(shim, p)) or bodies[-1])
         assert publisher.flush(5)
     assert len(model.pinned_allocations) == at_start and ring.late_allocations == 0 and ring.dropped == 0
     assert shim.snapshots.stats()["ring"]["late_allocations"] == 0
