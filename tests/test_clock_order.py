@@ -233,7 +233,7 @@ def test_the_shims_hello_names_its_start_time(shim):
     from eagle3scope_shim.loadreport import hello_body
     from eagle3scope.wire.validate import validate_body
 
-    body = hello_body(object())  # a scheduler without server_args: the facts that need none
+    body = hello_body(shim, object())  # a scheduler without server_args: the facts that need none
     validate_body("hello", body)
     assert body["started"] == shim.started_ns and 0 < body["started"] <= __import__("time").time_ns()
 

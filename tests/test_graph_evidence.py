@@ -308,7 +308,7 @@ def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(shim, monkeyp
     verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
     hooks.FACTORIES["draft"](shim, "v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)
-    assert _decided(shim.step) == [["decode", 128, False, 3, 4]] and shim.step.draft == [1, 2, 3, 4]
+    assert _decided(shim, shim.step) == [["decode", 128, False, 3, 4]] and shim.step.draft == [1, 2, 3, 4]
 
 
 # -- graph-free servers: the counting forward hook taken out, the callers add eager passes (issue 28) ---
@@ -395,7 +395,7 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(shim, graph_free,
                                                       batch, result)
     hooks.FACTORIES["draft_extend_prefill"](shim, "v2.draft_extend_prefill")(
         lambda *a: _Draft().forward(), _NS(speculative_num_steps=4), batch, _NS(shape=(5, 384)))
-    assert _decided(shim.step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None],
+    assert _decided(shim, shim.step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None],
                                  ["extend", 384, True, 1, None]]
     one_step = Step()
     shim.step = one_step
@@ -479,20 +479,20 @@ def test_verify_adds_the_draft_and_extend_passes_as_their_hooks_did(shim, extend
     _first_step_detaches(shim, worker)
     shim.publisher = None
     step = Step()
-    step.draft_from = hooks._draft_start(_verify_batch(128))
+    step.draft_from = hooks._draft_start(_verify_batch(128), {})
     shim.step = step
     hooks.FACTORIES["verify_v2"](shim, "v2.verify")(lambda self, b: _verify_result(384), _NS(topk=1, speculative_num_steps=4),
                                               _verify_batch())
     assert _decided(shim, step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]
     assert step.draft == [1, 7, 8, 9] and step.draft_ns > 0 and step.verify_end is not None and step.verify_ns is not None
     again = Step()  # aux capture off: the H-wide states skip fc; a verify input already there: no draft ran
-    again.draft_from = hooks._draft_start(_verify_batch(prebuilt=True))
+    again.draft_from = hooks._draft_start(_verify_batch(prebuilt=True), {})
     shim.step = again
     hooks.FACTORIES["verify_v2"](shim, "v2.verify")(lambda self, b: _verify_result(128), _NS(topk=1, speculative_num_steps=4),
                                               _verify_batch())
     assert _decided(shim, again) == [["draft_extend_v2", 128, False, 1, None]] and again.draft_ns is None
     assert again.draft == [1, 7, 8, 9]  # the tokens it verifies all the same
-    assert hooks._draft_start(_NS(spec_info=None))[1] is None  # SGLang drafts from an idle input it makes
+    assert hooks._draft_start(_NS(spec_info=None), {})[1] is None  # SGLang drafts from an idle input it makes
 
 
 def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(shim, extend_detachable, monkeypatch):
@@ -519,7 +519,7 @@ def test_the_step_times_the_draft_before_verify_and_the_extend_after_it(shim, ex
     batch = _NS(forward_mode=_NS(is_idle=lambda: False, is_extend=lambda: False), is_extend_in_batch=False,
                 reqs=[_NS(rid="r")], spec_info=_verify_batch(128).spec_info)
     hooks.FACTORIES["step"](shim, "v2.step")(round_, worker, batch)
-    step = submitted[0][3]
+    step = submitted[0]
     # the sleeps before, in and after verify, each in its own phase (verify's ends its draft's time)
     assert 200e6 <= step.draft_ns < 300e6 and step.verify_ns >= 100e6 and 20e6 <= step.extend_ns < 100e6
     assert _decided(shim, step) == [["decode", 128, False, 3, None], ["draft_extend_v2", 384, True, 1, None]]

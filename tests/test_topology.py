@@ -290,7 +290,7 @@ def test_an_idle_attention_dp_pass_is_not_published(shim, monkeypatch):
     from eagle3scope_shim import hooks
 
     submitted = []
-    monkeypatch.setattr(shim_state, "publisher", SimpleNamespace(submit=lambda *a, **k: submitted.append(a), drop=None))
+    shim.publisher = (SimpleNamespace(submit=lambda *a, **k: submitted.append(a), drop=None))
     idle = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: True, is_extend=lambda: False), reqs=[])
     assert hooks.FACTORIES["step"](shim, "t.step")(lambda self, batch: "result", None, idle) == "result"
     assert submitted == [] and shim.step is None and shim.seams.disabled == set()
