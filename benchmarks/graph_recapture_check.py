@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import torch
 
 from eagle3scope_shim import aux_channel, graphs
+from eagle3scope_shim.state import Shim
 
 
 class Target:
@@ -112,7 +113,7 @@ def main() -> None:
     facts = aux_channel.Facts()
     facts.target = facts.inner = target
     facts.graphs = graphs.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
-    ctl = aux_channel.AuxChannel("inproc://unused", "x" * 32, facts)
+    ctl = aux_channel.AuxChannel(Shim(), "inproc://unused", "x" * 32, facts)
     ctl.current = old
     want_old, want_new = expected_aux(target, old), expected_aux(target, new)
     replays_old = torch.equal(runner.decode_cuda_graph_runner.replay(), want_old)
