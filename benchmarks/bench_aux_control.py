@@ -20,7 +20,7 @@ from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.token import create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import aux_channel
-from eagle3scope_shim.state import Shim
+from eagle3scope_shim.shim_state import Shim
 
 
 class Target:

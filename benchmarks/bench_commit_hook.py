@@ -12,7 +12,7 @@ import time
 import weakref
 
 from eagle3scope_shim import hooks
-from eagle3scope_shim.state import Shim, Step
+from eagle3scope_shim.shim_state import Shim, Step
 
 
 class Req:

@@ -72,7 +72,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
-    from eagle3scope_shim.state import Shim
+    from eagle3scope_shim.shim_state import Shim
 
     class Mode:
         def __init__(self, name, extend=False):

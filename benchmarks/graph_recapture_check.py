@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import torch
 
-from eagle3scope_shim import aux_channel, graphs
-from eagle3scope_shim.state import Shim
+from eagle3scope_shim import aux_channel, graph_capture
+from eagle3scope_shim.shim_state import Shim
 
 
 class Target:
@@ -112,7 +112,7 @@ def main() -> None:
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=None)
     facts = aux_channel.Facts()
     facts.target = facts.inner = target
-    facts.graphs = graphs.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
+    facts.graphs = graph_capture.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
     ctl = aux_channel.AuxChannel(Shim(), "inproc://unused", "x" * 32, facts)
     ctl.current = old
     want_old, want_new = expected_aux(target, old), expected_aux(target, new)

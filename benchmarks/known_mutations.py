@@ -225,7 +225,7 @@ MUTATIONS = [
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",
                                          "instrumentation/eagle3scope_shim/patching.py",
-                                         "instrumentation/eagle3scope_shim/state.py")
+                                         "instrumentation/eagle3scope_shim/shim_state.py")
 GRAPH_EVIDENCE, SHIM_UNIT = "tests/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
 HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
 SHIM_SEAMS = "instrumentation/eagle3scope_shim/seams.py"

@@ -96,7 +96,7 @@ MODULES: dict[str, Target] = {
     "doctor-config": Target("eagle3scope/doctor/config_checks.py", DOCTOR),
     "shim-hooks": Target("instrumentation/eagle3scope_shim/hooks.py", (*SHIM_TESTS, "tests/aux/test_aux_control.py",
                                                                      "tests/aux/test_aux_tp.py")),
-    "shim-state": Target("instrumentation/eagle3scope_shim/state.py", SHIM_TESTS),
+    "shim-state": Target("instrumentation/eagle3scope_shim/shim_state.py", SHIM_TESTS),
     "control-protocol": Target("eagle3scope/wire/control_protocol.py", CONTROL),
     "control-client": Target("eagle3scope/control/client.py", CONTROL),
     "control-shim": Target("instrumentation/eagle3scope_shim/aux_channel.py", CONTROL),

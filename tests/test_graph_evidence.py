@@ -15,8 +15,8 @@ from eagle3scope.analysis.facts import pass_visibility
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire.aux_layers import default_capture
-from eagle3scope_shim import graphs, hooks, seams
-from eagle3scope_shim.state import Step
+from eagle3scope_shim import graph_capture, hooks, seams
+from eagle3scope_shim.shim_state import Step
 from support.shim_state import ended
 
 
@@ -27,20 +27,20 @@ def _decided(shim, step) -> list[list]:
 
 def test_a_graph_is_recorded_once_and_replays_go_to_the_bucket_they_pad_to(shim):
     for bs in (1, 2, 4, 8):
-        assert graphs.record_capture(shim.load, "decode", bs, 128, False)
-    assert not graphs.record_capture(shim.load, "decode", 4, 128, False)  # warm-ups and the capture run: one graph
-    assert graphs.record_capture(shim.load, "draft_extend_v2", 8, 384, True)
-    assert [graphs.graph_bs(shim.load, "decode", raw) for raw in (1, 3, 4, 5, 8, 9)] == [1, 4, 4, 8, 8, 0]
-    assert graphs.graph_bs(shim.load, "draft_extend_v2", 2) == 8 and graphs.graph_bs(shim.load, "extend", 1) == 0
-    assert graphs.captured(shim.load)[0] == {"mode": "decode", "bs": 1, "width": 128, "fc": False}
-    graphs.record_capture(shim.load, "decode", 16, 128, False)  # a later capture (a recapture) re-resolves
-    assert graphs.graph_bs(shim.load, "decode", 9) == 16
+        assert graph_capture.record_capture(shim.load, "decode", bs, 128, False)
+    assert not graph_capture.record_capture(shim.load, "decode", 4, 128, False)  # warm-ups and the capture run: one graph
+    assert graph_capture.record_capture(shim.load, "draft_extend_v2", 8, 384, True)
+    assert [graph_capture.graph_bs(shim.load, "decode", raw) for raw in (1, 3, 4, 5, 8, 9)] == [1, 4, 4, 8, 8, 0]
+    assert graph_capture.graph_bs(shim.load, "draft_extend_v2", 2) == 8 and graph_capture.graph_bs(shim.load, "extend", 1) == 0
+    assert graph_capture.captured(shim.load)[0] == {"mode": "decode", "bs": 1, "width": 128, "fc": False}
+    graph_capture.record_capture(shim.load, "decode", 16, 128, False)  # a later capture (a recapture) re-resolves
+    assert graph_capture.graph_bs(shim.load, "decode", 9) == 16
 
 
 def test_the_ledger_is_bounded(shim):
-    for bs in range(graphs.MAX_GRAPHS + 10):
-        graphs.record_capture(shim.load, "decode", bs, 128, False)
-    assert len(shim.load.graphs) == graphs.MAX_GRAPHS
+    for bs in range(graph_capture.MAX_GRAPHS + 10):
+        graph_capture.record_capture(shim.load, "decode", bs, 128, False)
+    assert len(shim.load.graphs) == graph_capture.MAX_GRAPHS
 
 
 def test_replayed_passes_fold_apart_from_eager_ones_and_reach_the_wire(shim):
@@ -132,7 +132,7 @@ def test_the_target_capture_hook_records_the_layers_its_graphs_hold(shim, monkey
     ignored. (A CUDA graph capture cannot run here: the runner is a stand-in, the hook is the shim's.)"""
     shim.load.target_graph_aux = None
     shim.publisher = None
-    hook = hooks.FACTORIES["target_graph_capture"](shim, "graphs.target_capture")
+    hook = hooks.FACTORIES["target_graph_capture"](shim, "graph_capture.target_capture")
     target = _NS(capture_aux_hidden_states=True, model=_NS(layers_to_capture=[2, 4, 5]))
     ran = []
     hook(lambda runner: ran.append(runner), _NS(model_runner=_NS(model=target)))
@@ -304,7 +304,7 @@ def test_a_replayed_draft_decode_counts_the_workers_steps_less_one(shim, monkeyp
     which none ran replayed that many, at the width the caller read."""
     shim.load.draft_embed_width = 128
     shim.step = Step()
-    graphs.record_capture(shim.load, "decode", 4, 128, False)
+    graph_capture.record_capture(shim.load, "decode", 4, 128, False)
     verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
     hooks.FACTORIES["draft"](shim, "v2.draft")(lambda worker, b: verify_input, _NS(speculative_num_steps=4), batch)

@@ -28,7 +28,7 @@ from eagle3scope.wire import encode_frame
 from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
 from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
 from eagle3scope_shim.publisher import Publisher
-from eagle3scope_shim.state import ShimState
+from eagle3scope_shim.shim_state import ShimState
 from support.neighbour_support import as_neighbour, become, ensure_neighbour, zmq_read
 from support.synthetic import hello_body, load_body, step_body
 from support.cli import CLI

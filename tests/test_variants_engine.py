@@ -211,7 +211,7 @@ def test_workers_sglang_selects_are_classified_by_what_the_hooks_see(engine_pyth
 RING = r"""
 import json, torch
 from eagle3scope_shim.ring import HostRing, snap
-from eagle3scope_shim.state import Shim, Step
+from eagle3scope_shim.shim_state import Shim, Step
 shim = Shim()
 shim.snapshots.on_cpu = True
 shim.snapshots.start("cpu", 4 * 6)  # as the scheduler starts: 4 requests x 6 draft tokens
@@ -259,7 +259,7 @@ CPU_SNAP = r"""
 import json, os, torch
 from eagle3scope_shim import hooks
 from eagle3scope_shim.ring import snap
-from eagle3scope_shim.state import Shim, Step
+from eagle3scope_shim.shim_state import Shim, Step
 shim = Shim()
 step, src = Step(), {"draft": torch.arange(8), "lens": torch.tensor([2, 3], dtype=torch.int32),
                      "path": torch.tensor([[0, 1, 2], [4, 6, 7]], dtype=torch.int32)}

@@ -22,7 +22,7 @@ on every rank; a recapture, where asked, runs on every rank too. The outcome (ev
 list under TP) goes out as a ``config`` event (origin ``control``, ``request_id``) and back to the
 parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
-with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`),
+with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graph_capture`),
 pipeline parallelism (the last stage holds the aux layers), TP where the broadcast cannot reach
 every rank (no broadcast seam in the release, DP attention keeping control messages local, a
 channel not on TP rank 0), a release whose method takes no ids, an unknown model family, capture
@@ -58,7 +58,7 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
-from eagle3scope_shim import collective, graphs, seams
+from eagle3scope_shim import collective, graph_capture, seams
 from eagle3scope_shim.seams import sglang_version
 
 log = logging.getLogger("eagle3scope")
@@ -88,7 +88,7 @@ class Facts:
         self.first_layer = 0
         self.why_not = ""  # non-empty: every set is refused with this reason
         self.tp_size = 1  # > 1: a set rides SGLang's request broadcast to every TP rank (collective.py)
-        self.graphs = graphs.GraphPlan(False)  # the target's captured graphs, and whether they can be recaptured
+        self.graphs = graph_capture.GraphPlan(False)  # the target's captured graphs, and whether they can be recaptured
 
 
 def _ids(value):
@@ -131,7 +131,7 @@ def gather(shim, scheduler, tp_rank: int = 0) -> Facts:
     facts.family = cls.__name__ if cls is not None else type(inner).__name__
     facts.rule = aux_layers.family_rule(facts.family, sglang_version())
     facts.why_not = _blocker(shim, facts, sa, worker, cls, tp_rank)
-    facts.graphs = graphs.plan(worker, sa, sglang_version())
+    facts.graphs = graph_capture.plan(worker, sa, sglang_version())
     return facts
 
 

@@ -27,11 +27,11 @@ import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import aux_channel, collective, graphs, loadreport, ring, seams, topology
+from eagle3scope_shim import aux_channel, collective, graph_capture, loadreport, ring, seams, topology
 from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.ring import CAPTURE_GATE, HostRing, listed, mark, snap
-from eagle3scope_shim.state import Step, requested_endpoint
+from eagle3scope_shim.shim_state import Step, requested_endpoint
 
 _now = time.perf_counter_ns
 _RID = operator.attrgetter("rid")
@@ -161,7 +161,7 @@ def _detach_counting_forwards(shim, worker) -> None:
         return
     if getattr(worker, "adaptive_controller", None) is not None:
         return
-    if any(graphs.replayed_passes(kind, worker).values()):
+    if any(graph_capture.replayed_passes(kind, worker).values()):
         return
     for seam in seams.OBSERVING_SEAMS["draft_model"]:
         if shim.seams.detach(seam):
@@ -555,7 +555,7 @@ def _graph_chosen(load, worker, mode: str, batch) -> int:
     attention from the largest batch of all ranks, not this rank's), else the smallest captured
     size that holds this rank's batch."""
     chosen = getattr(getattr(worker, _RUNNER_OF.get(mode, ""), None), "bs", None)
-    return chosen if type(chosen) is int else graphs.graph_bs(load, mode, len(batch.seq_lens))
+    return chosen if type(chosen) is int else graph_capture.graph_bs(load, mode, len(batch.seq_lens))
 
 
 def _observe_draft(shim, step, result, worker):
@@ -665,7 +665,7 @@ def make_draft_forward(shim, seam):
     def pre(self, *args, **kwargs):
         nonlocal capturing
         if capturing is None:
-            capturing = graphs.capture_flag()  # kept once found
+            capturing = graph_capture.capture_flag()  # kept once found
         in_capture = capturing is not None and capturing()
         step = shim.step
         if not in_capture:
@@ -681,7 +681,7 @@ def make_draft_forward(shim, seam):
         # EAGLE-3: SGLang applies fc iff the incoming width differs from the embedding width.
         mode, fc = forward_batch.forward_mode.name.lower(), fc_always or width != embed_width
         if in_capture:  # runs once per graph; its replays run none of this
-            if graphs.record_capture(shim.load, mode, int(forward_batch.batch_size), width, fc):
+            if graph_capture.record_capture(shim.load, mode, int(forward_batch.batch_size), width, fc):
                 loadreport.refresh_hello(shim)
             return None
         step.passes.append((mode, width, fc, 1, None))

@@ -5,7 +5,7 @@
 (:meth:`~Instrumentor.register`, :mod:`eagle3scope_shim.plugin`) and the ``.pth`` bootstrap of releases
 without plugins (:meth:`~Instrumentor.activate`, :mod:`eagle3scope_shim.bootstrap`). Each is
 idempotent, and the first one taken excludes the others. The first one taken builds the shim's state
-(:class:`~eagle3scope_shim.state.Shim`), which every hook is made with.
+(:class:`~eagle3scope_shim.shim_state.Shim`), which every hook is made with.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from eagle3scope.wire import env
 from eagle3scope.wire.endpoints import default_endpoint
 from eagle3scope.wire.releases import release
 from eagle3scope_shim import patching, seams
-from eagle3scope_shim.state import Shim, requested_endpoint
+from eagle3scope_shim.shim_state import Shim, requested_endpoint
 
 log = logging.getLogger("eagle3scope")
 

@@ -1,7 +1,7 @@
 """Load-time facts: what the hooks learn while SGLang builds its workers, loads the draft and
 captures graphs, gathered in whatever process does so (the scheduler's) and read later by the
 load report, the hello, the aux channel and the caller reads of replayed passes. Apart from the
-hook plan (:class:`eagle3scope_shim.state.HookPlan`): nothing here says which hook does what, and
+hook plan (:class:`eagle3scope_shim.shim_state.HookPlan`): nothing here says which hook does what, and
 nothing changes per step."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class LoadFacts:
         self.workers: list[tuple[str, Any, Any, Any]] = []  # (kind, worker, target model, draft model)
         self.draft_embed_width: int | None = None  # fc applies iff the incoming width differs from it
         self.draft_fc_always = False  # an EAGLE-1/2 draft: fc applies on every pass (seams.FC_ALWAYS)
-        # graphs (eagle3scope_shim.graphs): what each draft graph captured, the target's graph aux set
+        # graphs (eagle3scope_shim.graph_capture): what each draft graph captured, the target's graph aux set
         self.graphs: dict[tuple[str, int], list] = {}  # (mode, bs) -> [width, fc]
         self.graph_for: dict[tuple[str, int], int] = {}  # (mode, raw bs) -> bs of the graph it replays
         self.target_graph_aux: dict | None = None  # {"on", "layers"} at the target's last graph capture

@@ -18,7 +18,7 @@ import weakref
 
 from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import graphs, ring, seams
+from eagle3scope_shim import graph_capture, ring, seams
 from eagle3scope_shim.seams import sglang_version
 from eagle3scope_shim.version import __version__
 
@@ -372,7 +372,7 @@ def _observable(shim, sa) -> bodies.Observable:
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
     caller's seam is attached."""
     kind, worker = (shim.load.workers[-1][0], shim.load.workers[-1][1]) if shim.load.workers else (None, None)
-    replays = graphs.replayed_passes(kind, worker)
+    replays = graph_capture.replayed_passes(kind, worker)
     compiled = bool(getattr(sa, "enable_torch_compile", False))
     draft_seen = "draft_model" not in shim.unobserved  # else its passes say nothing, eager or replayed
     forward_seen = draft_seen and any(shim.seams.status.get(n) == "attached" for n in seams.OBSERVING_SEAMS["draft_model"])
@@ -415,7 +415,7 @@ def hello_body(shim, scheduler) -> bodies.Hello:
         "observable": _observable(shim, sa),
         # what each draft graph captured (width, fc per mode and batch size) and the aux layers the
         # target's graphs hold: replays run with these, whatever is configured since
-        "graphs": {"captured": graphs.captured(shim.load), "target_aux": shim.load.target_graph_aux},
+        "graphs": {"captured": graph_capture.captured(shim.load), "target_aux": shim.load.target_graph_aux},
         "control": None if shim.aux_channel is None else shim.aux_channel.endpoint,
         "seams": dict(shim.seams.status),
         "unobserved": dict(shim.unobserved),

@@ -1,6 +1,6 @@
 """The shim's state, one :class:`Shim` built by the instrumentor and handed to every hook factory
 (OpenTelemetry's instrumentor shape): the publisher (SGLang's entry ranks only, see ``topology``), the
-step being built, the seam table, the hook plan, the load facts (:mod:`eagle3scope_shim.facts`), the
+step being built, the seam table, the hook plan, the load facts (:mod:`eagle3scope_shim.load_facts`), the
 snapshot ring (:mod:`eagle3scope_shim.ring`), the verdict, the control channel. No module holds shim
 state of its own: a test builds a fresh :class:`Shim` and hands it to the factories it exercises.
 """
@@ -16,7 +16,7 @@ from typing import Callable
 
 from eagle3scope.wire import bodies, env
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, resolve_bind_endpoint, sibling_endpoints
-from eagle3scope_shim.facts import LoadFacts
+from eagle3scope_shim.load_facts import LoadFacts
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import RingSlot, Snapshots
 from eagle3scope_shim.verdict import Verdict

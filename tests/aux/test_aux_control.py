@@ -22,7 +22,7 @@ from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authe
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope_shim import aux_channel, seams
-from eagle3scope_shim import graphs as shim_graphs
+from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
 

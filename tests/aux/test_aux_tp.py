@@ -25,7 +25,7 @@ from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.wire.token import create_token_file, read_token
 from eagle3scope_shim import aux_channel, collective, hooks, seams
-from eagle3scope_shim import graphs as shim_graphs
+from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import Recorder, StandInTarget, TargetRunner, looping
 

@@ -12,7 +12,7 @@ import threading
 import torch
 
 from eagle3scope_shim import ring
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 from eagle3scope_shim.syncguard import SyncGuard, SyncViolation
 
 t = torch.arange(8)

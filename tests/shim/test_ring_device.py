@@ -13,10 +13,10 @@ from support.device_events import CaptureFailed, DeviceModel
 from support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
 from support.shim_state import ended
 
-from eagle3scope_shim import graphs, hooks
+from eagle3scope_shim import graph_capture, hooks
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import HostRing, snap
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_no_publisher_event_call_while_sglangs_capture_seam_captures(shim, publi
         with model.capture():
             time.sleep(0.3)
 
-    hook = hooks.FACTORIES["target_graph_capture"](shim, "graphs.target_capture")
+    hook = hooks.FACTORIES["target_graph_capture"](shim, "graph_capture.target_capture")
     hook(capture, types.SimpleNamespace(model_runner=None))  # raises CaptureFailed when the capture broke
     assert model.violations == []
     assert publisher.flush(5) and len(bodies) == 6  # and every step went out after it
@@ -97,7 +97,7 @@ def test_the_shims_recapture_drains_the_publisher_first_and_keeps_it_off_the_dev
     bodies = []
     publish_steps(publisher, ring, model, 6, bodies)
     try:
-        graphs.GraphPlan(True, Runner()).recapture(shim.publisher)
+        graph_capture.GraphPlan(True, Runner()).recapture(shim.publisher)
     except CaptureFailed:
         pytest.fail(f"a shim thread broke the capture: {model.violations}")
     assert queued_at_capture == [0] and len(bodies) == 6 and model.violations == []

@@ -11,7 +11,7 @@ import pytest
 from test_shim_unit import _CPU
 
 from eagle3scope_shim import hooks
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 
 ns = types.SimpleNamespace
 

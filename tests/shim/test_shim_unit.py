@@ -8,10 +8,10 @@ import pytest
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
-from eagle3scope_shim import hooks, state
+from eagle3scope_shim import hooks, shim_state
 from eagle3scope_shim.ring import HostRing
 from eagle3scope_shim.guard import around
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 from support.shim_state import ended
 
 
@@ -157,34 +157,34 @@ def test_one_endpoint_per_data_parallel_rank():
 def test_requested_endpoint(monkeypatch):
     monkeypatch.delenv("EAGLE3SCOPE_ENDPOINT", raising=False)
     monkeypatch.delenv("EAGLE3SCOPE", raising=False)
-    assert state.requested_endpoint() is None
+    assert shim_state.requested_endpoint() is None
     monkeypatch.setenv("EAGLE3SCOPE", "1")
-    assert state.requested_endpoint() == ""  # the private default, resolved when the publisher starts
+    assert shim_state.requested_endpoint() == ""  # the private default, resolved when the publisher starts
     monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "tcp://127.0.0.1:6000")
-    assert state.requested_endpoint() == "tcp://127.0.0.1:6000"
+    assert shim_state.requested_endpoint() == "tcp://127.0.0.1:6000"
 
 
 def test_every_spelling_of_on_enables_the_default_endpoint(monkeypatch):
     monkeypatch.delenv("EAGLE3SCOPE_ENDPOINT", raising=False)
     for value in ("1", "true", "yes", "on", " on "):
         monkeypatch.setenv("EAGLE3SCOPE", value)
-        assert state.requested_endpoint() == "", value
+        assert shim_state.requested_endpoint() == "", value
     for value in ("0", "TRUE", "off", ""):
         monkeypatch.setenv("EAGLE3SCOPE", value)
-        assert state.requested_endpoint() is None, value
+        assert shim_state.requested_endpoint() is None, value
 
 
 def test_a_fresh_process_state(monkeypatch):
     """What a scheduler process starts from (the instrumentor builds it once): nothing
     disabled, nothing pending, no channel, the first step numbered 1, the fault injection read once."""
     monkeypatch.delenv("EAGLE3SCOPE_FAULT", raising=False)
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     assert fresh.fault is None and fresh.seq == 0 and fresh.seams.disabled == set() and fresh.pending == []
     assert fresh.aux_channel is None and fresh.publisher is None and fresh.step is None
     assert fresh.step_ns == [0] and fresh.self_ns == {}  # the first heartbeat's deltas start from nothing
     assert fresh.aux_change_applying is False and list(fresh.uncommitted) == []
     monkeypatch.setenv("EAGLE3SCOPE_FAULT", " v2.verify ")
-    assert state.Shim().fault == "v2.verify"
+    assert shim_state.Shim().fault == "v2.verify"
 
 
 class _Counting:
@@ -196,7 +196,7 @@ class _Counting:
 
 
 def test_a_failure_counts_once_on_the_publisher_and_goes_out_as_a_hook_event(monkeypatch):
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     fresh.publisher = _Counting()
     fresh.fail("v2.draft", ValueError("x"))
     fresh.fail("v2.draft", ValueError("again"))  # disabled already: nothing more
@@ -204,7 +204,7 @@ def test_a_failure_counts_once_on_the_publisher_and_goes_out_as_a_hook_event(mon
 
 
 def test_hook_events_before_the_publisher_are_kept_up_to_256():
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     for i in range(300):
         fresh.report(f"s{i}", "attached")
     assert len(fresh.pending) == 256 and fresh.seams.status["s299"] == "attached"
@@ -816,7 +816,7 @@ def test_the_draft_model_is_found_in_either_worker_kind():
 
 
 def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     with caplog.at_level("WARNING", logger="eagle3scope"):
         fresh.fail("v2.verify", ValueError("bad shape"))
     assert caplog.messages == ["eagle3scope: hook v2.verify failed and is disabled (SGLang continues unaffected): "
@@ -869,14 +869,14 @@ def test_the_aux_configure_hook_keeps_sglangs_resolved_settings_per_model(shim, 
 
 def test_a_draft_forward_inside_a_graph_capture_records_the_graph_once(shim, monkeypatch):
     """Under SGLang's capture flag the forward hook records (mode, bs) -> [width, fc] and asks for a new hello."""
-    from eagle3scope_shim import graphs, loadreport
+    from eagle3scope_shim import graph_capture, loadreport
 
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     shim.load.graphs = {}
     shim.load.graph_for = {}
     shim.seams.disabled.clear()
     shim.step = None
-    monkeypatch.setattr(graphs, "capture_flag", lambda: (lambda: True))
+    monkeypatch.setattr(graph_capture, "capture_flag", lambda: (lambda: True))
     refreshed = []
     monkeypatch.setattr(loadreport, "refresh_hello", lambda shim: refreshed.append(1))
     forward = hooks.FACTORIES["draft_forward"](shim, "llama_eagle3.forward")
@@ -910,7 +910,7 @@ def test_a_step_whose_post_never_ran_gives_its_ring_slot_back(shim, monkeypatch)
 def test_a_fresh_states_step_seam_adds_up_its_rounds():
     import time
 
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     hook = around(fresh, "s.step", None, None, step=True)
     hook(lambda: time.sleep(0.002))
     assert fresh.step_ns[0] >= 2_000_000 and fresh.round_seams == {"s.step"}
@@ -921,13 +921,13 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
 
     submitted = []
 
-    class Recording(state.Publisher):
+    class Recording(shim_state.Publisher):
         def submit(self, kind, payload, finalize=None):
             submitted.append((kind, payload))
             return super().submit(kind, payload, finalize)
 
-    monkeypatch.setattr(state, "Publisher", Recording)
-    fresh = state.Shim()
+    monkeypatch.setattr(shim_state, "Publisher", Recording)
+    fresh = shim_state.Shim()
     early = {"seam": "early", "status": "attached", "detail": ""}
     fresh.pending.append(early)
     base = fresh_ipc_endpoint("startpub")
@@ -941,13 +941,13 @@ def test_start_publisher_binds_names_its_siblings_and_hands_over_the_cells(monke
         assert submitted == [("hook", early)]  # what the seams said before there was a publisher
         assert f"eagle3scope: publishing on {pub.endpoint} as {fresh.src}" in caplog.messages
         assert pub.endpoint == endpoint_for_dp_rank(base, 1) and pub.heartbeat_extra == fresh.snapshots.stats  # ring figures
-        alone = state.Shim()
+        alone = shim_state.Shim()
         assert alone.start_publisher(fresh_ipc_endpoint("startpub1"), 0)  # one publisher unless told more
         alone.publisher.close()
         assert len(alone.siblings) == 1
     finally:
         pub.close()
-    taken = state.Shim()
+    taken = shim_state.Shim()
     with caplog.at_level("ERROR", logger="eagle3scope"):
         assert taken.start_publisher(f"ipc://{tmp_path}/no/such/dir/sock", 0) is False
     assert taken.publisher is None
@@ -1028,7 +1028,7 @@ def test_the_draft_forward_seam_counts_within_the_rounds_and_the_commit_seam_out
 
 
 def test_the_target_graph_capture_hook_of_a_runner_without_a_model_records_nothing(shim, monkeypatch):
-    hook = hooks.FACTORIES["target_graph_capture"](shim, "graphs.target_capture")
+    hook = hooks.FACTORIES["target_graph_capture"](shim, "graph_capture.target_capture")
     assert hook(lambda self: "captured", object()) == "captured"
     assert shim.load.target_graph_aux is None and shim.seams.disabled == set()
 
@@ -1190,7 +1190,7 @@ def test_a_decode_step_whose_verify_went_unobserved_is_not_published_and_a_prefi
 
 
 def test_a_hook_event_without_detail_says_nothing(monkeypatch):
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     fresh.report("s", "attached")
     assert fresh.pending == [{"seam": "s", "status": "attached", "detail": ""}]
 
@@ -1284,7 +1284,7 @@ def test_the_first_step_keeps_the_forward_hook_of_a_worker_with_draft_graphs(shi
 
 
 def test_a_hook_events_detail_is_cut_at_1000_characters():
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     fresh.report("s", "failed", "x" * 2000)
     assert len(fresh.pending[0]["detail"]) == 1000
 
@@ -1295,9 +1295,9 @@ def test_an_unsafe_default_endpoint_is_named_as_the_default_on_the_servers_log(m
     def unsafe(endpoint):
         raise EndpointError("the runtime directory is not private")
 
-    monkeypatch.setattr(state, "resolve_bind_endpoint", unsafe)
+    monkeypatch.setattr(shim_state, "resolve_bind_endpoint", unsafe)
     with caplog.at_level("ERROR", logger="eagle3scope"):
-        assert state.Shim().start_publisher("", 0) is False
+        assert shim_state.Shim().start_publisher("", 0) is False
     assert caplog.messages[-1].startswith("eagle3scope: NOT PUBLISHING: cannot bind the default endpoint: EndpointError")
 
 
@@ -1354,7 +1354,7 @@ def test_a_fresh_state_dates_its_process_and_rebuilds_no_hello_before_the_first(
     from eagle3scope_shim import loadreport
 
     before = time.time_ns()
-    fresh = state.Shim()
+    fresh = shim_state.Shim()
     assert before <= fresh.started_ns <= time.time_ns() and fresh.hello_args is None
     sticky = []
     fresh.publisher = type("P", (), {"set_sticky": lambda self, kind, body: sticky.append(kind)})()

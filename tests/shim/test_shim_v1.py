@@ -27,7 +27,7 @@ H, AUX = 128, 3
 SCRIPT = r"""
 import json, sys
 from eagle3scope_shim import seams
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 from eagle3scope.demo import draft_probe
 
 shim.step = Step()  # collect draft passes as a speculative round would

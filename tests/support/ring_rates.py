@@ -11,7 +11,7 @@ from support.device_events import DeviceModel
 from eagle3scope_shim import hooks
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import RING_BYTES, HostRing, ring_for, snap
-from eagle3scope_shim.state import Shim, Step
+from eagle3scope_shim.shim_state import Shim, Step
 
 SCHEDULER_GPU = 3  # a scheduler not on GPU 0: a DP replica, an attention-DP leader, --base-gpu-id
 

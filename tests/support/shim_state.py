@@ -3,7 +3,7 @@ their factories (``hooks.FACTORIES[name](shim, seam)``), nothing shared with ano
 
 from __future__ import annotations
 
-from eagle3scope_shim.state import Shim
+from eagle3scope_shim.shim_state import Shim
 
 
 def make_shim(**attrs) -> Shim:
