@@ -11,7 +11,7 @@ import json
 import time
 import weakref
 
-from eagle3scope_shim import hooks
+from eagle3scope_shim import detach_plan, hooks
 from eagle3scope_shim.shim_state import Shim, Step
 
 
@@ -40,8 +40,8 @@ def settle(processor, result, batch) -> None:
 def main(rounds: int = 20000) -> dict:
     shim = Shim()
     shim.publisher = Publisher()
-    shim.seams.status[hooks.COMMIT_SEAM] = "attached"
-    commit = hooks.FACTORIES["commit"](shim, hooks.COMMIT_SEAM)
+    shim.seams.status[detach_plan.COMMIT_SEAM] = "attached"
+    commit = hooks.FACTORIES["commit"](shim, detach_plan.COMMIT_SEAM)
     out = {}
     for bs in (1, 64):
         batch = type("Batch", (), {"reqs": [Req(f"req-{i:04d}") for i in range(bs)]})()

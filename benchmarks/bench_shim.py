@@ -68,7 +68,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     import torch
 
-    from eagle3scope_shim import hooks, seams
+    from eagle3scope_shim import detach_plan, hooks, seams
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
@@ -109,7 +109,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         they hand over): step, draft, verify, draft-extend, draft forward, commit."""
         return (make["step"](shim, "v2.step"), make["draft"](shim, "v2.draft"), make["verify_v2"](shim, "v2.verify"),
                 make["draft_extend"](shim, "v2.draft_extend"), make["draft_forward"](shim, "llama_eagle3.forward"),
-                make["commit"](shim, hooks.COMMIT_SEAM))
+                make["commit"](shim, detach_plan.COMMIT_SEAM))
 
     h_step, h_draft, h_verify, h_extend, h_fwd, h_commit = round_hooks()
     # the same hooks timing themselves in CPU time (thread_time_ns) into their own cells: the cold
@@ -120,7 +120,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         cpu_cells, cpu_hooks = shim.self_ns, round_hooks()
     finally:
         shim.self_ns, time.perf_counter_ns = wall_cells, wall_clock
-    shim.seams.status[hooks.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
+    shim.seams.status[detach_plan.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
     # SGLang's capture flag, which the engine has imported by the first round (seams.CAPTURE_FLAG):
     # without it the forward hook would look it up on every call, which no server does
     import types
@@ -202,7 +202,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         c_step, c_draft, c_verify, c_extend, _, c_commit = cpu_hooks
         c_draft, c_verify, c_extend = _wrap(draft, c_draft), _wrap(verify, c_verify), _wrap(extend, c_extend)
         # the draft, draft extend and commit as the round calls them: hooked, or (graph-free:
-        # hooks._detach_counting_forwards, _detach_commit) unhooked, step and verify doing their work
+        # detach_plan._detach_counting_forwards, _detach_commit) unhooked, step and verify doing their work
         calls = {"draft": w_draft, "extend": w_extend, "cpu_draft": c_draft, "cpu_extend": c_extend}
 
         def cpu_round(self, b):
@@ -243,8 +243,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         # publish the passes (as replayed). Eager with the counting forward hook: a graphed server's
         # batch that runs eagerly. Then eager on a graph-free server, the CPU engine's round, which
         # the rest of the figures are about: the first step took the forward, draft and extend hooks
-        # out, step and verify add the passes (hooks._detach_counting_forwards), and with no overlap loop
-        # the commit hook (hooks._detach_commit): two hook calls a round.
+        # out, step and verify add the passes (detach_plan._detach_counting_forwards), and with no overlap loop
+        # the commit hook (detach_plan._detach_commit): two hook calls a round.
         def graph_free(yes: bool) -> None:
             nonlocal forward
             forward = fwd if yes else None

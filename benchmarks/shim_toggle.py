@@ -77,7 +77,7 @@ class Toggle:
         return len(self.saved)
 
 
-COMMIT_SEAM = "commit.resolve"  # hooks.COMMIT_SEAM: runs in process_batch_result, not in run_batch
+COMMIT_SEAM = "commit.resolve"  # detach_plan.COMMIT_SEAM: runs in process_batch_result, not in run_batch
 SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
 
 

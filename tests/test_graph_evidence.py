@@ -15,14 +15,14 @@ from eagle3scope.analysis.facts import pass_visibility
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.announcements import read_hello
 from eagle3scope.wire.aux_layers import default_capture
-from eagle3scope_shim import graph_capture, hooks, seams
+from eagle3scope_shim import detach_plan, graph_capture, hooks, seams, step_body
 from eagle3scope_shim.shim_state import Step
 from support.shim_state import ended
 
 
 def _decided(shim, step) -> list[list]:
     """The step's passes as appended, with fc decided where a caller read the width (as the publisher does)."""
-    return [[mode, width, hooks.fc_of(shim.load, width) if fc is None else fc, n, graph] for mode, width, fc, n, graph in step.passes]
+    return [[mode, width, step_body.fc_of(shim.load, width) if fc is None else fc, n, graph] for mode, width, fc, n, graph in step.passes]
 
 
 def test_a_graph_is_recorded_once_and_replays_go_to_the_bucket_they_pad_to(shim):
@@ -48,7 +48,7 @@ def test_replayed_passes_fold_apart_from_eager_ones_and_reach_the_wire(shim):
     step_.passes += [("decode", 128, False, 2, 4), ("decode", 128, False, 2, 4),
                      ("decode", 128, False, 1, None),  # an eager pass of the same shape is its own entry
                      ("draft_extend_v2", 384, True, 1, 0)]
-    body = hooks.finalize_step(shim, ended(step_, rids=["a"]))
+    body = step_body.finalize_step(shim, ended(step_, rids=["a"]))
     assert body["passes"] == [
         {"mode": "decode", "width": 128, "fc": False, "n": 4, "replayed": True, "graph_bs": 4},
         {"mode": "decode", "width": 128, "fc": False, "n": 1},
@@ -200,7 +200,7 @@ def caller(shim, monkeypatch):
         result = _NS(logits_output=_NS(hidden_states=_NS(shape=(1, width))))
         hook(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result)
         passes, shim.step.passes = shim.step.passes, []
-        return [list(p.values()) for p in hooks.merged_passes(shim.load, passes)]  # fc decided as the publisher does
+        return [list(p.values()) for p in step_body.merged_passes(shim.load, passes)]  # fc decided as the publisher does
 
     return call
 
@@ -264,7 +264,7 @@ def test_eager_forwards_inside_a_caller_are_counted_there_with_the_callers_width
         caller(original, _NS(speculative_num_steps=3), _NS(seq_lens=[5]), result, runs)
         assert shim.step.feed is None
     assert shim.step.passes == [("draft_extend_v2", 384, None, 2, None), ("draft_extend_v2", 128, None, 1, None)]
-    assert [(p["width"], p["fc"], p["n"]) for p in hooks.merged_passes(shim.load, shim.step.passes)] == [(384, True, 2), (128, False, 1)]
+    assert [(p["width"], p["fc"], p["n"]) for p in step_body.merged_passes(shim.load, shim.step.passes)] == [(384, True, 2), (128, False, 1)]
     assert shim.step.forwards == 3 and shim.seams.disabled == set()
 
 
@@ -347,7 +347,7 @@ def graph_free(shim, monkeypatch):
 
 def test_a_graph_free_server_takes_the_counting_forward_hook_out(shim, graph_free):
     worker, original = graph_free
-    hooks._detach_counting_forwards(shim, worker)
+    detach_plan._detach_counting_forwards(shim, worker)
     assert _Draft.__dict__["forward"] is original and shim.plan.forwards_at_callers is True
 
 
@@ -371,7 +371,7 @@ def test_the_counting_forward_hook_stays_wherever_it_is_needed(shim, graph_free,
         shim.load.draft_embed_width = None
     else:
         shim.unobserved["draft_model"] = "the draft model is X, whose forward the shim does not hook"
-    hooks._detach_counting_forwards(shim, worker)
+    detach_plan._detach_counting_forwards(shim, worker)
     assert _Draft.__dict__["forward"] is not original and shim.plan.forwards_at_callers is False
 
 
@@ -379,7 +379,7 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(shim, graph_free,
     """Same passes as the counting hook gave on the real engine (test_shim_engine: decode H x (steps - 1)
     without fc, draft_extend_v2 3H x 1 with fc, prefill extend 3H x 1), none marked replayed."""
     worker, _ = graph_free
-    hooks._detach_counting_forwards(shim, worker)
+    detach_plan._detach_counting_forwards(shim, worker)
     shim.step = Step()
     verify_input = _NS(draft_token=_NS(is_cpu=True, tolist=lambda: [1, 2, 3, 4]))
     batch = _NS(spec_info=_NS(hidden_states=_NS(shape=(2, 128))), seq_lens=[7, 9])
@@ -405,8 +405,8 @@ def test_callers_add_eager_passes_once_the_forward_hook_is_out(shim, graph_free,
 
 def _first_step_detaches(shim, worker):
     """What the step hook takes out at the first step, the forward hook first (make_step)."""
-    hooks._detach_counting_forwards(shim, worker)
-    hooks._detach_draft_and_extend(shim, worker)
+    detach_plan._detach_counting_forwards(shim, worker)
+    detach_plan._detach_draft_and_extend(shim, worker)
 
 
 @pytest.fixture
@@ -417,7 +417,7 @@ def extend_detachable(shim, graph_free, monkeypatch):
     worker, _ = graph_free
     worker.speculative_num_steps = 4
     taken, held = [], set()
-    for seam in (hooks.DRAFT_SEAM, hooks.EXTEND_SEAM):
+    for seam in (detach_plan.DRAFT_SEAM, detach_plan.EXTEND_SEAM):
         shim.seams.detachers[seam] = lambda seam=seam: seam not in held and not taken.append(seam)
     shim.plan.draft_at_verify = False
     shim.plan.extend_at_verify = False
@@ -428,17 +428,17 @@ def extend_detachable(shim, graph_free, monkeypatch):
 def test_a_graph_free_v2_server_takes_the_draft_and_extend_hooks_out_too(shim, extend_detachable):
     worker, taken, _ = extend_detachable
     _first_step_detaches(shim, worker)
-    assert taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM] and shim.plan.draft_at_verify and shim.plan.extend_at_verify
+    assert taken == [detach_plan.DRAFT_SEAM, detach_plan.EXTEND_SEAM] and shim.plan.draft_at_verify and shim.plan.extend_at_verify
 
 
-@pytest.mark.parametrize("held", [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM])
+@pytest.mark.parametrize("held", [detach_plan.DRAFT_SEAM, detach_plan.EXTEND_SEAM])
 def test_only_a_hook_taken_out_has_its_work_moved(shim, extend_detachable, held):
     """A hook still in place keeps doing its own work: moving it too would count its passes twice."""
     worker, taken, holding = extend_detachable
     holding.add(held)
     _first_step_detaches(shim, worker)
     assert held not in taken
-    assert shim.plan.draft_at_verify is (held != hooks.DRAFT_SEAM) and shim.plan.extend_at_verify is (held != hooks.EXTEND_SEAM)
+    assert shim.plan.draft_at_verify is (held != detach_plan.DRAFT_SEAM) and shim.plan.extend_at_verify is (held != detach_plan.EXTEND_SEAM)
 
 
 @pytest.mark.parametrize("why", ["zero steps", "v1", "graphs", "pipeline"])

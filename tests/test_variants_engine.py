@@ -257,7 +257,7 @@ def test_the_host_ring_allocates_every_slot_at_start_and_never_in_a_step(engine_
 
 CPU_SNAP = r"""
 import json, os, torch
-from eagle3scope_shim import hooks
+from eagle3scope_shim import step_body
 from eagle3scope_shim.ring import snap
 from eagle3scope_shim.shim_state import Shim, Step
 shim = Shim()
@@ -269,7 +269,7 @@ for t in src.values():
     t.add_(100)  # SGLang reusing its buffers after the round: the snapshot must not follow
 step.draft, step.verify, step.path = views["draft"], ("v2", views["lens"], views["draft"]), views["path"]
 step.rids = ["a", "b"]
-body = hooks.finalize_step(shim, step)
+body = step_body.finalize_step(shim, step)
 print(json.dumps({"kinds": kinds, "ring": shim.snapshots.ring is not None, "draft_ids": body["draft_ids"],
                   "accepted_ids": body["accepted_ids"], "path": body["accepted_path"]}))
 """

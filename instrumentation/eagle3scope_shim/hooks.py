@@ -1,19 +1,19 @@
 """Hook bodies, one per seam kind named in :mod:`eagle3scope_shim.seams` (``Seam.hook``).
 
-Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`guard.around`, so it fails
+Each ``make_<hook>(shim, seam)`` returns an AROUND hook for that shim, built with :func:`guard.around`, so it fails
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
 device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
-device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor is listed at once:
+device ``tolist`` in :func:`step_body.finalize_step` and hands the slot back (a CPU tensor is listed at once:
 there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
 fires on every eager draft pass, only counts passes inside the callers that read the width they
 hand the draft (BENCHMARKS.md, issue 28: each hook call costs tens of µs after a forward has swept
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
-(:func:`_detach_draft_and_extend`); without the overlap loop the commit hook goes too
-(:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify, and verify's has
+(:mod:`detach_plan`); without the overlap loop the commit hook goes too
+(:func:`detach_plan._detach_commit`): two hook calls a round on a CPU server, step and verify, and verify's has
 one body, after the call. Passes are appended as the hooks see them; fc, where a caller read the
-width, and the merging are the publisher thread's (:func:`merged_passes`).
+width, and the merging are the publisher thread's (:func:`step_body.merged_passes`).
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ import sys
 import time
 import weakref
 
-from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
 from eagle3scope_shim import aux_channel, collective, graph_capture, loadreport, ring, seams, topology
 from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.ring import CAPTURE_GATE, HostRing, listed, mark, snap
+from eagle3scope_shim.detach_plan import COMMIT_SEAM, DRAFT_SEAM, EXTEND_SEAM, plan_first_step
+from eagle3scope_shim.ring import CAPTURE_GATE, HostRing, mark, snap
 from eagle3scope_shim.shim_state import Step, requested_endpoint
+from eagle3scope_shim.step_body import finalize_step
 
 _now = time.perf_counter_ns
 _RID = operator.attrgetter("rid")
 log = logging.getLogger("eagle3scope")
-
 
 
 # -- process: SGLang's entry ranks publish (topology.entry_rank) -------------------------------
@@ -147,51 +147,6 @@ def _ring_capacity(worker) -> int:
     return int(rows) * int(width)
 
 
-def _detach_counting_forwards(shim, worker) -> None:
-    """On a server where no draft pass can replay a graph (no draft graph runner: a CPU server, or
-    ``--disable-cuda-graph``), every caller's draft call runs its forwards eagerly, always as many
-    (``_uncounted``), and the caller knows their width and fc. The draft-forward hook would only
-    count them, three calls a round that cost more than the rest of the round's hooks together
-    (BENCHMARKS.md, issue 28), so its wrapper is taken out and the callers add the passes. Not when
-    a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
-    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
-    load = shim.load
-    kind = load.workers[-1][0] if load.workers else None
-    if kind is None or "draft_model" in shim.unobserved or (load.draft_embed_width is None and not load.draft_fc_always):
-        return
-    if getattr(worker, "adaptive_controller", None) is not None:
-        return
-    if any(graph_capture.replayed_passes(kind, worker).values()):
-        return
-    for seam in seams.OBSERVING_SEAMS["draft_model"]:
-        if shim.seams.detach(seam):
-            shim.plan.forwards_at_callers = True
-
-
-def _detach_draft_and_extend(shim, worker) -> None:
-    """Where the forward hook is out on a v2 server, the draft and draft-extend hooks go too, two calls
-    a round less: around verify, SGLang's ``forward_batch_generation`` only drafts from
-    ``batch.spec_info`` (unless it already holds a verify input) and hands the extend verify's result,
-    and verify gets the draft's tokens in ``batch.spec_info``. So the step's hook reads the draft's
-    width, verify's hook the tokens and the extend's width and adds the passes, and the draft is timed
-    from the step's start to verify's, the extend from verify's end to the step's (``draft_ms``,
-    ``extend_ms``). Not with 0 steps, where SGLang drafts nothing and may stub the extend out, nor
-    under pipeline parallelism, whose last stage drafts the next round at the end of the step (the PP
-    tail-draft, whose tokens are the next round's: verify's hook takes the verified ones there,
-    ``HookPlan.tail_draft``), nor where the device times the phases: only those hooks mark the draft's
-    and the extend's boundaries. Each hook's work moves only once it is out."""
-    plan = shim.plan
-    plan.tail_draft = ((shim.topology or {}).get("parallel") or {}).get("pp_size", 1) > 1
-    kind = shim.load.workers[-1][0] if shim.load.workers else None
-    if ring.times_device(getattr(shim.scheduler, "server_args", None)):
-        return  # their hooks mark the draft's and the extend's device boundaries (ring.mark)
-    if plan.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and not plan.tail_draft:
-        plan.draft_at_verify = shim.seams.detach(DRAFT_SEAM)
-        plan.extend_at_verify = shim.seams.detach(EXTEND_SEAM)
-
-
-#: v2's draft and draft extend around verify: taken out with the forward hook (verify's hook adds their passes)
-DRAFT_SEAM, EXTEND_SEAM = "v2.draft", "v2.draft_extend"
 #: where each hands the draft its hidden states, and the mode of its passes (seams.DRAFT_INPUTS)
 _DRAFT_PATH, _DRAFT_MODE = seams.DRAFT_INPUTS[DRAFT_SEAM][2:]
 _EXTEND_PATH, _EXTEND_MODE = seams.DRAFT_INPUTS[EXTEND_SEAM][2:]
@@ -255,9 +210,7 @@ def make_step(shim, seam):
             HostRing.release(stale.slot)
         if not plan.stepped:  # the first step
             plan.stepped = True
-            _detach_counting_forwards(shim, self)
-            _detach_draft_and_extend(shim, self)
-            _detach_commit(shim)
+            plan_first_step(shim, self)
         step = Step()
         # provisional: a round whose verify runs is a decode round whatever the batch says (post)
         step.prefill = extend or bool(getattr(batch, "is_extend_in_batch", False))
@@ -324,7 +277,6 @@ def _request_facts(step, batch) -> None:
 
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
 MAX_UNCOMMITTED = 4
-COMMIT_SEAM = "commit.resolve"
 
 
 def _constrained(reqs) -> list[bool] | None:
@@ -332,17 +284,6 @@ def _constrained(reqs) -> list[bool] | None:
     grammar backend); None when none does, so a free batch's step carries no field."""
     flags = [getattr(req, "grammar", None) is not None for req in reqs]
     return flags if True in flags else None
-
-
-def _detach_commit(shim) -> None:
-    """A scheduler without the overlap loop processes each round's result right after running it and
-    never runs a finished request one more tick, so it discards no round: a step is published as it
-    ends, and the commit hook (one call a round) is taken out. SGLang runs speculative decoding on a
-    CPU that way (``_disable_overlap_schedule_for_cpu``, arg_groups/speculative_hook.py 0.5.23), and
-    any server started with ``--disable-overlap-schedule``. A scheduler that does not say
-    (``enable_overlap`` missing) keeps the hook."""
-    if getattr(shim.scheduler, "enable_overlap", True) is False:
-        shim.plan.published_at_step = shim.seams.detach(COMMIT_SEAM)
 
 
 def _result_key(result):
@@ -446,7 +387,7 @@ def _drafted(shim, step, worker, batch, verify_began: int) -> None:
     verify reads and never rebinds or writes: eagle_worker_v2.py / eagle_worker_common.py 0.5.23,
     eagle_worker_v2.py 0.5.10), its time up to verify's start and its ``speculative_num_steps - 1``
     decode passes, each eager (``_uncounted``, whose other cases the hook's removal rules out:
-    ``_detach_draft_and_extend``)."""
+    ``detach_plan._detach_draft_and_extend``)."""
     step.draft = snap(shim.snapshots, step, "draft", batch.spec_info.draft_token)
     began = step.draft_from
     if began is not None:
@@ -485,7 +426,7 @@ def _timed(shim, seam, slot: str | None, observe=None):
             width = _hidden_width(args[index] if len(args) > index else kwargs.get(name), path)
             if width is not None:
                 feed = [mode, width, 0]
-                # fc decidable from the width (fc_of): the forward hook just counts
+                # fc decidable from the width (step_body.fc_of): the forward hook just counts
                 step.feed = feed if load.draft_fc_always or load.draft_embed_width is not None else None
         return _now(), feed, step.forwards
 
@@ -518,18 +459,9 @@ def _hidden_width(owner, path: tuple[str, ...]) -> int | None:
     return None if owner is None else int(owner.shape[-1])
 
 
-def fc_of(load, width: int) -> bool:
-    """Whether the draft applies fc to hidden states of ``width`` (EAGLE-3: iff it differs from the
-    embedding width; an EAGLE-1/2 draft always), as a caller of the draft can tell. Asked on the
-    publisher thread, of the passes a caller read (``Step.passes`` with fc None): the draft's facts
-    are read once, as its worker is built."""
-    embed = load.draft_embed_width
-    return load.draft_fc_always or (embed is not None and width != embed)
-
-
 def _uncounted(shim, step, args, mode: str, width: int) -> None:
     """The caller ran and the draft-forward hook counted nothing: its pass replayed a captured graph,
-    or, where that hook was taken out because nothing can replay (``_detach_counting_forwards``), ran
+    or, where that hook was taken out because nothing can replay (``detach_plan._detach_counting_forwards``), ran
     eagerly. Either way as many forwards as the caller always runs: ``speculative_num_steps - 1``
     decode forwards in ``draft`` (eagle_worker_v2.py / eagle_worker.py, 0.5.23), one in each extend.
     Not on a draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
@@ -589,7 +521,7 @@ def make_verify_v2(shim, seam):
         step.verify = ("v2", snap(snapshots, step, "lens", result.accept_lens), snap(snapshots, step, "ids", result.next_token_ids))
         if (getattr(self, "topk", 1) or 1) > 1:
             step.path = snap(snapshots, step, "path", getattr(result, "accept_index", None))
-        if plan.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
+        if plan.extend_at_verify:  # the draft extend SGLang runs next, on this result (detach_plan._detach_counting_forwards)
             width = _hidden_width(result, _EXTEND_PATH)
             if width is not None:
                 step.passes.append((_EXTEND_MODE, width, None, 1, None))
@@ -711,139 +643,6 @@ def make_target_graph_capture(shim, seam):
 
     hook.__name__, hook.eagle3scope_seam = observe.__name__, seam
     return hook
-
-
-def finalize_step(shim, step: Step) -> bodies.Step:
-    """Publisher thread: wait for the step's copies, build the ``step`` body (with the device phase
-    times its slot marked), release the slot."""
-    slot = step.slot
-    if slot is None:
-        return _step_body(shim, step)
-    try:
-        device_times = slot.ring.wait(slot)  # the slot's event was recorded after every mark
-        body = _step_body(shim, step)
-        body.update(device_times)
-        return body
-    finally:
-        HostRing.release(slot)
-
-
-def _step_body(shim, step: Step) -> bodies.Step:
-    seq, t_ns, rids, capture = step.seq, step.t_ns, step.rids, step.capture
-    bs = len(rids)
-    accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
-    width = 0
-    if step.draft is not None and bs:
-        tokens = listed(step.draft)
-        width = len(tokens) // bs
-        draft_ids = [tokens[i * width + 1 : (i + 1) * width] for i in range(bs)]
-    else:
-        draft_ids = [[] for _ in range(bs)]
-    if step.verify is not None and bs:
-        kind, counts, ids = step.verify
-        ids = listed(ids) if ids is not None else []
-        if kind == "v2":
-            lens = listed(counts)
-            stride = len(ids) // bs if bs else 0
-            for i, n in enumerate(lens):
-                accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0
-                accepted_ids[i] = ids[i * stride : i * stride + n]
-        else:
-            pos = 0
-            for i, n in enumerate(counts):
-                accepted[i], bonus[i] = n, 1
-                accepted_ids[i] = ids[pos : pos + n + 1]
-                pos += n + 1
-    path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
-    body: bodies.Step = {
-        "seq": seq,
-        "t_ns": t_ns,
-        "mode": "prefill" if step.prefill else "decode",
-        "bs": bs,
-        "rids": rids,
-        "draft_ids": draft_ids,
-        "accepted": accepted,
-        "bonus": bonus,
-        "accepted_ids": accepted_ids,
-        "passes": merged_passes(shim.load, step.passes),
-        "capture": capture,
-        "draft_ms": _ms(step.draft_ns),
-        "verify_ms": _ms(step.verify_ns),
-        "extend_ms": _ms(step.extend_ns),
-    }
-    if path is not None:
-        body["accepted_path"] = path
-    if step.num_steps is not None:
-        body["num_steps"] = int(step.num_steps)
-    if getattr(step.ctx_len, "is_cpu", False):  # a device tensor would need a sync: left out
-        ctx = step.ctx_len.tolist()
-        if len(ctx) == bs:
-            body["ctx_len"] = ctx
-    if step.reqs is not None and len(step.reqs) == bs:
-        greedy = _greedy(step.reqs)
-        if greedy is not None:
-            body["greedy"] = greedy
-    if step.constrained is not None:
-        body["constrained"] = step.constrained
-    if step.discarded:
-        _drop_discarded(body, set(step.discarded))
-    shim.verdict.observe(body)
-    return body
-
-
-def _greedy(reqs: tuple) -> list[bool] | None:
-    """Per request, whether SGLang decodes it greedily (``top_k <= 1``); None when a request does not say."""
-    try:
-        return [r.sampling_params.top_k <= 1 for r in reqs]
-    except (AttributeError, TypeError):
-        return None
-
-
-def _ms(ns: int | None) -> float | None:
-    return None if ns is None else ns / 1e6
-
-
-def _tree_path(index, accepted: list, bs: int, width: int) -> list:
-    """Per request, the accepted draft nodes as indices into its ``draft_ids`` (depth order): row i of
-    ``accept_index`` is [root, node at depth 1, ...] in global node numbering (i * width + j, where
-    node 0 is the root that ``draft_ids`` leaves out)."""
-    flat = listed(index)
-    if flat and type(flat[0]) is list:  # a CPU snapshot keeps the [bs, steps + 1] shape; ring views are flat
-        flat = [x for row in flat for x in row]
-    s1 = len(flat) // bs
-    return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
-
-
-def _drop_discarded(body: bodies.Step, discarded: set) -> None:
-    """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
-    keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
-    if len(keep) == body["bs"]:
-        return
-    body["discarded"] = [rid for rid in body["rids"] if rid in discarded]
-    for key in bodies.PER_REQUEST:
-        if key in body:
-            body[key] = [body[key][i] for i in keep]
-    body["bs"] = len(keep)
-
-
-def merged_passes(load, passes: list[tuple]) -> list[bodies.Pass]:
-    """The step's ``passes`` as the hooks appended them, fc decided (:func:`fc_of`) where a caller read
-    the width, and each run of passes alike (mode, width, fc, graph) merged into one with their count."""
-    out: list[bodies.Pass] = []
-    last = None
-    for mode, width, fc, n, graph in passes:
-        fc = fc_of(load, width) if fc is None else bool(fc)
-        key = (mode, width, fc, graph)
-        if key == last:
-            out[-1]["n"] += n
-            continue
-        last = key
-        body: bodies.Pass = {"mode": mode, "width": width, "fc": fc, "n": n}
-        if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
-            body["replayed"] = True
-            body["graph_bs"] = graph
-        out.append(body)
-    return out
 
 
 # -- load time: draft weights and aux capture ----------------------------------------------------

@@ -50,8 +50,8 @@ class Step:
         self.rids: list = []  # the batch's request ids
         self.capture: dict | None = None  # {"on", "layers"} in effect (loadreport.capture_now)
         #: (mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None) as the hooks saw them, appended
-        #: without merging; fc None where a caller of the draft read the width (hooks.fc_of decides it). The
-        #: publisher thread derives and merges (hooks.merged_passes): on the scheduler's thread each helper
+        #: without merging; fc None where a caller of the draft read the width (step_body.fc_of decides it). The
+        #: publisher thread derives and merges (step_body.merged_passes): on the scheduler's thread each helper
         #: call costs µs after a forward has swept the caches (BENCHMARKS.md, issue 28)
         self.passes: list[tuple] = []
         self.forwards = 0  # draft-model forwards whose Python ran in this step (not replayed)
@@ -112,13 +112,13 @@ class SeamTable:
 
 
 class HookPlan:
-    """Which hook does which seam's work, decided at the first step (``hooks.plan_first_step``) from
+    """Which hook does which seam's work, decided at the first step (``detach_plan.plan_first_step``) from
     the load facts; apart from them: nothing here is a fact about SGLang, only about the hooks."""
 
     def __init__(self) -> None:
         self.stepped = False  # a step began (the first step takes out the hooks this server does not need)
         #: no draft pass can replay a graph and the draft-forward hook was taken out: the callers add
-        #: every pass as eager (hooks._detach_counting_forwards)
+        #: every pass as eager (detach_plan._detach_counting_forwards)
         self.forwards_at_callers = False
         #: ... and the v2 draft hook too: verify's hook reads the draft's tokens and adds its passes at the
         #: width the step's hook read, the draft timed from the step's start to verify's
@@ -131,7 +131,7 @@ class HookPlan:
         #: hook does not (read at the first step)
         self.tail_draft = False
         #: the scheduler runs no overlap loop, so no round is discarded and the commit hook was taken
-        #: out: a step is published as it ends (hooks._detach_commit)
+        #: out: a step is published as it ends (detach_plan._detach_commit)
         self.published_at_step = False
 
 

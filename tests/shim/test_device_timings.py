@@ -8,7 +8,7 @@ import types
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
-from eagle3scope_shim import hooks, loadreport, ring
+from eagle3scope_shim import detach_plan, hooks, loadreport, ring
 from eagle3scope_shim.ring import HostRing
 from support.device_events import DeviceModel
 
@@ -198,6 +198,6 @@ def test_the_draft_and_extend_hooks_stay_where_they_mark_the_device(shim, monkey
     shim.plan.extend_at_verify = False
     shim.topology = None
     shim.scheduler = ns(server_args=ns(device=device))
-    hooks._detach_draft_and_extend(shim, ns(speculative_num_steps=3))
-    assert (taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM]) is detached
+    detach_plan._detach_draft_and_extend(shim, ns(speculative_num_steps=3))
+    assert (taken == [detach_plan.DRAFT_SEAM, detach_plan.EXTEND_SEAM]) is detached
     assert shim.plan.draft_at_verify is detached

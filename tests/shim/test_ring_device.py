@@ -13,7 +13,7 @@ from support.device_events import CaptureFailed, DeviceModel
 from support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
 from support.shim_state import ended
 
-from eagle3scope_shim import graph_capture, hooks
+from eagle3scope_shim import graph_capture, hooks, step_body
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import HostRing, snap
 from eagle3scope_shim.shim_state import Step
@@ -126,7 +126,7 @@ def test_the_ring_is_allocated_when_the_scheduler_starts_and_a_dtype_flip_alloca
         HostRing.record(step.slot)
         published.append(step)
         ended(step, seq=0, rids=["r"] * bs)
-        publisher.submit("step", step, lambda p: bodies.append(hooks.finalize_step(shim, p)) or bodies[-1])
+        publisher.submit("step", step, lambda p: bodies.append(step_body.finalize_step(shim, p)) or bodies[-1])
         assert publisher.flush(5)
     assert len(model.pinned_allocations) == at_start and ring.late_allocations == 0 and ring.dropped == 0
     assert shim.snapshots.stats()["ring"]["late_allocations"] == 0

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
-from eagle3scope_shim import hooks
+from eagle3scope_shim import hooks, step_body
 from support.shim_state import ended
 
 
@@ -77,7 +77,7 @@ def test_a_discarded_request_leaves_its_facts_with_it(shim):
     step.verify = ("v2", Host([1, 3]), Host([7] * 8))
     step.ctx_len, step.discarded = CpuTensor([40, 90]), ["a"]
     step.reqs = tuple(types.SimpleNamespace(sampling_params=types.SimpleNamespace(top_k=k)) for k in (1, 50))
-    body = hooks.finalize_step(shim, ended(step, rids=["a", "b"]))
+    body = step_body.finalize_step(shim, ended(step, rids=["a", "b"]))
     assert body["rids"] == ["b"] and body["ctx_len"] == [90] and body["greedy"] == [False]
 
 

@@ -8,7 +8,7 @@ import pytest
 from eagle3scope.analysis import analyse
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank
-from eagle3scope_shim import hooks, shim_state
+from eagle3scope_shim import detach_plan, hooks, shim_state, step_body
 from eagle3scope_shim.ring import HostRing
 from eagle3scope_shim.guard import around
 from eagle3scope_shim.shim_state import Step
@@ -26,7 +26,7 @@ def _decode_step(shim, verify, draft=None, bs=3):
     step = Step()
     step.draft, step.verify = draft, verify
     step.passes = [("decode", 128, False, 2, None), ("draft_extend_v2", 384, True, 1, None)]
-    body = hooks.finalize_step(shim, ended(step, seq=7, rids=[f"r{i}" for i in range(bs)], t_ns=123, capture={"on": True, "layers": [1, 2, 3]}))
+    body = step_body.finalize_step(shim, ended(step, seq=7, rids=[f"r{i}" for i in range(bs)], t_ns=123, capture={"on": True, "layers": [1, 2, 3]}))
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body  # a valid wire step
     return body
 
@@ -70,7 +70,7 @@ def test_passes_read_at_callers_get_fc_from_the_width_and_runs_alike_merge(shim,
     shim.load.draft_fc_always = False
     passes = [("decode", 384, None, 2, None), ("decode", 384, True, 1, None), ("decode", 128, None, 1, None),
               ("decode", 128, False, 1, 4), ("draft_extend_v2", 384, None, 1, None), ("decode", 384, None, 1, None)]
-    assert hooks.merged_passes(shim.load, passes) == [
+    assert step_body.merged_passes(shim.load, passes) == [
         {"mode": "decode", "width": 384, "fc": True, "n": 3},
         {"mode": "decode", "width": 128, "fc": False, "n": 1},
         {"mode": "decode", "width": 128, "fc": False, "n": 1, "replayed": True, "graph_bs": 4},
@@ -78,16 +78,16 @@ def test_passes_read_at_callers_get_fc_from_the_width_and_runs_alike_merge(shim,
         {"mode": "decode", "width": 384, "fc": True, "n": 1},  # not merged across another run
     ]
     shim.load.draft_fc_always = True  # an EAGLE-1/2 draft: fc on every pass
-    assert [p["fc"] for p in hooks.merged_passes(shim.load, [("decode", 128, None, 1, None)])] == [True]
+    assert [p["fc"] for p in step_body.merged_passes(shim.load, [("decode", 128, None, 1, None)])] == [True]
     shim.load.draft_fc_always = False
     shim.load.draft_embed_width = None  # unknown embedding: fc is never claimed
-    assert [p["fc"] for p in hooks.merged_passes(shim.load, [("decode", 384, None, 1, None)])] == [False]
+    assert [p["fc"] for p in step_body.merged_passes(shim.load, [("decode", 384, None, 1, None)])] == [False]
 
 
 def test_prefill_step_carries_no_acceptance(shim):
     step = Step()
     step.prefill = True
-    body = hooks.finalize_step(shim, ended(step, rids=["a", "b"]))
+    body = step_body.finalize_step(shim, ended(step, rids=["a", "b"]))
     assert body["mode"] == "prefill" and body["accepted"] == [0, 0] and body["accepted_ids"] == [[], []]
 
 
@@ -326,7 +326,7 @@ def test_the_publisher_releases_the_slot_after_waiting_for_its_event(shim):
     step = Step()
     step.slot = _round(ring)
     step.verify = ("v1", [1], Host([10, 11]))
-    body = hooks.finalize_step(shim, ended(step, rids=["r"]))
+    body = step_body.finalize_step(shim, ended(step, rids=["r"]))
     assert body["accepted_ids"] == [[10, 11]] and step.slot.event.waits == 1
     assert ring.acquire() is step.slot  # free again
 
@@ -460,11 +460,11 @@ def test_a_tree_step_names_the_accepted_path_by_accept_index(shim):
     step.draft, step.verify = draft, ("v2", Host([2, 3]), Host([11, 55, 0, 0, 20, 22, 66, 0]))
     step.path = Host([0, 2, -1, 4, 5, 7])  # request 0: root, node 2; request 1: root, node 5, node 7
     step.num_steps = 2
-    body = hooks.finalize_step(shim, ended(step, rids=["a", "b"]))
+    body = step_body.finalize_step(shim, ended(step, rids=["a", "b"]))
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body
     assert body["accepted_path"] == [[1], [0, 2]] and body["accepted"] == [1, 2] and body["num_steps"] == 2
     step.path = Host([[0, 2, -1], [4, 5, 7]])  # a CPU snapshot keeps accept_index's [bs, steps + 1] shape
-    assert hooks.finalize_step(shim, ended(step, rids=["a", "b"]))["accepted_path"] == [[1], [0, 2]]
+    assert step_body.finalize_step(shim, ended(step, rids=["a", "b"]))["accepted_path"] == [[1], [0, 2]]
     assert [[d[j] for j in p] for d, p in zip(body["draft_ids"], body["accepted_path"])] == [[11], [20, 22]]
     assert [ids[:a] for ids, a in zip(body["accepted_ids"], body["accepted"])] == [[11], [20, 22]]
 
@@ -476,7 +476,7 @@ def test_a_tree_step_of_one_request_names_its_path_from_a_cpu_snapshot_too(shim)
     step.draft, step.verify = Host([5, 10, 11, 12]), ("v2", Host([3]), Host([11, 12, 66, 0]))
     for path in (Host([[0, 2, 3]]), Host([0, 2, 3])):
         step.path = path
-        body = hooks.finalize_step(shim, ended(step, rids=["a"]))
+        body = step_body.finalize_step(shim, ended(step, rids=["a"]))
         assert (body["accepted"], body["bonus"], body["accepted_path"]) == ([2], [1], [[1, 2]])
 
 
@@ -515,7 +515,7 @@ def committing(shim, monkeypatch):
     shim.publisher = PublisherStub()
     shim.uncommitted = __import__("collections").deque()
     shim.plan.stepped = True
-    shim.seams.status[hooks.COMMIT_SEAM] = "attached"
+    shim.seams.status[detach_plan.COMMIT_SEAM] = "attached"
     return shim.publisher
 
 
@@ -536,7 +536,7 @@ def _run_round(shim, step_hook, batch, lens):
 
 
 def test_a_decode_step_waits_for_the_commit_and_keeps_only_the_committed_requests(shim, committing):
-    step_hook, commit_hook = hooks.FACTORIES["step"](shim, "u.step"), hooks.FACTORIES["commit"](shim, hooks.COMMIT_SEAM)
+    step_hook, commit_hook = hooks.FACTORIES["step"](shim, "u.step"), hooks.FACTORIES["commit"](shim, detach_plan.COMMIT_SEAM)
     live, done = Req("live"), Req("done", done=True)  # "done" finished last tick: the overlap scheduler's extra tick
     batch = DecodeBatch([live, done])
     result = _run_round(shim, step_hook, batch, [3, 2])
@@ -559,7 +559,7 @@ class GrammarReq(Req):
 def test_a_step_says_which_requests_a_grammar_constrains_and_follows_the_committed_ones(shim, committing):
     """``constrained`` comes from SGLang's host metadata (``Req.grammar``), one flag per request, and
     loses a discarded request's flag with its other per-request lists."""
-    step_hook, commit_hook = hooks.FACTORIES["step"](shim, "u.step"), hooks.FACTORIES["commit"](shim, hooks.COMMIT_SEAM)
+    step_hook, commit_hook = hooks.FACTORIES["step"](shim, "u.step"), hooks.FACTORIES["commit"](shim, detach_plan.COMMIT_SEAM)
     batch = DecodeBatch([GrammarReq("json", object()), GrammarReq("free", None), GrammarReq("done", object(), done=True)])
     batch.has_grammar = True
     result = _run_round(shim, step_hook, batch, [2, 1, 1])
@@ -578,7 +578,7 @@ def test_a_step_of_free_requests_carries_no_constrained_field(shim, committing, 
     if has_grammar is not None:
         batch.has_grammar = has_grammar
     _run_round(shim, step_hook, batch, [1, 1])
-    hooks.FACTORIES["commit"](shim, hooks.COMMIT_SEAM)(_settle, None, KEEP[-1], batch)
+    hooks.FACTORIES["commit"](shim, detach_plan.COMMIT_SEAM)(_settle, None, KEEP[-1], batch)
     (_, payload, finalize), = committing.submitted
     assert "constrained" not in finalize(payload)
 
@@ -596,7 +596,7 @@ def test_steps_never_settled_are_published_as_run_and_in_order(shim, committing)
 def test_without_the_commit_seam_a_step_is_published_at_once(shim, committing):
     step_hook = hooks.FACTORIES["step"](shim, "u.step")
     _run_round(shim, step_hook, DecodeBatch([Req("r")]), [1])
-    shim.seams.disabled.add(hooks.COMMIT_SEAM)  # its hook failed: the waiting step goes out with the next one
+    shim.seams.disabled.add(detach_plan.COMMIT_SEAM)  # its hook failed: the waiting step goes out with the next one
     _run_round(shim, step_hook, DecodeBatch([Req("r")]), [1])
     assert [step.seq for _, step, _ in committing.submitted] == [1, 2] and not shim.uncommitted
 
@@ -610,11 +610,11 @@ def test_without_the_overlap_loop_the_commit_hook_comes_out_and_steps_go_out_as_
 
 
     taken = []
-    shim.seams.detachers[hooks.COMMIT_SEAM] = lambda: taken.append(1) or True
+    shim.seams.detachers[detach_plan.COMMIT_SEAM] = lambda: taken.append(1) or True
     shim.plan.published_at_step = False
     shim.scheduler = (types.SimpleNamespace() if overlap is None else
                         types.SimpleNamespace(enable_overlap=overlap))
-    hooks._detach_commit(shim)
+    detach_plan._detach_commit(shim)
     _run_round(shim, hooks.FACTORIES["step"](shim, "u.step"), DecodeBatch([Req("r")]), [1])
     assert (taken == [1]) is (overlap is False) and shim.plan.published_at_step is (overlap is False)
     assert len(committing.submitted) == (1 if overlap is False else 0)
@@ -998,7 +998,7 @@ def test_a_v1_verify_of_every_release_gives_the_same_step(shim, monkeypatch, cou
     out = ns(**{counts: [1, 0], tokens: _CPU([5, 6, 7])})
     hooks.FACTORIES["verify_v1"](shim, "v1.verify")(lambda worker, batch: (None, out), ns(), ns())
     assert shim.seams.disabled == set()
-    body = hooks.finalize_step(shim, ended(shim.step, seq=3, rids=["a", "b"]))
+    body = step_body.finalize_step(shim, ended(shim.step, seq=3, rids=["a", "b"]))
     assert (body["accepted"], body["bonus"], body["accepted_ids"]) == ([1, 0], [1, 1], [[5, 6], [7]])
 
 
@@ -1040,7 +1040,7 @@ def test_a_published_step_counts_in_the_publishers_steps(shim, monkeypatch):
     pub = Publisher("ipc:///tmp/e3s-never-bound", "t")  # never started: submit only queues
     shim.publisher = pub
     shim.seq = 0
-    hooks._submit(shim, Step(), hooks.finalize_step)
+    hooks._submit(shim, Step(), step_body.finalize_step)
     assert pub.steps == 1 and pub.queued == 1 and shim.seq == 1
 
 
@@ -1199,7 +1199,7 @@ def test_a_hook_event_without_detail_says_nothing(monkeypatch):
 def test_the_step_body_carries_each_phases_time_in_ms_under_its_wire_name(shim):
     step = Step()
     step.draft_ns, step.verify_ns, step.extend_ns = 2_500_000, 1_000_000, None
-    body = hooks._step_body(shim, ended(step))
+    body = step_body._step_body(shim, ended(step))
     assert (body["draft_ms"], body["verify_ms"], body["extend_ms"]) == (2.5, 1.0, None)
 
 

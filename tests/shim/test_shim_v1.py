@@ -27,8 +27,11 @@ H, AUX = 128, 3
 SCRIPT = r"""
 import json, sys
 from eagle3scope_shim import seams
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 from eagle3scope_shim.shim_state import Step
 from eagle3scope.demo import draft_probe
+
+shim = INSTRUMENTOR.shim  # built by the .pth bootstrap as the interpreter started
 
 shim.step = Step()  # collect draft passes as a speculative round would
 report = draft_probe.probe(sys.argv[1])
@@ -49,7 +52,7 @@ print("RESULT " + json.dumps({
 """
 
 
-def _probe(shim, python, draft_dir) -> dict:
+def _probe(python, draft_dir) -> dict:
     # this checkout's shim first: the shared venv's editable install maps it to whichever checkout built it
     done = run_engine_python(python, "-c", SCRIPT, str(draft_dir),
                              env={**checkout_pythonpath(os.environ), "EAGLE3SCOPE_ENDPOINT": "tcp://127.0.0.1:5999",
@@ -65,9 +68,9 @@ def bootstrapped(engine_python_0510):
     return engine_python_0510
 
 
-def test_silent_drop_of_layers_0_names_is_reported(shim, bootstrapped, tiny_models):
+def test_silent_drop_of_layers_0_names_is_reported(bootstrapped, tiny_models):
     _, draft = tiny_models  # speculators naming: layers.0.*
-    result = _probe(shim, bootstrapped, draft)
+    result = _probe(bootstrapped, draft)
     assert result["decoder_module"] == "midlayer"
     assert result["adapters"] == ["commit", "deepseek_set_eagle3", "finish", "llama_eagle", "llama_eagle3", "llama_set_eagle3",
                                   "mistral_large_3_eagle", "qwen2_eagle", "scheduler",
@@ -84,9 +87,9 @@ def test_silent_drop_of_layers_0_names_is_reported(shim, bootstrapped, tiny_mode
     assert result["passes"] == [["extend", AUX * H, True, 1, None]] and result["fc_input_widths"] == [AUX * H]
 
 
-def test_midlayer_names_load_fully(shim, bootstrapped, tiny_models):
+def test_midlayer_names_load_fully(bootstrapped, tiny_models):
     _, draft = tiny_models
-    result = _probe(shim, bootstrapped, draft.parent / "draft-random-midlayer")
+    result = _probe(bootstrapped, draft.parent / "draft-random-midlayer")
     assert result["skipped"] == [] and result["probe_not_loaded"] == []
     assert result["unwritten"] == ["model.embed_tokens.weight"]
     assert any(n.startswith("midlayer.") for n in result["consumed"])

@@ -8,7 +8,7 @@ import time
 
 from support.device_events import DeviceModel
 
-from eagle3scope_shim import hooks
+from eagle3scope_shim import step_body
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import RING_BYTES, HostRing, ring_for, snap
 from eagle3scope_shim.shim_state import Shim, Step
@@ -24,7 +24,7 @@ def publish_steps(pub, ring, model, n: int, bodies: list | None = None, width: i
     shim = Shim() if shim is None else shim
 
     def finalize(step):
-        bodies.append(hooks.finalize_step(shim, step))
+        bodies.append(step_body.finalize_step(shim, step))
         return bodies[-1]
 
     steps = []

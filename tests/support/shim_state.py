@@ -18,6 +18,6 @@ def make_shim(**attrs) -> Shim:
 
 def ended(step, seq: int = 1, rids=(), t_ns: int = 0, capture: dict | None = None):
     """``step`` as the step hook hands it to the publisher thread: numbered, its requests and the
-    capture in effect filled in (what ``hooks.finalize_step`` reads)."""
+    capture in effect filled in (what ``step_body.finalize_step`` reads)."""
     step.seq, step.t_ns, step.rids, step.capture = seq, t_ns, list(rids), capture
     return step
