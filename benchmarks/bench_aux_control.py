@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.token import create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import aux_channel
+from eagle3scope_shim import aux_channel, control_facts
 from eagle3scope_shim.shim_state import Shim
 
 
@@ -34,7 +34,7 @@ class Target:
 
 
 def main() -> None:
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = Target()
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token = create_token_file()

@@ -26,7 +26,7 @@ import time
 import weakref
 
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import aux_channel, collective, graph_capture, loadreport, ring, seams, topology
+from eagle3scope_shim import aux_channel, collective, control_apply, graph_capture, loadreport, ring, seams, topology
 from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
 from eagle3scope_shim.detach_plan import COMMIT_SEAM, DRAFT_SEAM, EXTEND_SEAM, plan_first_step
@@ -580,7 +580,7 @@ def make_tp_broadcast(shim, seam):
             log.warning("eagle3scope: reading SGLang's broadcast failed: %s: %s", type(exc).__name__, exc)
             return
         if changes:
-            aux_channel.apply_broadcast(shim, self, changes)
+            control_apply.apply_broadcast(shim, self, changes)
 
     return around(shim, seam, pre, post)
 

@@ -47,7 +47,7 @@ class Step:
     def __init__(self) -> None:
         self.seq = 0  # publication order, numbered as it is submitted (hooks._submit)
         self.t_ns = 0  # wall clock as the step ended
-        self.rids: list = []  # the batch's request ids
+        self.rids: list | None = None  # the batch's request ids (the list the step hook built)
         self.capture: dict | None = None  # {"on", "layers"} in effect (loadreport.capture_now)
         #: (mode, width, fc, n, graph bs (a replay; 0: its capture unseen) or None) as the hooks saw them, appended
         #: without merging; fc None where a caller of the draft read the width (step_body.fc_of decides it). The

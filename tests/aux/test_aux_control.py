@@ -21,7 +21,7 @@ from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import aux_channel, seams
+from eagle3scope_shim import aux_channel, control_facts, seams
 from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import DecodeCudaGraphRunner, EagerRunner, Recorder, StandInTarget, TargetRunner, looping
@@ -138,7 +138,7 @@ def channel(shim, tmp_path):
     target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token_file = create_token_file(tmp_path)
@@ -563,7 +563,7 @@ def _gather(shim, monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu",
     shim.load.workers = [("v2", worker, target, draft)]
     shim.load.aux_calls = list(calls)
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return aux_channel.gather(shim, SimpleNamespace(server_args=sa), tp_rank)
+    return control_facts.gather(shim, SimpleNamespace(server_args=sa), tp_rank)
 
 
 def test_gather_facts_and_blockers(shim, monkeypatch):
@@ -608,7 +608,7 @@ def test_a_channel_starts_from_the_latest_set_the_shim_saw_and_has_dropped_nothi
     """``current``: the ids of the last set_eagle3_layers_to_capture call the shim saw (before the
     channel existed), else the configured ones; ``dropped`` counts from 0."""
     shim.load.aux_calls = [{"requested": [1, 3, 4], "captured": [2, 4, 5], "on": True}]
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.configured = [2, 4, 5]
     assert aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts).current == [1, 3, 4]
     shim.load.aux_calls = []
@@ -631,7 +631,7 @@ class _Parts:
 
 @pytest.mark.parametrize("parts", [(b"peer", b"x"), (b"peer", b"", b"x", b"more"), (b"peer", b"no-delimiter", b"x")])
 def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(shim, monkeypatch, parts):
-    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, control_facts.ControlFacts())
     sent = []
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     ctl._serve_one(_Parts(*parts))
@@ -640,13 +640,13 @@ def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(shim, monkeyp
 
 def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(shim, monkeypatch):
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    assert aux_channel.gather(shim, SimpleNamespace(server_args=sa)).why_not == \
+    assert control_facts.gather(shim, SimpleNamespace(server_args=sa)).why_not == \
         "no EAGLE worker in this process (is speculative decoding on?)"
 
 
 def test_a_refused_set_is_answered_with_its_request_id(shim):
     """The requester matches a refusal to its request by ``id``, as it does an outcome."""
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = StandInTarget(8)  # captures nothing: every set is refused
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts)
@@ -666,7 +666,7 @@ def test_gather_reads_an_eagle_config_given_as_an_object_too(shim, monkeypatch):
     shim.load.workers = [("v2", worker, target, draft)]
     shim.load.aux_calls = []
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    facts = aux_channel.gather(shim, SimpleNamespace(server_args=sa))
+    facts = control_facts.gather(shim, SimpleNamespace(server_args=sa))
     assert (facts.configured, facts.expected) == ([1, 3, 4], 3)
 
 
@@ -808,7 +808,7 @@ def test_a_server_args_without_pp_size_is_no_pipeline(shim, monkeypatch):
     target.config.hidden_size = 128
     _gather(shim, monkeypatch, target)  # FACTS as a one-rank Llama server has them
     sa = SimpleNamespace(tp_size=1, device="cpu", speculative_draft_model_path="/d")
-    assert aux_channel.gather(shim, SimpleNamespace(server_args=sa)).why_not == ""
+    assert control_facts.gather(shim, SimpleNamespace(server_args=sa)).why_not == ""
 
 
 def test_start_judges_the_facts_of_its_own_tp_rank_and_names_its_thread(shim, tmp_path, monkeypatch):
@@ -832,7 +832,7 @@ def test_start_judges_the_facts_of_its_own_tp_rank_and_names_its_thread(shim, tm
 
 def test_a_parked_reply_is_sent_at_its_deadline_exactly(shim, monkeypatch):
     """``wait_s`` ran out at ``now >= deadline``: the queued reply goes out then, not one poll later."""
-    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, control_facts.ControlFacts())
     sent = []
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     monkeypatch.setattr(aux_channel.time, "monotonic", lambda: 100.0)
@@ -847,7 +847,7 @@ def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(shim, monkeypatch
     channel's monotonic clock; a set without one, 2 s), and not a moment before."""
     target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts)
@@ -872,7 +872,7 @@ def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(shim
     (kind, worker, _, draft), = shim.load.workers
     del draft.config.target_hidden_size  # fc [128, 384] over the target's 128: 3 aux states
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    facts = aux_channel.gather(shim, SimpleNamespace(server_args=sa))
+    facts = control_facts.gather(shim, SimpleNamespace(server_args=sa))
     assert (facts.expected, facts.why_not) == (3, "")
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.wire.token import create_token_file, read_token
-from eagle3scope_shim import aux_channel, collective, hooks, seams
+from eagle3scope_shim import aux_channel, collective, control_apply, control_facts, hooks, seams
 from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import Recorder, StandInTarget, TargetRunner, looping
@@ -88,7 +88,7 @@ class ThreadGather:
 
 
 def _facts(target, runner=None) -> aux_channel.Facts:
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.tp_size = 2
     if runner is not None:
@@ -110,7 +110,7 @@ def _everywhere(shim, change, facts_per_rank):
     gather, outcomes = ThreadGather(len(facts_per_rank)), {}
 
     def rank(r):
-        outcomes[r] = aux_channel.apply_everywhere(shim, change, facts_per_rank[r], gather.of(r), r)
+        outcomes[r] = control_apply.apply_everywhere(shim, change, facts_per_rank[r], gather.of(r), r)
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(facts_per_rank))]
     for t in threads:
@@ -186,7 +186,7 @@ def test_a_rank_whose_target_disagrees_refuses_for_all(shim, scheduler, odd, mes
 
 
 def test_a_rank_without_a_target_fails_in_step_with_the_others(shim, scheduler):
-    lost = aux_channel.Facts()
+    lost = control_facts.ControlFacts()
     lost.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
     outcomes, _ = _everywhere(shim, _change([1, 3, 4]), [_facts(_targets(1)[0]), lost])
     assert outcomes[0] == outcomes[1] and "TP rank 1: no target to change on this rank: no EAGLE worker" in \
