@@ -161,7 +161,7 @@ class Shim:
         self.aux_channel = None  # an aux_channel.AuxChannel while the control channel is open
         self.scheduler = None  # this process's SGLang Scheduler (every TP rank): its forward_ct dates a change
         self.aux_change_applying = False  # a control change is calling set_eagle3_layers_to_capture
-        #: decode steps waiting for SGLang to commit them (the commit seam): (weakref to the result, payload), oldest first
+        #: decode steps waiting for SGLang to commit them (the commit seam): (weakref to the result, its Step), oldest first
         self.uncommitted: collections.deque = collections.deque()
         # the shim's own cost (heartbeat ``shim_us``/``step_us``): one cell per seam, written only by
         # the thread running the hook, read as deltas by the publisher thread (no lock: int reads)
