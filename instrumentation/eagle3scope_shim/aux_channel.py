@@ -16,7 +16,7 @@ other clients are served while a ``set`` waits. On a single rank the scheduler t
 :meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
 target's own ``set_eagle3_layers_to_capture``. Under tensor parallelism every TP rank holds its own
 target and capture list, so the change rides SGLang's per-iteration request broadcast from TP rank 0
-(:mod:`eagle3scope_shim.collective`) and every rank applies it in :func:`apply_broadcast`, in the
+(:mod:`eagle3scope_shim.collective`) and every rank applies it in :func:`control_apply.apply_broadcast`, in the
 same iteration, then all gather each other's outcome: any rank's failure puts the previous set back
 on every rank; a recapture, where asked, runs on every rank too. The outcome (every rank's capture
 list under TP) goes out as a ``config`` event (origin ``control``, ``request_id``) and back to the
