@@ -351,7 +351,6 @@ def test_channel_refuses_to_start_on_a_readable_token_file(shim, tmp_path, monke
     os.chmod(path, 0o640)
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
-    shim.aux_channel = None
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
         assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert "must be 0600" in caplog.text and shim.aux_channel is None
@@ -589,7 +588,6 @@ def test_each_refusal_to_start_the_channel_is_logged_whole(shim, monkeypatch, ca
     or the exception's type and text (start never raises into the publisher's startup)."""
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.delenv(ENV_TOKEN_FILE, raising=False)
-    shim.aux_channel = None
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
         assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert caplog.messages == [f"eagle3scope: control channel not started: {ENV_CONTROL} is set but {ENV_TOKEN_FILE} is not"]
@@ -681,7 +679,6 @@ def test_an_applied_change_is_logged_with_its_ids_and_request(channel, caplog):
 def test_gather_allows_tp_only_with_the_broadcast_seam_attached(shim, monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    shim.seams.status.clear()
     assert _gather(shim, monkeypatch, target, tp=2).why_not.startswith("tensor parallelism (tp_size 2): this release has no")
     shim.seams.status.update({seams.BROADCAST: "attached"})
     facts = _gather(shim, monkeypatch, target, tp=2)
@@ -912,7 +909,6 @@ def test_a_control_endpoint_that_cannot_be_bound_says_why(shim, monkeypatch, tmp
     try:
         monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{port}")  # another socket holds the port
         monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "token"))
-        shim.load.workers = []
         monkeypatch.setattr(aux_channel, "read_token", lambda path: "t" * 64)
         with caplog.at_level("WARNING", logger="eagle3scope"):
             channel = aux_channel.start(shim, SimpleNamespace(server_args=None), 0)

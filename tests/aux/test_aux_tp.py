@@ -311,7 +311,6 @@ def test_the_broadcast_seam_is_attached_only_where_a_control_channel_is_asked_fo
     if not roots or not (roots[0] / "sglang").is_dir():
         pytest.skip("no SGLang 0.5.23 engine venv to read the source of")
     monkeypatch.setattr(seams, "installed_root", lambda: str(roots[0]))
-    shim.seams.status.clear()
     monkeypatch.delenv(ENV_CONTROL, raising=False)
     without = {name for name, _, _ in patching.plan(shim)}
     monkeypatch.setenv(ENV_CONTROL, "tcp://127.0.0.1:5560")

@@ -839,7 +839,6 @@ class _CPU:
 def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(shim, monkeypatch):
     """v2 verify's hook reads the worker's topk: a tree (topk > 1) also takes accept_index."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     verify = hooks.FACTORIES["verify_v2"](shim, "v2.verify")
     result = ns(accept_lens=_CPU([2]), next_token_ids=_CPU([5, 6, 7]), accept_index=_CPU([[0, 2, -1]]))
     for topk, path in ((2, [[0, 2, -1]]), (1, None)):
@@ -872,10 +871,6 @@ def test_a_draft_forward_inside_a_graph_capture_records_the_graph_once(shim, mon
     from eagle3scope_shim import graph_capture, loadreport
 
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.load.graphs = {}
-    shim.load.graph_for = {}
-    shim.seams.disabled.clear()
-    shim.step = None
     monkeypatch.setattr(graph_capture, "capture_flag", lambda: (lambda: True))
     refreshed = []
     monkeypatch.setattr(loadreport, "refresh_hello", lambda shim: refreshed.append(1))
@@ -890,7 +885,6 @@ def test_a_draft_forward_inside_a_graph_capture_records_the_graph_once(shim, mon
 def test_a_step_whose_post_never_ran_gives_its_ring_slot_back(shim, monkeypatch):
     """SGLang raised inside the last round: its step never reached post; the next round frees its slot."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.publisher = object()
     shim.aux_channel = None
     shim.plan.stepped = True
@@ -965,7 +959,6 @@ def test_an_idle_attention_dp_pass_is_no_step(shim, monkeypatch):
     """An idle DP-attention rank runs a collective-only pass (ForwardMode.IDLE): nothing to report."""
     import types
 
-    shim.seams.disabled.clear()
     shim.publisher = object()
     shim.aux_channel = None
     shim.step = None
@@ -979,7 +972,6 @@ def test_an_idle_attention_dp_pass_is_no_step(shim, monkeypatch):
 def test_a_v1_verify_keeps_sglangs_per_request_counts_and_packed_tokens(shim, monkeypatch):
     """v1 EagleVerifyOutput: counts without the bonus (a CPU list; named per release, seams.V1_COUNT_FIELDS)."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.step = Step()
     out = ns(num_accepted_drafts_per_req_cpu=[1, 0], accept_tokens=_CPU([5, 6, 7]))
     hooks.FACTORIES["verify_v1"](shim, "v1.verify")(lambda worker, batch: (None, out), ns(), ns())
@@ -993,7 +985,6 @@ def test_a_v1_verify_of_every_release_gives_the_same_step(shim, monkeypatch, cou
     """Each release's names for the per-request counts and the packed tokens: a request that accepted
     no draft still commits its bonus on v1, so the step is 2 + 0 accepted, 1 + 1 bonus, ids [5, 6], [7]."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.step = Step()
     out = ns(**{counts: [1, 0], tokens: _CPU([5, 6, 7])})
     hooks.FACTORIES["verify_v1"](shim, "v1.verify")(lambda worker, batch: (None, out), ns(), ns())
@@ -1005,8 +996,6 @@ def test_a_v1_verify_of_every_release_gives_the_same_step(shim, monkeypatch, cou
 def test_the_tp_broadcast_hook_without_a_channel_passes_sglangs_call_through(shim, monkeypatch, caplog):
     from eagle3scope_shim import collective
 
-    shim.seams.disabled.clear()
-    shim.aux_channel = None
     hook = hooks.FACTORIES["tp_broadcast"](shim, "tp.broadcast")
     assert hook(lambda self, reqs: reqs, object(), []) == [] and shim.seams.disabled == set()
 
@@ -1053,8 +1042,6 @@ def test_the_draft_embedding_width_is_its_embed_tokens_weights_last_dim():
 
 def test_a_runtime_aux_change_is_recorded_with_what_sglang_captures_now(shim, monkeypatch):
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
-    shim.publisher = None
     calls = []
     shim.load.aux_calls = calls
     target = ns(model=ns(layers_to_capture=[3, 6]), capture_aux_hidden_states=True)
@@ -1067,7 +1054,6 @@ def test_the_worker_calls_time_their_phase_into_the_step(shim, monkeypatch):
     import time
 
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.step = Step()
     shim.load.draft_embed_width = None
     result = ns(accept_lens=_CPU([1]), next_token_ids=_CPU([4]))
@@ -1083,7 +1069,6 @@ def test_a_v1_call_is_timed_from_its_start_on_the_shims_clock(shim, monkeypatch)
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     ticks = iter([1_000, 4_500])
     monkeypatch.setattr(hooks, "_now", lambda: next(ticks))
-    shim.seams.disabled.clear()
     shim.step = Step()
     out = ns(num_accepted_drafts_per_req_cpu=[1], accept_tokens=_CPU([5, 6]))
     hooks.FACTORIES["verify_v1"](shim, "v1.verify")(lambda worker, batch: (None, out), ns(), ns())
@@ -1118,7 +1103,6 @@ def test_a_request_without_a_verify_count_is_committed_not_a_failure(shim, monke
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     from collections import deque
 
-    shim.seams.disabled.clear()
     submitted = []
     shim.publisher = ns(submit=lambda *a: submitted.append(a) or True)
     result, step = ns(), Step()
@@ -1132,7 +1116,6 @@ def test_the_load_hook_hands_sglang_every_checkpoint_tensor(shim, monkeypatch):
     from eagle3scope_shim import loadreport
 
     monkeypatch.setattr(loadreport, "_default_weight_loader", lambda model: None)
-    shim.load.draft_loads = {}
 
     class Draft:
         def named_parameters(self):
@@ -1148,7 +1131,6 @@ def test_the_load_hook_hands_sglang_every_checkpoint_tensor(shim, monkeypatch):
 def test_the_scheduler_start_sizes_the_ring_and_no_step_does(shim, monkeypatch):
     import types
 
-    shim.seams.disabled.clear()
     shim.publisher = types.SimpleNamespace(submit=lambda *a: True, hook_failures=0, wake=None)
     shim.aux_channel = None
     shim.step = None
@@ -1172,7 +1154,6 @@ def test_the_scheduler_start_sizes_the_ring_and_no_step_does(shim, monkeypatch):
 def test_a_decode_step_whose_verify_went_unobserved_is_not_published_and_a_prefill_is(shim, monkeypatch):
     import types
 
-    shim.seams.disabled.clear()
     submitted = []
     shim.publisher = (types.SimpleNamespace(submit=lambda *a: submitted.append(a) or True,
                                                                   hook_failures=0))
@@ -1207,7 +1188,6 @@ def test_the_draft_call_times_its_phase(shim, monkeypatch):
     import time
 
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.step = Step()
     shim.load.draft_embed_width = None
     verify_input = ns(draft_token=_CPU([1, 2]))
@@ -1224,7 +1204,6 @@ def test_a_one_step_tree_sizes_the_ring_by_its_draft_tokens(monkeypatch):
 def test_a_v1_draft_call_returns_its_verify_input_first(shim, monkeypatch):
     """v1 EAGLEWorker.draft returns the verify input (a tuple's first item in some releases)."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.seams.disabled.clear()
     shim.step = Step()
     shim.load.draft_embed_width = None
     batch = ns(spec_info=ns(hidden_states=None))
@@ -1312,10 +1291,6 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
     calls = []
     parallel, rank = {"publishers": 2}, {"tp_rank": 3}
     monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "ipc:///tmp/e3s-wiring")
-    shim.seams.disabled.clear()
-    shim.publisher = None
-    shim.topology = None
-    shim.scheduler = None
     monkeypatch.setattr(topology, "read", lambda sched, args, kwargs: (parallel, rank))
     monkeypatch.setattr(topology, "publisher_index", lambda p, r: 1)
     monkeypatch.setattr(shim, "confirm_registered", lambda: calls.append("confirm"))
@@ -1338,10 +1313,6 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
 # -- the final draw's survivors (seed 309311355, measured on commit 63d745a) ----------------------------
 def test_an_unhooked_draft_model_is_named_by_its_class(shim, monkeypatch):
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
-    shim.unobserved = {}
-    shim.seams.status.clear()
-    shim.pending = []
-    shim.publisher = None
     monkeypatch.setattr(hooks, "_observes", lambda targets, obj, family: family == "worker")
     draft = type("MedusaHead", (), {})()
     hooks.report_unobserved(shim, ns(draft_worker=ns(draft_runner=ns(model=draft))))

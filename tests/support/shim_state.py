@@ -6,14 +6,9 @@ from __future__ import annotations
 from eagle3scope_shim.shim_state import Shim
 
 
-def make_shim(**attrs) -> Shim:
-    """A new :class:`Shim`; ``attrs`` set on it (``publisher=``, ``scheduler=``, ...)."""
-    shim = Shim()
-    for name, value in attrs.items():
-        if not hasattr(shim, name):
-            raise AttributeError(f"Shim has no {name!r}")
-        setattr(shim, name, value)
-    return shim
+def make_shim() -> Shim:
+    """A new :class:`Shim`, as the instrumentor builds it: nothing attached, published or learnt yet."""
+    return Shim()
 
 
 def ended(step, seq: int = 1, rids=(), t_ns: int = 0, capture: dict | None = None):
