@@ -183,7 +183,8 @@ def synthetic_publisher():
 
 @pytest.fixture
 def shim():
-    """A fresh shim state for the hooks a test makes (tests/support/shim_state.py)."""
+    """A fresh shim state for the hooks a test makes (tests/support/shim_state.py; imported here, not at
+    the top: the shim's modules read the environment as they are imported)."""
     from support.shim_state import make_shim
 
     return make_shim()
