@@ -128,3 +128,22 @@ def test_the_check_finds_each_kind_of_module_state():
     assert any("global _registered" in p for p in problems)
     assert any("_MODES is mutable state" in p and "_asked_once" in p for p in problems)
     assert not any("COUNTS" in p for p in problems)  # a constant only read stays allowed
+
+
+def test_two_shims_share_nothing():
+    """What one shim's hooks learn stays on it: a seam failed in one shim still runs in another, and each
+    numbers and collects its own steps (a planted module-level ``disabled`` set or step counter fails here)."""
+    from eagle3scope_shim.guard import around
+    from eagle3scope_shim.shim_state import Shim
+
+    first, second = Shim(), Shim()
+    ran = []
+
+    def broken(x):
+        raise ValueError("boom")
+
+    assert around(first, "s.seam", broken, None)(lambda x: x + 1, 1) == 2
+    assert around(second, "s.seam", lambda x: ran.append(x), None)(lambda x: x + 1, 2) == 3
+    assert first.seams.disabled == {"s.seam"} and second.seams.disabled == set() and ran == [2]
+    assert first.seams.status == {"s.seam": "failed"} and second.seams.status == {}
+    assert [b["seam"] for b in first.pending] == ["s.seam"] and second.pending == []
