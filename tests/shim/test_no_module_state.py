@@ -132,7 +132,7 @@ def test_the_check_finds_each_kind_of_module_state():
 
 def test_two_shims_share_nothing():
     """What one shim's hooks learn stays on it: a seam failed in one shim still runs in another, and each
-    numbers and collects its own steps (a planted module-level ``disabled`` set or step counter fails here)."""
+    keeps its own seam statuses and pending events (a ``disabled`` set shared by all seam tables fails here)."""
     from eagle3scope_shim.guard import around
     from eagle3scope_shim.shim_state import Shim
 
