@@ -184,3 +184,12 @@ def channel(tmp_path):
     aux-control tests and the hostile ones that speak to it."""
     with started_channel(tmp_path) as parts:
         yield parts
+
+
+@pytest.fixture
+def shim():
+    """A fresh shim state for the hooks a test makes (tests/support/shim_state.py; imported here, not at
+    the top: the shim's modules read the environment as they are imported)."""
+    from support.shim_state import make_shim
+
+    return make_shim()

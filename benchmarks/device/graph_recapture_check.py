@@ -22,7 +22,8 @@ from types import SimpleNamespace
 
 import torch
 
-from eagle3scope_shim import aux_channel, graphs
+from eagle3scope_shim import aux_channel, control_facts, graph_capture
+from eagle3scope_shim.shim_state import Shim
 
 
 class Target:
@@ -109,10 +110,10 @@ def main() -> None:
     target.set_eagle3_layers_to_capture(old)
     runner = Runner(target, args.device)
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner), adaptive_controller=None)
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
-    facts.graphs = graphs.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
-    ctl = aux_channel.AuxChannel("inproc://unused", "x" * 32, facts)
+    facts.graphs = graph_capture.plan(worker, SimpleNamespace(device="cuda"), "0.5.23")
+    ctl = aux_channel.AuxChannel(Shim(), "inproc://unused", "x" * 32, facts)
     ctl.current = old
     want_old, want_new = expected_aux(target, old), expected_aux(target, new)
     replays_old = torch.equal(runner.decode_cuda_graph_runner.replay(), want_old)

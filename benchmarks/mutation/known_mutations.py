@@ -34,6 +34,8 @@ SCHEMA, VIEWS = "eagle3scope/wire/schema.py", "eagle3scope/analysis/views.py"
 CONTRACTS = "eagle3scope/wire/contracts.py"
 REPLAYER, PACING = "eagle3scope/store/replayer.py", "tests/store/test_replay_pacing.py"
 AUX_CHANNEL = "instrumentation/eagle3scope_shim/aux_channel.py"
+CONTROL_FACTS = "instrumentation/eagle3scope_shim/control_facts.py"
+CONTROL_APPLY = "instrumentation/eagle3scope_shim/control_apply.py"
 
 # (what, module, old text, new text, test files)
 MUTATIONS = [
@@ -189,7 +191,7 @@ MUTATIONS = [
     ("pins control: the not-loopback warning leaves out the endpoint", AUX_CHANNEL,
      'is not a loopback endpoint (use an SSH tunnel)", endpoint)', 'is not a loopback endpoint (use an SSH tunnel)", None)',
      ["tests/aux/test_aux_control.py"]),
-    ("pins control: the no-worker blocker's text changed", AUX_CHANNEL,
+    ("pins control: the no-worker blocker's text changed", CONTROL_FACTS,
      '"no EAGLE worker in this process', '"no eagle worker in this process', ["tests/aux/test_aux_control.py"]),
     ("pins control: a refused set answered without its request id", AUX_CHANNEL,
      "        return refusal(reason, id=rid)\n", "        return refusal(reason, )\n", ["tests/aux/test_aux_control.py"]),
@@ -209,10 +211,10 @@ MUTATIONS = [
      ["tests/aux/test_aux_control.py"]),
     ("pins control: a set without wait_s fails instead of waiting 2 s", AUX_CHANNEL,
      'wait = float(req.get("wait_s", DEFAULT_WAIT_S))', 'wait = float(req.get("wait_s"))', ["tests/aux/test_aux_control.py"]),
-    ("pins control: a change that failed refused without its request id", AUX_CHANNEL,
+    ("pins control: a change that failed refused without its request id", CONTROL_APPLY,
      '    return refusal(reason, id=change["id"], **_ranks(restored))', "    return refusal(reason, **_ranks(restored))",
      ["tests/aux/test_aux_control.py"]),
-    ("pins control: an eagle_config object read as a dict", AUX_CHANNEL,
+    ("pins control: an eagle_config object read as a dict", CONTROL_FACTS,
      "eagle = eagle if isinstance(eagle, dict) else", "eagle = eagle if True else", ["tests/aux/test_aux_control.py"]),
     ("pins control: an applied change logged without its message", AUX_CHANNEL,
      'log.info("eagle3scope: aux layers set to %s (captured %s) by control request %s", entry["layers"],',
@@ -225,20 +227,22 @@ MUTATIONS = [
 
 SHIM_HOOKS, SHIM_PATCHING, SHIM_STATE = ("instrumentation/eagle3scope_shim/hooks.py",
                                          "instrumentation/eagle3scope_shim/patching.py",
-                                         "instrumentation/eagle3scope_shim/state.py")
+                                         "instrumentation/eagle3scope_shim/shim_state.py")
 GRAPH_EVIDENCE, SHIM_UNIT = "tests/shim/test_graph_evidence.py", "tests/shim/test_shim_unit.py"
 HELDSEND, HELDSEND_TESTS = "instrumentation/eagle3scope_shim/heldsend.py", "tests/shim/test_heldsend.py"
 SHIM_SEAMS = "instrumentation/eagle3scope_shim/seams.py"
+STEP_BODY = "instrumentation/eagle3scope_shim/step_body.py"
+DETACH_PLAN = "instrumentation/eagle3scope_shim/detach_plan.py"
 
 # the shim's hook plan: the counting forward hook taken out on graph-free servers
 SHIM_MUTATIONS = [
-    ("round 4 shim: a prefill graph runner ignored when deciding to take the forward hook out", SHIM_HOOKS,
-     "    if any(graphs.replayed_passes(kind, worker).values()):",
-     "    if any(v for k, v in graphs.replayed_passes(kind, worker).items() if k != \"prefill\"):", [GRAPH_EVIDENCE]),
-    ("round 4 shim: adaptive steps not guarded (runners swapped in later)", SHIM_HOOKS,
+    ("round 4 shim: a prefill graph runner ignored when deciding to take the forward hook out", DETACH_PLAN,
+     "    if any(graph_capture.replayed_passes(kind, worker).values()):",
+     "    if any(v for k, v in graph_capture.replayed_passes(kind, worker).items() if k != \"prefill\"):", [GRAPH_EVIDENCE]),
+    ("round 4 shim: adaptive steps not guarded (runners swapped in later)", DETACH_PLAN,
      "    if getattr(worker, \"adaptive_controller\", None) is not None:\n        return\n", "", [GRAPH_EVIDENCE]),
     ("round 4 shim: graph-free eager passes published as replays", SHIM_HOOKS,
-     "    graph = None if FACTS.forwards_at_callers else",
+     "    graph = None if shim.plan.forwards_at_callers else",
      "    graph = None if False else", [GRAPH_EVIDENCE]),
     ("round 4 shim: the decode forwards of a draft call counted as num_steps, not num_steps - 1", SHIM_HOOKS,
      "getattr(worker, \"speculative_num_steps\", 2) - 1 if mode", "getattr(worker, \"speculative_num_steps\", 2) if mode",
@@ -251,10 +255,10 @@ SHIM_MUTATIONS = [
      "log.warning(\"eagle3scope: hook %s failed and is disabled (SGLang continues unaffected): %s\", seam, detail)",
      "log.warning(\"eagle3scope: a hook failed and is disabled (SGLang continues unaffected): %s\", detail)", [SHIM_UNIT]),
     # the draft and draft-extend hooks taken out too, their work done by the step and verify
-    ("round 5 shim: a draft hook that stayed in place has its work moved all the same", SHIM_HOOKS,
-     "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)",
-     "        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM) or True", [GRAPH_EVIDENCE]),
-    ("round 5 shim: the hooks taken out with 0 steps (SGLang drafts nothing)", SHIM_HOOKS,
+    ("round 5 shim: a draft hook that stayed in place has its work moved all the same", DETACH_PLAN,
+     "        plan.draft_at_verify = shim.seams.detach(DRAFT_SEAM)",
+     "        plan.draft_at_verify = shim.seams.detach(DRAFT_SEAM) or True", [GRAPH_EVIDENCE]),
+    ("round 5 shim: the hooks taken out with 0 steps (SGLang drafts nothing)", DETACH_PLAN,
      "(getattr(worker, \"speculative_num_steps\", 0) or 0) > 0 and", "(getattr(worker, \"speculative_num_steps\", 0) or 0) >= 0 and",
      [GRAPH_EVIDENCE]),
     ("round 5 shim: the draft hook taken out under pipeline stages (their tail-draft unseen)", SHIM_HOOKS,
@@ -266,10 +270,10 @@ SHIM_MUTATIONS = [
      ["tests/bench/test_shim_toggle.py"]),
     ("round 5 bench: the commit seam never switched (left on in the off rounds)", "benchmarks/support/shim_toggle.py",
      "            this.toggle.apply(arm == \"on\", this.commit)\n", "", ["tests/bench/test_shim_toggle.py"]),
-    ("round 5 shim: the commit hook taken out under the overlap loop too", SHIM_HOOKS,
-     "    if getattr(STATE.scheduler, \"enable_overlap\", True) is False:", "    if True:", [SHIM_UNIT]),
+    ("round 5 shim: the commit hook taken out under the overlap loop too", DETACH_PLAN,
+     "    if getattr(shim.scheduler, \"enable_overlap\", True) is False:", "    if True:", [SHIM_UNIT]),
     ("round 5 shim: a step waits for a commit hook that was taken out", SHIM_HOOKS,
-     "        key = None if FACTS.published_at_step or step.prefill", "        key = None if step.prefill", [SHIM_UNIT]),
+     "        key = None if plan.published_at_step or step.prefill", "        key = None if step.prefill", [SHIM_UNIT]),
     ("round 5 shim: the extend timed from the step's start, not from verify's end", SHIM_HOOKS,
      "                step.extend_ns = _now() - step.verify_end", "                step.extend_ns = _now() - step.draft_from[0]",
      [GRAPH_EVIDENCE]),
@@ -313,13 +317,13 @@ SHIM_MUTATIONS = [
     ("round 7 bench: one poll's frames taken for all a block left", "benchmarks/shim/bench_shim.py",
      "        got = sub.poll(timeout_ms=0)\n    return n", "        got = None\n    return n", ["tests/bench/test_shim_toggle.py"]),
     # verify's hook one body after the call, passes decided and merged on the publisher thread
-    ("round 8 shim: passes alike left unmerged on the wire", SHIM_HOOKS,
+    ("round 8 shim: passes alike left unmerged on the wire", STEP_BODY,
      "        if key == last:\n", "        if False:\n", [SHIM_UNIT]),
-    ("round 8 shim: an EAGLE-1/2 draft's caller-read passes claimed fc-bypassed", SHIM_HOOKS,
-     "    return FACTS.draft_fc_always or (embed is not None and width != embed)",
+    ("round 8 shim: an EAGLE-1/2 draft's caller-read passes claimed fc-bypassed", STEP_BODY,
+     "    return load.draft_fc_always or (embed is not None and width != embed)",
      "    return embed is not None and width != embed", [SHIM_UNIT]),
     ("round 8 shim: a post-only hook never takes an injected fault", "instrumentation/eagle3scope_shim/guard.py",
-     "                if pre is None and state.fault == seam:", "                if False:", [SHIM_UNIT]),
+     "                if pre is None and shim.fault == seam:", "                if False:", [SHIM_UNIT]),
     ("round 8 shim: a post-only hook handed no start time", "instrumentation/eagle3scope_shim/guard.py",
      "            ctx = t1 = clock()", "            ctx, t1 = None, clock()", [SHIM_UNIT]),
     ("round 8 shim: the draft timed to verify's end, not its start", SHIM_HOOKS,
@@ -333,14 +337,14 @@ SHIM_MUTATIONS = [
     ("pins shim: a v1 call timed as the clock's sum, not its difference", SHIM_HOOKS,
      "            setattr(step, slot, _now() - t0)", "            setattr(step, slot, _now() + t0)", [SHIM_UNIT]),
     ("pins shim: a v2 worker's draft embedding width never read", SHIM_HOOKS,
-     "FACTS.draft_embed_width = _embed_width(draft) or", "FACTS.draft_embed_width = _embed_width(None) or", [SHIM_UNIT]),
+     "load.draft_embed_width = _embed_width(draft) or", "load.draft_embed_width = _embed_width(None) or", [SHIM_UNIT]),
     ("pins shim: a v2 worker without _draft_worker taken for a stage without the draft", SHIM_HOOKS,
      'if getattr(self, "_draft_worker", self) is None:', 'if getattr(self, "_draft_worker", None) is None:', [SHIM_UNIT]),
     ("pins shim: a broadcast's recv_reqs by keyword loses the pulled requests", SHIM_HOOKS,
      '"recv_reqs": collective.inject(reqs, change)})', '"recv_reqs": collective.inject(change)})', ["tests/aux/test_aux_tp.py"]),
-    ("pins shim: a CPU tree path of one request read as flat (IndexError)", SHIM_HOOKS,
+    ("pins shim: a CPU tree path of one request read as flat (IndexError)", STEP_BODY,
      "    if flat and type(flat[0]) is list:", "    if flat and type(flat[1]) is list:", [SHIM_UNIT]),
-    ("pins shim: a v2 request that committed nothing reported with a bonus", SHIM_HOOKS,
+    ("pins shim: a v2 request that committed nothing reported with a bonus", STEP_BODY,
      "accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0", "accepted[i], bonus[i] = max(n - 1, 0), 1", [SHIM_UNIT]),
 ]
 

@@ -19,7 +19,8 @@ from types import SimpleNamespace
 from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.token import create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import aux_channel
+from eagle3scope_shim import aux_channel, control_facts
+from eagle3scope_shim.shim_state import Shim
 
 
 class Target:
@@ -33,11 +34,11 @@ class Target:
 
 
 def main() -> None:
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = Target()
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token = create_token_file()
-    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token), facts)
+    ctl = aux_channel.AuxChannel(Shim(), f"tcp://127.0.0.1:{free_port()}", read_token(token), facts)
     ctl.start()
     client = ControlClient(ctl.endpoint, read_token(token))
     n = 1_000_000

@@ -11,8 +11,8 @@ import json
 import time
 import weakref
 
-from eagle3scope_shim import hooks
-from eagle3scope_shim.state import STATE, Step
+from eagle3scope_shim import detach_plan, hooks
+from eagle3scope_shim.shim_state import Shim, Step
 
 
 class Req:
@@ -38,9 +38,10 @@ def settle(processor, result, batch) -> None:
 
 
 def main(rounds: int = 20000) -> dict:
-    STATE.publisher = Publisher()
-    STATE.seam_status[hooks.COMMIT_SEAM] = "attached"
-    commit = hooks.FACTORIES["commit"](hooks.COMMIT_SEAM)
+    shim = Shim()
+    shim.publisher = Publisher()
+    shim.seams.status[detach_plan.COMMIT_SEAM] = "attached"
+    commit = hooks.FACTORIES["commit"](shim, detach_plan.COMMIT_SEAM)
     out = {}
     for bs in (1, 64):
         batch = type("Batch", (), {"reqs": [Req(f"req-{i:04d}") for i in range(bs)]})()
@@ -55,7 +56,7 @@ def main(rounds: int = 20000) -> dict:
         def hooked() -> int:
             spent = 0
             for r in results:
-                STATE.uncommitted.append((weakref.ref(r), [None, 0, [], Step(), None]))  # what the step hook left
+                shim.uncommitted.append((weakref.ref(r), Step()))  # what the step hook left
                 t0 = time.thread_time_ns()
                 commit(settle, None, r, batch)
                 spent += time.thread_time_ns() - t0

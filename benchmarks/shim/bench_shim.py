@@ -70,13 +70,11 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     import torch
 
-    from eagle3scope_shim import hooks, seams
+    from eagle3scope_shim import detach_plan, hooks, seams
     from eagle3scope_shim.patching import _wrap
     from eagle3scope_shim.publisher import Publisher
     from eagle3scope.wire.endpoints import fresh_ipc_endpoint
-    from eagle3scope_shim.facts import FACTS
-    from eagle3scope_shim.ring import SNAPSHOTS
-    from eagle3scope_shim.state import STATE
+    from eagle3scope_shim.shim_state import Shim
 
     class Mode:
         def __init__(self, name, extend=False):
@@ -101,29 +99,30 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
 
     # woken by each chunk of 16 rounds (timed below), as a server's rounds wake it by its flush timer:
     # the default 64 would leave every chunk waiting out the 0.5 s timer
-    STATE.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16, wake_batch=16)
+    shim = Shim()
+    shim.publisher = pub = Publisher(fresh_ipc_endpoint("bench"), "bench", queue_size=1 << 16, wake_batch=16)
     pub.start()
-    SNAPSHOTS.start(device, 64 * 4, wake=pub.wake)  # as the scheduler's start makes it: request pool x draft tokens
-    STATE.stepped = True  # the bench chooses which hooks run, not the first step
+    shim.snapshots.start(device, 64 * 4, wake=pub.wake)  # as the scheduler's start makes it: request pool x draft tokens
+    shim.plan.stepped = True  # the bench chooses which hooks run, not the first step
     make = hooks.FACTORIES
 
     def round_hooks():
         """The v2 adapter's hooks (by its seam names: the draft and draft-extend callers read the width
         they hand over): step, draft, verify, draft-extend, draft forward, commit."""
-        return (make["step"]("v2.step"), make["draft"]("v2.draft"), make["verify_v2"]("v2.verify"),
-                make["draft_extend"]("v2.draft_extend"), make["draft_forward"]("llama_eagle3.forward"),
-                make["commit"](hooks.COMMIT_SEAM))
+        return (make["step"](shim, "v2.step"), make["draft"](shim, "v2.draft"), make["verify_v2"](shim, "v2.verify"),
+                make["draft_extend"](shim, "v2.draft_extend"), make["draft_forward"](shim, "llama_eagle3.forward"),
+                make["commit"](shim, detach_plan.COMMIT_SEAM))
 
     h_step, h_draft, h_verify, h_extend, h_fwd, h_commit = round_hooks()
     # the same hooks timing themselves in CPU time (thread_time_ns) into their own cells: the cold
     # account comparable with the engine's /proc CPU figures (wall time on a loaded box is mostly waiting)
-    wall_cells, wall_clock = STATE.self_ns, time.perf_counter_ns
-    STATE.self_ns, time.perf_counter_ns = {}, time.thread_time_ns
+    wall_cells, wall_clock = shim.self_ns, time.perf_counter_ns
+    shim.self_ns, time.perf_counter_ns = {}, time.thread_time_ns
     try:
-        cpu_cells, cpu_hooks = STATE.self_ns, round_hooks()
+        cpu_cells, cpu_hooks = shim.self_ns, round_hooks()
     finally:
-        STATE.self_ns, time.perf_counter_ns = wall_cells, wall_clock
-    STATE.seam_status[hooks.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
+        shim.self_ns, time.perf_counter_ns = wall_cells, wall_clock
+    shim.seams.status[detach_plan.COMMIT_SEAM] = "attached"  # steps wait for the commit, as in the engine
     # SGLang's capture flag, which the engine has imported by the first round (seams.CAPTURE_FLAG):
     # without it the forward hook would look it up on every call, which no server does
     import types
@@ -132,12 +131,12 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
     flag = sys.modules.setdefault(flag_module, types.ModuleType(flag_module))
     setattr(flag, flag_name, lambda: False)
     processor = NS()
-    FACTS.draft_embed_width = 128
+    shim.load.draft_embed_width = 128
     worker = NS(speculative_num_steps=3)
     draft_model = NS(embed_tokens=NS(weight=torch.zeros(8, 128, device=device)))
     # as the worker-init hook records it: capture_now() walks the target's capture attributes per step
     target = NS(capture_aux_hidden_states=True, model=NS(layers_to_capture=[2, 4, 7]))
-    FACTS.workers.append(("v2", None, target, draft_model))
+    shim.load.workers.append(("v2", None, target, draft_model))
     out = {"clock_read_ns": _clock_costs(), "self_timing_ns_per_hook": _self_timing_cost()}
     # cold caches: each stand-in call first sweeps 16 MiB, as SGLang's forwards sweep weights and
     # activations between two hooks; only the hooks' own account is read (the sweep dwarfs them)
@@ -205,7 +204,7 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         c_step, c_draft, c_verify, c_extend, _, c_commit = cpu_hooks
         c_draft, c_verify, c_extend = _wrap(draft, c_draft), _wrap(verify, c_verify), _wrap(extend, c_extend)
         # the draft, draft extend and commit as the round calls them: hooked, or (graph-free:
-        # hooks._detach_counting_forwards, _detach_commit) unhooked, step and verify doing their work
+        # detach_plan._detach_counting_forwards, _detach_commit) unhooked, step and verify doing their work
         calls = {"draft": w_draft, "extend": w_extend, "cpu_draft": c_draft, "cpu_extend": c_extend}
 
         def cpu_round(self, b):
@@ -246,13 +245,13 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
         # publish the passes (as replayed). Eager with the counting forward hook: a graphed server's
         # batch that runs eagerly. Then eager on a graph-free server, the CPU engine's round, which
         # the rest of the figures are about: the first step took the forward, draft and extend hooks
-        # out, step and verify add the passes (hooks._detach_counting_forwards), and with no overlap loop
-        # the commit hook (hooks._detach_commit): two hook calls a round.
+        # out, step and verify add the passes (detach_plan._detach_counting_forwards), and with no overlap loop
+        # the commit hook (detach_plan._detach_commit): two hook calls a round.
         def graph_free(yes: bool) -> None:
             nonlocal forward
             forward = fwd if yes else None
-            FACTS.forwards_at_callers = FACTS.draft_at_verify = FACTS.extend_at_verify = yes
-            FACTS.published_at_step = yes  # a CPU server runs no overlap loop: the commit hook is out too
+            shim.plan.forwards_at_callers = shim.plan.draft_at_verify = shim.plan.extend_at_verify = yes
+            shim.plan.published_at_step = yes  # a CPU server runs no overlap loop: the commit hook is out too
             calls.update(draft=draft if yes else w_draft, extend=extend if yes else w_extend,
                          cpu_draft=draft if yes else c_draft, cpu_extend=extend if yes else c_extend,
                          commit=resolve if yes else w_commit, cpu_commit=resolve if yes else c_commit)
@@ -266,20 +265,20 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             hooked_counted = timed(hooked_tick)
         graph_free(True)
         plain = timed(plain_tick)
-        before = sum(cell[0] for cell in STATE.self_ns.values())
+        before = sum(cell[0] for cell in shim.self_ns.values())
         with sync_guard():
             hooked = timed(hooked_tick)
         # the shim's own account of the same rounds (heartbeat shim_us), 3 x steps of them
-        self_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
+        self_us = (sum(cell[0] for cell in shim.self_ns.values()) - before) / 1000 / (3 * (steps // 16 * 16))
         # back to back, as a busy scheduler runs its rounds: the publisher drains on its own thread
         # (its ring holds far more than these rounds). Waiting for it after each round, as the warm
         # loop does between chunks, put the thread to sleep every round, and on this VM a sleep's trip
         # through the kernel left the caches far colder than a forward does: the cold account was
         # 150-220 µs a round that way, against the engine's 66-81 (BENCHMARKS.md, "Shim": Method)
-        cold, before = True, sum(cell[0] for cell in STATE.self_ns.values())
+        cold, before = True, sum(cell[0] for cell in shim.self_ns.values())
         for _ in range(steps // 20):
             hooked_tick()
-        cold_us = (sum(cell[0] for cell in STATE.self_ns.values()) - before) / 1000 / (steps // 20)
+        cold_us = (sum(cell[0] for cell in shim.self_ns.values()) - before) / 1000 / (steps // 20)
         before = {seam: cell[0] for seam, cell in cpu_cells.items()}
         for _ in range(steps // 20):
             calls["cpu_commit"](processor, c_step(worker, batch), batch)
@@ -316,8 +315,8 @@ def hook_path(steps: int, device: str = "cpu") -> dict:
             "step_body_bs": body["bs"],
         }
     out["publisher"] = {"steps": pub.steps, "dropped": pub.dropped}
-    if SNAPSHOTS.ring is not None:  # device tensors only: CPU tensors are cloned
-        out["publisher"].update(ring_slots=len(SNAPSHOTS.ring.slots), ring_dropped=SNAPSHOTS.ring.dropped)
+    if shim.snapshots.ring is not None:  # device tensors only: CPU tensors are cloned
+        out["publisher"].update(ring_slots=len(shim.snapshots.ring.slots), ring_dropped=shim.snapshots.ring.dropped)
     pub.close()
     return out
 

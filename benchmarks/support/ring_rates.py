@@ -8,22 +8,23 @@ import time
 
 from benchmarks.support.device_events import DeviceModel
 
-from eagle3scope_shim import hooks
+from eagle3scope_shim import step_body
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.ring import RING_BYTES, HostRing, ring_for, snap
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Shim, Step
 
 SCHEDULER_GPU = 3  # a scheduler not on GPU 0: a DP replica, an attention-DP leader, --base-gpu-id
 
 
-def publish_steps(pub, ring, model, n: int, bodies: list | None = None, width: int = 4) -> list[Step]:
+def publish_steps(pub, ring, model, n: int, bodies: list | None = None, width: int = 4, shim: Shim | None = None) -> list[Step]:
     """``n`` steps as the hooks take them: a slot, a copy of the draft tokens, the event recorded
     after the copy, the step queued for the publisher thread, which waits, builds the body (into
-    ``bodies``) and releases the slot."""
+    ``bodies``) and releases the slot; ``shim``: the shim the steps are the hooks' of (a fresh one)."""
     bodies = [] if bodies is None else bodies
+    shim = Shim() if shim is None else shim
 
-    def finalize(payload):
-        bodies.append(hooks.finalize_step(payload))
+    def finalize(step):
+        bodies.append(step_body.finalize_step(shim, step))
         return bodies[-1]
 
     steps = []
@@ -33,9 +34,10 @@ def publish_steps(pub, ring, model, n: int, bodies: list | None = None, width: i
         if step.slot is None:
             pub.drop("step")
             continue
-        step.draft = snap(step, "draft", model.device_tensor(range(i, i + width)))
+        step.draft = snap(shim.snapshots, step, "draft", model.device_tensor(range(i, i + width)))
         HostRing.record(step.slot)
-        pub.submit("step", [i, 0, ["r"], step, None], finalize)
+        step.seq, step.rids = i, ["r"]
+        pub.submit("step", step, finalize)
         steps.append(step)
     return steps
 
@@ -57,9 +59,9 @@ def drops_at(slots: int, rate_hz: float, seconds: float, tmp_path, *, ring_wakes
         ring = scheduler_ring(model, capacity=RING_BYTES // (4 * 8 * slots), wake=pub.wake if ring_wakes else None)
         assert len(ring.slots) == slots
         period, t0 = 1.0 / rate_hz, time.monotonic()
-        n = int(seconds * rate_hz)
+        n, shim = int(seconds * rate_hz), Shim()
         for i in range(n):
-            publish_steps(pub, ring, model, 1)
+            publish_steps(pub, ring, model, 1, shim=shim)
             time.sleep(max(0.0, t0 + (i + 1) * period - time.monotonic()))
         pub.flush(5)
         return n, ring.dropped

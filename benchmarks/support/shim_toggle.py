@@ -38,8 +38,8 @@ POLL_S = 0.005
 
 
 def _targets() -> dict:
-    registry = sys.modules.get("eagle3scope_shim.registry")
-    return dict(getattr(registry, "targets", {}) or {})
+    shim = _shim()
+    return dict(shim.seams.targets) if shim is not None else {}
 
 
 def _unwrapped(raw):
@@ -77,7 +77,7 @@ class Toggle:
         return len(self.saved)
 
 
-COMMIT_SEAM = "commit.resolve"  # hooks.COMMIT_SEAM: runs in process_batch_result, not in run_batch
+COMMIT_SEAM = "commit.resolve"  # detach_plan.COMMIT_SEAM: runs in process_batch_result, not in run_batch
 SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
 
 
@@ -195,8 +195,8 @@ GC = None  # GcClock, made by start()
 
 
 def _shim():
-    """The shim's STATE in this process, None before (or without) the shim."""
-    return getattr(sys.modules.get("eagle3scope_shim.state"), "STATE", None)
+    """The shim's state in this process (its instrumentor's), None before (or without) the shim."""
+    return getattr(getattr(sys.modules.get("eagle3scope_shim.instrumentor"), "INSTRUMENTOR", None), "shim", None)
 
 
 def _cells() -> int:

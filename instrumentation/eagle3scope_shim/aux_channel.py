@@ -16,13 +16,13 @@ other clients are served while a ``set`` waits. On a single rank the scheduler t
 :meth:`AuxChannel.apply_pending`, called at the start of the next EAGLE worker step, through the
 target's own ``set_eagle3_layers_to_capture``. Under tensor parallelism every TP rank holds its own
 target and capture list, so the change rides SGLang's per-iteration request broadcast from TP rank 0
-(:mod:`eagle3scope_shim.collective`) and every rank applies it in :func:`apply_broadcast`, in the
+(:mod:`eagle3scope_shim.collective`) and every rank applies it in :func:`control_apply.apply_broadcast`, in the
 same iteration, then all gather each other's outcome: any rank's failure puts the previous set back
 on every rank; a recapture, where asked, runs on every rank too. The outcome (every rank's capture
 list under TP) goes out as a ``config`` event (origin ``control``, ``request_id``) and back to the
 parked requester (or "queued" after ``wait_s``).
 Changes that could not take effect are refused up front with the reason: CUDA graphs captured
-with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graphs`),
+with the old set (unless the request asks for a recapture, :mod:`eagle3scope_shim.graph_capture`),
 pipeline parallelism (the last stage holds the aux layers), TP where the broadcast cannot reach
 every rank (no broadcast seam in the release, DP attention keeping control messages local, a
 channel not on TP rank 0), a release whose method takes no ids, an unknown model family, capture
@@ -31,7 +31,6 @@ switched off.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import threading
@@ -58,11 +57,8 @@ from eagle3scope.wire.control_protocol import (
 )
 from eagle3scope.wire.endpoints import endpoint_for_dp_rank, is_loopback, resolve_bind_endpoint
 from eagle3scope.wire.token import TokenError, read_token
-from eagle3scope_shim import collective, graphs, seams
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.seams import sglang_version
-from eagle3scope_shim.state import STATE
-from eagle3scope_shim.verdict import VERDICT
+from eagle3scope_shim.control_apply import alone, apply_guarded, capture_of
+from eagle3scope_shim.control_facts import ControlFacts, gather
 
 log = logging.getLogger("eagle3scope")
 
@@ -74,94 +70,6 @@ MAX_NONCES = 65536
 #: requests parked waiting for their ``set`` to apply
 MAX_PARKED = 64
 _POLL_MS = 20
-
-
-class Facts:
-    """What validation needs, gathered once at startup on the scheduler thread."""
-
-    def __init__(self) -> None:
-        self.target = None  # the model whose set_eagle3_layers_to_capture SGLang called
-        self.inner = None  # the model that owns ``.model.layers_to_capture`` (after delegation)
-        self.family: str | None = None
-        self.rule: str | None = None
-        self.num_layers = 0
-        self.expected: int | None = None
-        self.configured: list | None = None
-        self.draft_path: str | None = None
-        self.first_layer = 0
-        self.why_not = ""  # non-empty: every set is refused with this reason
-        self.tp_size = 1  # > 1: a set rides SGLang's request broadcast to every TP rank (collective.py)
-        self.graphs = graphs.GraphPlan(False)  # the target's captured graphs, and whether they can be recaptured
-
-
-def _ids(value):
-    return None if value is None else [int(x) for x in value]
-
-
-def _defining_class(model) -> type | None:
-    for cls in type(model).__mro__:
-        if "set_eagle3_layers_to_capture" in cls.__dict__:
-            return cls
-    return None
-
-
-def gather(scheduler, tp_rank: int = 0) -> Facts:
-    """Facts about this process's target and draft; ``why_not`` names the first blocker.
-    ``scheduler``: anything holding SGLang's ``server_args`` (the scheduler, its request receiver)."""
-    facts = Facts()
-    sa = getattr(scheduler, "server_args", None)
-    facts.tp_size = int(getattr(sa, "tp_size", 1) or 1)
-    facts.draft_path = getattr(sa, "speculative_draft_model_path", None)
-    if not FACTS.workers:
-        facts.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
-        return facts
-    kind, worker, target, draft = FACTS.workers[-1]
-    facts.target = target
-    facts.inner = inner = aux_layers.capture_owner(target)
-    cfg = getattr(inner, "config", None)
-    cfg = getattr(cfg, "text_config", None) or cfg
-    facts.num_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
-    dcfg = draft.config
-    eagle = getattr(dcfg, "eagle_config", None)
-    eagle = eagle if isinstance(eagle, dict) else (vars(eagle) if eagle is not None else {})
-    facts.configured = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"))
-    fc = getattr(getattr(getattr(draft, "model", None), "fc", None), "weight", None)
-    hidden = int(getattr(dcfg, "target_hidden_size", None) or getattr(cfg, "hidden_size", 0) or 0)
-    if fc is not None and hidden:
-        facts.expected = int(fc.shape[1]) // hidden
-    facts.first_layer = int(getattr(getattr(inner, "model", None), "start_layer", 0) or 0)
-    cls = _defining_class(inner)
-    facts.family = cls.__name__ if cls is not None else type(inner).__name__
-    facts.rule = aux_layers.family_rule(facts.family, sglang_version())
-    facts.why_not = _blocker(facts, sa, worker, cls, tp_rank)
-    facts.graphs = graphs.plan(worker, sa, sglang_version())
-    return facts
-
-
-def _blocker(facts: Facts, sa, worker, cls, tp_rank: int) -> str:
-    if cls is None:
-        return f"{type(facts.inner).__name__} has no set_eagle3_layers_to_capture in this release"
-    if "layer_ids" not in inspect.signature(inspect.unwrap(cls.__dict__["set_eagle3_layers_to_capture"])).parameters:
-        return "this release's set_eagle3_layers_to_capture takes no layer ids (always its default)"
-    if facts.rule is None:
-        return f"unknown model family {facts.family}: eagle3scope does not know how it maps aux ids"
-    for call in FACTS.aux_calls:  # what SGLang did at startup must match the rule we apply
-        if call["requested"] is not None and call["on"]:
-            predicted = aux_layers.captured_for(call["requested"], facts.rule, facts.num_layers)
-            if predicted != call["captured"]:
-                return (f"SGLang captured {call['captured']} for ids {call['requested']}, not {predicted} as the "
-                        f"{facts.rule} rule of {facts.family} predicts: unknown id semantics")
-    if facts.expected is None:
-        return "the draft has no fc layer: it takes no aux states"
-    pp = int(getattr(sa, "pp_size", 1) or 1)
-    if pp > 1 or not getattr(getattr(facts.inner, "pp_group", None), "is_last_rank", True):
-        return (f"pipeline parallelism (pp_size {pp}): the aux capture lives on the last pipeline rank, which "
-                "this channel does not reach")
-    if facts.tp_size > 1:
-        attached = STATE.seam_status.get(seams.BROADCAST) == "attached" and seams.BROADCAST not in STATE.disabled
-        why = collective.blocker(sa, tp_rank, attached)
-        return f"tensor parallelism (tp_size {facts.tp_size}): {why}" if why else ""
-    return ""
 
 
 class _Budget:
@@ -183,7 +91,8 @@ class _Budget:
 class AuxChannel:
     """The ROUTER channel thread plus the queue the scheduler thread drains."""
 
-    def __init__(self, endpoint: str, token: str, facts: Facts) -> None:
+    def __init__(self, shim, endpoint: str, token: str, facts: ControlFacts) -> None:
+        self.shim = shim  # whose publisher and verdict hear each change
         self.requested = endpoint
         self.endpoint: str | None = None
         self.facts = facts
@@ -203,7 +112,7 @@ class AuxChannel:
         self.ranks: list[dict] | None = None  # every TP rank's report from the latest change
         self.refused_tokens = 0
         self.dropped = 0  # failures left unanswered by the rate limit
-        calls = FACTS.aux_calls
+        calls = shim.load.aux_calls
         self.current = calls[-1]["requested"] if calls else facts.configured
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -319,7 +228,7 @@ class AuxChannel:
 
     def describe(self) -> dict:
         f = self.facts
-        on, captured = _capture_of(f)
+        on, captured = capture_of(f)
         pending = self._pending
         why_not = f.why_not or ("" if on else _CAPTURE_OFF) or f.graphs.refusal(recapture=True)
         return {
@@ -347,7 +256,7 @@ class AuxChannel:
         f = self.facts
         rid = req.get("id") or uuid.uuid4().hex[:12]
         layers = req.get("layers")
-        reason = f.why_not or ("" if _capture_of(f)[0] else _CAPTURE_OFF) or f.graphs.refusal(bool(req.get("recapture")))
+        reason = f.why_not or ("" if capture_of(f)[0] else _CAPTURE_OFF) or f.graphs.refusal(bool(req.get("recapture")))
         captured = None
         if not reason:
             try:
@@ -404,7 +313,7 @@ class AuxChannel:
             return
         entry = self._take()
         if entry is not None:
-            self._conclude(entry, _apply_guarded(self.change(entry), self.facts, _alone, 0))
+            self._conclude(entry, apply_guarded(self.shim, self.change(entry), self.facts, alone, 0))
 
     def take_for_broadcast(self) -> dict | None:
         """TP rank 0, as it broadcasts what it pulled: the queued ``set`` as the change every rank applies."""
@@ -447,7 +356,7 @@ class AuxChannel:
             self._cond.notify_all()
 
     def _publish(self, layers, captured, applied: bool, reason: str, rid: str, pause_ms=None) -> None:
-        pub = STATE.publisher
+        pub = self.shim.publisher
         if pub is not None:
             body = dict(layers=layers, captured=captured, applied=applied, reason=reason, origin="control",
                                  request_id=rid)
@@ -455,177 +364,24 @@ class AuxChannel:
                 body["pause_ms"] = pause_ms
             pub.submit("config", body)
             if applied:
-                VERDICT.applied_change(body)
-
-
-# -- one change, applied by every TP rank together -------------------------------------------------
-def _alone(report: dict) -> list[dict]:
-    """The "gather" of a single-rank server."""
-    return [report]
-
-
-def _capture_of(facts: Facts) -> tuple[bool, list[int]]:
-    try:
-        inner = facts.inner
-        return (bool(getattr(inner, "capture_aux_hidden_states", False)),
-                _ids(getattr(getattr(inner, "model", None), "layers_to_capture", None) or []))
-    except Exception:
-        return False, []
-
-
-def _report(facts: Facts, rank: int, error: str, **extra) -> dict:
-    on, captured = _capture_of(facts)
-    return {"rank": rank, "captured": captured, "on": on,
-            "forward_ct": getattr(STATE.scheduler, "forward_ct", None), "error": error, **extra}
-
-
-def _set_here(facts: Facts, change: dict, rank: int) -> str:
-    """Put the change's ids in effect on this rank; what went wrong ("" if nothing)."""
-    layers = list(change["layers"])
-    if STATE.fault == f"aux.apply@tp{rank}=" + ",".join(map(str, layers)):  # test support (env.FAULT)
-        return f"fault injected into aux.apply on TP rank {rank} by EAGLE3SCOPE_FAULT"
-    if facts.target is None:
-        return f"no target to change on this rank: {facts.why_not}"
-    try:
-        facts.target.set_eagle3_layers_to_capture(layers)
-    except Exception as exc:
-        return f"SGLang raised {type(exc).__name__}: {exc}"
-    on, captured = _capture_of(facts)
-    if not on or captured != change["captured"]:
-        return f"SGLang captured {captured} (on={on}) for {layers}, expected {change['captured']}"
-    return ""
-
-
-def _recapture_here(facts: Facts) -> tuple[str, float | None]:
-    if not facts.graphs.captured:
-        return "", None
-    try:
-        return "", facts.graphs.recapture()
-    except Exception as exc:
-        return f"recapturing the target's graphs failed ({type(exc).__name__}: {exc})", None
-
-
-def _restore_here(facts: Facts, previous, recaptured: bool) -> str:
-    if facts.target is None:
-        return "no target on this rank"
-    try:
-        facts.target.set_eagle3_layers_to_capture(previous)
-    except Exception as exc:
-        return f"SGLang raised {type(exc).__name__}: {exc}"
-    if recaptured and facts.graphs.captured:
-        try:
-            facts.graphs.recapture()
-        except Exception as again:
-            return f"its graphs not recaptured either ({type(again).__name__}: {again}): SGLang serves eagerly"
-    return ""
-
-
-def apply_everywhere(change: dict, facts: Facts, gather, rank: int) -> dict:
-    """Apply ``change`` on this rank in step with the others; the outcome, the same on every rank.
-
-    ``gather`` turns this rank's report into every rank's (a collective over the TP CPU group;
-    :func:`_alone` on one rank). Each rank's own failure is caught before the next gather, so
-    every rank reaches every gather and, seeing the same reports, takes the same branch: all
-    keep the new set, or all put the previous one back (and recapture again where they did)."""
-    STATE.aux_change_applying = True
-    try:
-        reports = gather(_report(facts, rank, _set_here(facts, change, rank)))
-        recaptured = bool(change["recapture"]) and not _failed(reports)
-        if recaptured:
-            error, pause_ms = _recapture_here(facts)
-            reports = gather(_report(facts, rank, error, pause_ms=pause_ms))
-        failed = _failed(reports)
-        if failed:
-            restored = gather(_report(facts, rank, _restore_here(facts, change["previous"], recaptured)))
-            return _refused(change, failed, restored, recaptured)
-    finally:
-        STATE.aux_change_applying = False
-    return _applied(change, reports)
-
-
-def _failed(reports: list[dict]) -> list[dict]:
-    return [r for r in reports if r["error"]]
-
-
-def _ranks(reports: list[dict]) -> dict:
-    """The per-rank capture lists, in replies of a TP server only (a single rank's is ``captured``)."""
-    if len(reports) == 1:
-        return {}
-    return {"ranks": [{k: r[k] for k in ("rank", "captured", "on", "forward_ct", "error")} for r in reports]}
-
-
-def _refused(change: dict, failed: list[dict], restored: list[dict], recaptured: bool) -> dict:
-    where = (lambda r: "") if len(restored) == 1 else (lambda r: f"TP rank {r['rank']}: ")
-    reason = "; ".join(where(r) + r["error"] for r in failed)
-    previous, broken = change["previous"], _failed(restored)
-    if broken:
-        reason += f"; putting {previous} back: " + "; ".join(where(r) + r["error"] for r in broken)
-    else:
-        reason += f"; restored {previous}" + ("" if len(restored) == 1 else " on every TP rank") + (
-            ", its graphs recaptured" if recaptured else "")
-    return refusal(reason, id=change["id"], **_ranks(restored))
-
-
-def _applied(change: dict, reports: list[dict]) -> dict:
-    applied = {"ok": True, "status": "applied", "id": change["id"], "layers": list(change["layers"]),
-               "captured": reports[0]["captured"], **_ranks(reports)}
-    pauses = [r["pause_ms"] for r in reports if r.get("pause_ms") is not None]
-    return applied if not pauses else {**applied, "pause_ms": max(pauses)}
-
-
-def _apply_guarded(change: dict, facts: Facts, gather, rank: int) -> dict:
-    try:
-        return apply_everywhere(change, facts, gather, rank)
-    except Exception as exc:  # a failed gather: the TP group itself is broken
-        return refusal(f"internal error: {type(exc).__name__}: {exc}", id=change["id"])
-
-
-_HERE: Facts | None = None  # the facts of a TP rank without a channel, gathered at its first change
-
-
-def apply_broadcast(receiver, changes: list[dict]) -> None:
-    """Every TP rank, right after SGLang's broadcast carried ``changes``: apply each, all ranks
-    together. Never raises (the seam must stay attached, or the next change would reach SGLang's
-    dispatcher on this rank and leave the others waiting in the gather)."""
-    global _HERE
-    try:
-        group = collective.tp_group(receiver)
-        gather_all, rank = collective.gather_over(group), group.rank_in_group
-    except Exception as exc:
-        log.warning("eagle3scope: aux change dropped: no TP group: %s: %s", type(exc).__name__, exc)
-        return
-    channel = STATE.aux_channel
-    if channel is not None:
-        facts = channel.facts
-    else:
-        if _HERE is None:
-            try:
-                _HERE = gather(receiver)
-            except Exception as exc:  # applying then fails on this rank, in step with the others
-                _HERE = Facts()
-                _HERE.why_not = f"{type(exc).__name__}: {exc}"
-        facts = _HERE
-    for change in changes:
-        outcome = _apply_guarded(change, facts, gather_all, rank)
-        if channel is not None:
-            channel.concluded(change, outcome)
+                self.shim.verdict.applied_change(body)
 
 
 _CAPTURE_OFF = ("the target does not capture aux states (use_aux_hidden_state is false); switching capture on "
                 "live is not supported")
 
 
-def start(scheduler, dp_rank: int, tp_rank: int = 0) -> AuxChannel | None:
+def start(shim, scheduler, dp_rank: int, tp_rank: int = 0) -> AuxChannel | None:
     """Open the channel when the environment asks for it; every refusal to start is logged.
     Never raises: the publisher's startup must go on whatever happens here."""
     try:
-        return _start(scheduler, dp_rank, tp_rank)
+        return _start(shim, scheduler, dp_rank, tp_rank)
     except Exception as exc:
         log.warning("eagle3scope: control channel not started: %s: %s", type(exc).__name__, exc)
         return None
 
 
-def _start(scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
+def _start(shim, scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
     endpoint = os.environ.get(ENV_CONTROL, "").strip()
     if not endpoint:
         return None
@@ -642,13 +398,13 @@ def _start(scheduler, dp_rank: int, tp_rank: int) -> AuxChannel | None:
     if not is_loopback(endpoint):
         log.warning("eagle3scope: control channel not started: %s is not a loopback endpoint (use an SSH tunnel)", endpoint)
         return None
-    channel = AuxChannel(endpoint, token, gather(scheduler, tp_rank))
+    channel = AuxChannel(shim, endpoint, token, gather(shim, scheduler, tp_rank))
     try:
         channel.start()
     except zmq.ZMQError as exc:
         log.warning("eagle3scope: control channel not started: cannot bind %s: %s", endpoint, exc)
         return None
-    STATE.aux_channel = channel
+    shim.aux_channel = channel
     blocked = channel.facts.why_not
     log.info("eagle3scope: control channel on %s%s", channel.endpoint, f" (changes refused: {blocked})" if blocked else "")
     return channel

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from eagle3scope.wire import bodies
 from eagle3scope_shim.guard import around
-from eagle3scope_shim.state import STATE
 
 #: wire field -> the ``Req`` attributes holding it, newest release first (0.5.23 schedule_batch.py;
 #: 0.5.9-0.5.10 spec_accepted_tokens and spec_acceptance_histogram; releases before 0.5.9 keep no histogram)
@@ -29,9 +28,9 @@ COUNTS = {
 MAX_HISTOGRAM = bodies.MAX_DRAFT_TOKENS + 1
 
 
-def make_finish(seam):
+def make_finish(shim, seam):
     def pre(self, reqs, *args, **kwargs):
-        if STATE.publisher is None:
+        if shim.publisher is None:
             return None
         # Req.finished() is this test (0.5.10-0.5.23 schedule_batch.py), read without a call per request
         ending = [req for req in reqs if req.finished_reason is not None and not req.finished_output]
@@ -42,10 +41,10 @@ def make_finish(seam):
             return
         done = [counts(req) for req in ending if req.finished_output]  # SGLang emitted it (not a skipped req)
         if done:
-            pub = STATE.publisher
-            pub.submit("finish", dict(seq=STATE.seq, dropped=pub.dropped, requests=done))
+            pub = shim.publisher
+            pub.submit("finish", bodies.Finish(seq=shim.seq, dropped=pub.dropped, requests=done))
 
-    return around(seam, pre, post, hot=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, traceable=False)
 
 
 def counts(req) -> dict:

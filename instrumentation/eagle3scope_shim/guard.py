@@ -1,7 +1,7 @@
 """The fail-closed wrapper every hook runs in (:func:`around`).
 
 A hook body that raises is disabled for the rest of the process, reported once (a ``hook`` event
-with status ``failed`` and one log line, ``STATE.fail``) and the wrapped SGLang function's own result
+with status ``failed`` and one log line, ``shim.fail``) and the wrapped SGLang function's own result
 is returned unchanged. SGLang's own exceptions pass through untouched. Hot-path bodies run under the
 sync guard when the tests ask for it (``EAGLE3SCOPE_SYNC_GUARD=1``), and every body's own time is
 added up per seam for the heartbeat.
@@ -14,7 +14,6 @@ import time
 from typing import Callable
 
 from eagle3scope.wire import env
-from eagle3scope_shim.state import STATE
 
 if os.environ.get(env.SYNC_GUARD, "").strip() == "1":  # test support; it needs torch, so only when asked
     from eagle3scope_shim.syncguard import SyncGuard as SYNC_GUARD
@@ -51,7 +50,7 @@ def _injected(seam: str) -> RuntimeError:
     return RuntimeError(f"fault injected into {seam} by {env.FAULT}")
 
 
-def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
+def around(shim, seam: str, pre: Callable | None, post: Callable | None, *, hot: bool = False, step: bool = False,
            in_step: bool = False, traceable: bool = True) -> Callable:
     """An AROUND hook ``(original, *args, **kwargs)`` that fails closed.
 
@@ -64,29 +63,29 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
     ``traceable=False`` (a worker method torch.compile never traces) skips the compile check, one
     ``torch.compiler.is_compiling`` call per hook.
     The wrapper's own time (guard checks, ``pre``, ``post``; not ``original``) adds up in the seam's
-    cell of ``STATE.self_ns``; a ``step`` seam's whole call (the round, its own hook time included) in
-    ``STATE.step_ns``. ``step`` and ``in_step`` seams (those whose hooks run only within a step
-    seam's call) are ``STATE.round_seams``: their time over ``step_ns`` is the shim's share of the
+    cell of ``shim.self_ns``; a ``step`` seam's whole call (the round, its own hook time included) in
+    ``shim.step_ns``. ``step`` and ``in_step`` seams (those whose hooks run only within a step
+    seam's call) are ``shim.round_seams``: their time over ``step_ns`` is the shim's share of the
     rounds, which cannot exceed 1 (other seams, e.g. the commit seam or load time, run outside). The clock is
     ``perf_counter_ns`` (vDSO, ~75 ns a read here) rather than ``thread_time_ns`` (a syscall, ~260 ns:
     BENCHMARKS.md), so it is wall time, which on a loaded box includes preemption.
     """
-    state = STATE
+    disabled = shim.seams.disabled  # mutated in place by shim.fail, never rebound
     guard = SYNC_GUARD if hot else None
-    cell = state.self_ns.setdefault(seam, [0])
-    rounds = state.step_ns if step else None
+    cell = shim.self_ns.setdefault(seam, [0])
+    rounds = shim.step_ns if step else None
     if step or in_step:
-        state.round_seams.add(seam)
+        shim.round_seams.add(seam)
     clock = time.perf_counter_ns
 
     def hook(original, *args, **kwargs):
         t0 = clock()
-        if seam in state.disabled or (traceable and _compiling()):
+        if seam in disabled or (traceable and _compiling()):
             cell[0] += clock() - t0
             return original(*args, **kwargs)
         if pre is not None:
             try:
-                if state.fault == seam:
+                if shim.fault == seam:
                     raise _injected(seam)
                 if guard is None:
                     ctx = pre(*args, **kwargs)
@@ -94,7 +93,7 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                     with guard(seam):
                         ctx = pre(*args, **kwargs)
             except Exception as exc:
-                state.fail(seam, exc)
+                shim.fail(seam, exc)
                 return original(*args, **kwargs)
             if type(ctx) is Rewrite:
                 ctx, args, kwargs = ctx.ctx, ctx.args, ctx.kwargs
@@ -106,9 +105,9 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
             cell[0] += t1 - t0
             return result
         t2 = clock()
-        if post is not None and seam not in state.disabled:
+        if post is not None and seam not in disabled:
             try:
-                if pre is None and state.fault == seam:  # the fault goes into the hook's first body
+                if pre is None and shim.fault == seam:  # the fault goes into the hook's first body
                     raise _injected(seam)
                 if guard is None:
                     post(ctx, result, *args, **kwargs)
@@ -116,7 +115,7 @@ def around(seam: str, pre: Callable | None, post: Callable | None, *, hot: bool 
                     with guard(seam):
                         post(ctx, result, *args, **kwargs)
             except Exception as exc:
-                state.fail(seam, exc)
+                shim.fail(seam, exc)
         t3 = clock()
         cell[0] += t1 - t0 + t3 - t2
         if rounds is not None:

@@ -1,81 +1,80 @@
 """Hook bodies, one per seam kind named in :mod:`eagle3scope_shim.seams` (``Seam.hook``).
 
-Each ``make_<hook>(seam)`` returns an AROUND hook built with :func:`guard.around`, so it fails
+Each ``make_<hook>(shim, seam)`` returns an AROUND hook for that shim, built with :func:`guard.around`, so it fails
 closed. Hot-path bodies (step, draft, verify, draft-extend, draft forward) read only host metadata
 (shapes, forward modes, Python lists SGLang already holds) and take :func:`ring.snap` copies of
 device tensors into the step's :class:`ring.HostRing` slot; the publisher thread does every
-device ``tolist`` in :func:`finalize_step` and hands the slot back (a CPU tensor is listed at once:
+device ``tolist`` in :func:`step_body.finalize_step` and hands the slot back (a CPU tensor is listed at once:
 there is no device to wait for, and it is cheaper than a clone). The draft-forward hook, which
 fires on every eager draft pass, only counts passes inside the callers that read the width they
 hand the draft (BENCHMARKS.md, "Shim": each hook call costs tens of µs after a forward has swept
 the caches, so the round's work is done where it fires once). Where nothing can replay a graph it
 is taken out, and on v2 so are the draft and draft-extend hooks, whose work verify's hook does
-(:func:`_detach_draft_and_extend`); without the overlap loop the commit hook goes too
-(:func:`_detach_commit`): two hook calls a round on a CPU server, step and verify, and verify's has
+(:mod:`detach_plan`); without the overlap loop the commit hook goes too
+(:func:`detach_plan._detach_commit`): two hook calls a round on a CPU server, step and verify, and verify's has
 one body, after the call. Passes are appended as the hooks see them; fc, where a caller read the
-width, and the merging are the publisher thread's (:func:`merged_passes`).
+width, and the merging are the publisher thread's (:func:`step_body.merged_passes`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import sys
 import time
 import weakref
 
-from eagle3scope.wire import bodies
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import aux_channel, collective, graphs, loadreport, registry, ring, seams, topology
-from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim import aux_channel, collective, control_apply, graph_capture, loadreport, ring, seams, topology
 from eagle3scope_shim.finish import make_finish
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.ring import CAPTURE_GATE, SNAPSHOTS, HostRing, listed, mark, snap
-from eagle3scope_shim.state import STATE, Step, requested_endpoint
-from eagle3scope_shim.verdict import VERDICT
+from eagle3scope_shim.detach_plan import COMMIT_SEAM, DRAFT_SEAM, EXTEND_SEAM, plan_first_step
+from eagle3scope_shim.ring import CAPTURE_GATE, HostRing, mark, snap
+from eagle3scope_shim.shim_state import Step, requested_endpoint
+from eagle3scope_shim.step_body import finalize_step
 
 _now = time.perf_counter_ns
 _RID = operator.attrgetter("rid")
 log = logging.getLogger("eagle3scope")
 
 
-
 # -- process: SGLang's entry ranks publish (topology.entry_rank) -------------------------------
-def make_scheduler_init(seam):
+def make_scheduler_init(shim, seam):
     def pre(*args, **kwargs):
         return requested_endpoint()
 
     def post(endpoint, result, *args, **kwargs):
-        if endpoint is None or STATE.publisher is not None:
+        if endpoint is None or shim.publisher is not None:
             return
-        STATE.scheduler = args[0]  # every rank: the TP collective of aux changes reaches them all
+        shim.scheduler = args[0]  # every rank: the TP collective of aux changes reaches them all
         parallel, rank = topology.read(args[0], args, kwargs)
         publishes, reason = topology.entry_rank(parallel, rank)
         index = topology.publisher_index(parallel, rank)
-        STATE.topology = {"parallel": parallel, "rank": rank, "index": index, "publishes": publishes, "reason": reason}
+        shim.topology = {"parallel": parallel, "rank": rank, "index": index, "publishes": publishes, "reason": reason}
         if not publishes:
             return
-        registry.confirm_registered()
-        if not STATE.start_publisher(endpoint, index, parallel["publishers"]):
+        shim.confirm_registered()
+        if not shim.start_publisher(endpoint, index, parallel["publishers"]):
             return  # said so on the server's log; nothing to report to
-        aux_channel.start(args[0], index, rank["tp_rank"])
-        report_unobserved(getattr(args[0], "draft_worker", None))
-        loadreport.publish_startup(args[0])
-        _start_ring(args[0])
+        aux_channel.start(shim, args[0], index, rank["tp_rank"])
+        report_unobserved(shim, getattr(args[0], "draft_worker", None))
+        loadreport.publish_startup(shim, args[0])
+        _start_ring(shim, args[0])
 
-    return around(seam, pre, post)
+    return around(shim, seam, pre, post)
 
 
 # -- which speculative worker and draft SGLang chose, and whether the hooks see them ------------
-def _observes(obj, family: str) -> bool:
+def _observes(targets: dict[str, str], obj, family: str) -> bool:
     """Whether ``obj``'s class runs the hooked method of one of ``family``'s observing seams."""
-    return _runs(obj, seams.OBSERVING_SEAMS[family])
+    return _runs(targets, obj, seams.OBSERVING_SEAMS[family])
 
 
-def _runs(obj, names) -> bool:
+def _runs(targets: dict[str, str], obj, names) -> bool:
     """Whether ``obj``'s class runs, unchanged, the hooked method of one of the seams ``names``."""
     for name in names:
-        target = registry.targets.get(name)
+        target = targets.get(name)
         if target is None:
             continue
         module, cls_name, method = target.rsplit(".", 2)
@@ -85,12 +84,12 @@ def _runs(obj, names) -> bool:
     return False
 
 
-def _observed_classes(family: str) -> str:
+def _observed_classes(targets: dict[str, str], family: str) -> str:
     """The hooked classes, named as ``module.Class`` (``llama_eagle3.LlamaModel``: there are several LlamaModels)."""
     names = []
     for name in seams.OBSERVING_SEAMS[family]:
-        if name in registry.targets:
-            module, cls_name, _ = registry.targets[name].rsplit(".", 2)
+        if name in targets:
+            module, cls_name, _ = targets[name].rsplit(".", 2)
             names.append(f"{module.rsplit('.', 1)[-1]}.{cls_name}")
     return ", ".join(names)
 
@@ -101,28 +100,30 @@ def _draft_model(worker):
     return getattr(runner, "model", None)
 
 
-def report_unobserved(worker) -> None:
+def report_unobserved(shim, worker) -> None:
     """Say, naming it, when the speculative worker (multi-layer EAGLE, MTP, NGRAM, DFlash, ...) or
     the draft model is one whose rounds or forwards the hooks never see: silence would read as health."""
     if worker is None:  # no speculative decoding, or a pipeline stage without the draft
         return
-    if not _observes(worker, "worker"):
-        _unhooked("worker", f"SGLang runs speculative decoding with {type(worker).__name__}, which the shim does not "
-                  f"observe (it hooks {_observed_classes('worker')}): no steps, acceptance or draft passes are published")
+    targets = shim.seams.targets
+    if not _observes(targets, worker, "worker"):
+        _unhooked(shim, "worker", f"SGLang runs speculative decoding with {type(worker).__name__}, which the shim does not "
+                  f"observe (it hooks {_observed_classes(targets, 'worker')}): no steps, acceptance or draft passes are published")
         return
     draft = _draft_model(worker)
-    if draft is not None and not (_observes(draft, "draft_model") or _observes(getattr(draft, "model", None), "draft_model")):
-        _unhooked("draft_model", f"the draft model is {type(draft).__name__}, whose forward the shim does not hook (it "
-                  f"hooks {_observed_classes('draft_model')}): steps and acceptance are observed, the width entering "
+    if draft is not None and not (_observes(targets, draft, "draft_model")
+                                  or _observes(targets, getattr(draft, "model", None), "draft_model")):
+        _unhooked(shim, "draft_model", f"the draft model is {type(draft).__name__}, whose forward the shim does not hook (it "
+                  f"hooks {_observed_classes(targets, 'draft_model')}): steps and acceptance are observed, the width entering "
                   "the draft and whether fc ran are not")
 
 
-def _unhooked(part: str, detail: str) -> None:
-    STATE.unobserved[part] = detail  # the sticky hello repeats it: a hook frame sent at startup may be missed
-    STATE.report(part, "unhooked", detail)
+def _unhooked(shim, part: str, detail: str) -> None:
+    shim.unobserved[part] = detail  # the sticky hello repeats it: a hook frame sent at startup may be missed
+    shim.report(part, "unhooked", detail)
 
 
-def _start_ring(scheduler) -> None:
+def _start_ring(shim, scheduler) -> None:
     """Size the snapshot ring and allocate all its buffers as the scheduler starts, on its thread:
     never in a step (a pinned allocation serialises device work). SGLang has built the request
     pool by then (after the worker's ``__init__``). A scheduler without a speculative worker (a
@@ -131,7 +132,7 @@ def _start_ring(scheduler) -> None:
     if worker is None:
         return
     device = getattr(getattr(scheduler, "server_args", None), "device", None) or "cuda"
-    SNAPSHOTS.start(str(device), _ring_capacity(worker), wake=STATE.publisher.wake)
+    shim.snapshots.start(str(device), _ring_capacity(worker), wake=shim.publisher.wake)
 
 
 def _ring_capacity(worker) -> int:
@@ -146,49 +147,6 @@ def _ring_capacity(worker) -> int:
     return int(rows) * int(width)
 
 
-def _detach_counting_forwards(worker) -> None:
-    """On a server where no draft pass can replay a graph (no draft graph runner: a CPU server, or
-    ``--disable-cuda-graph``), every caller's draft call runs its forwards eagerly, always as many
-    (``_uncounted``), and the caller knows their width and fc. The draft-forward hook would only
-    count them, three calls a round that cost more than the rest of the round's hooks together
-    (BENCHMARKS.md, "Shim"), so its wrapper is taken out and the callers add the passes. Not when
-    a caller cannot tell fc (no embedding width), the draft's forward is not one the shim hooks, or
-    adaptive steps may swap graph runners in later (eagle_worker_v2.py 0.5.23, ``apply_runtime_state``)."""
-    kind = FACTS.workers[-1][0] if FACTS.workers else None
-    if kind is None or "draft_model" in STATE.unobserved or (FACTS.draft_embed_width is None and not FACTS.draft_fc_always):
-        return
-    if getattr(worker, "adaptive_controller", None) is not None:
-        return
-    if any(graphs.replayed_passes(kind, worker).values()):
-        return
-    for seam in seams.OBSERVING_SEAMS["draft_model"]:
-        if registry.detach(seam):
-            FACTS.forwards_at_callers = True
-
-
-def _detach_draft_and_extend(worker) -> None:
-    """Where the forward hook is out on a v2 server, the draft and draft-extend hooks go too, two calls
-    a round less: around verify, SGLang's ``forward_batch_generation`` only drafts from
-    ``batch.spec_info`` (unless it already holds a verify input) and hands the extend verify's result,
-    and verify gets the draft's tokens in ``batch.spec_info``. So the step's hook reads the draft's
-    width, verify's hook the tokens and the extend's width and adds the passes, and the draft is timed
-    from the step's start to verify's, the extend from verify's end to the step's (``draft_ms``,
-    ``extend_ms``). Not with 0 steps, where SGLang drafts nothing and may stub the extend out, nor
-    under pipeline parallelism, whose last stage drafts the next round at the end of the step (the PP
-    tail-draft, whose tokens are the next round's: verify's hook takes the verified ones there,
-    ``FACTS.tail_draft``), nor where the device times the phases: only those hooks mark the draft's
-    and the extend's boundaries. Each hook's work moves only once it is out."""
-    FACTS.tail_draft = ((STATE.topology or {}).get("parallel") or {}).get("pp_size", 1) > 1
-    kind = FACTS.workers[-1][0] if FACTS.workers else None
-    if ring.times_device(getattr(STATE.scheduler, "server_args", None)):
-        return  # their hooks mark the draft's and the extend's device boundaries (ring.mark)
-    if FACTS.forwards_at_callers and kind == "v2" and (getattr(worker, "speculative_num_steps", 0) or 0) > 0 and not FACTS.tail_draft:
-        FACTS.draft_at_verify = registry.detach(DRAFT_SEAM)
-        FACTS.extend_at_verify = registry.detach(EXTEND_SEAM)
-
-
-#: v2's draft and draft extend around verify: taken out with the forward hook (verify's hook adds their passes)
-DRAFT_SEAM, EXTEND_SEAM = "v2.draft", "v2.draft_extend"
 #: where each hands the draft its hidden states, and the mode of its passes (seams.DRAFT_INPUTS)
 _DRAFT_PATH, _DRAFT_MODE = seams.DRAFT_INPUTS[DRAFT_SEAM][2:]
 _EXTEND_PATH, _EXTEND_MODE = seams.DRAFT_INPUTS[EXTEND_SEAM][2:]
@@ -199,71 +157,75 @@ def _embed_width(draft) -> int | None:
     return None if weight is None else int(weight.shape[-1])
 
 
-def _draft_facts(draft) -> None:
+def _draft_facts(shim, draft) -> None:
     """What decides ``fc`` on a pass read at its caller: the draft's embedding width, or an
     EAGLE-1/2 draft (``seams.FC_ALWAYS``), whose fc runs whatever the width."""
-    FACTS.draft_embed_width = _embed_width(draft) or FACTS.draft_embed_width
-    FACTS.draft_fc_always = _runs(getattr(draft, "model", None), seams.FC_ALWAYS)
+    load = shim.load
+    load.draft_embed_width = _embed_width(draft) or load.draft_embed_width
+    load.draft_fc_always = _runs(shim.seams.targets, getattr(draft, "model", None), seams.FC_ALWAYS)
 
 
-def make_worker_init_v2(seam):
+def make_worker_init_v2(shim, seam):
     def post(ctx, result, self, *args, **kwargs):
         if getattr(self, "_draft_worker", self) is None:  # a pipeline stage without the draft
             return
         draft = self.draft_worker.draft_runner.model
-        FACTS.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
-        _draft_facts(draft)
+        shim.load.workers.append(("v2", self, self.target_worker.model_runner.model, draft))
+        _draft_facts(shim, draft)
 
-    return around(seam, None, post)
+    return around(shim, seam, None, post)
 
 
-def make_worker_init_v1(seam):
+def make_worker_init_v1(shim, seam):
     def post(ctx, result, self, *args, **kwargs):
-        FACTS.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
-        _draft_facts(self.model_runner.model)
+        shim.load.workers.append(("v1", self, self.target_worker.model_runner.model, self.model_runner.model))
+        _draft_facts(shim, self.model_runner.model)
 
-    return around(seam, None, post)
+    return around(shim, seam, None, post)
 
 
 # -- one speculative round ----------------------------------------------------------------------
-def make_step(seam):
+def make_step(shim, seam):
+    plan = shim.plan
+    finalize = functools.partial(finalize_step, shim)  # built once: no allocation per step
+    modes: dict = {}  # forward mode -> (idle, extend), asked once per mode (_asked_once)
+    verify_types: dict = {}  # spec_input_type -> whether it is a verify input (_draft_start)
+
     def pre(self, *args, **kwargs):
-        if STATE.publisher is None:
+        if shim.publisher is None:
             return None
-        channel = STATE.aux_channel
+        channel = shim.aux_channel
         if channel is not None and channel._pending is not None:  # a call only with a change queued
             channel.apply_pending()  # between steps, on the scheduler's own thread
         batch = args[0] if args else next(iter(kwargs.values()))
         mode = batch.forward_mode
         try:  # asked once per mode, inline: a call here costs µs after a forward (BENCHMARKS.md, "Shim")
-            idle, extend = _MODES[mode]
+            idle, extend = modes[mode]
         except (KeyError, TypeError):
-            idle, extend = _asked_once(_MODES, mode, _ask_mode, mode)
+            idle, extend = _asked_once(modes, mode, _ask_mode, mode)
         if idle:  # an idle attention-DP rank's collective-only pass: nothing to report
             return None
-        stale = STATE.step
+        stale = shim.step
         if stale is not None and stale.slot is not None:  # its post never ran (SGLang raised)
             HostRing.release(stale.slot)
-        if not STATE.stepped:  # the first step
-            STATE.stepped = True
-            _detach_counting_forwards(self)
-            _detach_draft_and_extend(self)
-            _detach_commit()
+        if not plan.stepped:  # the first step
+            plan.stepped = True
+            plan_first_step(shim, self)
         step = Step()
         # provisional: a round whose verify runs is a decode round whatever the batch says (post)
         step.prefill = extend or bool(getattr(batch, "is_extend_in_batch", False))
-        if FACTS.draft_at_verify and not extend:
-            step.draft_from = _draft_start(batch)
-        STATE.step = step
+        if plan.draft_at_verify and not extend:
+            step.draft_from = _draft_start(batch, verify_types)
+        shim.step = step
         return step
 
     def post(step, result, self, *args, **kwargs):
         if step is None:
             return
-        STATE.step = None
+        shim.step = None
         if step.verify is not None:  # under DP spec-prefill coordination a decode rank's batch says extend
             step.prefill = False
-        slot, pub = step.slot, STATE.publisher
+        slot, pub = step.slot, shim.publisher
         if slot is not None:
             HostRing.record(slot)
         if step.dropped:
@@ -284,21 +246,21 @@ def make_step(seam):
             step.num_steps = getattr(self, "speculative_num_steps", None)  # adaptive: this round's budget
             if step.verify_end is not None:  # the extend's hook is out: the round after verify is the extend
                 step.extend_ns = _now() - step.verify_end
-        payload = [None, time.time_ns(), rids, step, loadreport.capture_now()]
-        pending = STATE.uncommitted
-        key = None if FACTS.published_at_step or step.prefill or not rids or not _commit_observed() else _result_key(result)
+        step.t_ns, step.rids, step.capture = time.time_ns(), rids, loadreport.capture_now(shim)
+        pending = shim.uncommitted
+        key = None if plan.published_at_step or step.prefill or not rids or not shim.seams.live(COMMIT_SEAM) else _result_key(result)
         if key is None:
             while pending:  # the commit seam went away (disabled): what waited goes out as run
-                _submit(pending.popleft()[1])
-            _submit(payload)
+                _submit(shim, pending.popleft()[1], finalize)
+            _submit(shim, step, finalize)
             return
         # SGLang decides which requests' rounds it commits when it processes the result (the
         # commit seam); until then the step waits, a few at most.
-        pending.append((key, payload))
+        pending.append((key, step))
         if len(pending) > MAX_UNCOMMITTED:
-            _submit(pending.popleft()[1])  # never committed through the seam: published as run
+            _submit(shim, pending.popleft()[1], finalize)  # never committed through the seam: published as run
 
-    return around(seam, pre, post, hot=True, step=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def _request_facts(step, batch) -> None:
@@ -315,7 +277,6 @@ def _request_facts(step, batch) -> None:
 
 #: Decode steps that wait for SGLang's commit (the overlap scheduler processes a result one tick late).
 MAX_UNCOMMITTED = 4
-COMMIT_SEAM = "commit.resolve"
 
 
 def _constrained(reqs) -> list[bool] | None:
@@ -323,21 +284,6 @@ def _constrained(reqs) -> list[bool] | None:
     grammar backend); None when none does, so a free batch's step carries no field."""
     flags = [getattr(req, "grammar", None) is not None for req in reqs]
     return flags if True in flags else None
-
-
-def _commit_observed() -> bool:
-    return STATE.seam_status.get(COMMIT_SEAM) == "attached" and COMMIT_SEAM not in STATE.disabled
-
-
-def _detach_commit() -> None:
-    """A scheduler without the overlap loop processes each round's result right after running it and
-    never runs a finished request one more tick, so it discards no round: a step is published as it
-    ends, and the commit hook (one call a round) is taken out. SGLang runs speculative decoding on a
-    CPU that way (``_disable_overlap_schedule_for_cpu``, arg_groups/speculative_hook.py 0.5.23), and
-    any server started with ``--disable-overlap-schedule``. A scheduler that does not say
-    (``enable_overlap`` missing) keeps the hook."""
-    if getattr(STATE.scheduler, "enable_overlap", True) is False:
-        FACTS.published_at_step = registry.detach(COMMIT_SEAM)
 
 
 def _result_key(result):
@@ -349,44 +295,46 @@ def _result_key(result):
         return None
 
 
-def _submit(payload) -> None:
-    """Number the step (seq follows publication order) and queue it; a refused step gives its slot back."""
-    STATE.seq += 1
-    payload[0] = STATE.seq
-    slot = payload[3].slot
-    if not STATE.publisher.submit("step", payload, finalize_step) and slot is not None:
+def _submit(shim, step: Step, finalize) -> None:
+    """Number the step (seq follows publication order) and hand it, whole, to the publisher thread
+    (``finalize``: :func:`finalize_step` bound to the shim); a refused step gives its slot back."""
+    shim.seq += 1
+    step.seq = shim.seq
+    slot = step.slot
+    if not shim.publisher.submit("step", step, finalize) and slot is not None:
         HostRing.release(slot)
 
 
-def make_commit(seam):
+def make_commit(shim, seam):
     """Where SGLang settles a round per request: the requests whose ``spec_verify_ct`` it advanced
     are the ones it committed (under the overlap scheduler a request that finished runs one more
     tick, which SGLang discards and does not count); the waiting step is published without the others."""
+    finalize = functools.partial(finalize_step, shim)
 
     def pre(self, result, batch, *args, **kwargs):
-        pending = STATE.uncommitted
-        if not pending or STATE.publisher is None:
+        pending = shim.uncommitted
+        if not pending or shim.publisher is None:
             return None
-        for i, (waiting, payload) in enumerate(pending):
+        for i, (waiting, step) in enumerate(pending):
             if waiting() is result:
                 del pending[i]
                 reqs = batch.reqs
-                return payload, reqs, [getattr(req, "spec_verify_ct", None) for req in reqs]
+                return step, reqs, [getattr(req, "spec_verify_ct", None) for req in reqs]
         return None
 
     def post(ctx, out, *args, **kwargs):
         if ctx is None:
             return
-        payload, reqs, before = ctx
+        step, reqs, before = ctx
         discarded = [req.rid for req, ct in zip(reqs, before) if ct is not None and req.spec_verify_ct == ct]
         if discarded:
-            payload[3].discarded = discarded
-        _submit(payload)
+            step.discarded = discarded
+        _submit(shim, step, finalize)
 
-    return around(seam, pre, post, hot=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, traceable=False)
 
 
-def _draft_start(batch) -> tuple[int, int | None] | None:
+def _draft_start(batch, verify_types: dict) -> tuple[int, int | None] | None:
     """Where the draft hook is out: the draft's start and the width of the hidden states it is handed,
     unless the batch already holds a verify input (SGLang then drafts nothing this round)."""
     spec = batch.spec_info
@@ -396,9 +344,9 @@ def _draft_start(batch) -> tuple[int, int | None] | None:
     # builds a set of five members on every call
     kind = getattr(spec, "spec_input_type", None)
     try:
-        verify = _VERIFY_INPUT_TYPES[kind]
+        verify = verify_types[kind]
     except (KeyError, TypeError):  # None (a release or stand-in without it) is never kept: asked every time
-        verify = _ask_verify(spec) if kind is None else _asked_once(_VERIFY_INPUT_TYPES, kind, _ask_verify, spec)
+        verify = _ask_verify(spec) if kind is None else _asked_once(verify_types, kind, _ask_verify, spec)
     if verify:
         return None
     return _now(), _hidden_width(batch, _DRAFT_PATH)
@@ -429,20 +377,18 @@ def _asked_once(memo: dict, key, ask, arg):
         return ask(arg)
 
 
-#: spec_input_type -> whether it is a verify input; forward mode -> (idle, extend); each holds at most
-#: MAX_MEMO (SGLang's enums have a few dozen members; anything past that is asked every time)
+#: the most answers one memo of :func:`_asked_once` keeps (SGLang's enums have a few dozen members;
+#: anything past that is asked every time)
 MAX_MEMO = 64
-_VERIFY_INPUT_TYPES: dict = {}
-_MODES: dict = {}
 
 
-def _drafted(step, worker, batch, verify_began: int) -> None:
+def _drafted(shim, step, worker, batch, verify_began: int) -> None:
     """Where the draft hook is out: the draft's tokens (``batch.spec_info``, the verify input, which
     verify reads and never rebinds or writes: eagle_worker_v2.py / eagle_worker_common.py 0.5.23,
     eagle_worker_v2.py 0.5.10), its time up to verify's start and its ``speculative_num_steps - 1``
     decode passes, each eager (``_uncounted``, whose other cases the hook's removal rules out:
-    ``_detach_draft_and_extend``)."""
-    step.draft = snap(step, "draft", batch.spec_info.draft_token)
+    ``detach_plan._detach_draft_and_extend``)."""
+    step.draft = snap(shim.snapshots, step, "draft", batch.spec_info.draft_token)
     began = step.draft_from
     if began is not None:
         step.draft_ns = verify_began - began[0]
@@ -457,51 +403,52 @@ _MARKS = {"draft_ns": (ring.DRAFT_START, ring.DRAFT_END), "verify_ns": (ring.VER
           "extend_ns": (ring.EXTEND_START, ring.EXTEND_END)}
 
 
-def _timed(seam, slot: str | None, observe=None):
+def _timed(shim, seam, slot: str | None, observe=None):
     """Host time of one worker call into ``step.<slot>``, and on a timed ring its device boundaries
-    (:func:`ring.mark`); ``observe(step, result, worker)`` keeps data.
+    (:func:`ring.mark`); ``observe(shim, step, result, worker)`` keeps data.
     For a caller in ``seams.DRAFT_INPUTS`` it also reads the width of the hidden states it hands
     the draft (a shape: host metadata), and the draft passes of the call come from that one read:
     the draft-forward hook only counts the forwards that ran (``Step.feed``), and when none did
     (the pass replayed a graph) the read stands for the replayed pass."""
     feeds = seams.DRAFT_INPUTS.get(seam)
     start, end = _MARKS.get(slot, (None, None))
+    snapshots, load = shim.snapshots, shim.load
 
     def pre(*args, **kwargs):
-        step = STATE.step
+        step = shim.step
         if step is None:
             return None
-        if start is not None and SNAPSHOTS.timed:
-            mark(step, start)
+        if start is not None and snapshots.timed:
+            mark(snapshots, step, start)
         feed = None
         if feeds is not None:
             index, name, path, mode = feeds
             width = _hidden_width(args[index] if len(args) > index else kwargs.get(name), path)
             if width is not None:
                 feed = [mode, width, 0]
-                # fc decidable from the width (fc_of): the forward hook just counts
-                step.feed = feed if FACTS.draft_fc_always or FACTS.draft_embed_width is not None else None
+                # fc decidable from the width (step_body.fc_of): the forward hook just counts
+                step.feed = feed if load.draft_fc_always or load.draft_embed_width is not None else None
         return _now(), feed, step.forwards
 
     def post(ctx, result, *args, **kwargs):
-        step = STATE.step
+        step = shim.step
         if ctx is None or step is None:
             return
         t0, feed, forwards = ctx
-        if end is not None and SNAPSHOTS.timed:
-            mark(step, end)
+        if end is not None and snapshots.timed:
+            mark(snapshots, step, end)
         if slot is not None:
             setattr(step, slot, _now() - t0)
         if observe is not None:
-            observe(step, result, args[0])
+            observe(shim, step, result, args[0])
         if feed is not None:
             step.feed = None
             if feed[2]:  # forwards that ran eagerly, each counted by the draft-forward hook
                 step.passes.append((feed[0], feed[1], None, feed[2], None))
             elif step.forwards == forwards:
-                _uncounted(step, args, feed[0], feed[1])
+                _uncounted(shim, step, args, feed[0], feed[1])
 
-    return around(seam, pre, post, hot=True, in_step=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, in_step=True, traceable=False)
 
 
 def _hidden_width(owner, path: tuple[str, ...]) -> int | None:
@@ -512,28 +459,19 @@ def _hidden_width(owner, path: tuple[str, ...]) -> int | None:
     return None if owner is None else int(owner.shape[-1])
 
 
-def fc_of(width: int) -> bool:
-    """Whether the draft applies fc to hidden states of ``width`` (EAGLE-3: iff it differs from the
-    embedding width; an EAGLE-1/2 draft always), as a caller of the draft can tell. Asked on the
-    publisher thread, of the passes a caller read (``Step.passes`` with fc None): the draft's facts
-    are read once, as its worker is built."""
-    embed = FACTS.draft_embed_width
-    return FACTS.draft_fc_always or (embed is not None and width != embed)
-
-
-def _uncounted(step, args, mode: str, width: int) -> None:
+def _uncounted(shim, step, args, mode: str, width: int) -> None:
     """The caller ran and the draft-forward hook counted nothing: its pass replayed a captured graph,
-    or, where that hook was taken out because nothing can replay (``_detach_counting_forwards``), ran
+    or, where that hook was taken out because nothing can replay (``detach_plan._detach_counting_forwards``), ran
     eagerly. Either way as many forwards as the caller always runs: ``speculative_num_steps - 1``
     decode forwards in ``draft`` (eagle_worker_v2.py / eagle_worker.py, 0.5.23), one in each extend.
     Not on a draft whose forward the hooks do not see (report_unobserved): it ran, unseen, and says nothing."""
-    if "draft_model" in STATE.unobserved:
+    if "draft_model" in shim.unobserved:
         return
     worker = args[0]
     n = getattr(worker, "speculative_num_steps", 2) - 1 if mode == "decode" else 1
     if n < 1:
         return  # a one-step draft runs no decode forward at all
-    graph = None if FACTS.forwards_at_callers else _graph_chosen(worker, mode, args[1])
+    graph = None if shim.plan.forwards_at_callers else _graph_chosen(shim.load, worker, mode, args[1])
     step.passes.append((mode, width, None, n, graph))
 
 
@@ -543,23 +481,23 @@ _RUNNER_OF = {"decode": seams.DRAFT_GRAPH_SLOTS["v1"]["decode"][-1],
               "draft_extend": seams.DRAFT_GRAPH_SLOTS["v1"]["draft_extend"][-1]}
 
 
-def _graph_chosen(worker, mode: str, batch) -> int:
+def _graph_chosen(load, worker, mode: str, batch) -> int:
     """The batch size of the graph a replayed pass ran: the key its runner chose, which SGLang's
     draft runners keep as ``bs`` after each replay (padded up to a captured size; under DP
     attention from the largest batch of all ranks, not this rank's), else the smallest captured
     size that holds this rank's batch."""
     chosen = getattr(getattr(worker, _RUNNER_OF.get(mode, ""), None), "bs", None)
-    return chosen if type(chosen) is int else graphs.graph_bs(mode, len(batch.seq_lens))
+    return chosen if type(chosen) is int else graph_capture.graph_bs(load, mode, len(batch.seq_lens))
 
 
-def _observe_draft(step, result, worker):
-    if FACTS.tail_draft:  # the next round's proposals: verify's hook took this round's
+def _observe_draft(shim, step, result, worker):
+    if shim.plan.tail_draft:  # the next round's proposals: verify's hook took this round's
         return
     verify_input = result[0] if isinstance(result, tuple) else result
-    step.draft = snap(step, "draft", verify_input.draft_token)
+    step.draft = snap(shim.snapshots, step, "draft", verify_input.draft_token)
 
 
-def make_verify_v2(seam):
+def make_verify_v2(shim, seam):
     """verify on v2, one body after the call (``around`` gives it the call's start): ``accept_lens``
     INCLUDES the bonus token; ``next_token_ids`` is strided per request (for trees SGLang has compacted
     the accepted path to the front). A tree's ``draft_token`` holds nodes in score order, so which
@@ -567,58 +505,60 @@ def make_verify_v2(seam):
     one more non-blocking copy. Where the draft and extend hooks are out, their work is done here
     (:func:`_drafted`, and the width of what the extend gets from this result)."""
 
+    snapshots, plan = shim.snapshots, shim.plan
+
     def post(began, result, self, *args, **kwargs):
-        step = STATE.step
+        step = shim.step
         if step is None:
             return
-        if SNAPSHOTS.timed:
-            mark(step, ring.VERIFY_END)
+        if snapshots.timed:
+            mark(snapshots, step, ring.VERIFY_END)
         step.verify_ns = _now() - began
-        if FACTS.draft_at_verify:
-            _drafted(step, self, args[0] if args else kwargs["batch"], began)
-        elif FACTS.tail_draft:  # the draft this round verifies, relayed from the first stage
-            step.draft = snap(step, "draft", (args[0] if args else kwargs["batch"]).spec_info.draft_token)
-        step.verify = ("v2", snap(step, "lens", result.accept_lens), snap(step, "ids", result.next_token_ids))
+        if plan.draft_at_verify:
+            _drafted(shim, step, self, args[0] if args else kwargs["batch"], began)
+        elif plan.tail_draft:  # the draft this round verifies, relayed from the first stage
+            step.draft = snap(snapshots, step, "draft", (args[0] if args else kwargs["batch"]).spec_info.draft_token)
+        step.verify = ("v2", snap(snapshots, step, "lens", result.accept_lens), snap(snapshots, step, "ids", result.next_token_ids))
         if (getattr(self, "topk", 1) or 1) > 1:
-            step.path = snap(step, "path", getattr(result, "accept_index", None))
-        if FACTS.extend_at_verify:  # the draft extend SGLang runs next, on this result (_detach_counting_forwards)
+            step.path = snap(snapshots, step, "path", getattr(result, "accept_index", None))
+        if plan.extend_at_verify:  # the draft extend SGLang runs next, on this result (detach_plan._detach_counting_forwards)
             width = _hidden_width(result, _EXTEND_PATH)
             if width is not None:
                 step.passes.append((_EXTEND_MODE, width, None, 1, None))
             step.verify_end = _now()
 
-    return around(seam, None, post, hot=True, in_step=True, traceable=False)
+    return around(shim, seam, None, post, hot=True, in_step=True, traceable=False)
 
 
-def _observe_verify_v1(step, result, worker):
+def _observe_verify_v1(shim, step, result, worker):
     """v1 per-request counts EXCLUDE the bonus and are a CPU list already; ``verified_id`` is packed."""
     out = result[1]
     counts = next(getattr(out, f) for f in seams.V1_COUNT_FIELDS if hasattr(out, f))
     tokens = next(getattr(out, f) for f in seams.V1_TOKEN_FIELDS if hasattr(out, f))
-    step.verify = ("v1", list(counts), snap(step, "ids", tokens))
+    step.verify = ("v1", list(counts), snap(shim.snapshots, step, "ids", tokens))
 
 
-def make_draft(seam):
-    return _timed(seam, "draft_ns", _observe_draft)
+def make_draft(shim, seam):
+    return _timed(shim, seam, "draft_ns", _observe_draft)
 
 
-def make_verify_v1(seam):
-    return _timed(seam, "verify_ns", _observe_verify_v1)
+def make_verify_v1(shim, seam):
+    return _timed(shim, seam, "verify_ns", _observe_verify_v1)
 
 
-def make_draft_extend(seam):
-    return _timed(seam, "extend_ns")
+def make_draft_extend(shim, seam):
+    return _timed(shim, seam, "extend_ns")
 
 
-def make_draft_extend_prefill(seam):
-    return _timed(seam, None)
+def make_draft_extend_prefill(shim, seam):
+    return _timed(shim, seam, None)
 
 
 # -- draft model forward: width entering the draft and whether fc ran ----------------------------
 # -- TP: a control change rides the broadcast of what rank 0 pulled -----------------------------
-def make_tp_broadcast(seam):
+def make_tp_broadcast(shim, seam):
     def pre(self, *args, **kwargs):
-        channel = STATE.aux_channel
+        channel = shim.aux_channel
         if channel is None or channel._pending is None:  # the per-iteration cost: two attribute reads
             return None
         reqs = kwargs["recv_reqs"] if "recv_reqs" in kwargs else args[0]
@@ -640,12 +580,12 @@ def make_tp_broadcast(seam):
             log.warning("eagle3scope: reading SGLang's broadcast failed: %s: %s", type(exc).__name__, exc)
             return
         if changes:
-            aux_channel.apply_broadcast(self, changes)
+            control_apply.apply_broadcast(shim, self, changes)
 
-    return around(seam, pre, post)
+    return around(shim, seam, pre, post)
 
 
-def make_draft_forward(seam):
+def make_draft_forward(shim, seam):
     """Fires once per eager draft pass (two or more a round). Inside a caller that read the width it
     hands the draft (``Step.feed``, set by :func:`_timed`) it only counts the pass: the caller adds
     it with that width and fc. Elsewhere, and at graph capture, it reads width and fc itself: a
@@ -657,9 +597,9 @@ def make_draft_forward(seam):
     def pre(self, *args, **kwargs):
         nonlocal capturing
         if capturing is None:
-            capturing = graphs.capture_flag()  # kept once found
+            capturing = graph_capture.capture_flag()  # kept once found
         in_capture = capturing is not None and capturing()
-        step = STATE.step
+        step = shim.step
         if not in_capture:
             if step is None:
                 return None
@@ -673,16 +613,16 @@ def make_draft_forward(seam):
         # EAGLE-3: SGLang applies fc iff the incoming width differs from the embedding width.
         mode, fc = forward_batch.forward_mode.name.lower(), fc_always or width != embed_width
         if in_capture:  # runs once per graph; its replays run none of this
-            if graphs.record_capture(mode, int(forward_batch.batch_size), width, fc):
-                loadreport.refresh_hello()
+            if graph_capture.record_capture(shim.load, mode, int(forward_batch.batch_size), width, fc):
+                loadreport.refresh_hello(shim)
             return None
         step.passes.append((mode, width, fc, 1, None))
         return None
 
-    return around(seam, pre, None, hot=True, in_step=True)
+    return around(shim, seam, pre, None, hot=True, in_step=True)
 
 
-def make_target_graph_capture(seam):
+def make_target_graph_capture(shim, seam):
     def pre(self, *args, **kwargs):
         """The aux layers the target's graphs are captured with (the runner of another model,
         e.g. the draft's, holds none)."""
@@ -690,12 +630,12 @@ def make_target_graph_capture(seam):
         layers = getattr(getattr(owner, "model", None), "layers_to_capture", None)
         if layers is None:
             return None
-        FACTS.target_graph_aux = {"on": bool(getattr(owner, "capture_aux_hidden_states", False)),
-                                  "layers": [int(x) for x in layers]}
-        loadreport.refresh_hello()
+        shim.load.target_graph_aux = {"on": bool(getattr(owner, "capture_aux_hidden_states", False)),
+                                      "layers": [int(x) for x in layers]}
+        loadreport.refresh_hello(shim)
         return None
 
-    observe = around(seam, pre, None)
+    observe = around(shim, seam, pre, None)
 
     def hook(original, *args, **kwargs):
         with CAPTURE_GATE:  # no shim thread's device call while SGLang captures (ring.CAPTURE_GATE)
@@ -705,170 +645,38 @@ def make_target_graph_capture(seam):
     return hook
 
 
-def finalize_step(payload) -> dict:
-    """Publisher thread: wait for the step's copies, build the ``step`` body (with the device phase
-    times its slot marked), release the slot."""
-    slot = payload[3].slot
-    if slot is None:
-        return _step_body(*payload)
-    try:
-        device_times = slot.ring.wait(slot)  # the slot's event was recorded after every mark
-        body = _step_body(*payload)
-        body.update(device_times)
-        return body
-    finally:
-        HostRing.release(slot)
-
-
-def _step_body(seq, t_ns, rids, step, capture) -> dict:
-    bs = len(rids)
-    accepted, bonus, accepted_ids = [0] * bs, [0] * bs, [[] for _ in range(bs)]
-    width = 0
-    if step.draft is not None and bs:
-        tokens = listed(step.draft)
-        width = len(tokens) // bs
-        draft_ids = [tokens[i * width + 1 : (i + 1) * width] for i in range(bs)]
-    else:
-        draft_ids = [[] for _ in range(bs)]
-    if step.verify is not None and bs:
-        kind, counts, ids = step.verify
-        ids = listed(ids) if ids is not None else []
-        if kind == "v2":
-            lens = listed(counts)
-            stride = len(ids) // bs if bs else 0
-            for i, n in enumerate(lens):
-                accepted[i], bonus[i] = max(n - 1, 0), 1 if n > 0 else 0
-                accepted_ids[i] = ids[i * stride : i * stride + n]
-        else:
-            pos = 0
-            for i, n in enumerate(counts):
-                accepted[i], bonus[i] = n, 1
-                accepted_ids[i] = ids[pos : pos + n + 1]
-                pos += n + 1
-    path = _tree_path(step.path, accepted, bs, width) if step.path is not None and width else None
-    body: dict = {
-        "seq": seq,
-        "t_ns": t_ns,
-        "mode": "prefill" if step.prefill else "decode",
-        "bs": bs,
-        "rids": rids,
-        "draft_ids": draft_ids,
-        "accepted": accepted,
-        "bonus": bonus,
-        "accepted_ids": accepted_ids,
-        "passes": merged_passes(step.passes),
-        "capture": capture,
-        "draft_ms": _ms(step.draft_ns),
-        "verify_ms": _ms(step.verify_ns),
-        "extend_ms": _ms(step.extend_ns),
-    }
-    if path is not None:
-        body["accepted_path"] = path
-    if step.num_steps is not None:
-        body["num_steps"] = int(step.num_steps)
-    if getattr(step.ctx_len, "is_cpu", False):  # a device tensor would need a sync: left out
-        ctx = step.ctx_len.tolist()
-        if len(ctx) == bs:
-            body["ctx_len"] = ctx
-    if step.reqs is not None and len(step.reqs) == bs:
-        greedy = _greedy(step.reqs)
-        if greedy is not None:
-            body["greedy"] = greedy
-    if step.constrained is not None:
-        body["constrained"] = step.constrained
-    if step.discarded:
-        _drop_discarded(body, set(step.discarded))
-    VERDICT.observe(body)
-    return body
-
-
-def _greedy(reqs: tuple) -> list[bool] | None:
-    """Per request, whether SGLang decodes it greedily (``top_k <= 1``); None when a request does not say."""
-    try:
-        return [r.sampling_params.top_k <= 1 for r in reqs]
-    except (AttributeError, TypeError):
-        return None
-
-
-def _ms(ns: int | None) -> float | None:
-    return None if ns is None else ns / 1e6
-
-
-def _tree_path(index, accepted: list, bs: int, width: int) -> list:
-    """Per request, the accepted draft nodes as indices into its ``draft_ids`` (depth order): row i of
-    ``accept_index`` is [root, node at depth 1, ...] in global node numbering (i * width + j, where
-    node 0 is the root that ``draft_ids`` leaves out)."""
-    flat = listed(index)
-    if flat and type(flat[0]) is list:  # a CPU snapshot keeps the [bs, steps + 1] shape; ring views are flat
-        flat = [x for row in flat for x in row]
-    s1 = len(flat) // bs
-    return [[flat[i * s1 + d] - i * width - 1 for d in range(1, accepted[i] + 1)] for i in range(bs)]
-
-
-def _drop_discarded(body: dict, discarded: set) -> None:
-    """Keep only the requests SGLang committed this round; the others are listed in ``discarded``."""
-    keep = [i for i, rid in enumerate(body["rids"]) if rid not in discarded]
-    if len(keep) == body["bs"]:
-        return
-    body["discarded"] = [rid for rid in body["rids"] if rid in discarded]
-    for key in bodies.PER_REQUEST:
-        if key in body:
-            body[key] = [body[key][i] for i in keep]
-    body["bs"] = len(keep)
-
-
-def merged_passes(passes: list[tuple]) -> list[dict]:
-    """The step's ``passes`` as the hooks appended them, fc decided (:func:`fc_of`) where a caller read
-    the width, and each run of passes alike (mode, width, fc, graph) merged into one with their count."""
-    out: list[dict] = []
-    last = None
-    for mode, width, fc, n, graph in passes:
-        fc = fc_of(width) if fc is None else bool(fc)
-        key = (mode, width, fc, graph)
-        if key == last:
-            out[-1]["n"] += n
-            continue
-        last = key
-        body: dict = {"mode": mode, "width": width, "fc": fc, "n": n}
-        if graph is not None:  # read at the caller: the pass replayed the graph captured for this batch size
-            body["replayed"] = True
-            body["graph_bs"] = graph
-        out.append(body)
-    return out
-
-
 # -- load time: draft weights and aux capture ----------------------------------------------------
-def make_draft_load(seam):
+def make_draft_load(shim, seam):
     def pre(self, weights, *args, **kwargs):
-        watch = loadreport.LoadWatch(self)
+        watch = loadreport.LoadWatch(self, shim.load)
         return Rewrite(watch, (self, watch.wrap(weights)) + args, kwargs)
 
     def post(watch, result, *args, **kwargs):
         watch.finish()
 
-    return around(seam, pre, post)
+    return around(shim, seam, pre, post)
 
 
-def make_aux_configure(seam):
+def make_aux_configure(shim, seam):
     def pre(*args, **kwargs):
         # Called for the target and for the draft runner; keyed by model so the target's stands.
-        FACTS.aux_config[id(kwargs["model"])] = {
+        shim.load.aux_config[id(kwargs["model"])] = {
             "use_aux": bool(kwargs["eagle_use_aux_hidden_state"]),
             "layer_ids": _ids(kwargs.get("eagle_aux_hidden_state_layer_ids")),
         }
 
-    return around(seam, pre, None)
+    return around(shim, seam, pre, None)
 
 
-def make_aux_set_layers(seam):
+def make_aux_set_layers(shim, seam):
     def post(ctx, result, self, layer_ids=None, *args, **kwargs):
-        FACTS.aux_calls.append(
+        shim.load.aux_calls.append(
             {"requested": _ids(layer_ids), "captured": _ids(self.model.layers_to_capture), "on": bool(self.capture_aux_hidden_states)}
         )
-        if STATE.publisher is not None and not STATE.aux_change_applying:  # control reports its own
-            loadreport.publish_config("runtime")
+        if shim.publisher is not None and not shim.aux_change_applying:  # control reports its own
+            loadreport.publish_config(shim, "runtime")
 
-    return around(seam, None, post)
+    return around(shim, seam, None, post)
 
 
 def _ids(value):

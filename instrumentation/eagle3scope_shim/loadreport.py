@@ -17,11 +17,8 @@ import sys
 import weakref
 
 from eagle3scope.wire.aux_layers import capture_owner
-from eagle3scope_shim import graphs, ring, seams
-from eagle3scope_shim.facts import FACTS
+from eagle3scope_shim import graph_capture, ring, seams
 from eagle3scope_shim.seams import sglang_version
-from eagle3scope_shim.state import STATE
-from eagle3scope_shim.verdict import VERDICT
 from eagle3scope_shim.version import __version__
 
 _NOT_PARAMETERS = ("t2d",)  # checkpoint tensors SGLang reads on purpose without a parameter
@@ -44,8 +41,9 @@ class LoadWatch:
     shares the target's (``set_embed``/``set_embed_and_head``, 0.5.23), and a reference kept here
     would keep those device tensors allocated (GBs per GPU)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, facts) -> None:
         self.model = model  # while loading; None after finish
+        self.facts = facts  # the shim's LoadFacts, where finish files this watch
         params = dict(model.named_parameters())
         self.params: dict[str, weakref.ref] = {name: weakref.ref(param) for name, param in params.items()}
         self.written: set[str] = set()
@@ -124,7 +122,7 @@ class LoadWatch:
             else:
                 del param.weight_loader
         self._restore.clear()
-        FACTS.draft_loads[id(self.model)] = self
+        self.facts.draft_loads[id(self.model)] = self
         self.model = self._hot = None
 
 
@@ -191,22 +189,22 @@ def _eagle_config(config) -> dict:
     return value if isinstance(value, dict) else (vars(value) if value is not None else {})
 
 
-def capture_now():
+def capture_now(shim):
     """The target's aux capture as it stands (host attributes only); same dict while unchanged. The
     models holding it are found once per target: every step reads it, and ``owner.model`` goes
     through torch's ``Module.__getattr__`` (capture_now was 9 µs a step in the engine, BENCHMARKS.md)."""
-    if not FACTS.workers:
+    if not shim.load.workers:
         return None
-    target, where = FACTS.workers[-1][2], STATE._capture_from
+    target, where = shim.load.workers[-1][2], shim._capture_from
     if where is None or where[0] is not target:
         owner = capture_owner(target)
-        where = STATE._capture_from = (target, owner, getattr(owner, "model", None))
+        where = shim._capture_from = (target, owner, getattr(owner, "model", None))
     _, owner, inner = where
     key = (bool(getattr(owner, "capture_aux_hidden_states", False)), tuple(getattr(inner, "layers_to_capture", ()) or ()))
-    if key != STATE._capture_key:
-        STATE._capture_key = key
-        STATE.capture = {"on": key[0], "layers": [int(x) for x in key[1]]}
-    return STATE.capture
+    if key != shim._capture_key:
+        shim._capture_key = key
+        shim.capture = {"on": key[0], "layers": [int(x) for x in key[1]]}
+    return shim.capture
 
 
 def _offset_rule(requested, captured) -> str | None:
@@ -219,9 +217,9 @@ def _offset_rule(requested, captured) -> str | None:
     return "other"
 
 
-def _resolved_use_aux(worker, target):
-    if id(target) in FACTS.aux_config:
-        return FACTS.aux_config[id(target)]["use_aux"]
+def _resolved_use_aux(load, worker, target):
+    if id(target) in load.aux_config:
+        return load.aux_config[id(target)]["use_aux"]
     runner = getattr(getattr(worker, "target_worker", None), "model_runner", None)
     value = getattr(runner, "eagle_use_aux_hidden_state", None)
     return None if value is None else bool(value)
@@ -276,14 +274,14 @@ def _fc(facts: dict) -> dict | None:
     return {"in": in_, "out": out, **extra}
 
 
-def load_body(kind: str, worker, target, draft) -> dict:
+def load_body(shim, kind: str, worker, target, draft) -> bodies.Load:
     text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
     cfg, tcfg = draft.config, text_model.config
-    watch = FACTS.draft_loads.get(id(draft))
+    watch = shim.load.draft_loads.get(id(draft))
     written = watch.written if watch is not None else set()
     eagle_cfg = _eagle_config(cfg)
-    capture = capture_now() or {"on": False, "layers": []}
-    last_call = FACTS.aux_calls[-1] if FACTS.aux_calls else None
+    capture = capture_now(shim) or {"on": False, "layers": []}
+    last_call = shim.load.aux_calls[-1] if shim.load.aux_calls else None
     requested = last_call["requested"] if last_call else None
     inner = getattr(draft, "model", None)
     fc = getattr(inner, "fc", None)
@@ -309,12 +307,12 @@ def load_body(kind: str, worker, target, draft) -> dict:
         "fc": _fc(fc_facts),
         "aux": {
             "configured": _ids(eagle_cfg.get("eagle_aux_hidden_state_layer_ids")),
-            "use_aux": _resolved_use_aux(worker, target),
+            "use_aux": _resolved_use_aux(shim.load, worker, target),
             "captured": capture["layers"] if capture["on"] else [],
             "capture_on": capture["on"],
             "offset_rule": _offset_rule(requested, last_call["captured"]) if last_call else None,
             "requested": requested,
-            "calls": len(FACTS.aux_calls),
+            "calls": len(shim.load.aux_calls),
         },
         "weights": weights,
         "d2t": d2t_summary(watch.tensors.get("d2t") if watch else None, watch.tensors.get("t2d") if watch else None, int(tcfg.vocab_size)),
@@ -347,12 +345,12 @@ def _class_name(obj) -> str | None:
     return None if obj is None else type(obj).__name__
 
 
-def _parallel_facts() -> dict:
-    """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``STATE.topology``."""
-    topo = STATE.topology or {}
+def _parallel_facts(shim) -> bodies.Hello:
+    """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``shim.topology``."""
+    topo = shim.topology or {}
     parallel = {k: v for k, v in (topo.get("parallel") or {}).items() if k != "publishers"} or None
     rank = topo.get("rank") or {}
-    pub = STATE.publisher
+    pub = shim.publisher
     return {
         "tp_rank": rank.get("tp_rank", 0),
         "publisher_index": topo.get("index", 0),  # which of the server's publishers: its DP or attention-DP rank
@@ -363,25 +361,25 @@ def _parallel_facts() -> dict:
             "reason": topo.get("reason") or "",
         },
         "endpoint": None if pub is None else pub.endpoint,
-        "siblings": STATE.siblings,
+        "siblings": shim.siblings,
     }
 
 
-def _observable(sa) -> dict:
+def _observable(shim, sa) -> bodies.Observable:
     """What the shim sees on this server, as facts. A pass that replays a graph (or runs compiled)
     runs none of the draft forward's Python; its width and fc are then read at the caller that
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
     caller's seam is attached."""
-    kind, worker = (FACTS.workers[-1][0], FACTS.workers[-1][1]) if FACTS.workers else (None, None)
-    replays = graphs.replayed_passes(kind, worker)
+    kind, worker = (shim.load.workers[-1][0], shim.load.workers[-1][1]) if shim.load.workers else (None, None)
+    replays = graph_capture.replayed_passes(kind, worker)
     compiled = bool(getattr(sa, "enable_torch_compile", False))
-    draft_seen = "draft_model" not in STATE.unobserved  # else its passes say nothing, eager or replayed
-    forward_seen = draft_seen and any(STATE.seam_status.get(n) == "attached" for n in seams.OBSERVING_SEAMS["draft_model"])
+    draft_seen = "draft_model" not in shim.unobserved  # else its passes say nothing, eager or replayed
+    forward_seen = draft_seen and any(shim.seams.status.get(n) == "attached" for n in seams.OBSERVING_SEAMS["draft_model"])
     callers = {"prefill": "draft_extend_prefill", "decode": "draft", "draft_extend": "draft_extend"}
 
     def seen(name: str) -> bool:
         eager = forward_seen and not replays.get(name, False) and not compiled
-        return eager or (draft_seen and STATE.seam_status.get(f"{kind}.{callers[name]}") == "attached")
+        return eager or (draft_seen and shim.seams.status.get(f"{kind}.{callers[name]}") == "attached")
 
     return {
         "steps": True,
@@ -393,11 +391,11 @@ def _observable(sa) -> dict:
         "graph_prefill": replays.get("prefill", False),
         "graph_draft_decode": replays.get("decode", False),
         "graph_draft_extend": replays.get("draft_extend", False),
-        "device_timings": ring.times_device(sa) and "worker" not in STATE.unobserved,
+        "device_timings": ring.times_device(sa) and "worker" not in shim.unobserved,
     }
 
 
-def hello_body(scheduler) -> dict:
+def hello_body(shim, scheduler) -> bodies.Hello:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     overlap = getattr(scheduler, "enable_overlap", None)  # SGLang's decision, not the flag: it turns it off itself
@@ -405,26 +403,26 @@ def hello_body(scheduler) -> dict:
         server_args["overlap_schedule"] = overlap
     return {
         "pid": os.getpid(),
-        "started": STATE.started_ns,
+        "started": shim.started_ns,
         "host": socket.gethostname(),
-        **_parallel_facts(),
+        **_parallel_facts(shim),
         "sglang_version": sglang_version(),
         "shim_version": __version__,
-        "worker": FACTS.workers[-1][0] if FACTS.workers else None,
+        "worker": shim.load.workers[-1][0] if shim.load.workers else None,
         "worker_class": _class_name(getattr(scheduler, "draft_worker", None)),
         "server_args": server_args,
-        "observable": _observable(sa),
+        "observable": _observable(shim, sa),
         # what each draft graph captured (width, fc per mode and batch size) and the aux layers the
         # target's graphs hold: replays run with these, whatever is configured since
-        "graphs": {"captured": graphs.captured(), "target_aux": FACTS.target_graph_aux},
-        "control": None if STATE.aux_channel is None else STATE.aux_channel.endpoint,
-        "seams": dict(STATE.seam_status),
-        "unobserved": dict(STATE.unobserved),
+        "graphs": {"captured": graph_capture.captured(shim.load), "target_aux": shim.load.target_graph_aux},
+        "control": None if shim.aux_channel is None else shim.aux_channel.endpoint,
+        "seams": dict(shim.seams.status),
+        "unobserved": dict(shim.unobserved),
     }
 
 
-def config_body(origin: str) -> dict:
-    call = FACTS.aux_calls[-1]
+def config_body(load, origin: str) -> bodies.Config:
+    call = load.aux_calls[-1]
     return {
         "layers": call["requested"],
         "captured": call["captured"] if call["on"] else [],
@@ -435,32 +433,32 @@ def config_body(origin: str) -> dict:
     }
 
 
-def publish_config(origin: str) -> dict | None:
+def publish_config(shim, origin: str) -> dict | None:
     """Publish the latest aux-layer change; the body, None when there was none."""
-    if not FACTS.aux_calls:
+    if not shim.load.aux_calls:
         return None
-    body = config_body(origin)
-    STATE.publisher.submit("config", body)
+    body = config_body(shim.load, origin)
+    shim.publisher.submit("config", body)
     if origin != "startup":
-        VERDICT.applied_change(body)
+        shim.verdict.applied_change(body)
     return body
 
 
-def refresh_hello() -> None:
+def refresh_hello(shim) -> None:
     """Re-send hello after a graph capture (a recapture, or a graph captured after startup)."""
-    if STATE.publisher is not None and STATE.hello_args is not None:
-        STATE.publisher.set_sticky("hello", hello_body(*STATE.hello_args))
+    if shim.publisher is not None and shim.hello_args is not None:
+        shim.publisher.set_sticky("hello", hello_body(shim, *shim.hello_args))
 
 
-def publish_startup(scheduler) -> None:
-    pub = STATE.publisher
-    STATE.hello_args = (scheduler,)
-    hello, load = hello_body(scheduler), None
+def publish_startup(shim, scheduler) -> None:
+    pub = shim.publisher
+    shim.hello_args = (scheduler,)
+    hello, load = hello_body(shim, scheduler), None
     pub.set_sticky("hello", hello)
-    if FACTS.workers:
-        kind, worker, target, draft = FACTS.workers[-1]
-        load = load_body(kind, worker, target, draft)
+    if shim.load.workers:
+        kind, worker, target, draft = shim.load.workers[-1]
+        load = load_body(shim, kind, worker, target, draft)
         pub.set_sticky("load", load)
-    config = publish_config("startup")
+    config = publish_config(shim, "startup")
     metrics = bool(getattr(getattr(scheduler, "server_args", None), "enable_metrics", False))
-    VERDICT.at_load(hello, load, config, publisher=pub, metrics=metrics)
+    shim.verdict.at_load(hello, load, config, publisher=pub, metrics=metrics)

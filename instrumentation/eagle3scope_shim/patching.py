@@ -20,14 +20,14 @@ import logging
 import pkgutil
 import sys
 
-from eagle3scope_shim import hooks, registry, seams
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim import hooks, seams
 
 log = logging.getLogger("eagle3scope")
 
 
-def plan() -> list[tuple[str, str, object]]:
-    """(seam name, dotted target, hook) for every present seam; absent ones are reported."""
+def plan(shim) -> list[tuple[str, str, object]]:
+    """(seam name, dotted target, hook) for every present seam, each hook made for ``shim``; absent
+    ones are reported."""
     root = seams.installed_root()
     if root is None:
         return []
@@ -38,10 +38,10 @@ def plan() -> list[tuple[str, str, object]]:
                 continue
             if target is None:
                 alternatives = [seams.dotted(t) for t in seam.targets]
-                STATE.report(seam.name, "missing", f"adapter {adapter.name}: none of {alternatives} in this release")
+                shim.report(seam.name, "missing", f"adapter {adapter.name}: none of {alternatives} in this release")
                 continue
-            registry.targets[seam.name] = seams.dotted(target)
-            out.append((seam.name, target, hooks.FACTORIES[seam.hook](seam.name)))
+            shim.seams.targets[seam.name] = seams.dotted(target)
+            out.append((seam.name, target, hooks.FACTORIES[seam.hook](shim, seam.name)))
     return out
 
 
@@ -50,15 +50,14 @@ def has_hook_registry() -> bool:
     return root is not None and seams.module_file(root, "sglang.srt.plugins.hook_registry") is not None
 
 
-def register_with_hook_registry() -> None:
+def register_with_hook_registry(shim) -> None:
     """Hand every present seam to SGLang's HookRegistry (it patches when plugins are applied)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType  # the plugin runs inside SGLang
 
-    for name, target, hook in plan():
+    for name, target, hook in plan(shim):
         HookRegistry.register(seams.dotted(target), hook, HookType.AROUND)
-        STATE.seam_status[name] = "attached"
-        registry.detachers[name] = functools.partial(_unwrap_registered, seams.dotted(target), hook)
-    registry.mark_registered()
+        shim.seams.attached(name, functools.partial(_unwrap_registered, seams.dotted(target), hook))
+    shim.seams.registered = True
 
 
 def _unwrap_registered(dotted: str, hook) -> bool:
@@ -82,7 +81,8 @@ def _unwrap_registered(dotted: str, hook) -> bool:
 class Patcher:
     """The shim's own reversible patcher: every present seam wrapped now or when its module is imported."""
 
-    def __init__(self) -> None:
+    def __init__(self, shim) -> None:
+        self.shim = shim
         self._own: dict[str, tuple] = {}  # dotted target -> (owner, attr, raw original, wrapper) for unwrapping
         self._pending: dict[str, list] = {}  # module not yet imported -> [(seam, dotted, hook)]
         self._finder = _PostImportFinder(self)
@@ -92,7 +92,7 @@ class Patcher:
         return bool(self._own or self._pending)
 
     def patch_all(self) -> None:
-        for name, target, hook in plan():
+        for name, target, hook in plan(self.shim):
             self._pending.setdefault(target[0], []).append((name, target, hook))
         for module in [m for m in self._pending if m in sys.modules]:
             self.patch_module(module)
@@ -105,8 +105,7 @@ class Patcher:
         self._pending.clear()
         if self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
-        for name in list(STATE.seam_status):
-            STATE.seam_status[name] = "disabled"
+        self.shim.seams.all_disabled()
 
     def _unpatch(self, target: str) -> bool:
         """Put back what was at ``target`` before the shim wrapped it, if the shim's wrapper is still there."""
@@ -136,10 +135,9 @@ class Patcher:
                 wrapper = _wrap(original, hook)
                 setattr(owner, attr, wrapper)
                 self._own[f"{module_name}.{qual}"] = (owner, attr, raw, wrapper)
-                STATE.seam_status[name] = "attached"
-                registry.detachers[name] = functools.partial(self._unpatch, f"{module_name}.{qual}")
+                self.shim.seams.attached(name, functools.partial(self._unpatch, f"{module_name}.{qual}"))
             except Exception as exc:
-                STATE.fail(name, exc)
+                self.shim.fail(name, exc)
 
 
 def _wrap(original, hook):

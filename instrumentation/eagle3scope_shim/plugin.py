@@ -12,7 +12,7 @@ import logging
 import sys
 
 from eagle3scope_shim.instrumentor import INSTRUMENTOR
-from eagle3scope_shim.state import requested_endpoint
+from eagle3scope_shim.shim_state import requested_endpoint
 
 log = logging.getLogger("eagle3scope")
 

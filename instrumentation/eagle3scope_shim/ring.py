@@ -37,7 +37,7 @@ CAPTURE_GATE = threading.RLock()
 
 
 class Snapshots:
-    """The process's ring and what sized it, made when the scheduler starts."""
+    """The shim's ring and what sized it, made when the scheduler starts."""
 
     def __init__(self) -> None:
         self.ring: HostRing | None = None
@@ -241,15 +241,15 @@ def times_device(server_args) -> bool:
     return server_args is not None and (getattr(server_args, "device", None) or "cuda") in TIMED_DEVICES
 
 
-def mark(step, boundary: int) -> None:
+def mark(snapshots: Snapshots, step, boundary: int) -> None:
     """Record the timing event of ``boundary`` (an index into :data:`MARKS`) in the step's slot, on
     the current stream: no sync, no allocation (the events were made with the ring). Takes the slot
-    the step's snapshots will use, as :func:`snap` would. Only called where ``SNAPSHOTS.timed``."""
+    the step's snapshots will use, as :func:`snap` would. Only called where ``snapshots.timed``."""
     if step.dropped:
         return
     slot = step.slot
     if slot is None:
-        slot = step.slot = SNAPSHOTS.ring.acquire()
+        slot = step.slot = snapshots.ring.acquire()
         if slot is None:
             step.dropped = True
             return
@@ -300,7 +300,7 @@ def ring_for(device_type: str, capacity: int, *, wake: Callable[[], None] | None
                     new_timer=lambda: event(enable_timing=True, blocking=True))
 
 
-def snap(step, name: str, tensor):
+def snap(snapshots: Snapshots, step, name: str, tensor):
     """A host copy of ``tensor`` taken without a sync. A CPU tensor is read into a list at once:
     cheaper than a ``clone`` and done when it returns, and no device is
     involved. Device tensors go ``non_blocking`` into the step's ring slot: pinned buffers reused
@@ -311,13 +311,13 @@ def snap(step, name: str, tensor):
     has swept the caches, ``device.type`` costs about 40 µs of CPU here, ``is_cpu`` 17: BENCHMARKS.md)."""
     if tensor is None:
         return None
-    if tensor.is_cpu and not SNAPSHOTS.on_cpu:
+    if tensor.is_cpu and not snapshots.on_cpu:
         return tensor.clone() if CLONE_CPU else tensor.tolist()
     if step.dropped:
         return None
     slot = step.slot
     if slot is None:
-        ring = SNAPSHOTS.ring  # None: the scheduler's start made none (none is made in a step)
+        ring = snapshots.ring  # None: the scheduler's start made none (none is made in a step)
         slot = step.slot = None if ring is None else ring.acquire()
         if slot is None:
             step.dropped = True
@@ -344,6 +344,3 @@ def listed(value) -> list:
 #: listed: the guard flags ``tolist`` whatever the device, so that a CPU run proves what a GPU run
 #: would sync on, and the CPU branch of :func:`snap` never runs for a device tensor.
 CLONE_CPU = os.environ.get(env.SYNC_GUARD, "").strip() == "1"
-
-
-SNAPSHOTS = Snapshots()

@@ -7,7 +7,7 @@ SGLang's own. The publishers are SGLang's entry ranks (``managers/scheduler.py``
 ``pp_rank == 0 and attn_tp_rank == 0 and attn_cp_rank == 0`` for its request intake): one per
 attention-DP group under DP attention, one per DP replica otherwise, on the last pipeline stage
 only, which holds the draft (``speculative/eagle_worker_v2.py``: stage 0 of several has
-``_draft_worker=None``). Startup only; the result is kept in ``STATE.topology``.
+``_draft_worker=None``). Startup only; the result is kept in ``Shim.topology``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def evidence_line(evidence: dict) -> str:
 
 
 class Verdict:
-    """This process's verdict; :data:`VERDICT`. Every entry point fails closed (a log line at most)."""
+    """This process's verdict (``Shim.verdict``). Every entry point fails closed (a log line at most)."""
 
     def __init__(self) -> None:
         self.logging = os.environ.get(env.VERDICT_LOG, "").strip().lower() not in ("0", "false", "no", "off")
@@ -233,5 +233,3 @@ def _gauges() -> _Gauges | None:
         log.warning("eagle3scope: no verdict in /metrics: %s", untrusted.terminal(f"{type(exc).__name__}: {exc}"))
         return None
 
-
-VERDICT = Verdict()

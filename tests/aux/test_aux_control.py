@@ -21,10 +21,8 @@ from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE, authentic, sign
 from eagle3scope.wire.token import TokenError, create_token_file, read_token
 from eagle3scope.wire.endpoints import free_port
-from eagle3scope_shim import aux_channel, seams
-from eagle3scope_shim import graphs as shim_graphs
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim import aux_channel, control_facts, seams
+from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import DecodeCudaGraphRunner, EagerRunner, StandInTarget, TargetRunner, looping
 
@@ -134,6 +132,29 @@ def test_token_file_refusals(tmp_path):
 
 
 # -- the shim's channel -------------------------------------------------------------------------
+@pytest.fixture
+def channel(shim, tmp_path):
+    """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
+    target = StandInTarget(8)
+    target.set_eagle3_layers_to_capture([2, 4, 5])
+    target.calls.clear()
+    facts = control_facts.ControlFacts()
+    facts.target = facts.inner = target
+    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
+    token_file = create_token_file(tmp_path)
+    ctl = aux_channel.AuxChannel(shim, f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl.current = [2, 4, 5]
+    recorder = Recorder()
+    old = shim.publisher
+    shim.publisher = recorder
+    ctl.start()
+    try:
+        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
+    finally:
+        ctl.close()
+        shim.publisher = old
+
+
 def test_list_reports_ids_and_presets(channel):
     ctl, target, client, _ = channel
     reply = client.list()
@@ -325,26 +346,25 @@ def test_client_never_hangs_without_a_server(tmp_path):
     assert time.monotonic() - t0 < 3
 
 
-def test_channel_refuses_to_start_on_a_readable_token_file(tmp_path, monkeypatch, caplog):
+def test_channel_refuses_to_start_on_a_readable_token_file(shim, tmp_path, monkeypatch, caplog):
     path = create_token_file(tmp_path)
     os.chmod(path, 0o640)
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(path))
-    monkeypatch.setattr(STATE, "aux_channel", None)
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
-    assert "must be 0600" in caplog.text and STATE.aux_channel is None
+        assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
+    assert "must be 0600" in caplog.text and shim.aux_channel is None
     monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "missing"))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert "does not exist" in caplog.text
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
     wide = f"tcp://0.0.0.0:{free_port()}"
     monkeypatch.setenv(ENV_CONTROL, wide)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert caplog.messages == [f"eagle3scope: control channel not started: {wide} is not a loopback endpoint"
                                " (use an SSH tunnel)"]
 
@@ -534,43 +554,42 @@ class LlamaForCausalLM(StandInTarget):
         super().set_eagle3_layers_to_capture(layer_ids)
 
 
-def _gather(monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=(), tp_rank=0):
+def _gather(shim, monkeypatch, target, *, runner=None, tp=1, pp=1, device="cpu", calls=(), tp_rank=0):
     fc = SimpleNamespace(weight=SimpleNamespace(shape=(128, 384)))
     draft = SimpleNamespace(config=SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
                                                    target_hidden_size=128), model=SimpleNamespace(fc=fc))
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=runner))
-    monkeypatch.setattr(FACTS, "workers", [("v2", worker, target, draft)])
-    monkeypatch.setattr(FACTS, "aux_calls", list(calls))
+    shim.load.workers = [("v2", worker, target, draft)]
+    shim.load.aux_calls = list(calls)
     sa = SimpleNamespace(tp_size=tp, pp_size=pp, device=device, speculative_draft_model_path="/d")
-    return aux_channel.gather(SimpleNamespace(server_args=sa), tp_rank)
+    return control_facts.gather(shim, SimpleNamespace(server_args=sa), tp_rank)
 
 
-def test_gather_facts_and_blockers(monkeypatch):
+def test_gather_facts_and_blockers(shim, monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
     eager = SimpleNamespace(decode_cuda_graph_runner=EagerRunner(), prefill_cuda_graph_runner=EagerRunner())
-    facts = _gather(monkeypatch, target, runner=eager, calls=[{"requested": [2, 4, 5], "captured": [3, 5, 6], "on": True}])
+    facts = _gather(shim, monkeypatch, target, runner=eager, calls=[{"requested": [2, 4, 5], "captured": [3, 5, 6], "on": True}])
     assert (facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured, facts.why_not) == \
         ("LlamaForCausalLM", "+1", 8, 3, [2, 4, 5], "")
     graphs = SimpleNamespace(decode_cuda_graph_runner=DecodeCudaGraphRunner(), prefill_cuda_graph_runner=EagerRunner())
-    for facts in (_gather(monkeypatch, target, runner=graphs), _gather(monkeypatch, target, runner=SimpleNamespace(), device="cuda")):
+    for facts in (_gather(shim, monkeypatch, target, runner=graphs), _gather(shim, monkeypatch, target, runner=SimpleNamespace(), device="cuda")):
         assert facts.why_not == "" and facts.graphs.captured  # a set is refused unless it asks for a recapture
         assert "CUDA graphs" in facts.graphs.refusal(recapture=False)
-    assert not _gather(monkeypatch, target, runner=eager).graphs.captured
-    assert "pipeline" in _gather(monkeypatch, target, runner=eager, pp=2).why_not
+    assert not _gather(shim, monkeypatch, target, runner=eager).graphs.captured
+    assert "pipeline" in _gather(shim, monkeypatch, target, runner=eager, pp=2).why_not
     odd = [{"requested": [2, 4, 5], "captured": [2, 4, 5], "on": True}]  # not what the +1 rule predicts
-    assert "unknown id semantics" in _gather(monkeypatch, target, runner=eager, calls=odd).why_not
-    assert "unknown model family" in _gather(monkeypatch, StandInTarget(8), runner=eager).why_not
+    assert "unknown id semantics" in _gather(shim, monkeypatch, target, runner=eager, calls=odd).why_not
+    assert "unknown model family" in _gather(shim, monkeypatch, StandInTarget(8), runner=eager).why_not
 
 
-def test_each_refusal_to_start_the_channel_is_logged_whole(monkeypatch, caplog):
+def test_each_refusal_to_start_the_channel_is_logged_whole(shim, monkeypatch, caplog):
     """Without a token file named, and when starting raises: one warning each, naming the variable,
     or the exception's type and text (start never raises into the publisher's startup)."""
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.delenv(ENV_TOKEN_FILE, raising=False)
-    monkeypatch.setattr(STATE, "aux_channel", None)
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert caplog.messages == [f"eagle3scope: control channel not started: {ENV_CONTROL} is set but {ENV_TOKEN_FILE} is not"]
 
     def broken(*args):
@@ -579,19 +598,19 @@ def test_each_refusal_to_start_the_channel_is_logged_whole(monkeypatch, caplog):
     monkeypatch.setattr(aux_channel, "_start", broken)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
-        assert aux_channel.start(SimpleNamespace(server_args=None), 0) is None
+        assert aux_channel.start(shim, SimpleNamespace(server_args=None), 0) is None
     assert caplog.messages == ["eagle3scope: control channel not started: RuntimeError: no sockets left"]
 
 
-def test_a_channel_starts_from_the_latest_set_the_shim_saw_and_has_dropped_nothing(monkeypatch):
+def test_a_channel_starts_from_the_latest_set_the_shim_saw_and_has_dropped_nothing(shim, monkeypatch):
     """``current``: the ids of the last set_eagle3_layers_to_capture call the shim saw (before the
     channel existed), else the configured ones; ``dropped`` counts from 0."""
-    monkeypatch.setattr(FACTS, "aux_calls", [{"requested": [1, 3, 4], "captured": [2, 4, 5], "on": True}])
-    facts = aux_channel.Facts()
+    shim.load.aux_calls = [{"requested": [1, 3, 4], "captured": [2, 4, 5], "on": True}]
+    facts = control_facts.ControlFacts()
     facts.configured = [2, 4, 5]
-    assert aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts).current == [1, 3, 4]
-    monkeypatch.setattr(FACTS, "aux_calls", [])
-    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    assert aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts).current == [1, 3, 4]
+    shim.load.aux_calls = []
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts)
     assert (ctl.current, ctl.dropped, ctl.refused_tokens) == ([2, 4, 5], 0, 0)
 
 
@@ -609,32 +628,31 @@ class _Parts:
 
 
 @pytest.mark.parametrize("parts", [(b"peer", b"x"), (b"peer", b"", b"x", b"more"), (b"peer", b"no-delimiter", b"x")])
-def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(monkeypatch, parts):
-    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+def test_a_message_not_sent_from_a_req_socket_is_refused_saying_so(shim, monkeypatch, parts):
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, control_facts.ControlFacts())
     sent = []
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     ctl._serve_one(_Parts(*parts))
     assert sent == [(b"peer", {"ok": False, "error": "a control request is one frame sent from a REQ socket"})]
 
 
-def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(monkeypatch):
-    monkeypatch.setattr(FACTS, "workers", [])
+def test_gather_without_an_eagle_worker_says_so_in_the_words_a_client_shows(shim, monkeypatch):
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    assert aux_channel.gather(SimpleNamespace(server_args=sa)).why_not == \
+    assert control_facts.gather(shim, SimpleNamespace(server_args=sa)).why_not == \
         "no EAGLE worker in this process (is speculative decoding on?)"
 
 
-def test_a_refused_set_is_answered_with_its_request_id():
+def test_a_refused_set_is_answered_with_its_request_id(shim):
     """The requester matches a refusal to its request by ``id``, as it does an outcome."""
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = StandInTarget(8)  # captures nothing: every set is refused
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
-    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts)
     reply = ctl.handle(aux_channel.pack(sign({"cmd": "set", "layers": [1, 3, 4], "id": "r7"}, "t" * 64)))
     assert (reply["ok"], reply["id"]) == (False, "r7") and "does not capture aux states" in reply["error"]
 
 
-def test_gather_reads_an_eagle_config_given_as_an_object_too(monkeypatch):
+def test_gather_reads_an_eagle_config_given_as_an_object_too(shim, monkeypatch):
     """A draft config whose eagle_config is an object (a config class's attribute), not a dict: the
     configured aux ids are read from it all the same."""
     target = LlamaForCausalLM(8)
@@ -643,10 +661,10 @@ def test_gather_reads_an_eagle_config_given_as_an_object_too(monkeypatch):
     eagle = SimpleNamespace(eagle_aux_hidden_state_layer_ids=[1, 3, 4])
     draft = SimpleNamespace(config=SimpleNamespace(eagle_config=eagle, target_hidden_size=128), model=SimpleNamespace(fc=fc))
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=None))
-    monkeypatch.setattr(FACTS, "workers", [("v2", worker, target, draft)])
-    monkeypatch.setattr(FACTS, "aux_calls", [])
+    shim.load.workers = [("v2", worker, target, draft)]
+    shim.load.aux_calls = []
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    facts = aux_channel.gather(SimpleNamespace(server_args=sa))
+    facts = control_facts.gather(shim, SimpleNamespace(server_args=sa))
     assert (facts.configured, facts.expected) == ([1, 3, 4], 3)
 
 
@@ -658,20 +676,19 @@ def test_an_applied_change_is_logged_with_its_ids_and_request(channel, caplog):
     assert "eagle3scope: aux layers set to [1, 3, 4] (captured [2, 4, 5]) by control request logged" in caplog.messages
 
 
-def test_gather_allows_tp_only_with_the_broadcast_seam_attached(monkeypatch):
+def test_gather_allows_tp_only_with_the_broadcast_seam_attached(shim, monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    monkeypatch.setattr(STATE, "seam_status", {})
-    assert _gather(monkeypatch, target, tp=2).why_not.startswith("tensor parallelism (tp_size 2): this release has no")
-    monkeypatch.setattr(STATE, "seam_status", {seams.BROADCAST: "attached"})
-    facts = _gather(monkeypatch, target, tp=2)
+    assert _gather(shim, monkeypatch, target, tp=2).why_not.startswith("tensor parallelism (tp_size 2): this release has no")
+    shim.seams.status.update({seams.BROADCAST: "attached"})
+    facts = _gather(shim, monkeypatch, target, tp=2)
     assert facts.why_not == "" and facts.tp_size == 2
     # DP attention: every attention-DP group's entry rank has a channel; only TP rank 0's broadcast reaches all
-    assert "this is TP rank 2: changes ride the broadcast from TP rank 0" in _gather(monkeypatch, target, tp=4,
+    assert "this is TP rank 2: changes ride the broadcast from TP rank 0" in _gather(shim, monkeypatch, target, tp=4,
                                                                                     tp_rank=2).why_not
-    monkeypatch.setattr(STATE, "disabled", {seams.BROADCAST})
-    assert "no request broadcast" in _gather(monkeypatch, target, tp=2).why_not
-    assert "pipeline" in _gather(monkeypatch, target, tp=2, pp=2).why_not
+    shim.seams.disabled.update({seams.BROADCAST})
+    assert "no request broadcast" in _gather(shim, monkeypatch, target, tp=2).why_not
+    assert "pipeline" in _gather(shim, monkeypatch, target, tp=2, pp=2).why_not
 
 
 # -- CUDA graphs: refused, or recaptured between steps on request -----------------------------------
@@ -746,7 +763,7 @@ def test_recapture_field_and_its_longer_wait(channel):
     assert target.model.layers_to_capture == [2, 4, 5]
 
 
-def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_channel, tmp_path, monkeypatch):
+def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(shim, graph_channel, tmp_path, monkeypatch):
     pytest.importorskip("textual")
     from benchmarks.support.analysis_streams import Stream, healthy_load, hello
     from benchmarks.support.tui_support import run_async, screen_text
@@ -782,37 +799,37 @@ def test_tui_aux_screen_recaptures_only_when_allowed_and_shows_the_pause(graph_c
     assert runner.decode_cuda_graph_runner.replays == [2, 4, 5]
 
 
-def test_a_server_args_without_pp_size_is_no_pipeline(monkeypatch):
+def test_a_server_args_without_pp_size_is_no_pipeline(shim, monkeypatch):
     """SGLang's server_args may lack ``pp_size`` (older releases): that is one pipeline stage, not a blocker."""
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    _gather(monkeypatch, target)  # FACTS as a one-rank Llama server has them
+    _gather(shim, monkeypatch, target)  # FACTS as a one-rank Llama server has them
     sa = SimpleNamespace(tp_size=1, device="cpu", speculative_draft_model_path="/d")
-    assert aux_channel.gather(SimpleNamespace(server_args=sa)).why_not == ""
+    assert control_facts.gather(shim, SimpleNamespace(server_args=sa)).why_not == ""
 
 
-def test_start_judges_the_facts_of_its_own_tp_rank_and_names_its_thread(tmp_path, monkeypatch):
+def test_start_judges_the_facts_of_its_own_tp_rank_and_names_its_thread(shim, tmp_path, monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    _gather(monkeypatch, target)
-    monkeypatch.setattr(STATE, "seam_status", {seams.BROADCAST: "attached"})
-    monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "aux_channel", None)
+    _gather(shim, monkeypatch, target)
+    shim.seams.status.update({seams.BROADCAST: "attached"})
+    shim.seams.disabled.clear()
+    shim.aux_channel = None
     monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{free_port()}")
     monkeypatch.setenv(ENV_TOKEN_FILE, str(create_token_file(tmp_path)))
     sa = SimpleNamespace(tp_size=4, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    ctl = aux_channel.start(SimpleNamespace(server_args=sa), 0, tp_rank=2)
+    ctl = aux_channel.start(shim, SimpleNamespace(server_args=sa), 0, tp_rank=2)
     try:
-        assert ctl is not None and STATE.aux_channel is ctl
+        assert ctl is not None and shim.aux_channel is ctl
         assert ctl.facts.why_not.startswith("tensor parallelism (tp_size 4): this is TP rank 2")
         assert ctl._thread.name == "eagle3scope-control" and ctl._thread.daemon
     finally:
         ctl.close()
 
 
-def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
+def test_a_parked_reply_is_sent_at_its_deadline_exactly(shim, monkeypatch):
     """``wait_s`` ran out at ``now >= deadline``: the queued reply goes out then, not one poll later."""
-    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, aux_channel.Facts())
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, control_facts.ControlFacts())
     sent = []
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     monkeypatch.setattr(aux_channel.time, "monotonic", lambda: 100.0)
@@ -822,15 +839,15 @@ def test_a_parked_reply_is_sent_at_its_deadline_exactly(monkeypatch):
 
 
 @pytest.mark.parametrize("wait_s", [0.5, 5.0, None])
-def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait_s):
+def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(shim, monkeypatch, wait_s):
     """No step applies the change: the requester hears "queued" ``wait_s`` after asking (on the
     channel's monotonic clock; a set without one, 2 s), and not a moment before."""
     target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
-    ctl = aux_channel.AuxChannel("tcp://127.0.0.1:1", "t" * 64, facts)
+    ctl = aux_channel.AuxChannel(shim, "tcp://127.0.0.1:1", "t" * 64, facts)
     sent, now = [], [100.0]
     monkeypatch.setattr(ctl, "_send", lambda sock, peer, reply: sent.append((peer, reply)))
     monkeypatch.setattr(aux_channel.time, "monotonic", lambda: now[0])
@@ -845,28 +862,28 @@ def test_a_set_is_answered_queued_when_its_own_wait_s_runs_out(monkeypatch, wait
     assert [(peer, reply["status"], reply["id"]) for peer, reply in sent] == [(b"peer", "queued", "w")]
 
 
-def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(monkeypatch):
+def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(shim, monkeypatch):
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    _gather(monkeypatch, target)
-    (kind, worker, _, draft), = FACTS.workers
+    _gather(shim, monkeypatch, target)
+    (kind, worker, _, draft), = shim.load.workers
     del draft.config.target_hidden_size  # fc [128, 384] over the target's 128: 3 aux states
     sa = SimpleNamespace(tp_size=1, pp_size=1, device="cpu", speculative_draft_model_path="/d")
-    facts = aux_channel.gather(SimpleNamespace(server_args=sa))
+    facts = control_facts.gather(shim, SimpleNamespace(server_args=sa))
     assert (facts.expected, facts.why_not) == (3, "")
 
 
-# -- the channel's gather arithmetic, its answer budget, and a bind that fails --------------------------
-def test_gather_counts_the_fcs_aux_layers_as_an_int_and_starts_at_layer_0_without_pp(monkeypatch):
+# -- control-shim survivors of issue 29's round 4 (seed 1851799245) -----------------------------------
+def test_gather_counts_the_fcs_aux_layers_as_an_int_and_starts_at_layer_0_without_pp(shim, monkeypatch):
     """expected = fc input width // the target's hidden size (an int on the wire); a target model
     without ``start_layer`` (no pipeline stage) starts at layer 0."""
     target = LlamaForCausalLM(8)
     target.config.hidden_size = 128
-    facts = _gather(monkeypatch, target, runner=SimpleNamespace(decode_cuda_graph_runner=EagerRunner()))
+    facts = _gather(shim, monkeypatch, target, runner=SimpleNamespace(decode_cuda_graph_runner=EagerRunner()))
     assert type(facts.expected) is int and facts.expected == 3
     assert not hasattr(target.model, "start_layer") and facts.first_layer == 0
     target.model.start_layer = 4  # a later pipeline stage's slice
-    assert _gather(monkeypatch, target).first_layer == 4
+    assert _gather(shim, monkeypatch, target).first_layer == 4
 
 
 def test_the_unauthenticated_answer_budget_refills_with_time(monkeypatch):
@@ -881,7 +898,7 @@ def test_the_unauthenticated_answer_budget_refills_with_time(monkeypatch):
     assert sum(budget.take() for _ in range(50)) == 40  # refilled to the burst, never past it
 
 
-def test_a_control_endpoint_that_cannot_be_bound_says_why(monkeypatch, tmp_path, caplog):
+def test_a_control_endpoint_that_cannot_be_bound_says_why(shim, monkeypatch, tmp_path, caplog):
     import zmq
 
     from eagle3scope.wire.control_protocol import ENV_CONTROL, ENV_TOKEN_FILE
@@ -892,10 +909,9 @@ def test_a_control_endpoint_that_cannot_be_bound_says_why(monkeypatch, tmp_path,
     try:
         monkeypatch.setenv(ENV_CONTROL, f"tcp://127.0.0.1:{port}")  # another socket holds the port
         monkeypatch.setenv(ENV_TOKEN_FILE, str(tmp_path / "token"))
-        monkeypatch.setattr(FACTS, "workers", [])
         monkeypatch.setattr(aux_channel, "read_token", lambda path: "t" * 64)
         with caplog.at_level("WARNING", logger="eagle3scope"):
-            channel = aux_channel.start(SimpleNamespace(server_args=None), 0)
+            channel = aux_channel.start(shim, SimpleNamespace(server_args=None), 0)
         if channel is not None:
             channel.close()
         assert channel is None

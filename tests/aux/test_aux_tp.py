@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 from eagle3scope.control.client import ControlClient
 from eagle3scope.wire.endpoints import free_port
 from eagle3scope.wire.token import create_token_file, read_token
-from eagle3scope_shim import aux_channel, collective, hooks, seams
-from eagle3scope_shim import graphs as shim_graphs
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim import aux_channel, collective, control_apply, control_facts, hooks, seams
+from eagle3scope_shim import graph_capture as shim_graphs
 
 from support.aux_support import Recorder, StandInTarget, TargetRunner, looping
 
@@ -89,7 +88,7 @@ class ThreadGather:
 
 
 def _facts(target, runner=None) -> aux_channel.Facts:
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.tp_size = 2
     if runner is not None:
@@ -106,12 +105,12 @@ def _targets(n: int = 2):
     return targets
 
 
-def _everywhere(change, facts_per_rank):
+def _everywhere(shim, change, facts_per_rank):
     """Run ``apply_everywhere`` on every rank at once; each rank's outcome and the gather count."""
     gather, outcomes = ThreadGather(len(facts_per_rank)), {}
 
     def rank(r):
-        outcomes[r] = aux_channel.apply_everywhere(change, facts_per_rank[r], gather.of(r), r)
+        outcomes[r] = control_apply.apply_everywhere(shim, change, facts_per_rank[r], gather.of(r), r)
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(facts_per_rank))]
     for t in threads:
@@ -128,32 +127,31 @@ def _change(layers, recapture=False, previous=(2, 4, 5)):
 
 
 @pytest.fixture
-def scheduler(monkeypatch):
-    monkeypatch.setattr(STATE, "scheduler", SimpleNamespace(forward_ct=41))
-    monkeypatch.setattr(STATE, "fault", None)
+def scheduler(shim, monkeypatch):
+    shim.scheduler = SimpleNamespace(forward_ct=41)
 
 
-def test_every_rank_applies_the_set_and_reports_its_capture_list(scheduler):
+def test_every_rank_applies_the_set_and_reports_its_capture_list(shim, scheduler):
     targets = _targets()
-    outcomes, gathers = _everywhere(_change([1, 3, 4]), [_facts(t) for t in targets])
+    outcomes, gathers = _everywhere(shim, _change([1, 3, 4]), [_facts(t) for t in targets])
     assert outcomes[0] == outcomes[1]  # every rank took the same branch
     assert outcomes[0]["ok"] and outcomes[0]["status"] == "applied" and gathers == 1
     assert outcomes[0]["ranks"] == [{"rank": r, "captured": [2, 4, 5], "on": True, "forward_ct": 41, "error": ""}
                                    for r in (0, 1)]
     assert [t.model.layers_to_capture for t in targets] == [[2, 4, 5], [2, 4, 5]]
-    assert STATE.aux_change_applying is False
+    assert shim.aux_change_applying is False
 
 
-def test_one_rank_failing_refuses_the_set_and_restores_every_rank(scheduler, monkeypatch):
+def test_one_rank_failing_refuses_the_set_and_restores_every_rank(shim, scheduler, monkeypatch):
     targets = _targets()
-    monkeypatch.setattr(STATE, "fault", "aux.apply@tp1=1,3,4")  # rank 1 only, this set only
-    outcomes, gathers = _everywhere(_change([1, 3, 4]), [_facts(t) for t in targets])
+    shim.fault = "aux.apply@tp1=1,3,4"  # rank 1 only, this set only
+    outcomes, gathers = _everywhere(shim, _change([1, 3, 4]), [_facts(t) for t in targets])
     assert outcomes[0] == outcomes[1] and not outcomes[0]["ok"] and gathers == 2
     assert outcomes[0]["error"] == ("TP rank 1: fault injected into aux.apply on TP rank 1 by EAGLE3SCOPE_FAULT; "
                                     "restored [2, 4, 5] on every TP rank")
     assert [r["captured"] for r in outcomes[0]["ranks"]] == [[3, 5, 6], [3, 5, 6]]
     assert targets[0].calls == [[1, 3, 4], [2, 4, 5]] and targets[1].calls == [[2, 4, 5]]
-    outcomes, _ = _everywhere(_change([3, 5, 6]), [_facts(t) for t in targets])  # another set is not faulted
+    outcomes, _ = _everywhere(shim, _change([3, 5, 6]), [_facts(t) for t in targets])  # another set is not faulted
     assert outcomes[0]["ok"]
 
 
@@ -178,31 +176,31 @@ class ShiftedTarget(StandInTarget):
     (ShardedTarget, "TP rank 1: SGLang raised ValueError: layer 7 is not on this rank"),
     (ShiftedTarget, "TP rank 1: SGLang captured [5, 7, 8] (on=True) for [3, 5, 6], expected [4, 6, 7]"),
 ])
-def test_a_rank_whose_target_disagrees_refuses_for_all(scheduler, odd, message):
+def test_a_rank_whose_target_disagrees_refuses_for_all(shim, scheduler, odd, message):
     targets = [StandInTarget(8), odd(8)]
     for t in targets:
         t.model.layers_to_capture, t.capture_aux_hidden_states = [3, 5, 6], True
-    outcomes, _ = _everywhere(_change([3, 5, 6]), [_facts(t) for t in targets])
+    outcomes, _ = _everywhere(shim, _change([3, 5, 6]), [_facts(t) for t in targets])
     assert outcomes[0] == outcomes[1] and outcomes[0]["error"] == message + "; restored [2, 4, 5] on every TP rank"
     assert targets[0].model.layers_to_capture == [3, 5, 6]
 
 
-def test_a_rank_without_a_target_fails_in_step_with_the_others(scheduler):
-    lost = aux_channel.Facts()
+def test_a_rank_without_a_target_fails_in_step_with_the_others(shim, scheduler):
+    lost = control_facts.ControlFacts()
     lost.why_not = "no EAGLE worker in this process (is speculative decoding on?)"
-    outcomes, _ = _everywhere(_change([1, 3, 4]), [_facts(_targets(1)[0]), lost])
+    outcomes, _ = _everywhere(shim, _change([1, 3, 4]), [_facts(_targets(1)[0]), lost])
     assert outcomes[0] == outcomes[1] and "TP rank 1: no target to change on this rank: no EAGLE worker" in \
         outcomes[0]["error"] and "putting [2, 4, 5] back: TP rank 1:" in outcomes[0]["error"]
 
 
-def test_recapture_is_collective_and_a_failure_on_one_rank_recaptures_the_old_set_everywhere(scheduler):
+def test_recapture_is_collective_and_a_failure_on_one_rank_recaptures_the_old_set_everywhere(shim, scheduler):
     targets = _targets()
     runners = [TargetRunner(t) for t in targets]
-    outcomes, gathers = _everywhere(_change([1, 3, 4], recapture=True), [_facts(t, r) for t, r in zip(targets, runners)])
+    outcomes, gathers = _everywhere(shim, _change([1, 3, 4], recapture=True), [_facts(t, r) for t, r in zip(targets, runners)])
     assert outcomes[0] == outcomes[1] and outcomes[0]["ok"] and gathers == 2 and outcomes[0]["pause_ms"] >= 0
     assert [r.decode_cuda_graph_runner.replays for r in runners] == [[2, 4, 5], [2, 4, 5]]
     runners[1].fail = 1  # rank 1's next capture runs out of memory
-    outcomes, gathers = _everywhere(_change([3, 5, 6], recapture=True, previous=(1, 3, 4)),
+    outcomes, gathers = _everywhere(shim, _change([3, 5, 6], recapture=True, previous=(1, 3, 4)),
                                     [_facts(t, r) for t, r in zip(targets, runners)])
     assert outcomes[0] == outcomes[1] and gathers == 3
     assert outcomes[0]["error"] == ("TP rank 1: recapturing the target's graphs failed (RuntimeError: CUDA out of "
@@ -227,15 +225,15 @@ class Receiver:
 
 
 @pytest.fixture
-def tp_channel(tmp_path, scheduler, monkeypatch):
+def tp_channel(shim, tmp_path, scheduler, monkeypatch):
     target = _targets(1)[0]
     facts = _facts(target)
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token = read_token(create_token_file(tmp_path))
-    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", token, facts)
+    ctl = aux_channel.AuxChannel(shim, f"tcp://127.0.0.1:{free_port()}", token, facts)
     ctl.current = [2, 4, 5]
-    monkeypatch.setattr(STATE, "publisher", Recorder())
-    monkeypatch.setattr(STATE, "aux_channel", ctl)
+    shim.publisher = Recorder()
+    shim.aux_channel = ctl
     ctl.start()
     try:
         yield ctl, target, ControlClient(ctl.endpoint, token, timeout_s=5)
@@ -243,9 +241,9 @@ def tp_channel(tmp_path, scheduler, monkeypatch):
         ctl.close()
 
 
-def test_the_seam_carries_a_queued_set_through_the_broadcast_to_the_parked_reply(tp_channel):
+def test_the_seam_carries_a_queued_set_through_the_broadcast_to_the_parked_reply(shim, tp_channel):
     ctl, target, client = tp_channel
-    hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()
+    hook, receiver = hooks.FACTORIES["tp_broadcast"](shim, seams.BROADCAST), Receiver()
     original = Receiver._broadcast_reqs_across_ranks
     pulled = [TokenizedGenerateReqInput("a")]
     assert hook(original, receiver, pulled, []) == pulled  # nothing pending: the list goes as SGLang built it
@@ -261,25 +259,25 @@ def test_the_seam_carries_a_queued_set_through_the_broadcast_to_the_parked_reply
                                                        "previous": [2, 4, 5], "recapture": False}}
     assert target.calls == [[1, 3, 4]] and ctl.current == [1, 3, 4] and ctl._pending is None
     assert client.list()["current"] == [1, 3, 4]
-    (config,) = [b for k, b in STATE.publisher.events if k == "config"]
+    (config,) = [b for k, b in shim.publisher.events if k == "config"]
     assert config["request_id"] == "tp1" and config["applied"]
-    assert seams.BROADCAST not in STATE.disabled
+    assert seams.BROADCAST not in shim.seams.disabled
 
 
-def test_a_broadcast_called_with_recv_reqs_by_keyword_carries_the_change_too(tp_channel):
+def test_a_broadcast_called_with_recv_reqs_by_keyword_carries_the_change_too(shim, tp_channel):
     """A caller that names ``recv_reqs``: the change is injected into that list, the same as positionally."""
     ctl, target, client = tp_channel
-    hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()
+    hook, receiver = hooks.FACTORIES["tp_broadcast"](shim, seams.BROADCAST), Receiver()
     assert client.set([1, 3, 4], request_id="kw", wait_s=0)["status"] == "queued"
     pulled = [TokenizedGenerateReqInput("a")]
     assert hook(Receiver._broadcast_reqs_across_ranks, receiver, recv_reqs=pulled, local_reqs=[]) == pulled
     assert receiver.sent[-1][0] is pulled[0] and receiver.sent[-1][-1][collective.MARK]["id"] == "kw"
-    assert target.calls == [[1, 3, 4]] and seams.BROADCAST not in STATE.disabled
+    assert target.calls == [[1, 3, 4]] and seams.BROADCAST not in shim.seams.disabled
 
 
-def test_a_set_waits_in_its_reply_for_the_broadcast(tp_channel):
+def test_a_set_waits_in_its_reply_for_the_broadcast(shim, tp_channel):
     ctl, target, client = tp_channel
-    hook, receiver = hooks.FACTORIES["tp_broadcast"](seams.BROADCAST), Receiver()
+    hook, receiver = hooks.FACTORIES["tp_broadcast"](shim, seams.BROADCAST), Receiver()
     with looping(lambda: hook(Receiver._broadcast_reqs_across_ranks, receiver, [], [])):
         reply = client.set([3, 5, 6], wait_s=3)
     assert reply["status"] == "applied" and reply["captured"] == [4, 6, 7] and "ranks" not in reply
@@ -302,7 +300,7 @@ def test_what_under_tp_cannot_reach_every_rank_is_refused(sa, tp_rank, attached,
 
 
 
-def test_the_broadcast_seam_is_attached_only_where_a_control_channel_is_asked_for(monkeypatch):
+def test_the_broadcast_seam_is_attached_only_where_a_control_channel_is_asked_for(shim, monkeypatch):
     """Read over the installed 0.5.23 source (no import): without EAGLE3SCOPE_CONTROL nothing can
     ride the broadcast, so the seam is not even wrapped and costs SGLang's loop nothing."""
     from eagle3scope.demo.server import engine_python
@@ -313,12 +311,11 @@ def test_the_broadcast_seam_is_attached_only_where_a_control_channel_is_asked_fo
     if not roots or not (roots[0] / "sglang").is_dir():
         pytest.skip("no SGLang 0.5.23 engine venv to read the source of")
     monkeypatch.setattr(seams, "installed_root", lambda: str(roots[0]))
-    monkeypatch.setattr(STATE, "seam_status", {})
     monkeypatch.delenv(ENV_CONTROL, raising=False)
-    without = {name for name, _, _ in patching.plan()}
+    without = {name for name, _, _ in patching.plan(shim)}
     monkeypatch.setenv(ENV_CONTROL, "tcp://127.0.0.1:5560")
-    planned = {name: (target, hook) for name, target, hook in patching.plan()}
+    planned = {name: (target, hook) for name, target, hook in patching.plan(shim)}
     assert set(planned) - without == {seams.BROADCAST} and "v2.step" in without
     assert planned[seams.BROADCAST][0] == ("sglang.srt.managers.scheduler_components.request_receiver",
                                           "SchedulerRequestReceiver._broadcast_reqs_across_ranks")
-    assert STATE.seam_status == {}  # nothing reported missing on 0.5.23
+    assert shim.seams.status == {}  # nothing reported missing on 0.5.23

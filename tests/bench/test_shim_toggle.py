@@ -33,9 +33,9 @@ def _wrapped(original, calls, seam):
 
 
 @pytest.fixture
-def server(monkeypatch):
-    """A module holding the two seams, registered as the shim's registry would; the self-time cells
-    a hook adds to when it runs."""
+def server(shim, monkeypatch):
+    """A module holding the two seams, in the seam table of the shim the server's instrumentor holds (a
+    stand-in for the instrumentor module the bench looks it up in); the self-time cells a hook adds to."""
     module = types.ModuleType("e3s_toggle_stand_in")
     module.Worker, module.Resolver = Worker, Resolver
     monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -43,9 +43,10 @@ def server(monkeypatch):
     plain = {"step": Worker.__dict__["forward_batch_generation"], "commit": Resolver.__dict__["resolve"]}
     monkeypatch.setattr(Worker, "forward_batch_generation", _wrapped(plain["step"], calls, "step"))
     monkeypatch.setattr(Resolver, "resolve", _wrapped(plain["commit"], calls, "commit"))
-    registry = types.SimpleNamespace(targets={"v2.step": f"{module.__name__}.Worker.forward_batch_generation",
-                                              shim_toggle.COMMIT_SEAM: f"{module.__name__}.Resolver.resolve"})
-    monkeypatch.setitem(sys.modules, "eagle3scope_shim.registry", registry)
+    shim.seams.targets.update({"v2.step": f"{module.__name__}.Worker.forward_batch_generation",
+                               shim_toggle.COMMIT_SEAM: f"{module.__name__}.Resolver.resolve"})
+    instrumentor = types.SimpleNamespace(INSTRUMENTOR=types.SimpleNamespace(shim=shim))
+    monkeypatch.setitem(sys.modules, "eagle3scope_shim.instrumentor", instrumentor)
     return calls
 
 

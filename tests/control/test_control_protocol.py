@@ -12,7 +12,8 @@ import pytest
 from eagle3scope.wire.control_protocol import (MAX_ID_CHARS, MAX_MESSAGE_BYTES, MAX_NONCE_CHARS,
                                                MAX_RECAPTURE_WAIT_S, MAX_WAIT_S, MIN_NONCE_CHARS, ProtocolError,
                                                authentic, check_freshness, check_request, pack, sign, unpack)
-from eagle3scope_shim import aux_channel
+from eagle3scope_shim import aux_channel, control_facts
+from support.shim_state import make_shim
 
 TOKEN = "t" * 64
 
@@ -102,9 +103,9 @@ def test_messages_past_64_kib_are_refused_before_decoding():
 
 
 def _channel() -> aux_channel.AuxChannel:
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2]
-    return aux_channel.AuxChannel("tcp://127.0.0.1:1", TOKEN, facts)
+    return aux_channel.AuxChannel(make_shim(), "tcp://127.0.0.1:1", TOKEN, facts)
 
 
 def test_a_nonce_is_accepted_once_and_the_memory_forgets_the_oldest_first(monkeypatch):

@@ -178,16 +178,16 @@ import json, os, sys, types
 os.environ["EAGLE3SCOPE_ENDPOINT"] = "ipc:///tmp/unused"
 from eagle3scope_shim import hooks
 from eagle3scope_shim.instrumentor import INSTRUMENTOR
-from eagle3scope_shim.state import STATE
+shim = INSTRUMENTOR.built()
 INSTRUMENTOR.patcher.patch_all()
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 out = {}
 for algorithm, multi in (("EAGLE3", False), ("EAGLE", True), ("STANDALONE", False), ("FROZEN_KV_MTP", False),
                          ("DFLASH", False)):
     cls = SpeculativeAlgorithm.from_string(algorithm).create_worker(types.SimpleNamespace(enable_multi_layer_eagle=multi))
-    STATE.seam_status.pop("worker", None)
-    hooks.report_unobserved(object.__new__(cls))
-    out[f"{algorithm}{'+multi-layer' if multi else ''}"] = [cls.__name__, STATE.seam_status.get("worker")]
+    shim.seams.status.pop("worker", None)
+    hooks.report_unobserved(shim, object.__new__(cls))
+    out[f"{algorithm}{'+multi-layer' if multi else ''}"] = [cls.__name__, shim.seams.status.get("worker")]
 print(json.dumps(out))
 """
 
@@ -210,33 +210,34 @@ def test_workers_sglang_selects_are_classified_by_what_the_hooks_see(engine_pyth
 
 RING = r"""
 import json, torch
-from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
-from eagle3scope_shim.state import Step
-SNAPSHOTS.on_cpu = True
-SNAPSHOTS.start("cpu", 4 * 6)  # as the scheduler starts: 4 requests x 6 draft tokens
+from eagle3scope_shim.ring import HostRing, snap
+from eagle3scope_shim.shim_state import Shim, Step
+shim = Shim()
+shim.snapshots.on_cpu = True
+shim.snapshots.start("cpu", 4 * 6)  # as the scheduler starts: 4 requests x 6 draft tokens
 out, ptrs = {"copies": True}, {}
 for bs in (1, 4, 2, 4, 3, 1, 4, 2, 3):
     step = Step()
     src = {"draft": torch.arange(bs * 6), "lens": torch.ones(bs, dtype=torch.int32),
            "ids": torch.arange(bs * 6, dtype=torch.int32), "path": torch.zeros(bs, 4, dtype=torch.int32)}
-    views = {name: snap(step, name, t) for name, t in src.items()}
+    views = {name: snap(shim.snapshots, step, name, t) for name, t in src.items()}
     out["copies"] &= all(views[n].tolist() == src[n].reshape(-1).tolist() for n in src)
     for name in src:
         ptrs.setdefault((step.slot.index, name), set()).add(step.slot.buffers[name][0].data_ptr())
     HostRing.record(step.slot)
     HostRing.release(step.slot)
-ring = SNAPSHOTS.ring
+ring = shim.snapshots.ring
 out.update(slots=len(ring.slots), allocations=ring.allocations, late=ring.late_allocations,
            one_buffer_per_slot_and_field=all(len(p) == 1 for p in ptrs.values()),
            every_slot_allocated=all(len(s.buffers) == 4 for s in ring.slots))
 big = Step()
-out["oversize"] = [snap(big, "draft", torch.arange(5 * 6)) is None, big.dropped, ring.oversize, ring.allocations]
-SNAPSHOTS.start("cpu", 0)  # capacity unknown (no request pool): a slot grows in a step, counted late
+out["oversize"] = [snap(shim.snapshots, big, "draft", torch.arange(5 * 6)) is None, big.dropped, ring.oversize, ring.allocations]
+shim.snapshots.start("cpu", 0)  # capacity unknown (no request pool): a slot grows in a step, counted late
 for bs in (1, 2, 4):
     step = Step()
-    snap(step, "draft", torch.arange(bs * 6))
+    snap(shim.snapshots, step, "draft", torch.arange(bs * 6))
     HostRing.release(step.slot)
-out["unsized"] = [SNAPSHOTS.ring.allocations, SNAPSHOTS.ring.late_allocations]
+out["unsized"] = [shim.snapshots.ring.allocations, shim.snapshots.ring.late_allocations]
 print(json.dumps(out))
 """
 
@@ -256,18 +257,20 @@ def test_the_host_ring_allocates_every_slot_at_start_and_never_in_a_step(engine_
 
 CPU_SNAP = r"""
 import json, os, torch
-from eagle3scope_shim import hooks
-from eagle3scope_shim.ring import SNAPSHOTS, snap
-from eagle3scope_shim.state import Step
+from eagle3scope_shim import step_body
+from eagle3scope_shim.ring import snap
+from eagle3scope_shim.shim_state import Shim, Step
+shim = Shim()
 step, src = Step(), {"draft": torch.arange(8), "lens": torch.tensor([2, 3], dtype=torch.int32),
                      "path": torch.tensor([[0, 1, 2], [4, 6, 7]], dtype=torch.int32)}
-views = {name: snap(step, name, t) for name, t in src.items()}
+views = {name: snap(shim.snapshots, step, name, t) for name, t in src.items()}
 kinds = sorted({type(v).__name__ for v in views.values()})
 for t in src.values():
     t.add_(100)  # SGLang reusing its buffers after the round: the snapshot must not follow
 step.draft, step.verify, step.path = views["draft"], ("v2", views["lens"], views["draft"]), views["path"]
-body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
-print(json.dumps({"kinds": kinds, "ring": SNAPSHOTS.ring is not None, "draft_ids": body["draft_ids"],
+step.rids = ["a", "b"]
+body = step_body.finalize_step(shim, step)
+print(json.dumps({"kinds": kinds, "ring": shim.snapshots.ring is not None, "draft_ids": body["draft_ids"],
                   "accepted_ids": body["accepted_ids"], "path": body["accepted_path"]}))
 """
 

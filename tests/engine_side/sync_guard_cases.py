@@ -12,7 +12,7 @@ import threading
 import torch
 
 from eagle3scope_shim import ring
-from eagle3scope_shim.state import Step
+from eagle3scope_shim.shim_state import Step
 from eagle3scope_shim.syncguard import SyncGuard, SyncViolation
 
 t = torch.arange(8)
@@ -65,11 +65,12 @@ SYNC = {
 def _snap():
     """The shim's own device path: a non-blocking copy into a ring slot's buffer (RING_ON_CPU
     stands for a device ring); the ring's buffers are allocated before, as the ring is at start-up."""
-    ring.SNAPSHOTS.on_cpu, ring.SNAPSHOTS.capacity = True, 64
+    snapshots = ring.Snapshots()
+    snapshots.on_cpu, snapshots.capacity = True, 64
     step = Step()
-    ring.snap(step, "draft", t)  # allocates (outside the guard)
+    ring.snap(snapshots, step, "draft", t)  # allocates (outside the guard)
     step = Step()
-    return lambda: ring.snap(step, "draft", t)
+    return lambda: ring.snap(snapshots, step, "draft", t)
 
 
 FINE = {

@@ -27,8 +27,8 @@ from eagle3scope.wire import encode_frame
 from eagle3scope.wire.curve import ENV_KEY_FILE, KeyFileError, load_keys
 from eagle3scope.wire.endpoints import ENV_TRUSTED, EndpointError, default_endpoint, free_port, guard, runtime_dir
 from eagle3scope_shim.publisher import Publisher
-from eagle3scope_shim.state import ShimState
-from benchmarks.support.neighbour_support import as_neighbour, become, zmq_read
+from eagle3scope_shim.shim_state import Shim
+from benchmarks.support.neighbour_support import as_neighbour, become, ensure_neighbour, zmq_read
 from benchmarks.support.synthetic import hello_body, load_body, step_body
 from support.cli import CLI
 
@@ -147,7 +147,7 @@ def test_a_runtime_directory_made_first_by_a_neighbour_is_refused_loudly(private
     with pytest.raises(EndpointError, match=f"belongs to uid {neighbour[0]}, not to this user"):
         default_endpoint()
     with caplog.at_level(logging.ERROR, logger="eagle3scope"):
-        assert ShimState().start_publisher("", 0) is False
+        assert Shim().start_publisher("", 0) is False
     assert "NOT PUBLISHING" in caplog.text and "hello goes to nobody" in caplog.text
     done = subprocess.run([*CLI, "gate", "--steps", "5", "--timeout", "2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "belongs to uid" in done.stderr, done.stderr
@@ -246,7 +246,7 @@ def test_a_squatted_port_never_gives_a_pass(private_env, neighbour, caplog, monk
     try:
         assert os.read(pid_reader, 1) == b"x"  # the port is the neighbour's now
         with caplog.at_level(logging.ERROR, logger="eagle3scope"):
-            assert ShimState().start_publisher(f"tcp://127.0.0.1:{port}", 0) is False
+            assert Shim().start_publisher(f"tcp://127.0.0.1:{port}", 0) is False
         assert "NOT PUBLISHING" in caplog.text and "Address already in use" in caplog.text
         args = [*CLI, "gate", "--connect", f"tcp://127.0.0.1:{port}", "--steps", "50", "--timeout", "15"]
         done = subprocess.run(args, capture_output=True, text=True, timeout=60)

@@ -8,10 +8,8 @@ import types
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
-from eagle3scope_shim import hooks, loadreport, registry, ring
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.ring import SNAPSHOTS, HostRing
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim import detach_plan, hooks, loadreport, ring
+from eagle3scope_shim.ring import HostRing
 from benchmarks.support.device_events import DeviceModel
 
 ns = types.SimpleNamespace
@@ -82,17 +80,12 @@ class Publisher:
 
 
 @pytest.fixture
-def server(monkeypatch):
+def server(shim, monkeypatch):
     """A v2 decode server whose ring times the phases (what ``ring_for`` makes on CUDA)."""
     timed = HostRing(4, Event, capacity=64, new_timer=Timer)
-    for name, value in (("ring", timed), ("on_cpu", False)):
-        monkeypatch.setattr(SNAPSHOTS, name, value)
-    for name, value in (("publisher", Publisher()), ("step", None), ("aux_channel", None), ("disabled", set()),
-                        ("seam_status", {}), ("fault", None), ("seq", 0)):
-        monkeypatch.setattr(STATE, name, value)
-    monkeypatch.setattr(FACTS, "draft_at_verify", False)
-    monkeypatch.setattr(FACTS, "extend_at_verify", False)
-    monkeypatch.setattr(FACTS, "published_at_step", True)
+    shim.snapshots.ring, shim.snapshots.on_cpu = timed, False
+    shim.publisher = Publisher()
+    shim.plan.published_at_step = True
     return timed
 
 
@@ -106,12 +99,12 @@ def _work(ms: float, result=None):
     return original
 
 
-def _round(draft_ms=3.0, gap_ms=0.0, verify_ms=5.0, extend_ms=2.0):
+def _round(shim, draft_ms=3.0, gap_ms=0.0, verify_ms=5.0, extend_ms=2.0):
     """One decode round of two requests through the real step, draft, verify and draft-extend hooks."""
-    step_hook = hooks.FACTORIES["step"]("t.step")
-    draft_hook = hooks.FACTORIES["draft"]("t.draft")
-    verify_hook = hooks.FACTORIES["verify_v2"]("t.verify")
-    extend_hook = hooks.FACTORIES["draft_extend"]("t.extend")
+    step_hook = hooks.FACTORIES["step"](shim, "t.step")
+    draft_hook = hooks.FACTORIES["draft"](shim, "t.draft")
+    verify_hook = hooks.FACTORIES["verify_v2"](shim, "t.verify")
+    extend_hook = hooks.FACTORIES["draft_extend"](shim, "t.extend")
     worker = ns(speculative_num_steps=3, topk=1)
     batch = ns(forward_mode=ns(is_idle=lambda: False, is_extend=lambda: False), is_extend_in_batch=False,
                reqs=[ns(rid="a"), ns(rid="b")])
@@ -127,18 +120,18 @@ def _round(draft_ms=3.0, gap_ms=0.0, verify_ms=5.0, extend_ms=2.0):
     step_hook(forward, worker, batch)
 
 
-def _published():
-    ((payload, finalize),) = STATE.publisher.submitted
-    body = finalize(payload)
+def _published(shim):
+    ((step, finalize),) = shim.publisher.submitted
+    body = finalize(step)
     assert decode_frame(encode_frame("step", body, src="t", n=0)).body == body  # a valid wire step
-    return body, payload[3]
+    return body, step
 
 
-def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_after_the_slot(server):
+def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_after_the_slot(shim, server):
     made = Timer.made
-    _round()
+    _round(shim)
     assert Timer.made == made  # no event is made in a step: they came with the ring
-    body, step = _published()
+    body, step = _published(shim)
     assert body["draft_device_ms"] == pytest.approx(3.0)
     assert body["verify_device_ms"] == pytest.approx(5.0)  # from the draft's end: v2's verify hook has no pre
     assert body["extend_device_ms"] == pytest.approx(2.0)
@@ -147,67 +140,64 @@ def test_the_hooks_mark_each_phase_on_the_device_and_the_publisher_reads_it_afte
     assert slot.event.done and not slot.busy and slot.marked == 0  # released, its marks forgotten for the next step
 
 
-def test_a_mark_not_yet_complete_leaves_its_phase_out_rather_than_wait_or_fail(server):
-    _round()
-    payload, finalize = STATE.publisher.submitted[0]
-    payload[3].slot.marks[ring.EXTEND_END].done = False  # recorded on a stream that has not got there
-    body = finalize(payload)
+def test_a_mark_not_yet_complete_leaves_its_phase_out_rather_than_wait_or_fail(shim, server):
+    _round(shim)
+    step, finalize = shim.publisher.submitted[0]
+    step.slot.marks[ring.EXTEND_END].done = False  # recorded on a stream that has not got there
+    body = finalize(step)
     assert "extend_device_ms" not in body and body["draft_device_ms"] == pytest.approx(3.0)
-    assert STATE.disabled == set()
+    assert shim.seams.disabled == set()
 
 
-def test_an_untimed_ring_records_no_marks_and_publishes_no_device_times(server, monkeypatch):
+def test_an_untimed_ring_records_no_marks_and_publishes_no_device_times(shim, server, monkeypatch):
     untimed = HostRing(4, Event, capacity=64)
-    monkeypatch.setattr(SNAPSHOTS, "ring", untimed)
-    _round()
-    body, step = _published()
+    shim.snapshots.ring = untimed
+    _round(shim)
+    body, step = _published(shim)
     assert not any(key.endswith("_device_ms") for key in body) and step.slot is None  # no slot taken for marks
     assert all(s.marks is None for s in untimed.slots)
 
 
-def test_the_ring_made_at_the_start_has_timing_events_on_cuda_and_none_on_cpu(monkeypatch):
+def test_the_ring_made_at_the_start_has_timing_events_on_cuda_and_none_on_cpu(shim, monkeypatch):
     model = DeviceModel()
-    for name, value in (("torch", model.torch), ("ring", None), ("on_cpu", False)):
-        monkeypatch.setattr(SNAPSHOTS, name, value)
-    SNAPSHOTS.start("cuda", 64)
-    cuda = SNAPSHOTS.ring
-    assert cuda.timed and SNAPSHOTS.timed
+    shim.snapshots.torch, shim.snapshots.on_cpu = model.torch, False
+    shim.snapshots.start("cuda", 64)
+    cuda = shim.snapshots.ring
+    assert cuda.timed and shim.snapshots.timed
     timers = [e for e in model.events if e.timing]
     assert len(timers) == len(cuda.slots) * len(ring.MARKS)
     assert all(len(slot.marks) == len(ring.MARKS) for slot in cuda.slots)
     assert sum(not e.timing for e in model.events) == len(cuda.slots)  # the completion events, untimed as before
-    monkeypatch.setattr(SNAPSHOTS, "on_cpu", True)
-    SNAPSHOTS.start("cpu", 64)
-    cpu = SNAPSHOTS.ring
-    assert not cpu.timed and not SNAPSHOTS.timed and all(s.marks is None for s in cpu.slots)
+    shim.snapshots.on_cpu = True
+    shim.snapshots.start("cpu", 64)
+    cpu = shim.snapshots.ring
+    assert not cpu.timed and not shim.snapshots.timed and all(s.marks is None for s in cpu.slots)
 
 
 @pytest.mark.parametrize("device, timed", [("cuda", True), (None, True), ("cpu", False)])
-def test_the_hello_says_device_timings_only_where_the_device_times_the_phases(monkeypatch, device, timed):
-    monkeypatch.setattr(STATE, "unobserved", {})
-    assert loadreport._observable(ns(device=device))["device_timings"] is timed
-    monkeypatch.setattr(STATE, "unobserved", {"worker": "another worker class"})
-    assert loadreport._observable(ns(device=device))["device_timings"] is False
+def test_the_hello_says_device_timings_only_where_the_device_times_the_phases(shim, monkeypatch, device, timed):
+    assert loadreport._observable(shim, ns(device=device))["device_timings"] is timed
+    shim.unobserved = {"worker": "another worker class"}
+    assert loadreport._observable(shim, ns(device=device))["device_timings"] is False
 
 
 @pytest.mark.parametrize("enable_overlap", [True, False])
-def test_the_hello_says_whether_sglang_runs_the_overlap_loop(monkeypatch, enable_overlap):
-    monkeypatch.setattr(STATE, "hello_args", None)
-    body = loadreport.hello_body(ns(server_args=ns(device="cuda"), enable_overlap=enable_overlap))
+def test_the_hello_says_whether_sglang_runs_the_overlap_loop(shim, monkeypatch, enable_overlap):
+    body = loadreport.hello_body(shim, ns(server_args=ns(device="cuda"), enable_overlap=enable_overlap))
     assert body["server_args"]["overlap_schedule"] is enable_overlap
     assert decode_frame(encode_frame("hello", body, src="t", n=0)).body["server_args"]["overlap_schedule"] is enable_overlap
 
 
 @pytest.mark.parametrize("device, detached", [("cuda", False), ("cpu", True)])
-def test_the_draft_and_extend_hooks_stay_where_they_mark_the_device(monkeypatch, device, detached):
+def test_the_draft_and_extend_hooks_stay_where_they_mark_the_device(shim, monkeypatch, device, detached):
     taken = []
-    monkeypatch.setattr(registry, "detach", lambda seam: taken.append(seam) or True)
-    monkeypatch.setattr(FACTS, "workers", [("v2", None, None, None)])
-    monkeypatch.setattr(FACTS, "forwards_at_callers", True)
-    monkeypatch.setattr(FACTS, "draft_at_verify", False)
-    monkeypatch.setattr(FACTS, "extend_at_verify", False)
-    monkeypatch.setattr(STATE, "topology", None)
-    monkeypatch.setattr(STATE, "scheduler", ns(server_args=ns(device=device)))
-    hooks._detach_draft_and_extend(ns(speculative_num_steps=3))
-    assert (taken == [hooks.DRAFT_SEAM, hooks.EXTEND_SEAM]) is detached
-    assert FACTS.draft_at_verify is detached
+    monkeypatch.setattr(shim.seams, "detach", lambda seam: taken.append(seam) or True)
+    shim.load.workers = [("v2", None, None, None)]
+    shim.plan.forwards_at_callers = True
+    shim.plan.draft_at_verify = False
+    shim.plan.extend_at_verify = False
+    shim.topology = None
+    shim.scheduler = ns(server_args=ns(device=device))
+    detach_plan._detach_draft_and_extend(shim, ns(speculative_num_steps=3))
+    assert (taken == [detach_plan.DRAFT_SEAM, detach_plan.EXTEND_SEAM]) is detached
+    assert shim.plan.draft_at_verify is detached

@@ -11,8 +11,6 @@ import weakref
 import pytest
 
 from eagle3scope_shim import hooks, loadreport
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.state import STATE
 
 
 class Param:
@@ -69,14 +67,11 @@ CHECKPOINT = ["model.embed_tokens.weight", "model.fc.weight", "lm_head.weight", 
 
 
 @pytest.mark.parametrize("swap", ["set_embed", "set_embed_and_head"])
-def test_draft_weights_sglang_replaces_after_load_are_collectable(monkeypatch, swap):
-    monkeypatch.setattr(FACTS, "draft_loads", {})
-    monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "publisher", None)
+def test_draft_weights_sglang_replaces_after_load_are_collectable(shim, monkeypatch, swap):
     draft = LlamaEagle3Draft()
-    hooks.FACTORIES["draft_load"]("llama_eagle3.load")(LlamaEagle3Draft.load_weights, draft,
+    hooks.FACTORIES["draft_load"](shim, "llama_eagle3.load")(LlamaEagle3Draft.load_weights, draft,
                                                        iter((name, 0) for name in CHECKPOINT))
-    (watch,) = FACTS.draft_loads.values()
+    (watch,) = shim.load.draft_loads.values()
     report = loadreport.weights_facts(watch, draft)
     assert report == {"consumed": CHECKPOINT[:3], "skipped": [], "unwritten": ["model.norm.weight"], "ignored": ["t2d"]}
     old = [weakref.ref(draft.model.embed_tokens.weight), weakref.ref(draft.lm_head.weight)]
@@ -88,4 +83,4 @@ def test_draft_weights_sglang_replaces_after_load_are_collectable(monkeypatch, s
         draft.set_embed_and_head(target_embed, target_head)
     gc.collect()
     assert [ref() for ref in old] == [None] * len(old)  # freed: nothing the shim saw at load holds them
-    assert loadreport.weights_facts(watch, draft) == report and STATE.disabled == set()
+    assert loadreport.weights_facts(watch, draft) == report and shim.seams.disabled == set()

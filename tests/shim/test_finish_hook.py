@@ -9,7 +9,6 @@ from support.declared import undeclared
 
 from eagle3scope.wire import bodies, decode_frame, encode_frame
 from eagle3scope_shim import hooks, seams
-from eagle3scope_shim.state import STATE
 
 SEAM = "finish.output"
 
@@ -58,10 +57,10 @@ def stream_output_generation(streamer, reqs, return_logprob, skip_req=None, is_i
 
 
 @pytest.fixture
-def pub(clean_state, monkeypatch):
-    monkeypatch.setattr(STATE, "seq", 41)
-    monkeypatch.setattr(STATE, "publisher", Pub(dropped=3))
-    return STATE.publisher
+def pub(shim, monkeypatch):
+    shim.seq = 41
+    shim.publisher = Pub(dropped=3)
+    return shim.publisher
 
 
 def test_the_seam_is_in_the_hook_plan_for_both_scheduler_layouts():
@@ -89,8 +88,8 @@ def test_the_seam_resolves_in_the_installed_engines(version, target):
 
 
 @pytest.mark.parametrize("cls", [Req, OldReq])
-def test_each_finished_request_is_published_once_with_sglangs_counts(pub, cls):
-    hook = hooks.FACTORIES["finish"](SEAM)
+def test_each_finished_request_is_published_once_with_sglangs_counts(shim, pub, cls):
+    hook = hooks.FACTORIES["finish"](shim, SEAM)
     done = cls("a", verify_ct=7, correct=9, hist=[1, 3, 2, 1], finished=True)
     running, chunked = cls("b", verify_ct=2, correct=1, hist=[1, 1]), cls("c", finished=True)
     assert hook(stream_output_generation, object(), [done, running, chunked], False, chunked) == "sent"
@@ -103,30 +102,30 @@ def test_each_finished_request_is_published_once_with_sglangs_counts(pub, cls):
     assert len(pub.sent) == 1
 
 
-def test_nothing_is_sent_without_a_publisher_or_a_finished_request(pub, monkeypatch):
-    hook = hooks.FACTORIES["finish"](SEAM)
+def test_nothing_is_sent_without_a_publisher_or_a_finished_request(shim, pub, monkeypatch):
+    hook = hooks.FACTORIES["finish"](shim, SEAM)
     hook(stream_output_generation, object(), [Req("a"), Req("b")], False)
     assert pub.sent == []
-    monkeypatch.setattr(STATE, "publisher", None)
+    shim.publisher = None
     req = Req("a", finished=True)
     hook(stream_output_generation, object(), [req], False)
     assert req.finished_output is True and pub.sent == []
 
 
-def test_a_histogram_past_the_wire_bound_is_left_out(pub):
+def test_a_histogram_past_the_wire_bound_is_left_out(shim, pub):
     long = [1] * (bodies.MAX_DRAFT_TOKENS + 2)
-    hooks.FACTORIES["finish"](SEAM)(stream_output_generation, object(), [Req("a", 3, 1, long, finished=True)], False)
+    hooks.FACTORIES["finish"](shim, SEAM)(stream_output_generation, object(), [Req("a", 3, 1, long, finished=True)], False)
     assert pub.sent[0][1]["requests"] == [{"rid": "a", "verify_ct": 3, "correct_drafts": 1}]
 
 
-def test_a_request_without_the_fields_fails_the_hook_closed(pub):
+def test_a_request_without_the_fields_fails_the_hook_closed(shim, pub):
     class Bare:
         rid = "x"
 
         def finished(self):
             return True
 
-    hook = hooks.FACTORIES["finish"](SEAM)
+    hook = hooks.FACTORIES["finish"](shim, SEAM)
     assert hook(lambda streamer, reqs, lp: "sent", object(), [Bare()], False) == "sent"
-    assert SEAM in STATE.disabled and STATE.seam_status[SEAM] == "failed" and pub.hook_failures == 1
+    assert SEAM in shim.seams.disabled and shim.seams.status[SEAM] == "failed" and pub.hook_failures == 1
     assert [kind for kind, _ in pub.sent] == ["hook"]

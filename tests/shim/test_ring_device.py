@@ -11,11 +11,12 @@ import types
 import pytest
 from benchmarks.support.device_events import CaptureFailed, DeviceModel
 from benchmarks.support.ring_rates import SCHEDULER_GPU, drops_at, publish_steps, scheduler_ring
+from support.shim_state import ended
 
-from eagle3scope_shim import graphs, hooks
+from eagle3scope_shim import graph_capture, hooks, step_body
 from eagle3scope_shim.publisher import Publisher
-from eagle3scope_shim.ring import SNAPSHOTS, HostRing, snap
-from eagle3scope_shim.state import STATE, Step
+from eagle3scope_shim.ring import HostRing, snap
+from eagle3scope_shim.shim_state import Step
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_the_publisher_reads_a_slot_only_after_its_copies_landed(publisher):
     assert not step.slot.busy and [b["draft_ids"] for b in bodies] == [[[1, 2, 3]]]
 
 
-def test_no_publisher_event_call_while_sglangs_capture_seam_captures(publisher):
+def test_no_publisher_event_call_while_sglangs_capture_seam_captures(shim, publisher):
     """SGLang captures in global mode: another thread's event sync during the capture breaks it
     (on TP rank 0 only, where the publisher is: the other ranks then hang in their collectives)."""
     model = DeviceModel(latency_s=0.05)
@@ -75,16 +76,16 @@ def test_no_publisher_event_call_while_sglangs_capture_seam_captures(publisher):
         with model.capture():
             time.sleep(0.3)
 
-    hook = hooks.FACTORIES["target_graph_capture"]("graphs.target_capture")
+    hook = hooks.FACTORIES["target_graph_capture"](shim, "graph_capture.target_capture")
     hook(capture, types.SimpleNamespace(model_runner=None))  # raises CaptureFailed when the capture broke
     assert model.violations == []
     assert publisher.flush(5) and len(bodies) == 6  # and every step went out after it
 
 
-def test_the_shims_recapture_drains_the_publisher_first_and_keeps_it_off_the_device(publisher, monkeypatch):
+def test_the_shims_recapture_drains_the_publisher_first_and_keeps_it_off_the_device(shim, publisher, monkeypatch):
     model = DeviceModel(latency_s=0.05)
     ring = scheduler_ring(model, wake=publisher.wake)
-    monkeypatch.setattr(STATE, "publisher", publisher)
+    shim.publisher = publisher
     queued_at_capture = []
 
     class Runner:
@@ -96,38 +97,39 @@ def test_the_shims_recapture_drains_the_publisher_first_and_keeps_it_off_the_dev
     bodies = []
     publish_steps(publisher, ring, model, 6, bodies)
     try:
-        graphs.GraphPlan(True, Runner()).recapture()
+        graph_capture.GraphPlan(True, Runner()).recapture(shim.publisher)
     except CaptureFailed:
         pytest.fail(f"a shim thread broke the capture: {model.violations}")
     assert queued_at_capture == [0] and len(bodies) == 6 and model.violations == []
 
 
-def test_the_ring_is_allocated_when_the_scheduler_starts_and_a_dtype_flip_allocates_nothing(publisher, monkeypatch):
+def test_the_ring_is_allocated_when_the_scheduler_starts_and_a_dtype_flip_allocates_nothing(shim, publisher, monkeypatch):
     """Pinned allocations serialise device work: all of them at the scheduler's start, none in a step,
     whatever dtype a field arrives in (int64 tree draft tokens, int32 ones of a 0-step round)."""
     model = DeviceModel()
     model.set_device(SCHEDULER_GPU)
-    monkeypatch.setattr(SNAPSHOTS, "torch", model.torch)
-    monkeypatch.setattr(SNAPSHOTS, "ring", None)
-    monkeypatch.setattr(STATE, "publisher", publisher)
+    shim.snapshots.torch = model.torch
+    shim.snapshots.ring = None
+    shim.publisher = publisher
     worker = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(size=4), speculative_num_steps=3,
                                    speculative_num_draft_tokens=8)
-    hooks._start_ring(types.SimpleNamespace(draft_worker=worker, server_args=types.SimpleNamespace(device="cuda")))
-    ring = SNAPSHOTS.ring
+    hooks._start_ring(shim, types.SimpleNamespace(draft_worker=worker, server_args=types.SimpleNamespace(device="cuda")))
+    ring = shim.snapshots.ring
     at_start = len(model.pinned_allocations)
     assert at_start == 4 * len(ring.slots) and ring.capacity == 4 * 8
     published, bodies = [], []
     for dtype, bs, width in [("int64", 4, 8), ("int32", 4, 1), ("int64", 2, 8), ("int32", 3, 1)] * 3:
         step = Step()
-        step.draft = snap(step, "draft", model.device_tensor(range(bs * width), dtype))
-        step.verify = ("v2", snap(step, "lens", model.device_tensor([1] * bs, "int32")),
-                       snap(step, "ids", model.device_tensor(range(bs * width), dtype)))
+        step.draft = snap(shim.snapshots, step, "draft", model.device_tensor(range(bs * width), dtype))
+        step.verify = ("v2", snap(shim.snapshots, step, "lens", model.device_tensor([1] * bs, "int32")),
+                       snap(shim.snapshots, step, "ids", model.device_tensor(range(bs * width), dtype)))
         HostRing.record(step.slot)
         published.append(step)
-        publisher.submit("step", [0, 0, ["r"] * bs, step, None], lambda p: bodies.append(hooks.finalize_step(p)) or bodies[-1])
+        ended(step, seq=0, rids=["r"] * bs)
+        publisher.submit("step", step, lambda p: bodies.append(step_body.finalize_step(shim, p)) or bodies[-1])
         assert publisher.flush(5)
     assert len(model.pinned_allocations) == at_start and ring.late_allocations == 0 and ring.dropped == 0
-    assert SNAPSHOTS.stats()["ring"]["late_allocations"] == 0
+    assert shim.snapshots.stats()["ring"]["late_allocations"] == 0
     assert publisher.hook_failures == 0 and len(bodies) == len(published)
     assert bodies[1]["draft_ids"] == [[]] * 4 and bodies[2]["draft_ids"] == [list(range(1, 8)), list(range(9, 16))]
 

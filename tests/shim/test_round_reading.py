@@ -11,9 +11,7 @@ import pytest
 from benchmarks.support.device_events import CpuTensor
 
 from eagle3scope_shim import hooks
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.ring import SNAPSHOTS
-from eagle3scope_shim.state import STATE, Step
+from eagle3scope_shim.shim_state import Step
 
 ns = types.SimpleNamespace
 
@@ -31,18 +29,11 @@ class _Published:
 
 
 @pytest.fixture
-def shim(monkeypatch):
+def published(shim):
     """A publishing process at its first step, the commit seam absent (steps go out as they end)."""
-    for name, value in (("disabled", set()), ("step", None), ("aux_channel", None), ("seam_status", {}),
-                        ("unobserved", {}), ("seq", 0), ("publisher", _Published()), ("topology", None)):
-        monkeypatch.setattr(STATE, name, value)
-    for name, value in (("workers", []), ("tail_draft", False), ("draft_at_verify", False), ("extend_at_verify", False),
-                        ("forwards_at_callers", False), ("draft_embed_width", 128), ("graphs", {}), ("graph_for", {})):
-        monkeypatch.setattr(FACTS, name, value)
-    monkeypatch.setattr(STATE, "stepped", False)
-    monkeypatch.setattr(SNAPSHOTS, "ring", None)
-    monkeypatch.setattr(SNAPSHOTS, "capacity", 0)
-    return STATE.publisher
+    shim.publisher = _Published()
+    shim.load.draft_embed_width = 128
+    return shim.publisher
 
 
 def _decode_batch(draft_tokens, extend_in_batch=False):
@@ -55,12 +46,12 @@ def _verified(lens, ids):
     return ns(accept_lens=CpuTensor(lens), next_token_ids=CpuTensor(ids))
 
 
-def test_under_pipeline_parallelism_the_published_draft_is_the_one_verify_checked(shim):
+def test_under_pipeline_parallelism_the_published_draft_is_the_one_verify_checked(shim, published):
     """The PP last stage verifies the draft relayed with the batch, then drafts the next round (the
     tail draft); the step pairs this round's acceptance with this round's proposals."""
-    STATE.topology = {"parallel": {"pp_size": 2}}
-    step, verify = hooks.FACTORIES["step"]("v2.step"), hooks.FACTORIES["verify_v2"]("v2.verify")
-    draft = hooks.FACTORIES["draft"]("v2.draft")
+    shim.topology = {"parallel": {"pp_size": 2}}
+    step, verify = hooks.FACTORIES["step"](shim, "v2.step"), hooks.FACTORIES["verify_v2"](shim, "v2.verify")
+    draft = hooks.FACTORIES["draft"](shim, "v2.draft")
     worker = ns(speculative_num_steps=3, topk=1)
 
     def last_stage(self, batch):
@@ -68,31 +59,31 @@ def test_under_pipeline_parallelism_the_published_draft_is_the_one_verify_checke
         draft(lambda w, b: ns(draft_token=CpuTensor([12, 90, 91, 92])), self, batch)  # the next round's proposals
 
     step(last_stage, worker, _decode_batch([5, 10, 11, 12]))
-    (body,) = shim.bodies
+    (body,) = published.bodies
     assert body["draft_ids"] == [[10, 11, 12]] and body["accepted_ids"] == [[11, 12]] and body["accepted"] == [1]
 
 
-def test_without_pipeline_parallelism_the_draft_hook_takes_the_draft(shim):
-    step, verify = hooks.FACTORIES["step"]("v2.step"), hooks.FACTORIES["verify_v2"]("v2.verify")
-    draft = hooks.FACTORIES["draft"]("v2.draft")
+def test_without_pipeline_parallelism_the_draft_hook_takes_the_draft(shim, published):
+    step, verify = hooks.FACTORIES["step"](shim, "v2.step"), hooks.FACTORIES["verify_v2"](shim, "v2.verify")
+    draft = hooks.FACTORIES["draft"](shim, "v2.draft")
 
     def one_stage(self, batch):
         draft(lambda w, b: ns(draft_token=CpuTensor([5, 10, 11, 12])), self, batch)
         verify(lambda w, b: _verified([2], [10, 12, 0, 0]), self, batch)
 
     step(one_stage, ns(speculative_num_steps=3, topk=1), _decode_batch([0, 0, 0, 0]))
-    assert shim.bodies[0]["draft_ids"] == [[10, 11, 12]] and FACTS.tail_draft is False
+    assert published.bodies[0]["draft_ids"] == [[10, 11, 12]] and shim.plan.tail_draft is False
 
 
-def test_a_round_whose_verify_ran_is_decode_whatever_the_batch_says(shim):
+def test_a_round_whose_verify_ran_is_decode_whatever_the_batch_says(shim, published):
     """SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1: a decode rank's batch has ``is_extend_in_batch``
     set while it drafts and verifies; without verify the same batch is a prefill step."""
-    step, verify = hooks.FACTORIES["step"]("v2.step"), hooks.FACTORIES["verify_v2"]("v2.verify")
+    step, verify = hooks.FACTORIES["step"](shim, "v2.step"), hooks.FACTORIES["verify_v2"](shim, "v2.verify")
     worker = ns(speculative_num_steps=3, topk=1)
     step(lambda self, b: verify(lambda w, bb: _verified([3], [10, 11, 12, 0]), self, b), worker,
          _decode_batch([5, 10, 11, 12], extend_in_batch=True))
     step(lambda self, b: None, worker, _decode_batch([5, 10, 11, 12], extend_in_batch=True))
-    decode, prefill = shim.bodies
+    decode, prefill = published.bodies
     assert (decode["mode"], decode["accepted"], decode["accepted_ids"]) == ("decode", [2], [[10, 11, 12]])
     assert prefill["mode"] == "prefill" and prefill["accepted"] == [0]
 
@@ -102,10 +93,10 @@ def test_a_round_whose_verify_ran_is_decode_whatever_the_batch_says(shim):
     (ns(bs=4), 4),  # padded up to the next captured size
     (None, 4),  # a runner that keeps no key: the smallest captured size that holds the batch
 ])
-def test_a_replayed_pass_names_the_graph_its_runner_chose(shim, runner, graph_bs):
-    FACTS.graphs.update({("decode", 1): [384, True], ("decode", 4): [384, True], ("decode", 8): [384, True]})
-    STATE.step = Step()
+def test_a_replayed_pass_names_the_graph_its_runner_chose(shim, published, runner, graph_bs):
+    shim.load.graphs.update({("decode", 1): [384, True], ("decode", 4): [384, True], ("decode", 8): [384, True]})
+    shim.step = Step()
     worker = ns(speculative_num_steps=3, cuda_graph_runner=runner)
     batch = ns(spec_info=ns(hidden_states=ns(shape=(3, 384))), seq_lens=[7, 8, 9])
-    hooks.FACTORIES["draft"]("v2.draft")(lambda w, b: ns(draft_token=CpuTensor([0] * 12)), worker, batch)  # no forward ran
-    assert STATE.step.passes == [("decode", 384, None, 2, graph_bs)]
+    hooks.FACTORIES["draft"](shim, "v2.draft")(lambda w, b: ns(draft_token=_CPU([0] * 12)), worker, batch)  # no forward ran
+    assert shim.step.passes == [("decode", 384, None, 2, graph_bs)]

@@ -18,7 +18,6 @@ from eagle3scope.wire.loss import FrameLoss
 from eagle3scope.wire.bodies import MAX_NAME, MAX_SEAMS, BodyError, read as validate_body
 from eagle3scope_shim.publisher import Publisher
 from eagle3scope_shim.guard import around
-from eagle3scope_shim.state import STATE
 
 BURN_MS = 3.0
 ROUND_MS = 20.0
@@ -41,11 +40,11 @@ def _heartbeats(sub, until, timeout_s: float = 10.0) -> dict:
     raise AssertionError("no such heartbeat")
 
 
-def test_a_hook_that_burns_a_known_time_shows_up_in_the_next_heartbeat_as_a_delta():
+def test_a_hook_that_burns_a_known_time_shows_up_in_the_next_heartbeat_as_a_delta(shim):
     burn_seam, step_seam = "cost.burn", "cost.step"
-    burn = around(burn_seam, lambda *a: _burn(BURN_MS), None, hot=True, in_step=True)
-    outside = around("cost.outside", lambda *a: _burn(BURN_MS), None)  # e.g. the commit seam: not in the round
-    step = around(step_seam, None, None, hot=True, step=True)
+    burn = around(shim, burn_seam, lambda *a: _burn(BURN_MS), None, hot=True, in_step=True)
+    outside = around(shim, "cost.outside", lambda *a: _burn(BURN_MS), None)  # e.g. the commit seam: not in the round
+    step = around(shim, step_seam, None, None, hot=True, step=True)
 
     def one_round():
         burn(lambda: None)
@@ -53,7 +52,7 @@ def test_a_hook_that_burns_a_known_time_shows_up_in_the_next_heartbeat_as_a_delt
 
     endpoint = fresh_ipc_endpoint("cost")
     pub = Publisher(endpoint, "t", heartbeat_interval_s=0.2)
-    pub.self_time = (STATE.self_ns, STATE.step_ns, STATE.round_seams)
+    pub.self_time = (shim.self_ns, shim.step_ns, shim.round_seams)
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -134,7 +133,7 @@ def test_invalid_cost_fields_are_refused(extra):
         validate_body("heartbeat", _beat(**extra))
 
 
-def _cost_stream(beats: list[tuple[dict, float]], src: str = "h:1:dp0"):
+def _cost_stream(shim, beats: list[tuple[dict, float]], src: str = "h:1:dp0"):
     s = Stream(src)
     return [s.frame("hello", hello())] + [s.frame("heartbeat", _beat(shim_us=shim, step_us=step)) for shim, step in beats]
 
@@ -142,16 +141,16 @@ def _cost_stream(beats: list[tuple[dict, float]], src: str = "h:1:dp0"):
 BEATS = [({"v2.step": 20.0, "v2.draft": 10.0}, 10_000.0), ({}, 0.0), ({"v2.step": 30.0, "llama_eagle3.forward": 4.0}, 8_500.0)]
 
 
-def test_the_reader_sums_the_deltas_and_keeps_the_latest_share():
-    pub = analyse(_cost_stream(BEATS)).publishers["h:1:dp0"]
+def test_the_reader_sums_the_deltas_and_keeps_the_latest_share(shim):
+    pub = analyse(_cost_stream(shim, BEATS)).publishers["h:1:dp0"]
     assert pub.loss.shim_s == pytest.approx({"v2.step": 50e-6, "v2.draft": 10e-6, "llama_eagle3.forward": 4e-6})
     assert pub.loss.step_s == pytest.approx(18_500e-6)
     assert pub.loss.shim_share == pytest.approx(34.0 / 8_500.0)
-    idle = analyse(_cost_stream(BEATS[:2])).publishers["h:1:dp0"]
+    idle = analyse(_cost_stream(shim, BEATS[:2])).publishers["h:1:dp0"]
     assert idle.loss.shim_share is None  # no rounds in the latest heartbeat: no share to show
 
 
-def test_the_share_is_the_rounds_own_hooks_over_the_rounds():
+def test_the_share_is_the_rounds_own_hooks_over_the_rounds(shim):
     """A shim that says which hook time lies within the rounds (round_shim_us) is read by it: the
     commit seam and load-time hooks run outside the rounds and do not inflate the share."""
     s = Stream("h:1:dp0")
@@ -162,19 +161,19 @@ def test_the_share_is_the_rounds_own_hooks_over_the_rounds():
     assert pub.loss.shim_s["draft_load"] == pytest.approx(0.05)  # still counted, per seam
 
 
-def test_the_reader_keeps_at_most_max_seams_names():
+def test_the_reader_keeps_at_most_max_seams_names(shim):
     loss = FrameLoss()
-    for frame in _cost_stream([({f"s{i}-{j}": 1.0 for j in range(100)}, 10.0) for i in range(5)]):
+    for frame in _cost_stream(shim, [({f"s{i}-{j}": 1.0 for j in range(100)}, 10.0) for i in range(5)]):
         loss.observe(frame)
     assert len(loss.shim_s) == MAX_SEAMS
 
 
-def test_the_tui_header_shows_the_share_of_round_time():
+def test_the_tui_header_shows_the_share_of_round_time(shim):
     from rich.text import Text
 
     from eagle3scope.tui.panels.header import LEVELS, PublisherBar
 
-    row = publisher_rows(analyse(_cost_stream(BEATS)))[0]
+    row = publisher_rows(analyse(_cost_stream(shim, BEATS)))[0]
     for level in range(LEVELS):
         line: Text = PublisherBar._line(row, level, None, None, None, None)
         assert "shim 0.4 %" in line.plain
@@ -182,13 +181,13 @@ def test_the_tui_header_shows_the_share_of_round_time():
     assert "shim" not in PublisherBar._line(row, False, None, None, None, None).plain
 
 
-def test_the_exporter_counts_the_seconds_per_seam():
+def test_the_exporter_counts_the_seconds_per_seam(shim):
     from support.exporter_support import by, feed
 
     frames = session(20)
     last = frames[-1]  # the heartbeats continue the session's own counter and clock (else they are duplicates)
     frames += [Frame(f.kind, last.src, last.n + 1 + i, last.t + 1 + i, f.body)
-               for i, f in enumerate(_cost_stream(BEATS, src=last.src)[1:])]
+               for i, f in enumerate(_cost_stream(shim, BEATS, src=last.src)[1:])]
     exporter, fams = feed({"r0": frames})
     exporter.close()
     shim = by(fams["eagle3scope_shim_seconds"], "eagle3scope_shim_seconds_total")
@@ -199,7 +198,7 @@ def test_the_exporter_counts_the_seconds_per_seam():
 
 
 @pytest.mark.parametrize("width", [80, 100, 120, 140, 160, 200])  # 80: the narrowest screen supported
-def test_the_header_fits_its_width_and_keeps_every_label(width):
+def test_the_header_fits_its_width_and_keeps_every_label(shim, width):
     """The fullest line that fits is shown; what does not fit is left out piece by piece, never a
     value without its label (it once showed "0.5.23" for "sglang 0.5.23" at 160 columns), and the
     shim's share and the failure counts stay to the narrowest form."""
@@ -208,7 +207,7 @@ def test_the_header_fits_its_width_and_keeps_every_label(width):
     from eagle3scope.tui.panels.header import PublisherBar
     from benchmarks.support.tui_support import run_async, screen_text
 
-    row = publisher_rows(analyse(_cost_stream(BEATS, src="vm:4012345:dp0")))[0]
+    row = publisher_rows(analyse(_cost_stream(shim, BEATS, src="vm:4012345:dp0")))[0]
 
     class Bar(App):
         def compose(self):

@@ -18,11 +18,11 @@ logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="LOG %(mess
 os.environ.pop("EAGLE3SCOPE_ENDPOINT", None)
 import eagle3scope_shim
 from eagle3scope_shim import plugin, seams
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 
 out = {}
-plugin.load()  # no endpoint requested: must register nothing
-out["plugin_inert"] = STATE.seam_status == {}
+plugin.load()  # no endpoint requested: must register nothing, build no shim
+out["plugin_inert"] = INSTRUMENTOR.shim is None
 
 import sglang.srt.models.llama as llama  # imported before install: patched at once
 original = llama.LlamaForCausalLM.set_eagle3_layers_to_capture
@@ -34,7 +34,7 @@ out["idempotent"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is first
 out["env"] = os.environ.get("EAGLE3SCOPE_ENDPOINT")
 import sglang.srt.models.llama_eagle3 as le3  # imported after install: patched on import
 out["lazy_patched"] = hasattr(le3.LlamaModel.forward, "__wrapped__")
-out["status"] = STATE.seam_status.get("llama_eagle3.forward")
+out["status"] = INSTRUMENTOR.shim.seams.status.get("llama_eagle3.forward")
 eagle3scope_shim.uninstall()
 out["restored"] = llama.LlamaForCausalLM.set_eagle3_layers_to_capture is original
 out["restored_lazy"] = not hasattr(le3.LlamaModel.forward, "__wrapped__")
@@ -63,29 +63,31 @@ DETACH = r"""
 import functools, json, os, sys
 os.environ.pop("EAGLE3SCOPE_ENDPOINT", None)  # SGLang loads plugins on import: the shim's stays inert
 from sglang.srt.plugins.hook_registry import HookRegistry
-from eagle3scope_shim import patching, registry
+from eagle3scope_shim import patching
+from eagle3scope_shim.shim_state import Shim
+shim = Shim()
 import sglang.srt.models.llama_eagle3 as le3
 import sglang.srt.models.llama as llama
 # in a dict: SGLang rebinds every module global that holds a function it wraps (_propagate_patch)
 kept = {"forward": le3.LlamaModel.forward}
-patching.register_with_hook_registry()  # as the plugin does, SGLang then applies its hooks
+patching.register_with_hook_registry(shim)  # as the plugin does, SGLang then applies its hooks
 HookRegistry.apply_hooks()
 out = {"wrapped": le3.LlamaModel.forward is not kept["forward"] and le3.LlamaModel.forward.__wrapped__ is kept["forward"]}
-out["detached"] = registry.detach("llama_eagle3.forward")
+out["detached"] = shim.seams.detach("llama_eagle3.forward")
 out["original_back"] = le3.LlamaModel.forward is kept["forward"]
-out["twice"] = registry.detach("llama_eagle3.forward")
+out["twice"] = shim.seams.detach("llama_eagle3.forward")
 wrapper = llama.LlamaForCausalLM.set_eagle3_layers_to_capture
 again = functools.wraps(wrapper)(lambda *a, **k: wrapper(*a, **k))  # another plugin wrapped it since
 llama.LlamaForCausalLM.set_eagle3_layers_to_capture = again
-out["rewrapped_left_alone"] = (registry.detach("aux.llama_set_layers") is False
+out["rewrapped_left_alone"] = (shim.seams.detach("aux.llama_set_layers") is False
                                and llama.LlamaForCausalLM.set_eagle3_layers_to_capture is again)
-out["status_kept"] = patching.STATE.seam_status["llama_eagle3.forward"]
+out["status_kept"] = shim.seams.status["llama_eagle3.forward"]
 print("RESULT " + json.dumps(out))
 """
 
 
 def test_a_seam_registered_with_sglangs_hook_registry_detaches_only_its_own_wrapper(engine_python):
-    """registry.detach against SGLang 0.5.23's own HookRegistry (plugins/hook_registry.py): the AROUND
+    """SeamTable.detach against SGLang 0.5.23's own HookRegistry (plugins/hook_registry.py): the AROUND
     wrapper that holds the shim's hook is replaced by the function it wraps, once; a wrapper that
     another plugin put around it since is left as it is."""
     done = run_engine_python(engine_python, "-c", DETACH, env={"SGLANG_USE_CPU_ENGINE": "1"})

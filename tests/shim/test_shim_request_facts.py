@@ -9,10 +9,8 @@ import types
 import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
-from eagle3scope_shim import hooks
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.ring import SNAPSHOTS
-from eagle3scope_shim.state import STATE
+from eagle3scope_shim import hooks, step_body
+from support.shim_state import ended
 
 
 class CpuTensor(list):
@@ -32,25 +30,24 @@ class Host(list):
 
 
 @pytest.fixture
-def published(monkeypatch):
+def published(shim, monkeypatch):
     """(run one decode step through the step hook, returning the body the publisher thread builds)."""
     submitted = []
-    monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "publisher", types.SimpleNamespace(submit=lambda *a: submitted.append(a) or True,
+    shim.publisher = (types.SimpleNamespace(submit=lambda *a: submitted.append(a) or True,
                                                                   hook_failures=0))
-    monkeypatch.setattr(STATE, "aux_channel", None)
-    monkeypatch.setattr(STATE, "step", None)
-    monkeypatch.setattr(STATE, "seam_status", {})
-    monkeypatch.setattr(STATE, "uncommitted", type(STATE.uncommitted)())
-    monkeypatch.setattr(STATE, "stepped", True)
-    monkeypatch.setattr(SNAPSHOTS, "on_cpu", False)
-    monkeypatch.setattr(FACTS, "workers", [])
-    monkeypatch.setattr(FACTS, "published_at_step", True)
-    hook = hooks.FACTORIES["step"]("v2.step")
+    shim.aux_channel = None
+    shim.step = None
+    shim.seams.status.clear()
+    shim.uncommitted = type(shim.uncommitted)()
+    shim.plan.stepped = True
+    shim.snapshots.on_cpu = False
+    shim.load.workers = []
+    shim.plan.published_at_step = True
+    hook = hooks.FACTORIES["step"](shim, "v2.step")
 
     def run(batch, accepted: list[int]) -> dict:
         def verify(worker, b):  # what the verify hook leaves on the step: per-request counts and ids
-            STATE.step.verify = ("v2", Host([a + 1 for a in accepted]), Host([7] * (4 * len(accepted))))
+            shim.step.verify = ("v2", Host([a + 1 for a in accepted]), Host([7] * (4 * len(accepted))))
 
         hook(verify, types.SimpleNamespace(), batch)
         (kind, payload, finalize), = submitted[-1:]
@@ -74,12 +71,12 @@ def test_a_decode_step_carries_each_requests_context_length_and_greedy_flag(publ
     assert body["greedy"] == [True, False, False]
 
 
-def test_a_discarded_request_leaves_its_facts_with_it():
+def test_a_discarded_request_leaves_its_facts_with_it(shim):
     step = hooks.Step()
     step.verify = ("v2", Host([1, 3]), Host([7] * 8))
     step.ctx_len, step.discarded = CpuTensor([40, 90]), ["a"]
     step.reqs = tuple(types.SimpleNamespace(sampling_params=types.SimpleNamespace(top_k=k)) for k in (1, 50))
-    body = hooks.finalize_step((1, 0, ["a", "b"], step, None))
+    body = step_body.finalize_step(shim, ended(step, rids=["a", "b"]))
     assert body["rids"] == ["b"] and body["ctx_len"] == [90] and body["greedy"] == [False]
 
 

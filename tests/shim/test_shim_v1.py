@@ -27,13 +27,15 @@ H, AUX = 128, 3
 SCRIPT = r"""
 import json, sys
 from eagle3scope_shim import seams
-from eagle3scope_shim.facts import FACTS
-from eagle3scope_shim.state import STATE, Step
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
+from eagle3scope_shim.shim_state import Step
 from eagle3scope.demo import draft_probe
 
-STATE.step = Step()  # collect draft passes as a speculative round would
+shim = INSTRUMENTOR.shim  # built by the .pth bootstrap as the interpreter started
+
+shim.step = Step()  # collect draft passes as a speculative round would
 report = draft_probe.probe(sys.argv[1])
-(watch,) = FACTS.draft_loads.values()
+(watch,) = shim.load.draft_loads.values()
 chosen = seams.choose(seams.source_lookup(seams.installed_root()))
 print("RESULT " + json.dumps({
     "probe_not_loaded": report["params_not_loaded"],
@@ -43,8 +45,8 @@ print("RESULT " + json.dumps({
     "skipped": watch.skipped,
     "consumed": watch.consumed,
     "ignored": watch.ignored,
-    "passes": STATE.step.passes,
-    "seams": STATE.seam_status,
+    "passes": shim.step.passes,
+    "seams": shim.seams.status,
     "adapters": sorted(a.name for a, _ in chosen),
 }))
 """

@@ -191,7 +191,7 @@ def _collect(sub: Subscriber, until, timeout: float = 8.0) -> list:
 
 
 @pytest.fixture
-def two_ranks(tmp_path):
+def two_ranks(shim, tmp_path):
     """Two publishers of one DP-2 server on the shim's derived ipc endpoints, hellos listing both."""
     base = f"ipc://{tmp_path}/events"
     siblings = sibling_endpoints(base, 2)
@@ -251,7 +251,7 @@ def test_overview_names_the_worst_rank():
     assert acceptance_view(single).ranks == [] and acceptance_view(single).skew is None
 
 
-def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_them_apart():
+def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_them_apart(shim):
     def labels(srcs):
         state = SessionState()
         for src in srcs:  # single-rank servers: all DP rank 0
@@ -264,25 +264,15 @@ def test_ranks_of_several_servers_are_named_by_the_tail_of_their_ids_that_tells_
     assert labels(["dp0", "h:1:dp0", "x"]) == ["dp0", "1:dp0", "x"]  # ids not in the shim's form
 
 
-@pytest.fixture
-def shim_state(monkeypatch):
-    from eagle3scope_shim.facts import FACTS
-    from eagle3scope_shim.state import STATE
-
-    for name, value in (("disabled", set()), ("seam_status", {}), ("pending", []), ("publisher", None),
-                        ("fault", None), ("topology", None), ("step", None), ("aux_channel", None)):
-        monkeypatch.setattr(STATE, name, value)
-    monkeypatch.setattr(FACTS, "workers", [])
-    return STATE
 
 
-def test_a_stage_without_the_draft_neither_fails_nor_publishes(shim_state, monkeypatch):
+def test_a_stage_without_the_draft_neither_fails_nor_publishes(shim, monkeypatch):
     """Pipeline stage 0 of 2: EAGLEWorkerV2 has _draft_worker=None (speculative/eagle_worker_v2.py)."""
     from eagle3scope_shim import hooks
 
     monkeypatch.setenv("EAGLE3SCOPE_ENDPOINT", "ipc:///nonexistent/never-bound")
     worker = SimpleNamespace(_draft_worker=None, target_worker=None)
-    hooks.FACTORIES["worker_init_v2"]("t.worker")(lambda self: None, worker)
+    hooks.FACTORIES["worker_init_v2"](shim, "t.worker")(lambda self: None, worker)
 
     class Scheduler:
         def __init__(self, server_args):
@@ -290,21 +280,20 @@ def test_a_stage_without_the_draft_neither_fails_nor_publishes(shim_state, monke
             self.tp_rank, self.pp_rank, self.attn_tp_rank = 0, 0, 0
 
     sa = SimpleNamespace(tp_size=1, dp_size=1, pp_size=2, ep_size=1)
-    hooks.FACTORIES["scheduler_init"]("t.sched")(Scheduler.__init__, Scheduler.__new__(Scheduler), sa)
-    from eagle3scope_shim.facts import FACTS
+    hooks.FACTORIES["scheduler_init"](shim, "t.sched")(Scheduler.__init__, Scheduler.__new__(Scheduler), sa)
 
-    assert shim_state.disabled == set() and FACTS.workers == [] and shim_state.publisher is None
-    assert shim_state.topology["publishes"] is False and "holds no draft" in shim_state.topology["reason"]
+    assert shim.seams.disabled == set() and shim.load.workers == [] and shim.publisher is None
+    assert shim.topology["publishes"] is False and "holds no draft" in shim.topology["reason"]
 
 
-def test_an_idle_attention_dp_pass_is_not_published(shim_state, monkeypatch):
+def test_an_idle_attention_dp_pass_is_not_published(shim, monkeypatch):
     from eagle3scope_shim import hooks
 
     submitted = []
-    monkeypatch.setattr(shim_state, "publisher", SimpleNamespace(submit=lambda *a, **k: submitted.append(a), drop=None))
+    shim.publisher = (SimpleNamespace(submit=lambda *a, **k: submitted.append(a), drop=None))
     idle = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: True, is_extend=lambda: False), reqs=[])
-    assert hooks.FACTORIES["step"]("t.step")(lambda self, batch: "result", None, idle) == "result"
-    assert submitted == [] and shim_state.step is None and shim_state.disabled == set()
+    assert hooks.FACTORIES["step"](shim, "t.step")(lambda self, batch: "result", None, idle) == "result"
+    assert submitted == [] and shim.step is None and shim.seams.disabled == set()
 
 
 @pytest.mark.parametrize("flags,publishers", [((), 2), (("--no-discover",), 1)])

@@ -116,7 +116,7 @@ def test_a_restart_under_the_same_src_is_a_new_run_with_its_own_figures_and_viol
     assert "[r0 run 2 from step" in text and "1 publisher restart(s)" in text
 
 
-def test_a_hello_with_another_start_time_starts_a_run_even_when_n_goes_on():
+def test_a_hello_with_another_start_time_starts_a_run_even_when_n_goes_on(shim):
     frames = session(100, bs=1)
     last = frames[-1]
     hello = {**frames[0].body, "started": 99}
@@ -229,14 +229,13 @@ def test_started_is_an_optional_int_in_the_hello():
         validate_body("hello", {**hello(), "started": "yesterday"})
 
 
-def test_the_shims_hello_names_its_start_time():
+def test_the_shims_hello_names_its_start_time(shim):
     from eagle3scope_shim.loadreport import hello_body
-    from eagle3scope_shim.state import STATE
     from eagle3scope.wire.bodies import read as validate_body
 
-    body = hello_body(object())  # a scheduler without server_args: the facts that need none
+    body = hello_body(shim, object())  # a scheduler without server_args: the facts that need none
     validate_body("hello", body)
-    assert body["started"] == STATE.started_ns and 0 < body["started"] <= __import__("time").time_ns()
+    assert body["started"] == shim.started_ns and 0 < body["started"] <= __import__("time").time_ns()
 
 
 def test_at_most_64_ended_runs_are_kept_and_the_oldest_go_first():

@@ -36,9 +36,7 @@ import time
 
 from eagle3scope.wire.releases import before
 from eagle3scope_shim import seams
-from eagle3scope_shim.facts import FACTS
 from eagle3scope_shim.ring import CAPTURE_GATE
-from eagle3scope_shim.state import STATE
 
 log = logging.getLogger("eagle3scope")
 
@@ -84,14 +82,13 @@ class GraphPlan:
                        if not self.why_not else "") + HINT)
         return f"cannot recapture the target's graphs: {self.why_not}; {HINT}" if self.why_not else ""
 
-    def recapture(self) -> float:
+    def recapture(self, publisher) -> float:
         """Recapture the target's graphs with the aux set now in effect; the pause in ms. Runs on
         the scheduler thread between two steps; raises what SGLang raises. The publisher finalises
         the steps queued so far first (at most :data:`DRAIN_S`), and makes no device call while
         the capture runs (``ring.CAPTURE_GATE``): SGLang captures in global mode, where another
         thread's event call breaks the capture, on this rank only, and the TP ranks then hang."""
         t0 = time.perf_counter()
-        publisher = STATE.publisher
         if publisher is not None and not publisher.flush(DRAIN_S):
             log.warning("eagle3scope: the publisher had not finalised its queued steps after %.1f s; recapturing "
                         "anyway (it waits for the capture to end)", DRAIN_S)
@@ -148,29 +145,29 @@ def capture_flag():
     return None
 
 
-def record_capture(mode: str, bs: int, width: int, fc: bool) -> bool:
+def record_capture(load, mode: str, bs: int, width: int, fc: bool) -> bool:
     """A draft forward ran inside a graph capture; True when that graph is new."""
     key = (mode, bs)
-    if key in FACTS.graphs or len(FACTS.graphs) >= MAX_GRAPHS:
+    if key in load.graphs or len(load.graphs) >= MAX_GRAPHS:
         return False
-    FACTS.graphs[key] = [width, fc]
-    FACTS.graph_for.clear()
+    load.graphs[key] = [width, fc]
+    load.graph_for.clear()
     return True
 
 
-def graph_bs(mode: str, raw_bs: int) -> int:
+def graph_bs(load, mode: str, raw_bs: int) -> int:
     """Batch size of the captured graph a replay of ``raw_bs`` requests runs (SGLang pads up to
     the next captured size); 0 when no capture of that mode was seen."""
     key = (mode, raw_bs)
-    found = FACTS.graph_for.get(key)
+    found = load.graph_for.get(key)
     if found is None:
-        sizes = [bs for m, bs in FACTS.graphs if m == mode and bs >= raw_bs]
-        found = FACTS.graph_for[key] = min(sizes) if sizes else 0
+        sizes = [bs for m, bs in load.graphs if m == mode and bs >= raw_bs]
+        found = load.graph_for[key] = min(sizes) if sizes else 0
     return found
 
 
-def captured() -> list[dict]:
-    return [dict(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(FACTS.graphs.items())]
+def captured(load) -> list[bodies.CapturedGraph]:
+    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(load.graphs.items())]
 
 
 def _slot(worker, path: tuple[str, ...]):
