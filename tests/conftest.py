@@ -179,10 +179,10 @@ def synthetic_publisher():
 
 
 @pytest.fixture
-def channel(tmp_path):
+def channel(shim, tmp_path):
     """A started AuxChannel over a stand-in target (support.aux_support.started_channel), for the
     aux-control tests and the hostile ones that speak to it."""
-    with started_channel(tmp_path) as parts:
+    with started_channel(shim, tmp_path) as parts:
         yield parts
 
 

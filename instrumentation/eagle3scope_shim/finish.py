@@ -42,7 +42,7 @@ def make_finish(shim, seam):
         done = [counts(req) for req in ending if req.finished_output]  # SGLang emitted it (not a skipped req)
         if done:
             pub = shim.publisher
-            pub.submit("finish", bodies.Finish(seq=shim.seq, dropped=pub.dropped, requests=done))
+            pub.submit("finish", dict(seq=shim.seq, dropped=pub.dropped, requests=done))
 
     return around(shim, seam, pre, post, hot=True, traceable=False)
 

@@ -166,8 +166,8 @@ def graph_bs(load, mode: str, raw_bs: int) -> int:
     return found
 
 
-def captured(load) -> list[bodies.CapturedGraph]:
-    return [bodies.CapturedGraph(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(load.graphs.items())]
+def captured(load) -> list[dict]:
+    return [dict(mode=m, bs=bs, width=w, fc=bool(fc)) for (m, bs), (w, fc) in sorted(load.graphs.items())]
 
 
 def _slot(worker, path: tuple[str, ...]):

@@ -274,7 +274,7 @@ def _fc(facts: dict) -> dict | None:
     return {"in": in_, "out": out, **extra}
 
 
-def load_body(shim, kind: str, worker, target, draft) -> bodies.Load:
+def load_body(shim, kind: str, worker, target, draft) -> dict:
     text_model = capture_owner(target)  # a wrapper's (Kimi-K2.5's) language model: its config, head, embed
     cfg, tcfg = draft.config, text_model.config
     watch = shim.load.draft_loads.get(id(draft))
@@ -345,7 +345,7 @@ def _class_name(obj) -> str | None:
     return None if obj is None else type(obj).__name__
 
 
-def _parallel_facts(shim) -> bodies.Hello:
+def _parallel_facts(shim) -> dict:
     """``parallel``, ``publisher_rank`` and the endpoints of the hello, from ``shim.topology``."""
     topo = shim.topology or {}
     parallel = {k: v for k, v in (topo.get("parallel") or {}).items() if k != "publishers"} or None
@@ -365,7 +365,7 @@ def _parallel_facts(shim) -> bodies.Hello:
     }
 
 
-def _observable(shim, sa) -> bodies.Observable:
+def _observable(shim, sa) -> dict:
     """What the shim sees on this server, as facts. A pass that replays a graph (or runs compiled)
     runs none of the draft forward's Python; its width and fc are then read at the caller that
     hands the draft its hidden states (``seams.DRAFT_INPUTS``), so they stay visible while that
@@ -395,7 +395,7 @@ def _observable(shim, sa) -> bodies.Observable:
     }
 
 
-def hello_body(shim, scheduler) -> bodies.Hello:
+def hello_body(shim, scheduler) -> dict:
     sa = getattr(scheduler, "server_args", None)
     server_args = _server_args(sa)
     overlap = getattr(scheduler, "enable_overlap", None)  # SGLang's decision, not the flag: it turns it off itself
@@ -421,7 +421,7 @@ def hello_body(shim, scheduler) -> bodies.Hello:
     }
 
 
-def config_body(load, origin: str) -> bodies.Config:
+def config_body(load, origin: str) -> dict:
     call = load.aux_calls[-1]
     return {
         "layers": call["requested"],

@@ -177,7 +177,7 @@ class Shim:
     # -- reporting ----------------------------------------------------------------------------
     def report(self, seam: str, status: str, detail: str = "") -> None:
         self.seams.set(seam, status)
-        body = bodies.Hook(seam=seam, status=status, detail=detail[:1000])
+        body = dict(seam=seam, status=status, detail=detail[:1000])
         if self.publisher is not None:
             self.publisher.submit("hook", body)
         elif len(self.pending) < 256:

@@ -132,29 +132,6 @@ def test_token_file_refusals(tmp_path):
 
 
 # -- the shim's channel -------------------------------------------------------------------------
-@pytest.fixture
-def channel(shim, tmp_path):
-    """A started Control over a stand-in 8-layer target configured with [2, 4, 5]."""
-    target = StandInTarget(8)
-    target.set_eagle3_layers_to_capture([2, 4, 5])
-    target.calls.clear()
-    facts = control_facts.ControlFacts()
-    facts.target = facts.inner = target
-    facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
-    token_file = create_token_file(tmp_path)
-    ctl = aux_channel.AuxChannel(shim, f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
-    ctl.current = [2, 4, 5]
-    recorder = Recorder()
-    old = shim.publisher
-    shim.publisher = recorder
-    ctl.start()
-    try:
-        yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
-    finally:
-        ctl.close()
-        shim.publisher = old
-
-
 def test_list_reports_ids_and_presets(channel):
     ctl, target, client, _ = channel
     reply = client.list()
@@ -873,7 +850,7 @@ def test_without_target_hidden_size_fc_is_judged_by_the_targets_hidden_size(shim
     assert (facts.expected, facts.why_not) == (3, "")
 
 
-# -- control-shim survivors of issue 29's round 4 (seed 1851799245) -----------------------------------
+# -- the channel's gather arithmetic, its answer budget, and a bind that fails --------------------------
 def test_gather_counts_the_fcs_aux_layers_as_an_int_and_starts_at_layer_0_without_pp(shim, monkeypatch):
     """expected = fc input width // the target's hidden size (an int on the wire); a target model
     without ``start_layer`` (no pipeline stage) starts at layer 0."""

@@ -1,17 +1,1 @@
-"""Fixtures of the shim's unit tests."""
-
-from __future__ import annotations
-
-import pytest
-
-from eagle3scope_shim.state import STATE
-
-
-@pytest.fixture
-def clean_state(monkeypatch):
-    monkeypatch.setattr(STATE, "disabled", set())
-    monkeypatch.setattr(STATE, "seam_status", {})
-    monkeypatch.setattr(STATE, "pending", [])
-    monkeypatch.setattr(STATE, "publisher", None)
-    monkeypatch.setattr(STATE, "fault", None)
-    return STATE
+"""Fixtures of the shim's unit tests: the fresh ``shim`` fixture is in tests/conftest.py."""

@@ -98,5 +98,5 @@ def test_a_replayed_pass_names_the_graph_its_runner_chose(shim, published, runne
     shim.step = Step()
     worker = ns(speculative_num_steps=3, cuda_graph_runner=runner)
     batch = ns(spec_info=ns(hidden_states=ns(shape=(3, 384))), seq_lens=[7, 8, 9])
-    hooks.FACTORIES["draft"](shim, "v2.draft")(lambda w, b: ns(draft_token=_CPU([0] * 12)), worker, batch)  # no forward ran
+    hooks.FACTORIES["draft"](shim, "v2.draft")(lambda w, b: ns(draft_token=CpuTensor([0] * 12)), worker, batch)  # no forward ran
     assert shim.step.passes == [("decode", 384, None, 2, graph_bs)]

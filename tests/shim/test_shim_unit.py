@@ -824,7 +824,7 @@ def test_a_failed_hook_says_which_seam_and_why_on_the_servers_log(caplog):
                                "ValueError: bad shape"]
 
 
-# -- round 4 survivors of shim-hooks / shim-state (seed 917811307), each killed here ------------------
+# -- hook bodies at their edges: tree paths, ring sizing, v1 counts, capture, seam accounting -----------
 def test_a_tree_verify_snapshots_the_accepted_path_only_for_topk_above_one(shim, monkeypatch):
     """v2 verify's hook reads the worker's topk: a tree (topk > 1) also takes accept_index."""
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
@@ -1165,7 +1165,7 @@ def test_a_hook_event_without_detail_says_nothing(monkeypatch):
     assert fresh.pending == [{"seam": "s", "status": "attached", "detail": ""}]
 
 
-# -- the fifth draw's survivors (seed 858504535) --------------------------------------------------------
+# -- the step body's phase times, one-step trees, the sync guard, the forward hook's plan, entry ranks --
 def test_the_step_body_carries_each_phases_time_in_ms_under_its_wire_name(shim):
     step = Step()
     step.draft_ns, step.verify_ns, step.extend_ns = 2_500_000, 1_000_000, None
@@ -1299,7 +1299,7 @@ def test_the_scheduler_hook_starts_only_an_entry_ranks_publisher_with_its_topolo
                      ("unobserved", "the draft worker"), ("startup", sched), ("ring", sched)]
 
 
-# -- the final draw's survivors (seed 309311355, measured on commit 63d745a) ----------------------------
+# -- names, start-up state, and what each step reads or asks once ---------------------------------------
 def test_an_unhooked_draft_model_is_named_by_its_class(shim, monkeypatch):
     ns = lambda **kw: type("NS", (), kw)()  # noqa: E731
     monkeypatch.setattr(hooks, "_observes", lambda targets, obj, family: family == "worker")

@@ -115,30 +115,29 @@ def aux_cli(*args, env=None) -> subprocess.CompletedProcess:
 
 
 @contextlib.contextmanager
-def started_channel(tmp_path):
-    """A started AuxChannel over a stand-in 8-layer target configured with [2, 4, 5], the shim's
-    publisher replaced by a Recorder: (channel, target, a ControlClient holding the token, recorder)."""
+def started_channel(shim, tmp_path):
+    """A started AuxChannel of ``shim`` over a stand-in 8-layer target configured with [2, 4, 5], the
+    shim's publisher replaced by a Recorder: (channel, target, a ControlClient holding the token, recorder)."""
     from eagle3scope.control.client import ControlClient
     from eagle3scope.wire.endpoints import free_port
     from eagle3scope.wire.token import create_token_file, read_token
-    from eagle3scope_shim import aux_channel
-    from eagle3scope_shim.state import STATE
+    from eagle3scope_shim import aux_channel, control_facts
 
     target = StandInTarget(8)
     target.set_eagle3_layers_to_capture([2, 4, 5])
     target.calls.clear()
-    facts = aux_channel.Facts()
+    facts = control_facts.ControlFacts()
     facts.target = facts.inner = target
     facts.family, facts.rule, facts.num_layers, facts.expected, facts.configured = "LlamaForCausalLM", "+1", 8, 3, [2, 4, 5]
     token_file = create_token_file(tmp_path)
-    ctl = aux_channel.AuxChannel(f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
+    ctl = aux_channel.AuxChannel(shim, f"tcp://127.0.0.1:{free_port()}", read_token(token_file), facts)
     ctl.current = [2, 4, 5]
     recorder = Recorder()
-    old = STATE.publisher
-    STATE.publisher = recorder
+    old = shim.publisher
+    shim.publisher = recorder
     ctl.start()
     try:
         yield ctl, target, ControlClient(ctl.endpoint, read_token(token_file), timeout_s=5), recorder
     finally:
         ctl.close()
-        STATE.publisher = old
+        shim.publisher = old
