@@ -68,11 +68,16 @@ class LoadWatch:
         self.tensors: dict[str, object] = {}
         self.tracked = True
         self._restore = []
-        for name, param in params.items():
-            had = "weight_loader" in param.__dict__
-            loader = param.__dict__.get("weight_loader", default_weight_loader)
-            param.weight_loader = self._wrap(name, loader)
-            self._restore.append((param, had, loader))
+        try:
+            for name, param in params.items():
+                # an attribute, or vLLM's BasevLLMParameter property (set and read back through it)
+                had = hasattr(param, "weight_loader")
+                loader = param.weight_loader if had else default_weight_loader
+                param.weight_loader = self._wrap(name, loader)
+                self._restore.append((param, had, loader))
+        except Exception:
+            self.restore()  # all or nothing: the load then runs unwatched
+            raise
 
     def _wrap(self, name, loader):
         def weight_loader(param, loaded_weight, *args, **kwargs):
@@ -92,16 +97,19 @@ class LoadWatch:
                 pass
             yield item
 
-    def finish(self, draft) -> None:
-        """Restore the loaders; sort the names read by what vLLM's Eagle-3 loader does with them:
-        ``t2d`` dropped on purpose; ``fc.`` when the draft uses no aux states and ``input_norm.``
-        without ``norm_before_fc`` mapped to nothing (skipped); the rest consumed."""
+    def restore(self) -> None:
         for param, had, loader in self._restore:
             if had:
                 param.weight_loader = loader
             else:
                 del param.weight_loader
         self._restore.clear()
+
+    def finish(self, draft) -> None:
+        """Restore the loaders; sort the names read by what vLLM's Eagle-3 loader does with them:
+        ``t2d`` dropped on purpose; ``fc.`` when the draft uses no aux states and ``input_norm.``
+        without ``norm_before_fc`` mapped to nothing (skipped); the rest consumed."""
+        self.restore()
         inner = getattr(draft, "model", None)
         dropped = []
         if not getattr(inner, "use_aux_hidden_state", True):
@@ -173,6 +181,15 @@ def _source(param, target_param, written: bool) -> str:
     return "checkpoint" if written else "init"
 
 
+def fc_facts(layer) -> dict | None:
+    """``{in, out}`` of the draft's fc from the layer's own sizes: on CPU vLLM repacks linear weights
+    and leaves ``weight`` empty, so its shape says nothing."""
+    if layer is None or getattr(layer, "input_size", None) is None:
+        return None
+    return {"in": int(layer.input_size), "out": int(layer.output_size), "shape": [int(layer.output_size),
+                                                                                int(layer.input_size)]}
+
+
 def load_body() -> dict | None:
     """The load report, once the drafter is loaded and the target's aux layers are set."""
     if WORKER.models is None:
@@ -185,7 +202,6 @@ def load_body() -> dict | None:
     dconfig = getattr(draft, "config", None)
     watch = WORKER.watch
     written = watch.written if watch is not None else set()
-    fc = _weight(getattr(inner, "fc", None))
     configured = _configured(dconfig)
     captured = [int(x) for x in getattr(tinner, "aux_hidden_state_layers", ()) or ()]
     body = {
@@ -196,8 +212,7 @@ def load_body() -> dict | None:
         "num_target_layers": getattr(tconfig, "num_hidden_layers", None),
         "draft_vocab_size": getattr(dconfig, "draft_vocab_size", None) or getattr(dconfig, "vocab_size", None),
         "target_vocab_size": getattr(tconfig, "vocab_size", None),
-        "fc": {"in": int(fc.shape[1]), "out": int(fc.shape[0]), "shape": [int(x) for x in fc.shape]}
-        if fc is not None and fc.dim() == 2 else None,
+        "fc": fc_facts(getattr(inner, "fc", None)),
         "aux": {"configured": configured, "requested": WORKER.requested, "captured": captured,
                 "use_aux": bool(getattr(inner, "use_aux_hidden_state", False)),
                 "capture_on": bool(captured) and WORKER.requested is not None,
