@@ -3,7 +3,10 @@ shim switched on through the environment and loaded by vLLM's own ``vllm.general
 a subscriber in a thread collecting every frame. Prints one JSON line: the frames, vLLM's own spec
 decode counters (``llm.get_metrics()``) and each request's ``spec_decode_metrics``.
 
-usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N]
+usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N] [--drop-weight NAME --scratch DIR]
+
+``--drop-weight`` serves a copy of the draft (in ``--scratch``) whose checkpoint lacks that tensor:
+vLLM loads it without complaint, the draft's parameter keeps its initial values.
 """
 
 from __future__ import annotations
@@ -31,6 +34,21 @@ def collect(endpoint: str, frames: list, stop: threading.Event) -> None:
     sock.close(0)
 
 
+def without_weight(draft: str, name: str, scratch: str) -> str:
+    import shutil
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    out = Path(scratch) / "draft-dropped"
+    shutil.copytree(draft, out)
+    for path in out.glob("*.safetensors"):
+        tensors = load_file(path)
+        if tensors.pop(name, None) is not None:
+            save_file(tensors, path, metadata={"format": "pt"})
+    return str(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("target")
@@ -38,7 +56,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--drop-weight")
+    parser.add_argument("--scratch")
     args = parser.parse_args()
+    draft = without_weight(args.draft, args.drop_weight, args.scratch) if args.drop_weight else args.draft
     frames: list = []
     stop = threading.Event()
     collector = threading.Thread(target=collect, args=(os.environ["EAGLE3SCOPE_ENDPOINT"], frames, stop), daemon=True)
@@ -47,7 +68,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=args.target, dtype="float32", enforce_eager=True, max_model_len=256, max_num_seqs=4,
-              max_num_batched_tokens=256, speculative_config={"method": "eagle3", "model": args.draft,
+              max_num_batched_tokens=256, speculative_config={"method": "eagle3", "model": draft,
                                                                "num_speculative_tokens": args.k},
               per_request_spec_decode_metrics="detailed", disable_log_stats=False)
     prompts = [f"the quick brown fox number {i} jumps over" for i in range(args.requests)]

@@ -140,8 +140,9 @@ def step_bodies(seq: int, t_ns: int, rounds: list[tuple], fresh: list[str], work
                 ctx: dict) -> list[bodies.Step]:
     """The step frames of one vLLM round: a ``prefill`` step for its requests that verified no drafts
     (``fresh``: starting, or drafting nothing this round), and a ``decode`` step for those that did.
-    ``rounds``: (rid, draft ids, committed ids), committed as vLLM's model runner returned them, the
-    bonus included (accepted drafts = committed - 1, vLLM's own count). The draft passes go with the
+    ``rounds``: (rid, draft ids, n committed, committed ids): n as vLLM's model runner returned them,
+    the bonus included (accepted drafts = n - 1, vLLM's own count), the ids as vLLM kept them (it
+    trims a request's tokens past its stop). The draft passes go with the
     decode step when there is one. ``ctx``: rid -> tokens in its context as the round ends."""
     out: list[bodies.Step] = []
     worker = worker or {}
