@@ -96,12 +96,17 @@ def test_demo_healthy_headless_record_is_clean_in_the_multiprocess_layout(vllm_p
 
 
 def test_aux_numbering_is_flagged_with_its_cause(aux_numbering, tmp_path):
-    """SGLang's numbering served by vLLM: check names the aux layers, and acceptance is well below healthy."""
+    """SGLang's numbering served by vLLM: check names the aux layers, and its mean acceptance length, well
+    below healthy, is vLLM's own (/metrics: 1 + accepted drafts / draft rounds)."""
     pooled, _ = aux_numbering
     code, report = check_json(pooled.write_session(tmp_path / "aux-numbering.e3s"))
     aux_rules = {rule for rule in fired(report) if rule.startswith("aux")}
     assert aux_rules, report["violations"]
-    assert report["summary"]["mean_accept_length"] < HEALTHY_RANGE[0], report["summary"]
+    mean = report["summary"]["mean_accept_length"]
+    metrics = pooled.server.metrics_text()
+    vllm_mean = 1 + (prometheus_counter(metrics, "vllm:spec_decode_num_accepted_tokens_total")
+                     / prometheus_counter(metrics, "vllm:spec_decode_num_drafts_total"))
+    assert abs(mean - vllm_mean) < 0.01 and mean < HEALTHY_RANGE[0], (mean, vllm_mean)
     load = _kind(pooled.frames(), "load")[-1]
     assert load["aux"]["configured"] == [1, 3, 4] and load["aux"]["offset_rule"] == "none", load["aux"]
 
