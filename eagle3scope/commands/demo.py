@@ -127,9 +127,6 @@ def command(engine_name: str, family: str, scenario: str, headless: bool, steps:
     refused = engine.refusal(Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention))
     if refused:
         raise click.UsageError(terminal(refused))
-    if control and not engine.control_channel:
-        _say(f"{engine.label} fixes the aux layers at load: no aux control channel (live aux A/B is SGLang's)")
-        control = False
     python = ensure_engine_env(engine)
     models = ensure_models(python, family)
     if prepare_only:

@@ -53,8 +53,6 @@ class Engine:
     graphs_env: Mapping[str, str] | None = None
     #: The demo workload's temperatures unless asked (None: the family's, else greedy and 0.8 alternating).
     temperatures: tuple[float, ...] | None = None
-    #: Whether its shim opens the aux control channel (live aux A/B); vLLM fixes the aux layers at load.
-    control_channel: bool = True
     #: launch -> what of it the engine cannot serve, one phrase each ([]: all of it).
     refusals: Callable[[Launch], list[str]] = lambda launch: []
 
@@ -112,7 +110,7 @@ ENGINES: dict[str, Engine] = {
         Engine("sglang", "SGLang", "scripts/build-engine-env.sh", engine_python, families.scenarios_of,
                _sglang_server, "about 25 s", workloads=tuple(WORKLOADS), graphs_env=CPU_GRAPHS_ENV),
         Engine("vllm", "vLLM", "scripts/build-vllm-env.sh", vllm_python, _vllm_scenarios, _vllm_server,
-               "about 40 s; two minutes the first time", refusals=_vllm_refusals, control_channel=False,
+               "about 40 s; two minutes the first time", refusals=_vllm_refusals,
                temperatures=VLLM_TEMPERATURES),
     )
 }

@@ -214,7 +214,7 @@ def test_counter_sum_adds_a_counter_over_its_label_sets_and_nothing_else(samples
     assert counter_sum("\n".join(lines), "vllm:spec_decode_num_drafts_total") == sum(v for _, v in samples)
 
 
-def test_the_vllm_demo_run_is_greedy_in_vllms_usual_layout_without_a_control_channel(fake_models, monkeypatch,
+def test_the_vllm_demo_run_is_greedy_in_vllms_usual_layout(fake_models, monkeypatch,
                                                                                     tmp_path):
     from eagle3scope.demo.runner import ScenarioRun
 
@@ -226,4 +226,3 @@ def test_the_vllm_demo_run_is_greedy_in_vllms_usual_layout_without_a_control_cha
     assert run.server.env["EAGLE3SCOPE_ENDPOINT"] == run.endpoint
     assert ScenarioRun("healthy", fake_models, control=False, engine="vllm", python=tmp_path / "python",
                        temperatures=(0.8,)).temperatures == (0.8,)
-    assert not ENGINES["vllm"].control_channel
