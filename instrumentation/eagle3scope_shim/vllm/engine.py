@@ -24,7 +24,7 @@ class EngineFacts:
     def __init__(self) -> None:
         self.vllm_config = None
         self.worker_seams: dict[str, str] = {}  # seams of a model runner in another process
-        self.missing: dict[str, str] = {}  # seam -> why it is not there (hello.unobserved)
+        self.failed_seen = 0  # hooks of this process seen disabled when the hello was last built
 
 
 ENGINE = EngineFacts()
@@ -44,8 +44,9 @@ def refresh_hello() -> None:
     if pub is None or ENGINE.vllm_config is None:
         return
     seams = {**ENGINE.worker_seams, **STATE.seam_status}
+    ENGINE.failed_seen = len(STATE.disabled)
     pub.set_sticky("hello", frames.hello_body(ENGINE.vllm_config, vllm_version(), STATE.started_ns, seams,
-                                              ENGINE.missing, pub.endpoint))
+                                              pub.endpoint))
 
 
 def make_scheduler(seam):
@@ -92,6 +93,8 @@ def make_update_from_output(seam):
         pub = STATE.publisher
         if worker:
             _forwarded(pub, worker)
+        if len(STATE.disabled) != ENGINE.failed_seen:  # a hook of this process failed: the hello says so
+            refresh_hello()
         if rounds or fresh:
             ctx_len = {rid: req.num_tokens for rid, req in reqs if req is not None}
             seq = STATE.seq

@@ -90,7 +90,13 @@ def unobserved(vllm_config) -> dict[str, str]:
     return out
 
 
-def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: dict, missing: dict,
+def unhooked(seams: dict) -> dict[str, str]:
+    """hello.unobserved for every seam that is not in place: what it would have shown is not shown."""
+    return {seam: f"{status}: this seam's hook is not running, so what it observes is not reported (its hook event"
+                  " says why)" for seam, status in seams.items() if status in ("failed", "missing", "disabled")}
+
+
+def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: dict,
                endpoint: str | None) -> bodies.Hello:
     parallel = getattr(vllm_config, "parallel_config", None)
     body: bodies.Hello = {
@@ -114,7 +120,7 @@ def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: di
         "observable": observable(vllm_config),
         "control": None,
         "seams": dict(seams),
-        "unobserved": {**unobserved(vllm_config), **missing},
+        "unobserved": {**unobserved(vllm_config), **unhooked(seams)},
     }
     if endpoint is not None:
         body["endpoint"] = endpoint
