@@ -75,7 +75,7 @@ def assert_counts_agree(result):
     spec_decode_metrics, carried by the finish frames), judged by the viewer's accounting."""
     steps = decode_steps(result)
     metrics = result["metrics"]
-    assert sum(sum(s["accepted"]) for s in steps) == metrics["vllm:spec_decode_num_accepted_tokens"] > 0
+    assert sum(sum(s["accepted"]) for s in steps) == metrics["vllm:spec_decode_num_accepted_tokens"]
     assert sum(s["bs"] for s in steps) == metrics["vllm:spec_decode_num_drafts"]
     assert sum(len(d) for s in steps for d in s["draft_ids"]) == metrics["vllm:spec_decode_num_draft_tokens"]
     finished = {r["rid"]: r for f in result["frames"] if f["k"] == "finish" for r in f["b"]["requests"]}
@@ -120,6 +120,7 @@ def test_load_report_speculators_numbering(shim_runs, vllm_models):
 def test_steps_show_passes_capture_and_vllms_counts(shim_runs):
     result = shim_runs("one-process")
     steps = decode_steps(result)
+    assert sum(sum(s["accepted"]) for s in steps) > 0  # the trained draft accepts
     width = 3 * latest(result, "load")["target_hidden_size"]
     for step in steps:
         assert step["passes"][0] == {"mode": "draft_extend", "width": width, "fc": True, "n": 1}
@@ -153,4 +154,6 @@ def test_sglang_numbered_draft_dropped_weight_and_failing_hook(shim_runs, vllm_m
     hooks = [f["b"] for f in result["frames"] if f["k"] == "hook" and f["b"]["seam"] == "vllm.combine"]
     assert hooks and hooks[0]["status"] == "failed" and "fault injected" in hooks[0]["detail"]
     assert all(step["passes"] == [] for step in decode_steps(result))
+    # the draft without its down_proj accepts nothing: the symptom the unwritten weight explains
+    assert sum(sum(s["accepted"]) for s in decode_steps(result)) == 0
     assert_counts_agree(result)
