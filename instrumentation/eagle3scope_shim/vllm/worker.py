@@ -97,12 +97,7 @@ class LoadWatch:
             yield item
 
     def restore(self) -> None:
-        for param, had, loader in self._restore:
-            if had:
-                param.weight_loader = loader
-            else:
-                del param.weight_loader
-        self._restore.clear()
+        loadreport.restore_weight_loaders(self._restore)
 
     def finish(self, draft) -> None:
         """Restore the loaders; sort the names read by what vLLM's Eagle-3 loader does with them:
