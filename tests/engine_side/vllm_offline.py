@@ -19,7 +19,9 @@ import time
 
 import zmq
 
+from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire import decode_frame
+from eagle3scope.wire.control_protocol import ENV_CONTROL
 
 
 def collect(endpoint: str, frames: list, stop: threading.Event) -> None:
@@ -73,6 +75,14 @@ def main() -> None:
               per_request_spec_decode_metrics="detailed", disable_log_stats=False)
     prompts = [f"the quick brown fox number {i} jumps over" for i in range(args.requests)]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True))
+    control = {}
+    if os.environ.get(ENV_CONTROL):  # the control channel's answers to a list and a set
+        client = ControlClient.from_options(None, None, timeout_s=10)
+        for cmd, fields in (("list", {}), ("set", {"layers": [1, 2, 3]})):
+            try:
+                control[cmd] = client.request(cmd, **fields)
+            except ControlError as exc:
+                control[cmd] = {"error": str(exc), "reply": exc.reply}
     time.sleep(1.5)  # the publisher sends within its flush interval
     stop.set()
     collector.join()
@@ -84,7 +94,8 @@ def main() -> None:
                     "spec": (o.outputs[0].spec_decode_metrics.to_dict()
                              if getattr(o.outputs[0], "spec_decode_metrics", None) is not None else None)}
                    for o in outs]
-    print("E3S-RESULT " + json.dumps({"frames": frames, "metrics": metrics, "requests": per_request}, default=str))
+    print("E3S-RESULT " + json.dumps({"frames": frames, "metrics": metrics, "requests": per_request,
+                                      "control": control}, default=str))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ def test_compile_mode_and_a_failed_seam_are_said_in_the_hello():
                               {"vllm.combine": "failed", "vllm.propose": "attached"}, None)
     assert hello["server_args"]["compile_mode"] == "VLLM_COMPILE"
     assert "compiled" in hello["unobserved"]["draft_model"]
+    assert "compile mode VLLM_COMPILE" in frames.aux_refusal(vllm_config(mode="VLLM_COMPILE", eager=False))
+    assert "compile mode" not in frames.aux_refusal(vllm_config())
     assert hello["unobserved"]["vllm.combine"].startswith("failed") and "vllm.propose" not in hello["unobserved"]
 
 

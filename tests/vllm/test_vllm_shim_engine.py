@@ -15,6 +15,7 @@ import pytest
 from support.engine import REPO, run_engine_python
 
 from eagle3scope.analysis.accounting import Accounting
+from eagle3scope.commands.launch import control_env
 from eagle3scope.wire import env
 from eagle3scope.wire.validate import validate_body
 
@@ -44,6 +45,8 @@ def shim_runs(vllm_python, vllm_models, tmp_path_factory):
                    env.ENDPOINT: f"ipc://{scratch}/pub.sock", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_PLUGINS": "eagle3scope",
                    "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if name == "multiprocess" else "0"}
+        if name == "one-process":  # with the control channel, as `launch --control` opens it
+            environ.update(control_env("auto", str(scratch))[0])
         draft = vllm_models.draft_speculators
         extra: list[str] = []
         if name == "sglang-numbered":
@@ -157,3 +160,16 @@ def test_sglang_numbered_draft_dropped_weight_and_failing_hook(shim_runs, vllm_m
     # the draft without its down_proj accepts nothing: the symptom the unwritten weight explains
     assert sum(sum(s["accepted"]) for s in decode_steps(result)) == 0
     assert_counts_agree(result)
+
+
+def test_aux_set_is_refused_with_the_reason(shim_runs):
+    """vLLM in eager mode cannot have its capture changed by this shim: the control channel answers a
+    list and refuses a set with the reason, rather than leaving the request to time out."""
+    result = shim_runs("one-process")
+    assert latest(result, "hello")["control"].startswith("tcp://127.0.0.1:")
+    assert "vLLM sets the aux layers once" in result["control"]["list"]["why_not"]
+    assert result["control"]["list"]["changeable"] is False
+    refused = result["control"]["set"]
+    assert "vLLM sets the aux layers once" in refused["error"] and refused["reply"]["ok"] is False
+    configs = [f["b"] for f in result["frames"] if f["k"] == "config"]
+    assert configs and configs[-1]["applied"] is False and configs[-1]["layers"] == [1, 2, 3]
