@@ -272,7 +272,8 @@ def make_sample_tokens(seam):
                 facts["hooks"], STATE.pending[:] = list(STATE.pending), []
         setattr(result, FACTS_ATTR, facts)
 
-    return around(seam, pre, post, hot=True, in_step=True, traceable=False)
+    # a step seam: a round is execute_model + sample_tokens (+ the scheduler's update), not one nested call
+    return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def make_propose(seam):
