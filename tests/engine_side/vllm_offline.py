@@ -3,7 +3,7 @@ shim switched on through the environment and loaded by vLLM's own ``vllm.general
 a subscriber in a thread collecting every frame. Prints one JSON line: the frames, vLLM's own spec
 decode counters (``llm.get_metrics()``) and each request's ``spec_decode_metrics``.
 
-usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N] [--drop-weight NAME --scratch DIR]
+usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N] [--drop-weight NAME --scratch DIR] [--compile]
 
 ``--drop-weight`` serves a copy of the draft (in ``--scratch``) whose checkpoint lacks that tensor:
 vLLM loads it without complaint, the draft's parameter keeps its initial values.
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--drop-weight")
     parser.add_argument("--scratch")
+    parser.add_argument("--compile", action="store_true", help="vLLM's default CPU compile mode, not eager")
     args = parser.parse_args()
     draft = without_weight(args.draft, args.drop_weight, args.scratch) if args.drop_weight else args.draft
     frames: list = []
@@ -69,7 +70,7 @@ def main() -> None:
 
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=args.target, dtype="float32", enforce_eager=True, max_model_len=256, max_num_seqs=4,
+    llm = LLM(model=args.target, dtype="float32", enforce_eager=not args.compile, max_model_len=256, max_num_seqs=4,
               max_num_batched_tokens=256, speculative_config={"method": "eagle3", "model": draft,
                                                                "num_speculative_tokens": args.k},
               per_request_spec_decode_metrics="detailed", disable_log_stats=False)
