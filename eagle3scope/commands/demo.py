@@ -82,7 +82,7 @@ def _all_scenarios() -> list[str]:
                    "(default: --num-steps + 1, the chain).")
 @click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
               help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
-                   "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
+                   "greedy and sampled verify mixed; on vLLM 0, see its engine adapter). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
 @click.option("--workload", type=click.Choice(sorted(WORKLOADS)), default="free", show_default=True,
               help="constrained: every other request carries a grammar (SGLang regex / EBNF over the prompt's "
                    "words), as structured-output clients send them; free: none does.")
@@ -127,6 +127,9 @@ def command(engine_name: str, family: str, scenario: str, headless: bool, steps:
     refused = engine.refusal(Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention))
     if refused:
         raise click.UsageError(terminal(refused))
+    if control and not engine.control_channel:
+        _say(f"{engine.label} fixes the aux layers at load: no aux control channel (live aux A/B is SGLang's)")
+        control = False
     python = ensure_engine_env(engine)
     models = ensure_models(python, family)
     if prepare_only:
@@ -158,6 +161,9 @@ def command(engine_name: str, family: str, scenario: str, headless: bool, steps:
             if headless:
                 run.record(record_path, steps)
                 _say(f"recorded {steps} decode steps to {record_path}")
+                own = run.server.own_mean_acceptance()
+                if own is not None:
+                    _say(f"{engine.label}'s own mean acceptance length so far: {own:.3f}")
             else:
                 from eagle3scope.tui.app import run_watch
 

@@ -51,6 +51,10 @@ class Engine:
     workloads: tuple[str, ...] = ("free",)
     #: Environment that runs the draft's passes from captured graphs (None: the engine has no such mode here).
     graphs_env: Mapping[str, str] | None = None
+    #: The demo workload's temperatures unless asked (None: the family's, else greedy and 0.8 alternating).
+    temperatures: tuple[float, ...] | None = None
+    #: Whether its shim opens the aux control channel (live aux A/B); vLLM fixes the aux layers at load.
+    control_channel: bool = True
     #: launch -> what of it the engine cannot serve, one phrase each ([]: all of it).
     refusals: Callable[[Launch], list[str]] = lambda launch: []
 
@@ -75,6 +79,11 @@ def _sglang_server(spec: ServerSpec, launch: Launch, env: Mapping[str, str], pyt
                         env={**parallel_env, **env}, python=python, log_path=log_path,
                         num_steps=launch.num_steps, topk=launch.topk,
                         num_draft_tokens=launch.num_draft_tokens or launch.num_steps + 1)
+
+
+#: Greedy only: on CPU, vLLM 0.32's sampled verify accepts about 1.4 with the demo pair at temperature 0.8, and
+#: greedy requests batched with sampled ones drop to about 1.3 (greedy alone: 3.15).
+VLLM_TEMPERATURES = (0.0,)
 
 
 def _vllm_refusals(launch: Launch) -> list[str]:
@@ -103,7 +112,8 @@ ENGINES: dict[str, Engine] = {
         Engine("sglang", "SGLang", "scripts/build-engine-env.sh", engine_python, families.scenarios_of,
                _sglang_server, "about 25 s", workloads=tuple(WORKLOADS), graphs_env=CPU_GRAPHS_ENV),
         Engine("vllm", "vLLM", "scripts/build-vllm-env.sh", vllm_python, _vllm_scenarios, _vllm_server,
-               "about 40 s; two minutes the first time", refusals=_vllm_refusals),
+               "about 40 s; two minutes the first time", refusals=_vllm_refusals, control_channel=False,
+               temperatures=VLLM_TEMPERATURES),
     )
 }
 

@@ -61,7 +61,7 @@ class ScenarioRun:
         launch = Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention, tuple(server_args))
         self.server = self.engine.server(self.spec, launch, env, python, log_path)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
-        self.temperatures = temperatures or TEMPERATURES.get(family)
+        self.temperatures = temperatures or self.engine.temperatures or TEMPERATURES.get(family)
         self.constraints = WORKLOADS[workload]
         self.workload = None
         #: Called once the server is up, before the workload sends its first request (an observer

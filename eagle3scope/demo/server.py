@@ -152,6 +152,10 @@ class EngineServer:
         """Generate for a batch of prompts; one dict per prompt, in the engine's own reply shape."""
         raise NotImplementedError
 
+    def own_mean_acceptance(self) -> float | None:
+        """The engine's own mean acceptance length over the server's life, where it publishes one (None)."""
+        return None
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"

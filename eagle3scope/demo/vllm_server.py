@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.request
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -107,7 +109,18 @@ class VLLMServer(EngineServer):
 
     def metrics_text(self, timeout: float = 30.0) -> str:
         """vLLM's Prometheus page (``/metrics``): ``vllm:spec_decode_num_drafts_total`` and the rest."""
-        import urllib.request
-
         with urllib.request.urlopen(self.url + "/metrics", timeout=timeout) as r:
             return r.read().decode("utf-8", "replace")
+
+    def own_mean_acceptance(self) -> float | None:
+        """vLLM's own mean acceptance length since the server started (/metrics: 1 + accepted drafts per
+        draft round); None before any round."""
+        text = self.metrics_text()
+        rounds = counter_sum(text, "vllm:spec_decode_num_drafts_total")
+        return 1 + counter_sum(text, "vllm:spec_decode_num_accepted_tokens_total") / rounds if rounds else None
+
+
+def counter_sum(text: str, name: str) -> float:
+    """A Prometheus counter's value summed over its label sets (vLLM labels by engine and model); 0 if absent."""
+    pattern = rf"(?m)^{re.escape(name)}(?:{{[^}}\n]*}})? ([0-9.eE+-]+)$"
+    return sum(float(value) for value in re.findall(pattern, text))

