@@ -3,7 +3,7 @@ shim switched on through the environment and loaded by vLLM's own ``vllm.general
 a subscriber in a thread collecting every frame. Prints one JSON line: the frames, vLLM's own spec
 decode counters (``llm.get_metrics()``) and each request's ``spec_decode_metrics``.
 
-usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N] [--drop-weight NAME --scratch DIR]
+usage: vllm_offline.py TARGET DRAFT [--requests N] [--tokens N] [--k N] [--drop-weight NAME --scratch DIR] [--compile]
 
 ``--drop-weight`` serves a copy of the draft (in ``--scratch``) whose checkpoint lacks that tensor:
 vLLM loads it without complaint, the draft's parameter keeps its initial values.
@@ -19,7 +19,9 @@ import time
 
 import zmq
 
+from eagle3scope.control.client import ControlClient, ControlError
 from eagle3scope.wire import decode_frame
+from eagle3scope.wire.control_protocol import ENV_CONTROL
 
 
 def collect(endpoint: str, frames: list, stop: threading.Event) -> None:
@@ -58,6 +60,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--drop-weight")
     parser.add_argument("--scratch")
+    parser.add_argument("--compile", action="store_true", help="vLLM's default CPU compile mode, not eager")
     args = parser.parse_args()
     draft = without_weight(args.draft, args.drop_weight, args.scratch) if args.drop_weight else args.draft
     frames: list = []
@@ -67,12 +70,20 @@ def main() -> None:
 
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=args.target, dtype="float32", enforce_eager=True, max_model_len=256, max_num_seqs=4,
+    llm = LLM(model=args.target, dtype="float32", enforce_eager=not args.compile, max_model_len=256, max_num_seqs=4,
               max_num_batched_tokens=256, speculative_config={"method": "eagle3", "model": draft,
                                                                "num_speculative_tokens": args.k},
               per_request_spec_decode_metrics="detailed", disable_log_stats=False)
     prompts = [f"the quick brown fox number {i} jumps over" for i in range(args.requests)]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True))
+    control = {}
+    if os.environ.get(ENV_CONTROL):  # the control channel's answers to a list and a set
+        client = ControlClient.from_options(None, None, timeout_s=10)
+        for cmd, fields in (("list", {}), ("set", {"layers": [1, 2, 3]})):
+            try:
+                control[cmd] = client.request(cmd, **fields)
+            except ControlError as exc:
+                control[cmd] = {"error": str(exc), "reply": exc.reply}
     time.sleep(1.5)  # the publisher sends within its flush interval
     stop.set()
     collector.join()
@@ -84,7 +95,8 @@ def main() -> None:
                     "spec": (o.outputs[0].spec_decode_metrics.to_dict()
                              if getattr(o.outputs[0], "spec_decode_metrics", None) is not None else None)}
                    for o in outs]
-    print("E3S-RESULT " + json.dumps({"frames": frames, "metrics": metrics, "requests": per_request}, default=str))
+    print("E3S-RESULT " + json.dumps({"frames": frames, "metrics": metrics, "requests": per_request,
+                                      "control": control}, default=str))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ class Metrics:
 
 
 def test_hello_names_the_engine_and_its_configuration():
-    hello = frames.hello_body(vllm_config(), "0.32.0", 1, {"vllm.combine": "attached"}, {}, "ipc:///x")
+    hello = frames.hello_body(vllm_config(), "0.32.0", 1, {"vllm.combine": "attached"}, "ipc:///x")
     validate_body("hello", hello)
     assert hello["engine"] == "vllm" and hello["engine_version"] == "0.32.0" and "sglang_version" not in hello
     args = hello["server_args"]
@@ -58,10 +58,14 @@ def test_hello_names_the_engine_and_its_configuration():
     assert "aux set" in hello["unobserved"]["control"] and hello["control"] is None
 
 
-def test_compile_mode_is_said_in_the_hello():
-    hello = frames.hello_body(vllm_config(mode="VLLM_COMPILE", eager=False), "0.32.0", 1, {}, {}, None)
+def test_compile_mode_and_a_failed_seam_are_said_in_the_hello():
+    hello = frames.hello_body(vllm_config(mode="VLLM_COMPILE", eager=False), "0.32.0", 1,
+                              {"vllm.combine": "failed", "vllm.propose": "attached"}, None)
     assert hello["server_args"]["compile_mode"] == "VLLM_COMPILE"
     assert "compiled" in hello["unobserved"]["draft_model"]
+    assert "compile mode VLLM_COMPILE" in frames.aux_refusal(vllm_config(mode="VLLM_COMPILE", eager=False))
+    assert "compile mode" not in frames.aux_refusal(vllm_config())
+    assert hello["unobserved"]["vllm.combine"].startswith("failed") and "vllm.propose" not in hello["unobserved"]
 
 
 def test_passes_name_the_first_pass_by_what_the_round_verified():

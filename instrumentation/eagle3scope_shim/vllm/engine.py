@@ -12,6 +12,7 @@ import logging
 import time
 
 from eagle3scope.wire import bodies
+from eagle3scope_shim import aux_channel
 from eagle3scope_shim.guard import around
 from eagle3scope_shim.state import STATE, requested_endpoint
 from eagle3scope_shim.vllm import frames
@@ -24,7 +25,7 @@ class EngineFacts:
     def __init__(self) -> None:
         self.vllm_config = None
         self.worker_seams: dict[str, str] = {}  # seams of a model runner in another process
-        self.missing: dict[str, str] = {}  # seam -> why it is not there (hello.unobserved)
+        self.failed_seen = 0  # hooks of this process seen disabled when the hello was last built
 
 
 ENGINE = EngineFacts()
@@ -44,8 +45,10 @@ def refresh_hello() -> None:
     if pub is None or ENGINE.vllm_config is None:
         return
     seams = {**ENGINE.worker_seams, **STATE.seam_status}
+    ENGINE.failed_seen = len(STATE.disabled)
+    control = STATE.aux_channel.endpoint if STATE.aux_channel is not None else None
     pub.set_sticky("hello", frames.hello_body(ENGINE.vllm_config, vllm_version(), STATE.started_ns, seams,
-                                              ENGINE.missing, pub.endpoint))
+                                              pub.endpoint, control))
 
 
 def make_scheduler(seam):
@@ -58,9 +61,21 @@ def make_scheduler(seam):
             size = int(getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1)
             if endpoint is None or not STATE.start_publisher(endpoint, index, size):
                 return
+            open_refusing_control(vllm_config, index)
         refresh_hello()
 
     return around(seam, None, post, traceable=False)
+
+
+def open_refusing_control(vllm_config, index: int) -> None:
+    """Where the user asked for the control channel (``EAGLE3SCOPE_CONTROL``), open it as for SGLang
+    (token, loopback, the same protocol), so that ``aux describe`` answers and every ``aux set`` gets
+    a refusal naming why, instead of a request that times out. It holds no SGLang worker, so its
+    facts name no target; the reason is vLLM's."""
+    channel = aux_channel.start(None, index)
+    if channel is not None:
+        channel.facts.why_not = frames.aux_refusal(vllm_config)
+        log.info("eagle3scope: control channel on %s refuses aux changes: %s", channel.endpoint, channel.facts.why_not)
 
 
 def make_update_from_output(seam):
@@ -92,6 +107,8 @@ def make_update_from_output(seam):
         pub = STATE.publisher
         if worker:
             _forwarded(pub, worker)
+        if len(STATE.disabled) != ENGINE.failed_seen:  # a hook of this process failed: the hello says so
+            refresh_hello()
         if rounds or fresh:
             ctx_len = {rid: req.num_tokens for rid, req in reqs if req is not None}
             seq = STATE.seq

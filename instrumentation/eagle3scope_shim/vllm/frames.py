@@ -77,11 +77,19 @@ def observable(vllm_config) -> bodies.Observable:
             "graph_draft_decode": False, "graph_draft_extend": False, "device_timings": False}
 
 
+def aux_refusal(vllm_config) -> str:
+    """Why the control channel refuses every aux change on this vLLM server."""
+    restart = "restart vLLM with other eagle_aux_hidden_state_layer_ids in the draft's config"
+    if compiled(vllm_config):
+        return (f"vLLM compile mode {compile_mode(vllm_config)}: the target's compiled forward holds the aux layers"
+                f" it was traced with, so they cannot change without a restart; {restart}")
+    return ("vLLM sets the aux layers once, in the model runner's process, as it loads the model; this shim does"
+            f" not change them on a running server; {restart}")
+
+
 def unobserved(vllm_config) -> dict[str, str]:
     """What the shim cannot see or do on this configuration, said loudly in the hello."""
-    out = {"control": "vLLM: the aux layers are fixed in the model runner's process at load; the shim opens no"
-                      " control channel, so `aux set` is refused (restart with other "
-                      "eagle_aux_hidden_state_layer_ids)"}
+    out = {"control": f"`aux set` is refused: {aux_refusal(vllm_config)}"}
     if compiled(vllm_config):
         out["draft_model"] = (f"vLLM compile mode {compile_mode(vllm_config)}: the draft's and the target's inner"
                               " LlamaModel.forward run compiled, so widths inside them are not seen; each draft pass"
@@ -90,8 +98,14 @@ def unobserved(vllm_config) -> dict[str, str]:
     return out
 
 
-def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: dict, missing: dict,
-               endpoint: str | None) -> bodies.Hello:
+def unhooked(seams: dict) -> dict[str, str]:
+    """hello.unobserved for every seam that is not in place: what it would have shown is not shown."""
+    return {seam: f"{status}: this seam's hook is not running, so what it observes is not reported (its hook event"
+                  " says why)" for seam, status in seams.items() if status in ("failed", "missing", "disabled")}
+
+
+def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: dict,
+               endpoint: str | None, control: str | None = None) -> bodies.Hello:
     parallel = getattr(vllm_config, "parallel_config", None)
     body: bodies.Hello = {
         "pid": os.getpid(),
@@ -112,9 +126,9 @@ def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: di
         "worker_class": "EagleProposer",
         "server_args": server_args(vllm_config),
         "observable": observable(vllm_config),
-        "control": None,
+        "control": control,
         "seams": dict(seams),
-        "unobserved": {**unobserved(vllm_config), **missing},
+        "unobserved": {**unobserved(vllm_config), **unhooked(seams)},
     }
     if endpoint is not None:
         body["endpoint"] = endpoint

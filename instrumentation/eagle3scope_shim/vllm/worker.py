@@ -51,9 +51,8 @@ WORKER = WorkerFacts()
 class LoadWatch:
     """One draft ``load_weights`` call: checkpoint names read, and which parameters vLLM's loader wrote
     (every parameter's ``weight_loader`` wrapped while it loads; vLLM's loader looks it up as
-    ``getattr(param, "weight_loader", default_weight_loader)``). Shaped for
-    :func:`eagle3scope_shim.loadreport.weights_facts`, which computes ``unwritten``: vLLM's own
-    ``load_weights`` returns None, so its loader never checks the draft for them."""
+    ``getattr(param, "weight_loader", default_weight_loader)``). ``unwritten`` is computed here
+    because vLLM's own ``load_weights`` returns None, so its loader never checks the draft for them."""
 
     def __init__(self, model) -> None:
         from vllm.model_executor.model_loader.weight_utils import default_weight_loader
@@ -66,7 +65,7 @@ class LoadWatch:
         self.skipped: list[str] = []
         self.ignored: list[str] = []
         self.tensors: dict[str, object] = {}
-        self.tracked = True
+        self.unwritten: list[str] | None = None
         self._restore = []
         try:
             for name, param in params.items():
@@ -98,18 +97,16 @@ class LoadWatch:
             yield item
 
     def restore(self) -> None:
-        for param, had, loader in self._restore:
-            if had:
-                param.weight_loader = loader
-            else:
-                del param.weight_loader
-        self._restore.clear()
+        loadreport.restore_weight_loaders(self._restore)
 
     def finish(self, draft) -> None:
         """Restore the loaders; sort the names read by what vLLM's Eagle-3 loader does with them:
         ``t2d`` dropped on purpose; ``fc.`` when the draft uses no aux states and ``input_norm.``
         without ``norm_before_fc`` mapped to nothing (skipped); the rest consumed."""
         self.restore()
+        # now, not later: after loading, vLLM replaces parameters (CPU repacks linear weights) and the
+        # drafter takes the target's embedding or head, so the parameter objects change
+        self.unwritten = [name for name in self.params if name not in self.written]
         inner = getattr(draft, "model", None)
         dropped = []
         if not getattr(inner, "use_aux_hidden_state", True):
@@ -217,15 +214,19 @@ def load_body() -> dict | None:
                 "use_aux": bool(getattr(inner, "use_aux_hidden_state", False)),
                 "capture_on": bool(captured) and WORKER.requested is not None,
                 "offset_rule": offset_rule(configured, WORKER.requested), "calls": WORKER.aux_calls},
-        "weights": loadreport.weights_facts(watch, draft) if watch is not None else
-        {"consumed": None, "skipped": None, "unwritten": None},
-        "d2t": None,
         "lm_head": {"source": _source(_weight(getattr(draft, "lm_head", None)),
                                       _weight(getattr(target, "lm_head", None)), "lm_head.weight" in written)},
         "embed_tokens": {"source": _source(_weight(getattr(inner, "embed_tokens", None)),
                                            _weight(getattr(tinner, "embed_tokens", None)),
                                            "model.embed_tokens.weight" in written)},
+        "d2t": None,
     }
+    # a parameter the drafter took from the target afterwards was not the checkpoint's to write
+    shared = {name for name, part in (("lm_head.weight", "lm_head"), ("model.embed_tokens.weight", "embed_tokens"))
+              if body[part]["source"] == "target"}
+    body["weights"] = {"consumed": watch.consumed, "skipped": watch.skipped, "ignored": watch.ignored,
+                       "unwritten": [n for n in watch.unwritten if n not in shared]} if watch is not None else \
+        {"consumed": None, "skipped": None, "unwritten": None}
     if watch is not None and "d2t" in watch.tensors:
         body["d2t"] = loadreport.d2t_summary(watch.tensors["d2t"], watch.tensors.get("t2d"), body["target_vocab_size"])
     return body
@@ -271,7 +272,8 @@ def make_sample_tokens(seam):
                 facts["hooks"], STATE.pending[:] = list(STATE.pending), []
         setattr(result, FACTS_ATTR, facts)
 
-    return around(seam, pre, post, hot=True, in_step=True, traceable=False)
+    # a step seam: a round is execute_model + sample_tokens (+ the scheduler's update), not one nested call
+    return around(seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def make_propose(seam):
