@@ -8,11 +8,13 @@ Usage (the vLLM venv's python, this checkout first on the path):
 The shim is switched on as a user does (``EAGLE3SCOPE_ENDPOINT``, a fresh ipc endpoint; no viewer
 listens) and vLLM loads it through its plugin entry point. Between blocks the bench puts back, on every
 seam the shim wrapped, the function it wrapped (off) or the shim's wrapper (on), so both arms run in the
-same process, heap and core placement; the shim's publisher thread keeps running in both, its CPU is in
-both arms' process CPU. Blocks alternate which arm goes first. Reported, each over the pairs with a 95 %
-confidence interval: tokens per process CPU-second and per wall second with ÷ without the shim
-(geometric mean of the per-pair ratios), and the extra CPU µs per speculative round (vLLM's own
-``vllm:spec_decode_num_drafts`` counts the rounds, one per request per step).
+same process, heap and core placement; the shim's publisher thread keeps running in both. CPU is counted
+per thread (``procstat``): the main thread, which runs the scheduler and the model here, plus the shim's
+own threads (publisher, its zmq I/O); the other threads (OpenMP workers spinning, vLLM's helpers) are
+left out, as their spin time follows the machine's load, not the work. Blocks alternate which arm goes
+first. Reported, each over the pairs with a 95 % confidence interval: tokens per CPU-second and per wall
+second with ÷ without the shim (geometric mean of the per-pair ratios), and the extra CPU µs per
+speculative round (vLLM's own ``vllm:spec_decode_num_drafts`` counts the rounds, one per request per step).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import procstat  # noqa: E402
 from bench_shim import mean_ci, ratio_ci  # noqa: E402  (one definition of the intervals)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +54,23 @@ class SeamSwitch:
             setattr(owner, attr, wrapper if on else raw)
 
 
+#: Thread roles whose CPU is the work measured (procstat.thread_role)
+COUNTED = ("main", "shim publisher", "shim zmq")
+
+
+def _cpu_s() -> float:
+    """CPU seconds so far of this process's COUNTED threads."""
+    pid = os.getpid()
+    threads = procstat.snapshot(os.getpgrp()).get(pid, {}).get("threads", {})
+    return sum(cpu for tid, (comm, cpu) in threads.items() if procstat.thread_role(pid, tid, comm) in COUNTED)
+
+
 def _block(llm, params, prompts, switch: SeamSwitch, on: bool) -> dict:
     switch.set(on)
     rounds0 = _counter(llm, "vllm:spec_decode_num_drafts")
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    cpu, wall = _cpu_s() - cpu0, time.perf_counter() - wall0
     return {"on": on, "tokens": sum(len(o.outputs[0].token_ids) for o in outs), "cpu_s": cpu, "wall_s": wall,
             "rounds": _counter(llm, "vllm:spec_decode_num_drafts") - rounds0,
             "text": [o.outputs[0].text for o in outs]}
