@@ -36,9 +36,7 @@ class WorkerFacts:
         self.draft_ns: int | None = None
         self.num_steps: int | None = None
         self.requested: list[int] | None = None  # ids vLLM handed _set_aux_hidden_state_layers
-        self.captured: list[int] | None = None  # the target's aux_hidden_state_layers after it
         self.aux_calls = 0
-        self.target_model = None  # weakref to the target, whose aux layers the hello/steps read
         self.watch: LoadWatch | None = None
         self.models: tuple | None = None  # (weakref draft, weakref target) after the drafter's load
         self.load_sent = False
@@ -146,7 +144,6 @@ def make_draft_shared(seam):
 def make_aux_layers(seam):
     def post(_t0, result, self, layers, *args, **kwargs):
         WORKER.requested = [int(x) for x in layers]
-        WORKER.captured = [int(x) for x in self.aux_hidden_state_layers]
         WORKER.aux_calls += 1
 
     return around(seam, None, post, traceable=False)
