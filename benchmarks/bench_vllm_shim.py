@@ -58,11 +58,16 @@ class SeamSwitch:
 COUNTED = ("main", "shim publisher", "shim zmq")
 
 
-def _cpu_s() -> float:
-    """CPU seconds so far of this process's COUNTED threads."""
+def _cpu_s() -> dict[str, float]:
+    """CPU seconds so far of this process's COUNTED threads, by role."""
     pid = os.getpid()
     threads = procstat.snapshot(os.getpgrp()).get(pid, {}).get("threads", {})
-    return sum(cpu for tid, (comm, cpu) in threads.items() if procstat.thread_role(pid, tid, comm) in COUNTED)
+    by_role = dict.fromkeys(COUNTED, 0.0)
+    for tid, (comm, cpu) in threads.items():
+        role = procstat.thread_role(pid, tid, comm)
+        if role in by_role:
+            by_role[role] += cpu
+    return by_role
 
 
 def _block(llm, params, prompts, switch: SeamSwitch, on: bool) -> dict:
@@ -70,8 +75,10 @@ def _block(llm, params, prompts, switch: SeamSwitch, on: bool) -> dict:
     rounds0 = _counter(llm, "vllm:spec_decode_num_drafts")
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
-    cpu, wall = _cpu_s() - cpu0, time.perf_counter() - wall0
-    return {"on": on, "tokens": sum(len(o.outputs[0].token_ids) for o in outs), "cpu_s": cpu, "wall_s": wall,
+    cpu1, wall = _cpu_s(), time.perf_counter() - wall0
+    roles = {role: cpu1[role] - cpu0[role] for role in COUNTED}
+    return {"on": on, "tokens": sum(len(o.outputs[0].token_ids) for o in outs), "cpu_s": sum(roles.values()),
+            "roles": roles, "wall_s": wall,
             "rounds": _counter(llm, "vllm:spec_decode_num_drafts") - rounds0,
             "text": [o.outputs[0].text for o in outs]}
 
@@ -123,6 +130,9 @@ def main() -> None:
         "rounds_per_block": pairs[0][0]["rounds"],
         "cpu_ms_per_round": {"off": round(1e3 * sum(o["cpu_s"] for o, _ in pairs) / sum(o["rounds"] for o, _ in pairs), 3),
                              "on": round(1e3 * sum(n["cpu_s"] for _, n in pairs) / sum(n["rounds"] for _, n in pairs), 3)},
+        "cpu_ms_per_round_by_thread": {
+            arm: {role: round(1e3 * sum(p[i]["roles"][role] for p in pairs) / sum(p[i]["rounds"] for p in pairs), 3)
+                  for role in COUNTED} for i, arm in enumerate(("off", "on"))},
         "same_text": all(off["text"] == on["text"] for off, on in pairs),
     }, indent=1))
 
