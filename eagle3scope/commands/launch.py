@@ -1,8 +1,10 @@
 """``eagle3scope launch [--endpoint E] [--control [ENDPOINT]] -- python -m sglang.launch_server ...``
+(or ``-- python -m vllm.entrypoints.openai.api_server ...``)
 
 Runs the server command with the shim switched on (``EAGLE3SCOPE_ENDPOINT``: by default this
 user's private ipc socket; a ``tcp://`` one gets the CURVE key file made first, unless
-``EAGLE3SCOPE_TRUSTED_NETWORK=1``) and, with
+``EAGLE3SCOPE_TRUSTED_NETWORK=1``; where ``VLLM_PLUGINS`` narrows vLLM's plugins, the shim's is
+added to it) and, with
 ``--control``, the aux-layer control channel: a fresh token in a 0600 file inside a private 0700
 directory, ``EAGLE3SCOPE_CONTROL`` and ``EAGLE3SCOPE_CONTROL_TOKEN_FILE`` for the server, and the
 commands to connect printed on stderr. The server runs in its own process group; SIGINT, SIGTERM
@@ -27,6 +29,19 @@ from eagle3scope.wire.token import TokenError, create_token_file
 from eagle3scope.wire.untrusted import terminal
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: The shim's name in vLLM's ``vllm.general_plugins`` entry-point group (pyproject.toml).
+VLLM_PLUGIN_NAME = "eagle3scope"
+
+
+def vllm_plugins_env(environ: dict) -> dict:
+    """vLLM loads only the plugins ``VLLM_PLUGINS`` names when it is set (unset: all): name the shim too."""
+    named = environ.get("VLLM_PLUGINS")
+    if named is None:
+        return {}
+    plugins = [name.strip() for name in named.split(",") if name.strip()]
+    if VLLM_PLUGIN_NAME in plugins:
+        return {}
+    return {"VLLM_PLUGINS": ",".join([*plugins, VLLM_PLUGIN_NAME])}
 
 
 def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
@@ -53,7 +68,7 @@ def control_env(control: str, token_dir: str | None) -> tuple[dict, str]:
                    "e.g. ~/.config/eagle3scope/tokens to keep it).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
 def command(endpoint: str | None, control: str | None, token_dir: str | None, cmd: tuple[str, ...]) -> None:
-    """Run an SGLang server command with the eagle3scope shim (and optionally the control channel) on."""
+    """Run an SGLang or vLLM server command with the eagle3scope shim (and optionally the control channel) on."""
     say = lambda text: click.echo(terminal(f"eagle3scope: {text}"), err=True)  # noqa: E731
     try:
         endpoint = resolve_bind_endpoint(endpoint or "")
@@ -62,6 +77,7 @@ def command(endpoint: str | None, control: str | None, token_dir: str | None, cm
     except (EndpointError, KeyFileError) as exc:
         raise click.BadParameter(terminal(str(exc)), param_hint="--endpoint") from None
     env = {**os.environ, ENV_ENDPOINT: endpoint}
+    env.update(vllm_plugins_env(env))
     token_path = None
     if control is not None:
         extra, token_path = control_env(control, token_dir)

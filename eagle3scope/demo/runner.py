@@ -1,5 +1,5 @@
-"""One demo scenario served for real: its draft prepared, SGLang started with the shim publishing,
-and a steady workload driving it. The ``demo`` command and the real-engine tests share it.
+"""One demo scenario served for real: its draft prepared, the engine (SGLang or vLLM) started with the
+shim publishing, and a steady workload driving it. The ``demo`` command and the real-engine tests share it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from eagle3scope.demo.constraints import WORKLOADS
-from eagle3scope.demo.families import TEMPERATURES, scenarios_of
-from eagle3scope.demo.server import SGLangServer, cache_dir, parallel_launch
+from eagle3scope.demo.engines import ENGINES, Launch
+from eagle3scope.demo.families import TEMPERATURES
+from eagle3scope.demo.server import cache_dir
 from eagle3scope.wire.endpoints import ENV_ENDPOINT, fresh_ipc_endpoint
 
 #: The demo's traffic, as production mixes it: greedy and sampled requests alternate.
@@ -27,11 +28,12 @@ class ScenarioRun:
     """Context manager: ``with ScenarioRun("aux-off", models) as run: run.record(path, steps=200)``.
 
     ``run.endpoint`` is the shim's event endpoint, ``run.control_endpoint`` / ``run.token_file`` the aux
-    control channel (when ``control=True``), ``run.workload.results`` SGLang's own per-request
-    ``meta_info`` for comparison with the shim's events. ``temperatures`` are cycled through by
-    the workload's requests (default DEMO_TEMPERATURES); ``workload`` names the requests' grammars
+    control channel (when ``control=True``), ``run.workload.results`` the engine's own per-request
+    report (SGLang's ``meta_info``, vLLM's ``metrics``) for comparison with the shim's events.
+    ``temperatures`` are cycled through by the workload's requests (default DEMO_TEMPERATURES); ``workload`` names the requests' grammars
     (:data:`eagle3scope.demo.constraints.WORKLOADS`: ``free``, or ``constrained`` beside free ones).
-    ``server_args``: more SGLang arguments (e.g. ``--enable-metrics``).
+    ``server_args``: more server arguments (e.g. SGLang's ``--enable-metrics``). ``engine``: a name in
+    :data:`eagle3scope.demo.engines.ENGINES` (its scenarios, its server; ValueError for what it cannot do).
     """
 
     def __init__(self, name: str, models, *, control: bool = True, concurrency: int = 2, max_new_tokens: int = 64,
@@ -39,15 +41,16 @@ class ScenarioRun:
                  temperatures: tuple[float, ...] | None = None, family: str = "llama",
                  draft_dir: str | Path | None = None, num_steps: int = 3, topk: int = 1,
                  num_draft_tokens: int | None = None, tp: int = 1, dp: int = 1, dp_attention: bool = False,
-                 workload: str = "free", server_args: tuple[str, ...] = ()):
-        self.scenario = scenarios_of(family)[name]
+                 workload: str = "free", server_args: tuple[str, ...] = (), engine: str = "sglang"):
+        self.engine = ENGINES[engine]
+        self.scenario = self.engine.scenarios_of(family)[name]
         self.models = models
-        self.spec = self.scenario.prepare(models, cache_dir() / "scenarios" / f"{family}-{name}-{os.getpid()}")
+        self.spec = self.scenario.prepare(
+            models, cache_dir() / "scenarios" / f"{family}-{name}-{engine}-{os.getpid()}")
         if draft_dir is not None:  # the scenario's target and arguments with another draft (a repaired copy)
             self.spec = dataclasses.replace(self.spec, draft_dir=Path(draft_dir))
         self.endpoint = fresh_ipc_endpoint("events")
-        parallel_args, parallel_env = parallel_launch(tp, dp, dp_attention)
-        env = {ENV_ENDPOINT: self.endpoint, **parallel_env, **(extra_env or {})}
+        env = {ENV_ENDPOINT: self.endpoint, **(extra_env or {})}
         self.control_endpoint = self.token_file = None
         if control:
             from eagle3scope.wire.token import create_token_file
@@ -55,13 +58,10 @@ class ScenarioRun:
             self.token_file = create_token_file()
             self.control_endpoint = fresh_ipc_endpoint("control")
             env.update(EAGLE3SCOPE_CONTROL=self.control_endpoint, EAGLE3SCOPE_CONTROL_TOKEN_FILE=str(self.token_file))
-        self.server = SGLangServer(self.spec.target_dir, self.spec.draft_dir, algorithm=self.spec.algorithm,
-                                   extra_args=self.spec.extra_args + parallel_args + tuple(server_args), env=env,
-                                   python=python,
-                                   log_path=log_path, num_steps=num_steps, topk=topk,
-                                   num_draft_tokens=num_draft_tokens or num_steps + 1)
+        launch = Launch(num_steps, topk, num_draft_tokens, tp, dp, dp_attention, tuple(server_args))
+        self.server = self.engine.server(self.spec, launch, env, python, log_path)
         self.concurrency, self.max_new_tokens = concurrency, max_new_tokens
-        self.temperatures = temperatures or TEMPERATURES.get(family)
+        self.temperatures = temperatures or self.engine.temperatures or TEMPERATURES.get(family)
         self.constraints = WORKLOADS[workload]
         self.workload = None
         #: Called once the server is up, before the workload sends its first request (an observer
@@ -111,7 +111,7 @@ class ScenarioRun:
             raise RuntimeError(f"recording {out} failed (exit {code})")
 
     def finished_requests(self, at_least: int = 1, timeout_s: float = 180.0) -> list[dict]:
-        """SGLang's replies so far, waiting (bounded) until ``at_least`` requests have finished: a
+        """The engine's replies so far, waiting (bounded) until ``at_least`` requests have finished: a
         short recording can end before any request does when acceptance is near 1."""
         deadline = time.monotonic() + timeout_s
         while len(self.workload.results) < at_least and time.monotonic() < deadline:

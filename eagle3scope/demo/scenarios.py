@@ -177,3 +177,45 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+def _d2t_under_t2d_name(tensors: Tensors) -> None:
+    tensors.pop("t2d", None)
+    tensors["t2d"] = tensors.pop("d2t")
+
+
+#: The same failures through vLLM, whose numbering and loader differ from SGLang's: vLLM captures
+#: ``eagle_aux_hidden_state_layer_ids`` as given where SGLang adds 1, so its healthy draft is the
+#: speculators-format one (ids one higher); its loader raises on a name it cannot place, but drops
+#: every name containing ``t2d`` unread.
+VLLM_SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("healthy", "the trained draft with vLLM's aux numbering (speculators format, ids as captured)",
+                 "healthy", source="draft_speculators"),
+        Scenario(
+            "aux-numbering",
+            "the draft written with SGLang's aux numbering (the layer's output) served by vLLM, which takes "
+            "the ids as the layer's input: every captured layer is one too shallow",
+            "lower",
+            "vLLM PR 43671 (MiniMax-M2 off-by-one)",
+        ),
+        Scenario(
+            "aux-off",
+            "eagle_config.use_aux_hidden_state=false: the target sends no aux states, fc is bypassed and its "
+            "weight dropped at load",
+            "lower",
+            "vLLM PR 40656 (flag handling)",
+            config_edit=_aux_off,
+        ),
+        Scenario(
+            "dropped-weights",
+            "the draft-to-target map saved under the name t2d: vLLM drops every t2d name unread, the map stays "
+            "zeros and draft id i proposes target id i",
+            "collapse",
+            "llama_eagle3.load_weights skips t2d and maps an absent d2t to None",
+            weights_edit=_d2t_under_t2d_name,
+            source="draft_speculators",
+        ),
+    )
+}

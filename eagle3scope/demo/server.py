@@ -1,4 +1,5 @@
-"""Start, query and stop the real SGLang server on a CPU, for tests and the demo.
+"""Start, query and stop a real engine's server (SGLang here, vLLM in ``vllm_server``) on a CPU, for tests
+and the demo.
 
 The server runs in the isolated engine venv (scripts/build-engine-env.sh), so
 this module only spawns it and talks HTTP: it imports neither torch nor sglang
@@ -112,89 +113,66 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
-class SGLangServer:
-    """One `python -m sglang.launch_server` on 127.0.0.1, as a context manager.
+class EngineServer:
+    """One engine's OpenAI-or-native HTTP server on 127.0.0.1, as a context manager: spawn, wait, stop.
 
-    With `draft_dir` it serves speculative decoding (`algorithm`, default
-    EAGLE3); without it, plain decoding of the target. `max_running_requests=None`
-    leaves the flag out, so SGLang sizes the request pool itself.
+    The lifecycle is the engine's-neutral part; an engine adapter (a subclass) says how to launch
+    (:meth:`command`, :attr:`CPU_ENV`), how to know it is ready (:attr:`HEALTH_PATH`) and how to ask it
+    for tokens (:meth:`generate`).
     """
 
-    def __init__(
-        self,
-        target_dir: str | Path,
-        draft_dir: str | Path | None = None,
-        *,
-        algorithm: str = "EAGLE3",
-        num_steps: int = 3,
-        topk: int = 1,
-        num_draft_tokens: int = 4,
-        dtype: str = "float32",
-        extra_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        python: str | Path | None = None,
-        log_path: str | Path | None = None,
-        startup_timeout: float = 300.0,
-        max_total_tokens: int = 4096,
-        max_running_requests: int | None = 8,
-    ):
-        self.target_dir = Path(target_dir)
-        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
-        self.algorithm = algorithm
-        self.num_steps, self.topk, self.num_draft_tokens = num_steps, topk, num_draft_tokens
-        self.dtype = dtype
-        self.extra_args = tuple(extra_args)
+    #: Shown in errors ("SGLang server exited ...").
+    NAME = "engine"
+    #: GET path that answers 200 once the server generates.
+    HEALTH_PATH = "/health"
+    #: Environment the engine needs on a CPU, under the caller's ``env``.
+    CPU_ENV: Mapping[str, str] = {}
+    #: How to get the engine's python (said when it is missing).
+    BUILD_HINT = "build its venv"
+
+    def __init__(self, *, python: str | Path, env: Mapping[str, str] | None = None,
+                 log_path: str | Path | None = None, startup_timeout: float = 300.0):
         self.env = dict(env or {})
-        self.python = Path(python) if python is not None else engine_python()
+        self.python = Path(python)
         self.log_path = Path(log_path) if log_path else Path(
-            tempfile.mkdtemp(prefix="eagle3scope-sglang-")) / "server.log"
+            tempfile.mkdtemp(prefix=f"eagle3scope-{self.NAME.lower()}-")) / "server.log"
         self.startup_timeout = startup_timeout
-        self.max_total_tokens, self.max_running_requests = max_total_tokens, max_running_requests
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._t0 = 0.0
         self._log_offset = 0
 
+    def command(self) -> list[str]:
+        """The launch command line (port chosen at start())."""
+        raise NotImplementedError
+
+    def generate(self, prompts: str | Iterable[str], max_new_tokens: int = 32, temperature: float = 0.0, *,
+                 timeout: float = 300.0, sampling: Mapping[str, object] | None = None) -> list[dict]:
+        """Generate for a batch of prompts; one dict per prompt, in the engine's own reply shape."""
+        raise NotImplementedError
+
+    def own_mean_acceptance(self) -> float | None:
+        """The engine's own mean acceptance length over the server's life, where it publishes one (None)."""
+        return None
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def command(self) -> list[str]:
-        """The launch command line (port chosen at start())."""
-        cmd = [
-            str(self.python), "-m", "sglang.launch_server",
-            "--model-path", str(self.target_dir),
-            "--dtype", self.dtype,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-total-tokens", str(self.max_total_tokens),
-            *(("--max-running-requests", str(self.max_running_requests)) if self.max_running_requests is not None else ()),
-            *CPU_FLAGS,
-        ]
-        if self.draft_dir is not None:
-            cmd += [
-                "--speculative-algorithm", self.algorithm,
-                "--speculative-draft-model-path", str(self.draft_dir),
-                "--speculative-num-steps", str(self.num_steps),
-                "--speculative-eagle-topk", str(self.topk),
-                "--speculative-num-draft-tokens", str(self.num_draft_tokens),
-            ]
-        return cmd + list(self.extra_args)
-
-    def start(self) -> "SGLangServer":
+    def start(self) -> "EngineServer":
         """Spawn the server and wait until it generates."""
         return self.launch().wait_ready()
 
-    def launch(self) -> "SGLangServer":
+    def launch(self) -> "EngineServer":
         """Spawn the server in its own process group without waiting (see wait_ready)."""
         if not self.python.exists():
             raise ServerError(
-                f"engine python not found at {self.python}; build it with scripts/build-engine-env.sh "
-                "or set EAGLE3SCOPE_ENGINE_PYTHON"
+                f"{self.NAME} python not found at {self.python}; {self.BUILD_HINT}"
             )
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **CPU_ENV, **self.env}
+        env = {**os.environ, **self.CPU_ENV, **self.env}
         env.update(checkout_pythonpath(env))
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
@@ -206,11 +184,11 @@ class SGLangServer:
         atexit.register(self.stop)
         return self
 
-    def wait_ready(self) -> "SGLangServer":
-        """Block until /health_generate answers; on death or timeout stop and raise ServerError.
+    def wait_ready(self) -> "EngineServer":
+        """Block until HEALTH_PATH answers 200; on death or timeout stop and raise ServerError.
 
         A server that died because its port was taken before it bound it (the port is chosen a
-        minute before SGLang binds it) is relaunched on another port, up to PORT_RETRIES times."""
+        minute before the engine binds it) is relaunched on another port, up to PORT_RETRIES times."""
         for retry in range(PORT_RETRIES + 1):
             try:
                 self._poll_health()
@@ -240,16 +218,16 @@ class SGLangServer:
         while True:
             if self.proc.poll() is not None:
                 raise ServerError(
-                    f"SGLang server exited with code {self.proc.returncode} during startup "
+                    f"{self.NAME} server exited with code {self.proc.returncode} during startup "
                     f"(log {self.log_path}):\n{log_tail(self.log_path)}"
                 )
             if time.monotonic() - self._t0 > self.startup_timeout:
                 raise ServerError(
-                    f"SGLang server not ready after {self.startup_timeout:.0f}s "
+                    f"{self.NAME} server not ready after {self.startup_timeout:.0f}s "
                     f"(log {self.log_path}):\n{log_tail(self.log_path)}"
                 )
             try:
-                with urllib.request.urlopen(self.url + "/health_generate", timeout=60) as r:
+                with urllib.request.urlopen(self.url + self.HEALTH_PATH, timeout=60) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
@@ -272,6 +250,97 @@ class SGLangServer:
                 f"{path} failed ({e}); server {'running' if alive else 'dead'}; "
                 f"log {self.log_path}:\n{log_tail(self.log_path)}"
             ) from e
+
+    def stop(self, grace: float = 10.0) -> None:
+        """End the server's whole process group: SIGTERM, then SIGKILL after `grace` seconds."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        pgid = proc.pid  # start_new_session: the launcher leads its own group
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        # Children (scheduler, detokenizer, resource tracker) may outlive the launcher.
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def __enter__(self) -> "EngineServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class SGLangServer(EngineServer):
+    """One `python -m sglang.launch_server` on 127.0.0.1, as a context manager.
+
+    With `draft_dir` it serves speculative decoding (`algorithm`, default
+    EAGLE3); without it, plain decoding of the target. `max_running_requests=None`
+    leaves the flag out, so SGLang sizes the request pool itself.
+    """
+
+    NAME = "SGLang"
+    HEALTH_PATH = "/health_generate"
+    CPU_ENV = CPU_ENV
+    BUILD_HINT = "build it with scripts/build-engine-env.sh or set EAGLE3SCOPE_ENGINE_PYTHON"
+
+    def __init__(
+        self,
+        target_dir: str | Path,
+        draft_dir: str | Path | None = None,
+        *,
+        algorithm: str = "EAGLE3",
+        num_steps: int = 3,
+        topk: int = 1,
+        num_draft_tokens: int = 4,
+        dtype: str = "float32",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        python: str | Path | None = None,
+        log_path: str | Path | None = None,
+        startup_timeout: float = 300.0,
+        max_total_tokens: int = 4096,
+        max_running_requests: int | None = 8,
+    ):
+        super().__init__(python=python if python is not None else engine_python(), env=env, log_path=log_path,
+                         startup_timeout=startup_timeout)
+        self.target_dir = Path(target_dir)
+        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
+        self.algorithm = algorithm
+        self.num_steps, self.topk, self.num_draft_tokens = num_steps, topk, num_draft_tokens
+        self.dtype = dtype
+        self.extra_args = tuple(extra_args)
+        self.max_total_tokens, self.max_running_requests = max_total_tokens, max_running_requests
+
+    def command(self) -> list[str]:
+        """The launch command line (port chosen at start())."""
+        cmd = [
+            str(self.python), "-m", "sglang.launch_server",
+            "--model-path", str(self.target_dir),
+            "--dtype", self.dtype,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-total-tokens", str(self.max_total_tokens),
+            *(("--max-running-requests", str(self.max_running_requests)) if self.max_running_requests is not None else ()),
+            *CPU_FLAGS,
+        ]
+        if self.draft_dir is not None:
+            cmd += [
+                "--speculative-algorithm", self.algorithm,
+                "--speculative-draft-model-path", str(self.draft_dir),
+                "--speculative-num-steps", str(self.num_steps),
+                "--speculative-eagle-topk", str(self.topk),
+                "--speculative-num-draft-tokens", str(self.num_draft_tokens),
+            ]
+        return cmd + list(self.extra_args)
 
     def generate(
         self,
@@ -296,31 +365,3 @@ class SGLangServer:
             request["input_ids"] = [list(ids) for ids in input_ids]
         out = self.post("/generate", request, timeout=timeout)
         return out if isinstance(out, list) else [out]
-
-    def stop(self, grace: float = 10.0) -> None:
-        """End the server's whole process group: SIGTERM, then SIGKILL after `grace` seconds."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        atexit.unregister(self.stop)
-        pgid = proc.pid  # start_new_session: the launcher leads its own group
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        # Children (scheduler, detokenizer, resource tracker) may outlive the launcher.
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-    def __enter__(self) -> "SGLangServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -1,11 +1,12 @@
 """A steady stream of requests against a running server, so the demo always has steps to show.
 
-Each worker thread sends one ``/generate`` at a time; ``concurrency`` workers make the scheduler
-batch. Requests cycle through the prompts, through ``temperatures`` (greedy only unless told;
-temperature > 0 takes SGLang's sampling verify) and through ``constraints`` (grammar kinds of
-:mod:`eagle3scope.demo.constraints`; ``None``: a free request). Results (SGLang's ``meta_info`` per
-request, with the temperature and constraint asked) are kept, bounded, so tests can compare the
-shim's events with what SGLang itself reports.
+Each worker thread sends one request at a time (``server.generate``: SGLang's ``/generate``, vLLM's
+``/v1/completions``); ``concurrency`` workers make the scheduler batch. Requests cycle through the
+prompts, through ``temperatures`` (greedy only unless told; temperature > 0 takes the engine's sampling
+verify) and through ``constraints`` (grammar kinds of :mod:`eagle3scope.demo.constraints`; ``None``: a
+free request). Results (the engine's per-request report, SGLang's ``meta_info`` or vLLM's ``metrics``,
+with the temperature and constraint asked) are kept, bounded, so tests can compare the shim's events
+with what the engine itself reports.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from collections import deque
 from typing import Sequence
 
 from eagle3scope.demo import constraints as grammars
-from eagle3scope.demo.server import SGLangServer, ServerError
+from eagle3scope.demo.server import EngineServer, ServerError
 
 
 class Workload:
-    def __init__(self, server: SGLangServer, prompts: Sequence[str], *, concurrency: int = 2,
+    def __init__(self, server: EngineServer, prompts: Sequence[str], *, concurrency: int = 2,
                  max_new_tokens: int = 64, keep: int = 4096,
                  temperatures: Sequence[float] = (0.0,), constraints: Sequence[str | None] = (None,)) -> None:
         if not prompts or not temperatures or not constraints:

@@ -69,10 +69,11 @@ def is_eagle3(load: Load) -> bool:
 
 
 def fc_from_checkpoint(load: Load) -> bool | None:
-    """Whether the checkpoint brought its own fc (then the draft was trained on aux features)."""
+    """Whether the checkpoint brought its own fc (then the draft was trained on aux features), whether
+    or not the loader took it (vLLM skips fc.weight when use_aux_hidden_state is false)."""
     if load.weights is None:
         return None
-    return any(str(n).endswith("fc.weight") for n in load.weights.consumed)
+    return any(str(n).endswith("fc.weight") for n in (*load.weights.consumed, *load.weights.skipped))
 
 
 def apply_offset(ids: list[int] | None, offset_rule: str | None) -> list[int] | None:

@@ -116,14 +116,19 @@ class LoadWatch:
         self._close_current()
         self.skipped += self._held  # held back for a fused write that never came
         self._held = []
-        for param, had, loader in self._restore:
-            if had:
-                param.weight_loader = loader
-            else:
-                del param.weight_loader
-        self._restore.clear()
+        restore_weight_loaders(self._restore)
         self.facts.draft_loads[id(self.model)] = self
         self.model = self._hot = None
+
+
+def restore_weight_loaders(wrapped: list[tuple]) -> None:
+    """Put back each (param, had its own, loader) a load watch wrapped, and forget them."""
+    for param, had, loader in wrapped:
+        if had:
+            param.weight_loader = loader
+        else:
+            del param.weight_loader
+    wrapped.clear()
 
 
 def weights_facts(watch: LoadWatch, draft) -> dict:

@@ -91,8 +91,9 @@ class Patcher:
     def active(self) -> bool:
         return bool(self._own or self._pending)
 
-    def patch_all(self) -> None:
-        for name, target, hook in plan(self.shim):
+    def patch_all(self, planned: list[tuple[str, tuple[str, str], object]] | None = None) -> None:
+        """Wrap ``planned`` (seam, (module, qualname), hook) triples, SGLang's :func:`plan` by default."""
+        for name, target, hook in plan(self.shim) if planned is None else planned:
             self._pending.setdefault(target[0], []).append((name, target, hook))
         for module in [m for m in self._pending if m in sys.modules]:
             self.patch_module(module)

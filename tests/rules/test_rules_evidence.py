@@ -67,6 +67,8 @@ def test_aux_capture_off_evidence_and_its_severity_by_opt_out():
     assert v.evidence == {"algorithm": "EAGLE3", "capture_on": False, "use_aux_hidden_state": False, "fc_in": 3 * H,
                           "fc_from_checkpoint": False, "steps_with_capture_off": 4}
     assert fired(session(4, load=opted_out, algorithm="EAGLE"))["aux-capture-off"].severity == "error"
+    opted_out["weights"]["skipped"] = ["fc.weight"]  # a trained fc the loader left unread (vLLM with aux off)
+    assert fired(session(4, load=opted_out, step_kw={"capture": {"on": False, "layers": None}}))["aux-capture-off"].severity == "error"
 
 
 def test_fc_bypassed_evidence_names_the_replayed_passes():
