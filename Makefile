@@ -29,7 +29,6 @@ engine-env-vllm:
 # the doctor's vLLM facts were read from, for tests/doctor/test_vllm_wheel_facts.py (PyPI, cached; no install).
 wheels: venv
 	EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-sglang-wheels.sh
-	EAGLE3SCOPE_CACHE=$(CACHE) PYTHON=$(VENV)/bin/python bash scripts/fetch-vllm-wheels.sh
 
 # The real speculators package in a scratch venv, for tests/demo/test_demo_models.py (cached).
 speculators-env: engine-env
