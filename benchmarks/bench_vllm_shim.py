@@ -42,10 +42,10 @@ class SeamSwitch:
     """Every seam the shim's patcher wrapped, switchable between vLLM's function and the shim's wrapper."""
 
     def __init__(self) -> None:
-        from eagle3scope_shim.vllm.plugin import PATCHER
+        from eagle3scope_shim.instrumentor import INSTRUMENTOR
 
         # (owner, attribute, vLLM's function, the shim's wrapper), as the patcher keeps them to unwrap
-        self.entries = list(PATCHER._own.values())
+        self.entries = list(INSTRUMENTOR.patcher._own.values()) if INSTRUMENTOR.patcher is not None else []
         if not self.entries:
             raise SystemExit("the shim wrapped no seam: is EAGLE3SCOPE_ENDPOINT set and the plugin installed?")
 
