@@ -26,11 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import procstat  # noqa: E402
-from bench_shim import mean_ci, ratio_ci  # noqa: E402  (one definition of the intervals)
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # the checkout: benchmarks.support, benchmarks.shim
+from benchmarks.shim.bench_shim import mean_ci, ratio_ci  # noqa: E402  (one definition of the intervals)
+from benchmarks.support import procstat  # noqa: E402
 
 
 def _counter(llm, name: str) -> float:
