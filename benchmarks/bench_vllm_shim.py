@@ -15,6 +15,11 @@ left out, as their spin time follows the machine's load, not the work. Blocks al
 first. Reported, each over the pairs with a 95 % confidence interval: tokens per CPU-second and per wall
 second with ÷ without the shim (geometric mean of the per-pair ratios), and the extra CPU µs per
 speculative round (vLLM's own ``vllm:spec_decode_num_drafts`` counts the rounds, one per request per step).
+Also the hooks' own time per round, in total and by seam, as the shim's wrappers clock it for the
+heartbeat (``Shim.self_ns``: wall time of the guard checks and the hook bodies, not vLLM's functions): a
+direct reading of what the hooks cost, where the difference of the two arms' CPU also holds what the
+machine's load does to the main thread (its CPU per round grows several-fold with the load, block to
+block, by far more than the hooks take: BENCHMARKS.md, "vLLM shim cost per round").
 """
 
 from __future__ import annotations
@@ -47,6 +52,12 @@ class SeamSwitch:
         self.entries = list(INSTRUMENTOR.patcher._own.values()) if INSTRUMENTOR.patcher is not None else []
         if not self.entries:
             raise SystemExit("the shim wrapped no seam: is EAGLE3SCOPE_ENDPOINT set and the plugin installed?")
+        #: seam -> [ns its wrapper spent outside vLLM's function], as the shim counts it for its heartbeat
+        self.self_ns = INSTRUMENTOR.shim.self_ns
+
+    def hook_ns(self) -> dict[str, int]:
+        """Each seam's wrapper time so far (the wrapper's own clock reads: guard checks, pre, post)."""
+        return {seam: cell[0] for seam, cell in self.self_ns.items()}
 
     def set(self, on: bool) -> None:
         for owner, attr, raw, wrapper in self.entries:
@@ -72,12 +83,12 @@ def _cpu_s() -> dict[str, float]:
 def _block(llm, params, prompts, switch: SeamSwitch, on: bool) -> dict:
     switch.set(on)
     rounds0 = _counter(llm, "vllm:spec_decode_num_drafts")
-    cpu0, wall0 = _cpu_s(), time.perf_counter()
+    hooks0, cpu0, wall0 = switch.hook_ns(), _cpu_s(), time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
-    cpu1, wall = _cpu_s(), time.perf_counter() - wall0
+    cpu1, wall, hooks1 = _cpu_s(), time.perf_counter() - wall0, switch.hook_ns()
     roles = {role: cpu1[role] - cpu0[role] for role in COUNTED}
     return {"on": on, "tokens": sum(len(o.outputs[0].token_ids) for o in outs), "cpu_s": sum(roles.values()),
-            "roles": roles, "wall_s": wall,
+            "roles": roles, "wall_s": wall, "hook_ns": {seam: hooks1[seam] - hooks0.get(seam, 0) for seam in hooks1},
             "rounds": _counter(llm, "vllm:spec_decode_num_drafts") - rounds0,
             "text": [o.outputs[0].text for o in outs]}
 
@@ -121,11 +132,16 @@ def main() -> None:
     cpu = ratio_ci([(on["tokens"] / on["cpu_s"]) / (off["tokens"] / off["cpu_s"]) for off, on in pairs])
     wall = ratio_ci([(on["tokens"] / on["wall_s"]) / (off["tokens"] / off["wall_s"]) for off, on in pairs])
     per_round = mean_ci([1e6 * (on["cpu_s"] / on["rounds"] - off["cpu_s"] / off["rounds"]) for off, on in pairs])
+    hooks = mean_ci([sum(on["hook_ns"].values()) / 1e3 / on["rounds"] for _, on in pairs])
+    by_seam = {seam: round(sum(on["hook_ns"][seam] for _, on in pairs) / 1e3 / sum(on["rounds"] for _, on in pairs), 2)
+               for seam in pairs[0][1]["hook_ns"]}
     print(json.dumps({
         "draft": args.draft, "pairs": args.pairs, "requests": args.requests, "tokens": args.tokens,
         "seams_switched": len(switch.entries),
         "cpu_ratio_on_over_off": cpu, "wall_ratio_on_over_off": wall,
         "extra_cpu_us_per_round": per_round,
+        "hook_us_per_round": hooks,
+        "hook_us_per_round_by_seam": by_seam,
         "rounds_per_block": pairs[0][0]["rounds"],
         "cpu_ms_per_round": {"off": round(1e3 * sum(o["cpu_s"] for o, _ in pairs) / sum(o["rounds"] for o, _ in pairs), 3),
                              "on": round(1e3 * sum(n["cpu_s"] for _, n in pairs) / sum(n["rounds"] for _, n in pairs), 3)},
