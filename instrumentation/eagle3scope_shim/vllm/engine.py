@@ -29,7 +29,6 @@ class EngineFacts:
         self.failed_seen = 0  # hooks of this process seen disabled when the hello was last built
 
 
-
 def vllm_version() -> str | None:
     try:
         import vllm

@@ -42,7 +42,6 @@ class WorkerFacts:
         self.seams_sent: dict | None = None
 
 
-
 class LoadWatch:
     """One draft ``load_weights`` call: checkpoint names read, and which parameters vLLM's loader wrote
     (every parameter's ``weight_loader`` wrapped while it loads; vLLM's loader looks it up as
@@ -296,7 +295,7 @@ def make_combine(state, seam):
 
     def pre(self, hidden_states, *args, **kwargs):
         facts.first = (int(hidden_states.shape[-1]), bool(self.model.use_aux_hidden_state),
-                        int(hidden_states.shape[0]))
+                       int(hidden_states.shape[0]))
         facts.forwards = 0
 
     return around(state.shim, seam, pre, None, hot=True, in_step=True, traceable=False)
