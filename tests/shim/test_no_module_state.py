@@ -1,7 +1,7 @@
 """The shim keeps no state in its modules: what it learns lives on the ``Shim`` its instrumentor builds
 and hands to every hook factory, so a test builds a fresh one and nothing leaks from one to the next.
 
-Read from the source (AST), for every module of ``eagle3scope_shim``: no ``global`` statement, no
+Read from the source (AST), for every module of ``eagle3scope_shim`` and its subpackages: no ``global`` statement, no
 module-level instance of a shim class but the one process-wide instrumentor, and a module-level
 container (a dict, list, set, deque, ... display or call) only as an UPPER_CASE constant that no shim
 code writes to, in place or by handing it to a call that could (only read-only builtins may take it).
@@ -27,7 +27,9 @@ READ_ONLY_CALLS = {"len", "sorted", "list", "tuple", "dict", "set", "frozenset",
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {path.name: ast.parse(path.read_text(), str(path)) for path in sorted(SHIM.glob("*.py"))}
+    """Every module of the shim, its subpackages (the vLLM shim) included, by path under the package."""
+    return {path.relative_to(SHIM).as_posix(): ast.parse(path.read_text(), str(path))
+            for path in sorted(SHIM.rglob("*.py"))}
 
 
 def _name(node) -> str | None:
@@ -106,7 +108,9 @@ def shim_module_state(modules) -> list[str]:
 
 
 def test_no_shim_module_holds_mutable_state():
-    assert shim_module_state(_modules()) == []
+    modules = _modules()
+    assert "vllm/engine.py" in modules and "vllm/worker.py" in modules  # the subpackages are read too
+    assert shim_module_state(modules) == []
 
 
 def test_the_check_finds_each_kind_of_module_state():

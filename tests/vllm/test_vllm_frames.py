@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from eagle3scope.analysis.accounting import Accounting
 from eagle3scope.wire import bodies
-from eagle3scope.wire.validate import validate_body
+from eagle3scope_shim.instrumentor import INSTRUMENTOR
 from eagle3scope_shim.vllm import frames, plugin, seams
 from eagle3scope_shim.vllm.worker import offset_rule
 
@@ -49,7 +49,7 @@ class Metrics:
 
 def test_hello_names_the_engine_and_its_configuration():
     hello = frames.hello_body(vllm_config(), "0.32.0", 1, {"vllm.combine": "attached"}, "ipc:///x")
-    validate_body("hello", hello)
+    bodies.read("hello", hello)
     assert hello["engine"] == "vllm" and hello["engine_version"] == "0.32.0" and "sglang_version" not in hello
     args = hello["server_args"]
     assert (args["algorithm"], args["num_steps"], args["topk"], args["dtype"], args["cuda_graph"]) == \
@@ -78,7 +78,7 @@ def test_passes_name_the_first_pass_by_what_the_round_verified():
                                  {"mode": "decode", "width": 128, "fc": False, "n": 2}]
     assert (both[1]["accepted"], both[1]["bonus"], both[1]["ctx_len"]) == ([1], [1], [40])
     for body in both:
-        validate_body("step", body)
+        bodies.read("step", body)
 
 
 def test_no_draft_facts_no_passes():
@@ -104,10 +104,9 @@ def test_round_counts_agree_with_vllms_per_request_counters(accepted_per_round):
                 metrics[rid].observe(n)  # vLLM: num_accepted = len(committed) - 1
                 rounds.append((rid, list(range(k)), n + 1, list(range(n + 1))))
         decode, = frames.step_bodies(step, 1, rounds, [], {**WORKER, "num_steps": k}, {})
-        validate_body("step", decode)
+        bodies.read("step", decode)
         acc.count(decode["rids"], decode["accepted"], step)
-    finish = bodies.Finish(seq=0, dropped=0, requests=[frames.finished(rid, metrics[rid]) for rid in rids])
-    validate_body("finish", finish)
+    finish = bodies.read("finish", dict(seq=0, dropped=0, requests=[frames.finished(rid, metrics[rid]) for rid in rids]))
     acc.finish(finish, 0, 0)
     assert acc.compared == len(rids) and acc.mismatched == 0
 
@@ -129,7 +128,7 @@ def test_version_guard_refuses_other_release_lines(monkeypatch, caplog):
     monkeypatch.setattr(plugin.engine, "vllm_version", lambda: "0.31.2")
     with caplog.at_level(logging.WARNING, logger="eagle3scope"):
         plugin.load()
-    assert not plugin.PATCHER.active
+    assert not INSTRUMENTOR.is_instrumented
     lines = [r.getMessage() for r in caplog.records if "not a release line" in r.getMessage()]
     assert len(lines) == 1 and "0.31.2" in lines[0] and "0.32.x" in lines[0]
     assert seams.supported("0.32.0") and seams.supported("0.32.1+cpu") and not seams.supported("0.33.0")
@@ -140,7 +139,7 @@ def test_off_without_the_environment(monkeypatch):
     monkeypatch.delenv("EAGLE3SCOPE", raising=False)
     monkeypatch.setattr(plugin.engine, "vllm_version", lambda: (_ for _ in ()).throw(AssertionError("looked")))
     plugin.load()
-    assert not plugin.PATCHER.active
+    assert not INSTRUMENTOR.is_instrumented
 
 
 def test_entry_point_is_declared_and_resolves():

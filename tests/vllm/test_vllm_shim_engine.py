@@ -16,8 +16,7 @@ from support.engine import REPO, run_engine_python
 
 from eagle3scope.analysis.accounting import Accounting
 from eagle3scope.commands.launch import control_env
-from eagle3scope.wire import env
-from eagle3scope.wire.validate import validate_body
+from eagle3scope.wire import bodies, env
 
 pytestmark = pytest.mark.engine
 
@@ -64,9 +63,9 @@ def shim_runs(vllm_python, vllm_models, tmp_path_factory):
 
 
 def latest(result, kind):
-    bodies = [f["b"] for f in result["frames"] if f["k"] == kind]
-    assert bodies, f"no {kind} frame"
-    return bodies[-1]
+    found = [f["b"] for f in result["frames"] if f["k"] == kind]
+    assert found, f"no {kind} frame"
+    return found[-1]
 
 
 def decode_steps(result):
@@ -96,14 +95,14 @@ def assert_counts_agree(result):
         elif frame["k"] == "step":
             accounting.count(body["rids"], body["accepted"], body["seq"])
         elif frame["k"] == "finish":
-            accounting.finish(body, 0, 0)
+            accounting.finish(bodies.read("finish", body), 0, 0)
     assert (accounting.compared, accounting.mismatched) == (REQUESTS, 0)
 
 
 def test_frames_arrive_valid_and_name_vllm(shim_runs):
     result = shim_runs("one-process")
     for frame in result["frames"]:
-        validate_body(frame["k"], frame["b"])
+        bodies.read(frame["k"], frame["b"])
     hello = latest(result, "hello")
     assert hello["engine"] == "vllm" and hello["engine_version"].startswith("0.32") and "sglang_version" not in hello
     assert hello["server_args"]["algorithm"] == "EAGLE3" and hello["server_args"]["num_steps"] == 3

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle3scope_shim.state import STATE
 from eagle3scope_shim.vllm import worker
-from eagle3scope_shim.vllm.worker import FACTS_ATTR, WORKER
+from eagle3scope_shim.vllm.vllm_shim import VllmShim
+from eagle3scope_shim.vllm.worker import FACTS_ATTR
 
 
 def tensor(*shape):
@@ -25,22 +25,20 @@ class Output:
 
 
 @pytest.fixture
-def seams():
-    """Fresh seam names per test, taken out of the shim's state afterwards."""
-    names = []
+def state():
+    """A fresh vLLM shim state per test, as the plugin builds one (no publisher: another process publishes)."""
+    made = VllmShim()
+    made.worker.load_sent = True  # no drafter loaded here: the load report is not the subject
+    return made
 
+
+@pytest.fixture
+def seams(state):
+    """Hooks made for the test's state, one seam name each."""
     def hook(factory, name):
-        seam = f"test.{name}.{len(names)}"
-        names.append(seam)
-        return factory(seam)
+        return factory(state, f"test.{name}")
 
-    yield hook
-    for seam in names:
-        STATE.disabled.discard(seam)
-        STATE.seam_status.pop(seam, None)
-        STATE.self_ns.pop(seam, None)
-        STATE.round_seams.discard(seam)
-    STATE.pending.clear()
+    return hook
 
 
 def round_through_hooks(seams, combine_self, k=3, hidden=128, n_aux=3, rows=7):
@@ -61,7 +59,6 @@ def round_through_hooks(seams, combine_self, k=3, hidden=128, n_aux=3, rows=7):
 
 
 def test_one_round_rides_on_the_output(seams):
-    WORKER.load_sent = True  # no drafter loaded here: the load report is not the subject
     out = round_through_hooks(seams, SimpleNamespace(model=SimpleNamespace(use_aux_hidden_state=True)))
     facts = getattr(out, FACTS_ATTR)
     assert facts["first"] == (384, True, 7) and facts["later"] == (128, 2)
@@ -69,18 +66,29 @@ def test_one_round_rides_on_the_output(seams):
 
 
 def test_aux_off_first_pass_bypasses_fc(seams):
-    WORKER.load_sent = True
     out = round_through_hooks(seams, SimpleNamespace(model=SimpleNamespace(use_aux_hidden_state=False)), n_aux=1)
     assert getattr(out, FACTS_ATTR)["first"] == (128, False, 7)
 
 
-def test_a_failing_hook_is_disabled_and_vllms_result_returned(seams):
-    WORKER.load_sent = True
+def test_a_failing_hook_is_disabled_and_vllms_result_returned(state, seams):
     out = round_through_hooks(seams, SimpleNamespace())  # no .model: the combine hook's body raises
-    failed = [s for s in STATE.disabled if s.startswith("test.combine")]
-    assert len(failed) == 1 and STATE.seam_status[failed[0]] == "failed"
+    failed = sorted(state.shim.seams.disabled)
+    assert failed == ["test.combine"] and state.shim.seams.status == {"test.combine": "failed"}
     assert isinstance(out, Output)  # vLLM's result, unchanged
     facts = getattr(out, FACTS_ATTR)
     assert facts["first"] is None  # nothing guessed for the seam that failed
     # no publisher in this process: the failure travels to the EngineCore's with the round
     assert any(h["seam"] == failed[0] and h["status"] == "failed" for h in facts["hooks"])
+
+
+def test_two_states_share_nothing(state, seams):
+    """What one state's hooks learn stays on it: a round through the first state's hooks leaves the
+    second's facts untouched, and a hook failing in the second leaves the first's seams running (one
+    WorkerFacts or one Shim shared by every VllmShim fails here)."""
+    other = VllmShim()
+    other.worker.load_sent = True
+    round_through_hooks(seams, SimpleNamespace(model=SimpleNamespace(use_aux_hidden_state=True)))
+    assert state.worker.first == (384, True, 7) and state.worker.forwards == 3
+    assert other.worker.first is None and other.worker.forwards == 0 and other.worker.capture is None
+    round_through_hooks(lambda factory, name: factory(other, f"test.{name}"), SimpleNamespace())
+    assert other.shim.seams.disabled == {"test.combine"} and state.shim.seams.disabled == set()

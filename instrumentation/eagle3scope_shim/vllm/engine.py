@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
-from eagle3scope.wire import bodies
 from eagle3scope_shim import aux_channel
 from eagle3scope_shim.guard import around
-from eagle3scope_shim.state import STATE, requested_endpoint
+from eagle3scope_shim.shim_state import requested_endpoint
 from eagle3scope_shim.vllm import frames
 from eagle3scope_shim.vllm.worker import FACTS_ATTR
 
@@ -22,13 +21,12 @@ log = logging.getLogger("eagle3scope")
 
 
 class EngineFacts:
+    """What the EngineCore's hooks learned: the configuration, the model runner's seams, failures seen."""
+
     def __init__(self) -> None:
         self.vllm_config = None
         self.worker_seams: dict[str, str] = {}  # seams of a model runner in another process
         self.failed_seen = 0  # hooks of this process seen disabled when the hello was last built
-
-
-ENGINE = EngineFacts()
 
 
 def vllm_version() -> str | None:
@@ -40,47 +38,52 @@ def vllm_version() -> str | None:
         return None
 
 
-def refresh_hello() -> None:
-    pub = STATE.publisher
-    if pub is None or ENGINE.vllm_config is None:
+def refresh_hello(state) -> None:
+    shim, facts = state.shim, state.engine
+    pub = shim.publisher
+    if pub is None or facts.vllm_config is None:
         return
-    seams = {**ENGINE.worker_seams, **STATE.seam_status}
-    ENGINE.failed_seen = len(STATE.disabled)
-    control = STATE.aux_channel.endpoint if STATE.aux_channel is not None else None
-    pub.set_sticky("hello", frames.hello_body(ENGINE.vllm_config, vllm_version(), STATE.started_ns, seams,
+    seams = {**facts.worker_seams, **shim.seams.status}
+    facts.failed_seen = len(shim.seams.disabled)
+    control = shim.aux_channel.endpoint if shim.aux_channel is not None else None
+    pub.set_sticky("hello", frames.hello_body(facts.vllm_config, vllm_version(), shim.started_ns, seams,
                                               pub.endpoint, control))
 
 
-def make_scheduler(seam):
+def make_scheduler(state, seam):
     """The scheduler is built: this process publishes (one publisher per EngineCore, per DP rank)."""
+    shim = state.shim
+
     def post(_t0, result, self, vllm_config, *args, **kwargs):
-        ENGINE.vllm_config = vllm_config
-        if STATE.publisher is None:
+        state.engine.vllm_config = vllm_config
+        if shim.publisher is None:
             endpoint = requested_endpoint()
             index = int(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0)
             size = int(getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1)
-            if endpoint is None or not STATE.start_publisher(endpoint, index, size):
+            if endpoint is None or not shim.start_publisher(endpoint, index, size):
                 return
-            open_refusing_control(vllm_config, index)
-        refresh_hello()
+            open_refusing_control(shim, vllm_config, index)
+        refresh_hello(state)
 
-    return around(seam, None, post, traceable=False)
+    return around(shim, seam, None, post, traceable=False)
 
 
-def open_refusing_control(vllm_config, index: int) -> None:
+def open_refusing_control(shim, vllm_config, index: int) -> None:
     """Where the user asked for the control channel (``EAGLE3SCOPE_CONTROL``), open it as for SGLang
     (token, loopback, the same protocol), so that ``aux describe`` answers and every ``aux set`` gets
     a refusal naming why, instead of a request that times out. It holds no SGLang worker, so its
     facts name no target; the reason is vLLM's."""
-    channel = aux_channel.start(None, index)
+    channel = aux_channel.start(shim, None, index)
     if channel is not None:
         channel.facts.why_not = frames.aux_refusal(vllm_config)
         log.info("eagle3scope: control channel on %s refuses aux changes: %s", channel.endpoint, channel.facts.why_not)
 
 
-def make_update_from_output(seam):
+def make_update_from_output(state, seam):
+    shim, facts = state.shim, state.engine
+
     def pre(self, scheduler_output, model_runner_output, *args, **kwargs):
-        if STATE.publisher is None:
+        if shim.publisher is None:
             return None
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
@@ -104,24 +107,24 @@ def make_update_from_output(seam):
         if ctx is None:
             return
         rounds, fresh, reqs, worker = ctx
-        pub = STATE.publisher
+        pub = shim.publisher
         if worker:
-            _forwarded(pub, worker)
-        if len(STATE.disabled) != ENGINE.failed_seen:  # a hook of this process failed: the hello says so
-            refresh_hello()
+            _forwarded(state, pub, worker)
+        if len(shim.seams.disabled) != facts.failed_seen:  # a hook of this process failed: the hello says so
+            refresh_hello(state)
         if rounds or fresh:
             ctx_len = {rid: req.num_tokens for rid, req in reqs if req is not None}
-            seq = STATE.seq
-            STATE.seq += (1 if rounds else 0) + (1 if fresh else 0)
+            seq = shim.seq
+            shim.seq += (1 if rounds else 0) + (1 if fresh else 0)
             payload = (seq, time.time_ns(), rounds, fresh, worker, ctx_len)
             for part in range((1 if rounds else 0) + (1 if fresh else 0)):
                 pub.submit("step", (part, payload), _step_finalize)
         done = [frames.finished(rid, req.spec_decode_metrics) for rid, req in reqs
                 if req is not None and req.is_finished()]
         if done:
-            pub.submit("finish", bodies.Finish(seq=max(STATE.seq - 1, 0), dropped=pub.dropped, requests=done))
+            pub.submit("finish", dict(seq=max(shim.seq - 1, 0), dropped=pub.dropped, requests=done))
 
-    return around(seam, pre, post, hot=True, step=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, step=True, traceable=False)
 
 
 def _step_finalize(item) -> dict:
@@ -130,7 +133,7 @@ def _step_finalize(item) -> dict:
     return frames.step_bodies(*payload)[part]
 
 
-def _forwarded(pub, worker: dict) -> None:
+def _forwarded(state, pub, worker: dict) -> None:
     """What the model runner's process sent along: the load report once, its seams, its hook reports."""
     load = worker.pop("load", None)
     if load is not None:
@@ -139,8 +142,8 @@ def _forwarded(pub, worker: dict) -> None:
         pub.submit("hook", hook)
     seams = worker.pop("seams", None)
     if seams is not None:
-        ENGINE.worker_seams = seams
-        refresh_hello()
+        state.engine.worker_seams = seams
+        refresh_hello(state)
 
 
 FACTORIES = {

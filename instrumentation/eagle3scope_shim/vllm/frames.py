@@ -21,14 +21,14 @@ from eagle3scope_shim.version import __version__
 ENGINE = "vllm"
 
 
-def server_args(vllm_config) -> bodies.ServerArgs:
+def server_args(vllm_config) -> dict:
     """hello.server_args from vLLM's ``VllmConfig``: EAGLE-3 here is a chain (topk 1)."""
     spec = getattr(vllm_config, "speculative_config", None)
     model = getattr(vllm_config, "model_config", None)
     compilation = getattr(vllm_config, "compilation_config", None)
     k = getattr(spec, "num_speculative_tokens", None)
     method = getattr(spec, "method", None)
-    out: bodies.ServerArgs = {
+    out: dict = {
         "algorithm": "EAGLE3" if method == "eagle3" else (str(method).upper() if method else None),
         "num_steps": int(k) if k is not None else None,
         "topk": 1,
@@ -69,7 +69,7 @@ def compiled(vllm_config) -> bool:
                                                           "enforce_eager", False)
 
 
-def observable(vllm_config) -> bodies.Observable:
+def observable(vllm_config) -> dict:
     """What the hooks see on this configuration: every draft pass is seen at its eager caller
     (compiled or not), no graph replays; timings are host wall time."""
     return {"steps": True, "draft_ids": True, "accepted": True, "passes_prefill": True,
@@ -105,9 +105,9 @@ def unhooked(seams: dict) -> dict[str, str]:
 
 
 def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: dict,
-               endpoint: str | None, control: str | None = None) -> bodies.Hello:
+               endpoint: str | None, control: str | None = None) -> dict:
     parallel = getattr(vllm_config, "parallel_config", None)
-    body: bodies.Hello = {
+    body: dict = {
         "pid": os.getpid(),
         "started": started_ns,
         "host": socket.gethostname(),
@@ -136,13 +136,13 @@ def hello_body(vllm_config, vllm_version: str | None, started_ns: int, seams: di
 
 
 # -- per round ----------------------------------------------------------------------------------
-def passes(worker: dict | None, decoding: bool) -> list[bodies.Pass]:
+def passes(worker: dict | None, decoding: bool) -> list[dict]:
     """The draft passes of one round from the model runner's facts: ``first`` = (width, fc, rows) of
     the pass over every scheduled token, ``later`` = (width, count) of the single-token passes."""
     if not worker or worker.get("first") is None:
         return []
     width, fc, _rows = worker["first"]
-    out: list[bodies.Pass] = [{"mode": "draft_extend" if decoding else "extend", "width": int(width),
+    out: list[dict] = [{"mode": "draft_extend" if decoding else "extend", "width": int(width),
                                "fc": bool(fc), "n": 1}]
     later = worker.get("later")
     if later and later[1] > 0:
@@ -151,14 +151,14 @@ def passes(worker: dict | None, decoding: bool) -> list[bodies.Pass]:
 
 
 def step_bodies(seq: int, t_ns: int, rounds: list[tuple], fresh: list[str], worker: dict | None,
-                ctx: dict) -> list[bodies.Step]:
+                ctx: dict) -> list[dict]:
     """The step frames of one vLLM round: a ``prefill`` step for its requests that verified no drafts
     (``fresh``: starting, or drafting nothing this round), and a ``decode`` step for those that did.
     ``rounds``: (rid, draft ids, n committed, committed ids): n as vLLM's model runner returned them,
     the bonus included (accepted drafts = n - 1, vLLM's own count), the ids as vLLM kept them (it
     trims a request's tokens past its stop). The draft passes go with the
     decode step when there is one. ``ctx``: rid -> tokens in its context as the round ends."""
-    out: list[bodies.Step] = []
+    out: list[dict] = []
     worker = worker or {}
     timing = {"draft_ms": worker.get("draft_ms"), "verify_ms": worker.get("verify_ms"), "extend_ms": None}
     capture = worker.get("capture")
@@ -181,11 +181,11 @@ def step_bodies(seq: int, t_ns: int, rounds: list[tuple], fresh: list[str], work
     return out
 
 
-def finished(rid: str, metrics) -> bodies.Finished:
+def finished(rid: str, metrics) -> dict:
     """vLLM's own counts of one finished request (its ``RequestSpecDecodeMetrics``, on with
     ``per_request_spec_decode_metrics``): rounds, accepted drafts (bonus excluded), the histogram of
     rounds per number of accepted drafts. Without them only the rid (the viewer then judges nothing)."""
-    out = bodies.Finished(rid=str(rid))
+    out: dict = {"rid": str(rid)}
     hist = getattr(metrics, "histogram", None)
     if isinstance(hist, list) and len(hist) <= bodies.MAX_DRAFT_TOKENS + 1:
         counts = [int(x) for x in hist]

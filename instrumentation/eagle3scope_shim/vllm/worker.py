@@ -16,7 +16,6 @@ import weakref
 
 from eagle3scope_shim import loadreport
 from eagle3scope_shim.guard import Rewrite, around
-from eagle3scope_shim.state import STATE
 
 #: the attribute of vLLM's ModelRunnerOutput the round's facts travel in
 FACTS_ATTR = "eagle3scope"
@@ -41,9 +40,6 @@ class WorkerFacts:
         self.models: tuple | None = None  # (weakref draft, weakref target) after the drafter's load
         self.load_sent = False
         self.seams_sent: dict | None = None
-
-
-WORKER = WorkerFacts()
 
 
 class LoadWatch:
@@ -121,32 +117,38 @@ class LoadWatch:
 
 
 # -- load -----------------------------------------------------------------------------------------
-def make_draft_load(seam):
+def make_draft_load(state, seam):
+    facts = state.worker
+
     def pre(self, weights, *args, **kwargs):
-        watch = WORKER.watch = LoadWatch(self)
+        watch = facts.watch = LoadWatch(self)
         return Rewrite(watch, (self, watch.names(weights), *args), kwargs)
 
     def post(watch, result, self, *args, **kwargs):
         watch.finish(self)
 
-    return around(seam, pre, post, traceable=False)
+    return around(state.shim, seam, pre, post, traceable=False)
 
 
-def make_draft_shared(seam):
+def make_draft_shared(state, seam):
     """The drafter loaded and took what it shares from the target (``SpecDecodeBaseProposer.load_model``)."""
+    facts = state.worker
+
     def post(_t0, result, self, target_model, *args, **kwargs):
-        WORKER.models = (weakref.ref(self.model), weakref.ref(target_model))
-        WORKER.num_steps = int(self.num_speculative_tokens)
+        facts.models = (weakref.ref(self.model), weakref.ref(target_model))
+        facts.num_steps = int(self.num_speculative_tokens)
 
-    return around(seam, None, post, traceable=False)
+    return around(state.shim, seam, None, post, traceable=False)
 
 
-def make_aux_layers(seam):
+def make_aux_layers(state, seam):
+    facts = state.worker
+
     def post(_t0, result, self, layers, *args, **kwargs):
-        WORKER.requested = [int(x) for x in layers]
-        WORKER.aux_calls += 1
+        facts.requested = [int(x) for x in layers]
+        facts.aux_calls += 1
 
-    return around(seam, None, post, traceable=False)
+    return around(state.shim, seam, None, post, traceable=False)
 
 
 def _configured(config) -> list[int] | None:
@@ -184,17 +186,17 @@ def fc_facts(layer) -> dict | None:
                                                                                 int(layer.input_size)]}
 
 
-def load_body() -> dict | None:
-    """The load report, once the drafter is loaded and the target's aux layers are set."""
-    if WORKER.models is None:
+def load_body(facts: WorkerFacts) -> dict | None:
+    """The load report from what the load hooks learned (``facts``), once the drafter is loaded and the target's aux layers are set."""
+    if facts.models is None:
         return None
-    draft, target = (ref() for ref in WORKER.models)
+    draft, target = (ref() for ref in facts.models)
     if draft is None or target is None:
         return None
     inner, tinner = getattr(draft, "model", None), getattr(target, "model", None)
     tconfig = getattr(target, "config", None)
     dconfig = getattr(draft, "config", None)
-    watch = WORKER.watch
+    watch = facts.watch
     written = watch.written if watch is not None else set()
     configured = _configured(dconfig)
     captured = [int(x) for x in getattr(tinner, "aux_hidden_state_layers", ()) or ()]
@@ -207,10 +209,10 @@ def load_body() -> dict | None:
         "draft_vocab_size": getattr(dconfig, "draft_vocab_size", None) or getattr(dconfig, "vocab_size", None),
         "target_vocab_size": getattr(tconfig, "vocab_size", None),
         "fc": fc_facts(getattr(inner, "fc", None)),
-        "aux": {"configured": configured, "requested": WORKER.requested, "captured": captured,
+        "aux": {"configured": configured, "requested": facts.requested, "captured": captured,
                 "use_aux": bool(getattr(inner, "use_aux_hidden_state", False)),
-                "capture_on": bool(captured) and WORKER.requested is not None,
-                "offset_rule": offset_rule(configured, WORKER.requested), "calls": WORKER.aux_calls},
+                "capture_on": bool(captured) and facts.requested is not None,
+                "offset_rule": offset_rule(configured, facts.requested), "calls": facts.aux_calls},
         "lm_head": {"source": _source(_weight(getattr(draft, "lm_head", None)),
                                       _weight(getattr(target, "lm_head", None)), "lm_head.weight" in written)},
         "embed_tokens": {"source": _source(_weight(getattr(inner, "embed_tokens", None)),
@@ -230,76 +232,86 @@ def load_body() -> dict | None:
 
 
 # -- per round ------------------------------------------------------------------------------------
-def make_execute_model(seam):
+def make_execute_model(state, seam):
+    facts = state.worker
+
     def post(t0, result, *args, **kwargs):
-        WORKER.verify_ns = time.perf_counter_ns() - t0
+        facts.verify_ns = time.perf_counter_ns() - t0
 
-    return around(seam, None, post, hot=True, step=True, traceable=False)
+    return around(state.shim, seam, None, post, hot=True, step=True, traceable=False)
 
 
-def make_sample_tokens(seam):
+def make_sample_tokens(state, seam):
     """The round's sampling and drafting: reset the round's facts, read the aux capture the target's
     forward returned (list length and widths: shapes only), then hand the facts to the output."""
+    shim, facts = state.shim, state.worker
+
     def pre(self, *args, **kwargs):
-        WORKER.first = WORKER.later_width = WORKER.draft_ns = None
-        WORKER.forwards = 0
-        state = getattr(self, "execute_model_state", None)
-        aux = state[6] if state is not None and len(state) > 6 else None
+        facts.first = facts.later_width = facts.draft_ns = None
+        facts.forwards = 0
+        executed = getattr(self, "execute_model_state", None)
+        aux = executed[6] if executed is not None and len(executed) > 6 else None
         holder = getattr(getattr(self, "model", None), "model", None)
         layers = getattr(holder, "aux_hidden_state_layers", None)
-        WORKER.capture = {"on": bool(aux), "layers": [int(x) for x in layers] if layers else None,
-                          "widths": [int(t.shape[-1]) for t in aux] if aux else []}
+        facts.capture = {"on": bool(aux), "layers": [int(x) for x in layers] if layers else None,
+                         "widths": [int(t.shape[-1]) for t in aux] if aux else []}
         return None
 
     def post(_ctx, result, self, *args, **kwargs):
         if not hasattr(result, "req_id_to_index"):
             return
-        later = (WORKER.later_width, WORKER.forwards - 1) if WORKER.forwards > 1 else None
-        facts = {"first": WORKER.first, "later": later, "capture": WORKER.capture,
-                 "draft_ms": None if WORKER.draft_ns is None else WORKER.draft_ns / 1e6,
-                 "verify_ms": None if WORKER.verify_ns is None else WORKER.verify_ns / 1e6,
-                 "num_steps": WORKER.num_steps}
-        if not WORKER.load_sent:
-            facts["load"] = load_body()
-            WORKER.load_sent = facts["load"] is not None
-        if STATE.publisher is None:  # another process publishes: forward what it cannot see
-            if STATE.seam_status != WORKER.seams_sent:
-                facts["seams"] = WORKER.seams_sent = dict(STATE.seam_status)
-            if STATE.pending:
-                facts["hooks"], STATE.pending[:] = list(STATE.pending), []
-        setattr(result, FACTS_ATTR, facts)
+        later = (facts.later_width, facts.forwards - 1) if facts.forwards > 1 else None
+        out = {"first": facts.first, "later": later, "capture": facts.capture,
+               "draft_ms": None if facts.draft_ns is None else facts.draft_ns / 1e6,
+               "verify_ms": None if facts.verify_ns is None else facts.verify_ns / 1e6,
+               "num_steps": facts.num_steps}
+        if not facts.load_sent:
+            out["load"] = load_body(facts)
+            facts.load_sent = out["load"] is not None
+        if shim.publisher is None:  # another process publishes: forward what it cannot see
+            if shim.seams.status != facts.seams_sent:
+                out["seams"] = facts.seams_sent = dict(shim.seams.status)
+            if shim.pending:
+                out["hooks"], shim.pending[:] = list(shim.pending), []
+        setattr(result, FACTS_ATTR, out)
 
     # a step seam: a round is execute_model + sample_tokens (+ the scheduler's update), not one nested call
-    return around(seam, pre, post, hot=True, step=True, traceable=False)
+    return around(shim, seam, pre, post, hot=True, step=True, traceable=False)
 
 
-def make_propose(seam):
+def make_propose(state, seam):
+    facts = state.worker
+
     def post(t0, result, *args, **kwargs):
-        WORKER.draft_ns = time.perf_counter_ns() - t0
+        facts.draft_ns = time.perf_counter_ns() - t0
 
-    return around(seam, None, post, hot=True, in_step=True, traceable=False)
+    return around(state.shim, seam, None, post, hot=True, in_step=True, traceable=False)
 
 
-def make_combine(seam):
+def make_combine(state, seam):
     """The round's first draft pass: the width the target's aux states give the draft, fc applied
     whenever the draft uses them (vLLM applies it unconditionally then)."""
+    facts = state.worker
+
     def pre(self, hidden_states, *args, **kwargs):
-        WORKER.first = (int(hidden_states.shape[-1]), bool(self.model.use_aux_hidden_state),
-                        int(hidden_states.shape[0]))
-        WORKER.forwards = 0
+        facts.first = (int(hidden_states.shape[-1]), bool(self.model.use_aux_hidden_state),
+                       int(hidden_states.shape[0]))
+        facts.forwards = 0
 
-    return around(seam, pre, None, hot=True, in_step=True, traceable=False)
+    return around(state.shim, seam, pre, None, hot=True, in_step=True, traceable=False)
 
 
-def make_draft_forward(seam):
+def make_draft_forward(state, seam):
     """Every draft forward after the first of a round is a single-token pass at the draft's width."""
-    def pre(self, *args, **kwargs):
-        WORKER.forwards += 1
-        if WORKER.forwards > 1:
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[2]
-            WORKER.later_width = int(hidden.shape[-1])
+    facts = state.worker
 
-    return around(seam, pre, None, hot=True, in_step=True)
+    def pre(self, *args, **kwargs):
+        facts.forwards += 1
+        if facts.forwards > 1:
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[2]
+            facts.later_width = int(hidden.shape[-1])
+
+    return around(state.shim, seam, pre, None, hot=True, in_step=True)
 
 
 FACTORIES = {
