@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from benchmarks.support.synthetic import hello_body, load_body, step_body
-from eagle3scope.wire import Frame
+from eagle3scope.wire import Frame, bodies
 
 FORGED = "PASS    min-accept-length: FORGED"
 ATTACKS = {
@@ -44,6 +46,11 @@ def _hostile(value, text: str):
     return value
 
 
+def _declared(record: type) -> set[str]:
+    """The wire names a body record declares."""
+    return {f.encode_name for f in msgspec.structs.fields(record)}
+
+
 def hostile_frames(text: str, n_steps: int = 200, *, started: int | None = None) -> list[Frame]:
     """A session whose every string (``src``, names, paths, details, ids, unknown keys) is ``text``."""
     src, t0 = text, 1_700_000_000_000_000_000
@@ -55,13 +62,15 @@ def hostile_frames(text: str, n_steps: int = 200, *, started: int | None = None)
     hello = _hostile(hello_body(), text)
     hello["server_args"].update(num_steps=3, topk=1, num_draft_tokens=4, cuda_graph=False)
     hello.update(pid=4242, tp_rank=0, dp_rank=0, seams={text: text, "v2.step": "attached"}, observable={text: True})
-    hello[text] = text
+    if text not in _declared(bodies.Hello):  # an unknown key, as a newer shim's: a declared one keeps its type
+        hello[text] = text
     if started is not None:
         hello["started"] = started
     add("hello", hello, t0)
     load = _hostile(load_body(), text)
     load["aux"]["offset_rule"] = text
-    load[text] = {text: text}
+    if text not in _declared(bodies.Load):
+        load[text] = {text: text}
     add("load", load, t0)
     add("hook", {"seam": text, "status": "failed", "detail": text}, t0)
     add("hook", {"seam": "v2.draft", "status": text, "detail": text}, t0)
