@@ -10,7 +10,7 @@ import pytest
 
 from eagle3scope.wire import decode_frame, encode_frame
 from eagle3scope_shim import hooks, step_body
-from support.shim_state import ended
+from support.shim_state import ended, recording_publisher
 
 
 class CpuTensor(list):
@@ -32,12 +32,7 @@ class Host(list):
 @pytest.fixture
 def published(shim, monkeypatch):
     """(run one decode step through the step hook, returning the body the publisher thread builds)."""
-    submitted = []
-    shim.publisher = (types.SimpleNamespace(submit=lambda *a: submitted.append(a) or True,
-                                                                  hook_failures=0))
-    shim.aux_channel = None
-    shim.step = None
-    shim.seams.status.clear()
+    submitted = recording_publisher(shim)  # a fresh shim: no step, no seam status yet
     shim.uncommitted = type(shim.uncommitted)()
     shim.plan.stepped = True
     shim.snapshots.on_cpu = False

@@ -13,7 +13,7 @@ from eagle3scope_shim import detach_plan, hooks, shim_state, step_body
 from eagle3scope_shim.ring import HostRing
 from eagle3scope_shim.guard import around
 from eagle3scope_shim.shim_state import Step
-from support.shim_state import ended
+from support.shim_state import ended, recording_publisher
 
 
 class Host(list):
@@ -1143,12 +1143,7 @@ def test_the_scheduler_start_sizes_the_ring_and_no_step_does(shim, monkeypatch):
 def test_a_decode_step_whose_verify_went_unobserved_is_not_published_and_a_prefill_is(shim, monkeypatch):
     import types
 
-    submitted = []
-    shim.publisher = (types.SimpleNamespace(submit=lambda *a: submitted.append(a) or True,
-                                                                  hook_failures=0))
-    shim.aux_channel = None
-    shim.step = None
-    shim.seams.status.clear()
+    submitted = recording_publisher(shim)  # a fresh shim: no step, no seam status yet
     shim.plan.stepped = True
     shim.load.workers = []
     hook = hooks.FACTORIES["step"](shim, "v2.step")
