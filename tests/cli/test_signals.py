@@ -83,6 +83,19 @@ def _wait_caught(pid: int, sig: int, timeout: float = 60) -> None:
     raise AssertionError(f"process {pid} never caught {sig}")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def stop_signals_not_ignored():
+    """A shell without job control starts a background job with SIGINT and SIGQUIT ignored, and an
+    ignored signal stays ignored across exec (the commands rightly keep it so, as under nohup): the
+    commands these tests start get the defaults whatever started pytest."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 @pytest.fixture(scope="module")
 def stream():
     with Stream() as s:
